@@ -1,0 +1,17 @@
+"""jupyterhub-gpu: shared, queued, autoscaled GPUs for JupyterHub on Kubernetes.
+
+Importing the package does no I/O and loads no kubeconfig.
+"""
+
+from .parse import SpecError, load_platform, parse_platform
+
+__all__ = ["SpecError", "configure_hub", "load_platform", "parse_platform"]
+
+
+def configure_hub(c, platform_file):  # noqa: D103 - documented where it lives
+    from .spawner import configure_hub as _configure_hub
+
+    return _configure_hub(c, platform_file)
+
+
+configure_hub.__doc__ = "See :func:`jupyterhub_gpu.spawner.configure_hub`."

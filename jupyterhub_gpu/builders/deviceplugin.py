@@ -1,0 +1,75 @@
+"""NVIDIA device-plugin sharing configs and the node labels that select them.
+
+The GPU Operator (or the device-plugin Helm chart) reads one ConfigMap whose keys are
+config names; a node runs the config named by its ``nvidia.com/device-plugin.config``
+label. MIG nodes are partitioned by the MIG manager from ``nvidia.com/mig.config``.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from ..spec import AGENTPOOL_LABEL, SPOT_LABEL, Platform, Pool, SharingMode
+
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+CONFIG_MAP_NAME = "jupyterhub-gpu-device-plugin"
+
+
+def plugin_config(pool: Pool) -> dict:
+    """The device-plugin config file (``version: v1``) for one pool."""
+    mode = pool.sharing.mode
+    config: dict = {"version": "v1",
+                    "flags": {"migStrategy": "mixed" if mode is SharingMode.MIG else "none"}}
+    if pool.sharing.shared:
+        share: dict = {"renameByDefault": True,
+                       "resources": [{"name": "nvidia.com/gpu",
+                                      "replicas": pool.sharing.replicas}]}
+        if mode is SharingMode.TIMESLICING:
+            share["failRequestsGreaterThanOne"] = True
+        key = "timeSlicing" if mode is SharingMode.TIMESLICING else "mps"
+        config["sharing"] = {key: share}
+    return config
+
+
+def pool_labels(pool: Pool) -> dict[str, str]:
+    """Labels the admin sets on the AKS node pool (Terraform ``node_labels``)."""
+    labels = {DEVICE_PLUGIN_CONFIG_LABEL: pool.device_plugin_config}
+    mig = pool.sharing.mig_profile
+    labels[MIG_CONFIG_LABEL] = f"all-{mig}" if mig else "all-disabled"
+    return labels
+
+
+def _sharing_strategy(pool: Pool) -> str:
+    return {SharingMode.TIMESLICING: "time-slicing", SharingMode.MPS: "mps"}.get(
+        pool.sharing.mode, "none")
+
+
+def node_labels(pool: Pool) -> dict[str, str]:
+    """Every label a node of ``pool`` carries once AKS and GPU feature discovery ran."""
+    product = pool.gpu.product + ("-SHARED" if pool.sharing.shared else "")
+    labels = {
+        AGENTPOOL_LABEL: pool.name,
+        "kubernetes.azure.com/accelerator": "nvidia",
+        "node.kubernetes.io/instance-type": pool.vm_size,
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.count": str(pool.gpus_per_node),
+        "nvidia.com/gpu.memory": str(pool.gpu.memory_gb * 1024),
+        "nvidia.com/gpu.sharing-strategy": _sharing_strategy(pool),
+        **pool_labels(pool),
+    }
+    if pool.sharing.mode is SharingMode.MIG:
+        labels["nvidia.com/mig.strategy"] = "mixed"
+    if pool.spot:
+        labels[SPOT_LABEL] = "spot"
+    return labels
+
+
+def config_map(platform: Platform, namespace: str = "gpu-operator") -> dict:
+    """One ConfigMap holding every pool's config, keyed by config name."""
+    data = {p.device_plugin_config: yaml.safe_dump(plugin_config(p), sort_keys=False)
+            for p in platform.pools}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": CONFIG_MAP_NAME, "namespace": namespace},
+            "data": dict(sorted(data.items()))}

@@ -1,0 +1,112 @@
+"""Kueue objects (``kueue.x-k8s.io/v1beta2``) for a platform."""
+
+from __future__ import annotations
+
+import math
+
+from ..quantities import format_cpu, format_memory
+from ..spec import Platform, Pool, Priority, Team
+
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def resource_flavor(pool: Pool) -> dict:
+    """One flavor per pool. Its ``nodeLabels`` equal the pods' node selector, so
+    Kueue's merge into the pod's nodeSelector never conflicts."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": pool.name},
+        "spec": {
+            "nodeLabels": dict(pool.node_selector),
+            "nodeTaints": [t.as_dict() for t in pool.taints],
+        },
+    }
+
+
+def covered_resources(platform: Platform) -> list[str]:
+    gpu = sorted({p.resource_name for p in platform.pools})
+    return ["cpu", "memory", *gpu]
+
+
+def _amounts(pool: Pool, units: int, covered: list[str]) -> dict[str, str]:
+    """``units`` of ``pool`` as quantities of every covered resource: the pool's GPU
+    resource, and the cpu and memory that share of a node carries."""
+    fraction = units / pool.units_per_node
+    cpu_millis = math.floor(pool.cpus_per_node * 1000 * fraction)
+    mem_mib = math.floor(pool.memory_gib_per_node * 1024 * fraction)
+    amounts = {r: "0" for r in covered}
+    amounts.update(cpu=format_cpu(cpu_millis / 1000), memory=format_memory(mem_mib * 2**20))
+    amounts[pool.resource_name] = str(units)
+    return amounts
+
+
+def _flavor_quotas(team: Team, pool: Pool, covered: list[str]) -> dict:
+    nominal = _amounts(pool, team.quota.get(pool.name, 0), covered)
+    limits = {}
+    for key, counts in (("borrowingLimit", team.borrowing_limit),
+                        ("lendingLimit", team.lending_limit)):
+        if pool.name in counts:
+            limits[key] = _amounts(pool, counts[pool.name], covered)
+    resources = []
+    for r in covered:
+        entry = {"name": r, "nominalQuota": nominal[r]}
+        entry.update({key: amounts[r] for key, amounts in limits.items()})
+        resources.append(entry)
+    return {"name": pool.name, "resources": resources}
+
+
+def _preemption(platform: Platform) -> dict:
+    policy: dict = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
+    preemptible = [p.value for p in platform.priorities if p.preemptible]
+    if preemptible:
+        policy["borrowWithinCohort"] = {"policy": "LowerPriority",
+                                        "maxPriorityThreshold": max(preemptible)}
+    return policy
+
+
+def cluster_queue(platform: Platform, team: Team) -> dict:
+    """One ClusterQueue per team; every pool is a flavor so quota can be borrowed."""
+    covered = covered_resources(platform)
+    spec: dict = {
+        "cohortName": team.cohort,
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: team.namespace}},
+        "queueingStrategy": "BestEffortFIFO",
+        "preemption": _preemption(platform),
+        "resourceGroups": [{
+            "coveredResources": covered,
+            "flavors": [_flavor_quotas(team, pool, covered) for pool in platform.pools],
+        }],
+    }
+    if team.fair_share_weight is not None:
+        spec["fairSharing"] = {"weight": str(team.fair_share_weight)}
+    return {"apiVersion": API_VERSION, "kind": "ClusterQueue",
+            "metadata": {"name": team.cluster_queue}, "spec": spec}
+
+
+def local_queue(team: Team) -> dict:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": {"name": team.local_queue, "namespace": team.namespace},
+        "spec": {"clusterQueue": team.cluster_queue},
+    }
+
+
+def workload_priority_class(priority: Priority) -> dict:
+    obj = {"apiVersion": API_VERSION, "kind": "WorkloadPriorityClass",
+           "metadata": {"name": priority.name}, "value": priority.value}
+    if priority.description:
+        obj["description"] = priority.description
+    return obj
+
+
+def kueue_objects(platform: Platform) -> list[dict]:
+    """Everything Kueue needs, in an order ``kubectl apply`` accepts."""
+    return [
+        *(workload_priority_class(p) for p in platform.priorities),
+        *(resource_flavor(p) for p in platform.pools),
+        *(cluster_queue(platform, t) for t in platform.teams),
+        *(local_queue(t) for t in platform.teams),
+    ]

@@ -1,0 +1,335 @@
+"""Build the dev-cluster control-plane binaries from the Go module proxy.
+
+Every component is compiled with the ordinary ``go`` toolchain at a pinned
+version inside a small generated wrapper module (``go.mod`` and, for etcd, a
+``main.go``) under the cache, and the binaries land in a directory keyed by a
+hash of the pins and of the Go version, so a rebuild happens only when one of
+them changes.  Nothing prebuilt is downloaded.
+
+Run ``python -m jupyterhub_gpu.devcluster.build`` to build (a cold build takes
+tens of minutes on two cores).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+__all__ = [
+    "PINS",
+    "BuildError",
+    "Pin",
+    "bin_dir",
+    "binaries",
+    "build",
+    "cache_root",
+    "check_go",
+    "is_built",
+    "kueue_crd_dir",
+]
+
+# Oldest Go accepted: kwok v0.8.0 and etcd server v3.6.16 declare `go 1.26.0`.
+MIN_GO = "1.26"
+# Bump when the way binaries are built changes (ldflags, wrapper layout...).
+RECIPE = "1"
+GO_PARALLELISM = "2"
+KUEUE_CRD_SUBDIR = "config/components/crd/bases"
+LOG_TAIL_LINES = 40
+
+
+class BuildError(RuntimeError):
+    """The Go toolchain is unusable or a component failed to build."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One binary: the Go module it comes from and its main package."""
+
+    module: str
+    version: str
+    package: str
+    # Generate a main.go calling ``<package>.Main(os.Args)`` (etcd ships no
+    # importable main package outside its own multi-module repository).
+    wrap_main: bool = False
+
+
+# Kueue v0.17.0 requires k8s.io/* v0.35.3, so the control plane is 1.35.
+K8S_VERSION = "v1.35.4"
+PINS: Mapping[str, Pin] = MappingProxyType(
+    {
+        "etcd": Pin("go.etcd.io/etcd/server/v3", "v3.6.16", "go.etcd.io/etcd/server/v3/etcdmain", True),
+        "kube-apiserver": Pin("k8s.io/kubernetes", K8S_VERSION, "k8s.io/kubernetes/cmd/kube-apiserver"),
+        "kube-controller-manager": Pin(
+            "k8s.io/kubernetes", K8S_VERSION, "k8s.io/kubernetes/cmd/kube-controller-manager"
+        ),
+        "kube-scheduler": Pin("k8s.io/kubernetes", K8S_VERSION, "k8s.io/kubernetes/cmd/kube-scheduler"),
+        "kwok": Pin("sigs.k8s.io/kwok", "v0.8.0", "sigs.k8s.io/kwok/cmd/kwok"),
+        "kueue": Pin("sigs.k8s.io/kueue", "v0.17.0", "sigs.k8s.io/kueue/cmd/kueue"),
+    }
+)
+
+
+def cache_root() -> Path:
+    """``$JUPYTERHUB_GPU_CACHE``, else ``$XDG_CACHE_HOME/jupyterhub-gpu``, else ``~/.cache/jupyterhub-gpu``."""
+    override = os.environ.get("JUPYTERHUB_GPU_CACHE")
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "jupyterhub-gpu"
+
+
+def _go_exe() -> str:
+    found = shutil.which("go")
+    if found:
+        return found
+    if Path("/usr/local/go/bin/go").is_file():
+        return "/usr/local/go/bin/go"
+    raise BuildError(f"the `go` toolchain (>= {MIN_GO}) is needed to build the dev cluster but was not found on PATH")
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    flags = [f for f in env.get("GOFLAGS", "").split() if not f.startswith(("-mod=", "-buildvcs"))]
+    env["GOFLAGS"] = " ".join([*flags, "-mod=mod", "-buildvcs=false"])
+    env["GOTOOLCHAIN"] = "local"
+    env["CGO_ENABLED"] = "0"
+    return env
+
+
+def _run_go(args: list[str], cwd: Path) -> str:
+    proc = subprocess.run(
+        [_go_exe(), *args], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise BuildError(f"`go {' '.join(args)}` failed:\n{proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not match:
+        raise BuildError(f"cannot parse Go version {text!r}")
+    return tuple(int(part or 0) for part in match.groups())
+
+
+@functools.lru_cache(maxsize=1)
+def _go_version() -> str:
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    return _run_go(["env", "GOVERSION"], root).strip()
+
+
+def check_go(min_version: str = MIN_GO) -> str:
+    """Return the Go version (e.g. ``go1.26.8``); raise BuildError if go is missing or older than min_version."""
+    version = _go_version()
+    if _version_tuple(version) < _version_tuple(min_version):
+        raise BuildError(
+            f"Go >= {min_version} is needed to build the dev cluster (kwok/etcd require it); found {version}"
+        )
+    return version
+
+
+def bin_dir() -> Path:
+    """Directory of the binaries, keyed by the pins, the Go version and the build recipe."""
+    key = json.dumps([RECIPE, _go_version(), {k: asdict(v) for k, v in PINS.items()}], sort_keys=True)
+    return cache_root() / "bin" / hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def binaries() -> dict[str, Path]:
+    """Expected path of every binary (whether built or not)."""
+    directory = bin_dir()
+    return {name: directory / name for name in PINS}
+
+
+def kueue_crd_dir() -> Path:
+    """Directory holding Kueue's CRD manifests copied from its module."""
+    return bin_dir() / "kueue-crds"
+
+
+def _crds_present() -> bool:
+    crd_dir = kueue_crd_dir()
+    return crd_dir.is_dir() and any(crd_dir.glob("*.yaml"))
+
+
+def is_built() -> bool:
+    """True when every binary and the Kueue CRDs are in place."""
+    try:
+        paths = binaries()
+    except BuildError:
+        return False
+    return all(os.access(p, os.X_OK) for p in paths.values()) and _crds_present()
+
+
+def _download(pin: Pin) -> dict[str, str]:
+    """`go mod download -json` for the pin's module (go.mod path, source dir, info file)."""
+    root = cache_root()
+    return json.loads(_run_go(["mod", "download", "-json", f"{pin.module}@{pin.version}"], root))
+
+
+def _staging_replaces(gomod: str, version: str) -> list[str]:
+    """k8s.io/kubernetes replaces staging modules by ./staging paths; use their published v0.X.Y."""
+    published = "v0." + version.removeprefix("v1.")
+    staged = re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", gomod, flags=re.M)
+    return [f"\t{module} => {module} {published}" for module in sorted(set(staged))]
+
+
+def _wrapper_gomod(name: str, pin: Pin, upstream_gomod: str) -> str:
+    match = re.search(r"^go\s+(\S+)", upstream_gomod, flags=re.M)
+    lines = [
+        "// Generated by jupyterhub_gpu.devcluster.build; do not edit.",
+        f"module devcluster.invalid/{name if pin.wrap_main else pin.module.replace('/', '_')}",
+        "",
+        f"go {match.group(1) if match else MIN_GO}",
+        "",
+        f"require {pin.module} {pin.version}",
+    ]
+    replaces = _staging_replaces(upstream_gomod, pin.version) if pin.module == "k8s.io/kubernetes" else []
+    if replaces:
+        lines += ["", "replace (", *replaces, ")"]
+    return "\n".join(lines) + "\n"
+
+
+def _prepare_wrapper(name: str, pin: Pin, info: Mapping[str, str]) -> Path:
+    """Write the wrapper module (one per module@version) and return its directory."""
+    slug = pin.module.replace("/", "_")
+    wrapper = cache_root() / "build" / (f"{name}@{pin.version}" if pin.wrap_main else f"{slug}@{pin.version}")
+    wrapper.mkdir(parents=True, exist_ok=True)
+    gomod = wrapper / "go.mod"
+    if not gomod.exists():
+        gomod.write_text(_wrapper_gomod(name, pin, Path(info["GoMod"]).read_text()))
+    if pin.wrap_main:
+        alias = pin.package.rsplit("/", 1)[-1]
+        (wrapper / "main.go").write_text(
+            "// Generated by jupyterhub_gpu.devcluster.build; do not edit.\npackage main\n\n"
+            f'import (\n\t"os"\n\n\t{alias} "{pin.package}"\n)\n\n'
+            f"func main() {{ {alias}.Main(os.Args) }}\n"
+        )
+    return wrapper
+
+
+def _stamps(pin: Pin, build_date: str) -> dict[str, str]:
+    """`-X` variables that make `--version` and /version report the pinned release."""
+    if pin.module == "k8s.io/kubernetes":
+        major, minor = pin.version.removeprefix("v").split(".")[:2]
+        values = {
+            "gitVersion": pin.version,
+            "gitMajor": major,
+            "gitMinor": minor,
+            "gitCommit": "",
+            "gitTreeState": "clean",
+            "buildDate": build_date,
+        }
+        pkgs = ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+        return {f"{pkg}.{key}": val for pkg in pkgs for key, val in values.items()}
+    if pin.module == "sigs.k8s.io/kueue":
+        pkg = "sigs.k8s.io/kueue/pkg/version"
+        return {f"{pkg}.GitVersion": pin.version, f"{pkg}.GitCommit": "", f"{pkg}.BuildDate": build_date}
+    return {}
+
+
+def _build_date(info: Mapping[str, str]) -> str:
+    """Release time of the module (reproducible), as the upstream build scripts format it."""
+    raw = json.loads(Path(info["Info"]).read_text()).get("Time", "1970-01-01T00:00:00Z")
+    return raw[:19] + "Z"
+
+
+def _log_tail(log: Path) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+
+
+def _go_build(name: str, pin: Pin, wrapper: Path, info: Mapping[str, str]) -> Path:
+    """Compile one binary into a temporary file, then rename it into place atomically."""
+    target = bin_dir() / name
+    partial = target.with_name(f".{name}.partial-{os.getpid()}")
+    ldflags = " ".join(["-s", "-w", *(f"-X {k}={v}" for k, v in _stamps(pin, _build_date(info)).items())])
+    package = "." if pin.wrap_main else pin.package
+    cmd = [_go_exe(), "build", "-p", GO_PARALLELISM, "-trimpath", "-ldflags", ldflags, "-o", str(partial), package]
+    log = cache_root() / "build-logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        out.write(f"$ {' '.join(cmd)}\n(cwd {wrapper})\n")
+        out.flush()
+        proc = subprocess.run(cmd, cwd=wrapper, env=_go_env(), stdout=out, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        raise BuildError(f"building {name} {pin.version} failed (log: {log}):\n{_log_tail(log)}")
+    os.replace(partial, target)
+    return target
+
+
+def _install_crds(info: Mapping[str, str]) -> Path:
+    """Copy Kueue's CRD YAMLs from its module next to the binaries (swap in atomically)."""
+    source = Path(info["Dir"]) / KUEUE_CRD_SUBDIR
+    files = sorted(source.glob("*.yaml"))
+    if not files:
+        raise BuildError(f"no Kueue CRDs found under {source}")
+    dest = kueue_crd_dir()
+    staging = dest.with_name(f".kueue-crds.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for file in files:
+        shutil.copyfile(file, staging / file.name)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(staging, dest)
+    return dest
+
+
+def _build_one(step: str, name: str, pin: Pin, force: bool, progress: Callable[[str], None]) -> None:
+    target = bin_dir() / name
+    needs_crds = name == "kueue" and (force or not _crds_present())
+    if target.is_file() and not force and not needs_crds:
+        progress(f"{step} {name} {pin.version} already built")
+        return
+    info = _download(pin)
+    if force or not target.is_file():
+        progress(f"{step} building {name} {pin.version} (cold builds take several minutes)…")
+        started = time.monotonic()
+        _go_build(name, pin, _prepare_wrapper(name, pin, info), info)
+        progress(f"{step} {name} done in {time.monotonic() - started:.0f}s")
+    if name == "kueue":
+        progress(f"{step} Kueue CRDs copied to {_install_crds(info)}")
+
+
+def build(progress: Callable[[str], None] = print, force: bool = False) -> dict[str, Path]:
+    """Build every missing binary (all of them with force=True) and return their paths."""
+    version = check_go()
+    directory = bin_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    progress(f"building dev-cluster binaries with {version} into {directory}")
+    with (cache_root() / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if force:
+            shutil.rmtree(cache_root() / "build", ignore_errors=True)
+        for index, (name, pin) in enumerate(PINS.items(), start=1):
+            _build_one(f"[{index}/{len(PINS)}]", name, pin, force, progress)
+    return binaries()
+
+
+def main() -> int:
+    force = "--force" in sys.argv[1:]
+    try:
+        paths = build(force=force)
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    print(f"kueue-crds: {kueue_crd_dir()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The spawn form: the profiles a user may start, with what each one gives them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from .spec import Platform, Profile, SharingMode
+from .quantities import format_cpu, format_memory
+
+_SHARING_WORDS = {
+    SharingMode.EXCLUSIVE: "whole GPU",
+    SharingMode.MIG: "MIG slice {mig}",
+    SharingMode.MPS: "MPS share (1 of {replicas})",
+    SharingMode.TIMESLICING: "time-sliced share (1 of {replicas})",
+}
+
+
+@dataclass(frozen=True)
+class ProfileCard:
+    """What the form shows for one profile."""
+
+    slug: str
+    display_name: str
+    description: str
+    gpu_model: str
+    sharing: str
+    gpu_memory: str
+    count: int
+    cpu: str
+    memory: str
+    price_per_hour: str
+    preemptible: bool
+    default: bool
+
+
+def profile_card(platform: Platform, profile: Profile) -> ProfileCard:
+    pool = platform.pool(profile.pool)
+    words = _SHARING_WORDS[pool.sharing.mode].format(
+        mig=pool.sharing.mig_profile, replicas=pool.sharing.replicas)
+    memory = f"{pool.unit_memory_gb} GB" + (" (shared)" if pool.sharing.shared else "")
+    return ProfileCard(
+        slug=profile.slug,
+        display_name=profile.display_name,
+        description=profile.description,
+        gpu_model=pool.gpu.name,
+        sharing=words,
+        gpu_memory=memory,
+        count=profile.units,
+        cpu=format_cpu(profile.cpu),
+        memory=format_memory(profile.memory_bytes),
+        price_per_hour=f"${pool.price_per_unit_hour * profile.units:.2f}",
+        preemptible=pool.spot or platform.priority(profile.priority).preemptible,
+        default=profile.default,
+    )
+
+
+_env = Environment(loader=PackageLoader("jupyterhub_gpu", "templates"),
+                   autoescape=select_autoescape(["html"]))
+
+
+def render_form(platform: Platform, groups: frozenset[str], selected: str | None) -> str:
+    """HTML for the spawn page. Only profiles the user's groups allow are listed."""
+    cards = [profile_card(platform, p) for p in platform.profiles_for(groups)]
+    if cards and not any(c.slug == selected for c in cards):
+        selected = next((c.slug for c in cards if c.default), cards[0].slug)
+    return _env.get_template("form.html").render(cards=cards, selected=selected)

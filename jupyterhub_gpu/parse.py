@@ -1,0 +1,294 @@
+"""Parse the admin's GPU platform spec once into :class:`~jupyterhub_gpu.spec.Platform`.
+
+Every problem is collected, each naming the pool, team, priority or profile and the
+field, and all of them are raised together as one :class:`SpecError`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+import yaml
+
+from . import quantities as q
+from .gpus import GPU_MODELS, VM_SIZES
+from .spec import (Checkpoint, CheckpointStorage, Platform, Pool, Priority, Profile,
+                   Sharing, SharingMode, Team)
+from .validate import check_platform
+
+_REQUIRED = object()
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
+TOP_LEVEL = ("pools", "teams", "priorities", "profiles", "checkpointStorage")
+
+
+class SpecError(ValueError):
+    """The spec is invalid; ``errors`` lists every problem found."""
+
+    def __init__(self, errors: list[str], source: str = "GPU platform spec"):
+        self.errors = list(errors)
+        lines = "\n".join(f"  - {e}" for e in self.errors)
+        super().__init__(f"{source} has {len(self.errors)} error(s):\n{lines}")
+
+
+class _Section:
+    """Typed reads of one mapping; problems go to ``errors`` prefixed by ``label``."""
+
+    def __init__(self, errors: list[str], label: str, data: Any, allowed: tuple[str, ...]):
+        self.errors, self.label = errors, label
+        self.data: Mapping = data if isinstance(data, Mapping) else {}
+        if not isinstance(data, Mapping):
+            self.fail(None, f"must be a mapping, got {type(data).__name__}")
+        for key in sorted(set(self.data) - set(allowed), key=str):
+            self.fail(key, f"unknown field; allowed: {', '.join(allowed)}")
+
+    def fail(self, key: str | None, message: str) -> None:
+        self.errors.append(f"{self.label}: {key}: {message}" if key else f"{self.label}: {message}")
+
+    def get(self, key: str, parse: Callable[[Any], Any], default: Any = _REQUIRED) -> Any:
+        if key not in self.data or self.data[key] is None:
+            if default is _REQUIRED:
+                self.fail(key, "is required")
+            return None if default is _REQUIRED else default
+        try:
+            return parse(self.data[key])
+        except (ValueError, TypeError) as e:
+            self.fail(key, str(e))
+            return None
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError(f"must be a non-empty string, got {v!r}")
+    return v
+
+
+def _int(minimum: int) -> Callable[[Any], int]:
+    def parse(v: Any) -> int:
+        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+            raise ValueError(f"must be an integer >= {minimum}, got {v!r}")
+        return v
+    return parse
+
+
+def _number(v: Any) -> float:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+        raise ValueError(f"must be a number >= 0, got {v!r}")
+    return float(v)
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"must be true or false, got {v!r}")
+    return v
+
+
+def _name(pattern: re.Pattern, what: str) -> Callable[[Any], str]:
+    def parse(v: Any) -> str:
+        if not isinstance(v, str) or not pattern.match(v):
+            raise ValueError(f"{v!r} is not {what}")
+        return v
+    return parse
+
+
+def _str_list(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+        raise ValueError(f"must be a list of names, got {v!r}")
+    return tuple(v)
+
+
+def _choice(options: Mapping[str, Any], what: str) -> Callable[[Any], Any]:
+    def parse(v: Any) -> Any:
+        if v not in options:
+            raise ValueError(f"unknown {what} {v!r}; valid: {', '.join(options)}")
+        return options[v]
+    return parse
+
+
+def _counts(v: Any) -> Mapping[str, int]:
+    if not isinstance(v, Mapping) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in v.values()
+    ):
+        raise ValueError(f"must map pool names to whole numbers >= 0, got {v!r}")
+    return MappingProxyType(dict(v))
+
+
+def _sharing(errors: list[str], label: str, data: Any, gpu: Any) -> Sharing | None:
+    n_errors = len(errors)
+    s = _Section(errors, f"{label}: sharing", data, ("mode", "migProfile", "replicas"))
+    mode = s.get("mode", _choice({m.value: m for m in SharingMode}, "sharing mode"))
+    mig = s.get("migProfile", _str, None)
+    replicas = s.get("replicas", _int(2), None)
+    if mode is SharingMode.MIG:
+        if mig is None:
+            s.fail("migProfile", "is required for mode mig")
+        elif gpu is not None and gpu.mig_profile(mig) is None:
+            valid = ", ".join(p.name for p in gpu.mig) or "none (this GPU has no MIG)"
+            s.fail("migProfile",
+                   f"mig profile {mig!r} does not exist on {gpu.name}; valid: {valid}")
+    elif mig is not None:
+        s.fail("migProfile", f"is only allowed with mode mig, not {mode}")
+    if mode in (SharingMode.MPS, SharingMode.TIMESLICING) and replicas is None:
+        s.fail("replicas", f"is required for mode {mode} (an integer >= 2)")
+    elif mode in (SharingMode.EXCLUSIVE, SharingMode.MIG) and replicas is not None:
+        s.fail("replicas", f"is only allowed with modes mps and timeslicing, not {mode}")
+    if len(errors) > n_errors:
+        return None
+    return Sharing(mode, mig, replicas or 1)
+
+
+def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
+    name = data.get("name") if isinstance(data, Mapping) else None
+    label = f"pool {name!r}" if isinstance(name, str) else f"pools[{index}]"
+    s = _Section(errors, label, data, (
+        "name", "vmSize", "gpu", "gpusPerNode", "sharing", "spot", "minNodes",
+        "maxNodes", "pricePerNodeHour", "cpusPerNode", "memoryPerNode"))
+    n_errors = len(errors)
+    name = s.get("name", _name(_POOL_NAME, "an AKS pool name (a-z then a-z0-9, at most 12)"))
+    vm_size = s.get("vmSize", _str)
+    vm = VM_SIZES.get(vm_size or "")
+    gpu = s.get("gpu", _choice(GPU_MODELS, "gpu model"))
+    known = vm is not None
+    gpus = s.get("gpusPerNode", _int(1), vm.gpus if known else _REQUIRED)
+    cpus = s.get("cpusPerNode", _int(1), vm.cpus if known else _REQUIRED)
+    mem = s.get("memoryPerNode", q.parse_memory, vm.memory_gib * 2**30 if known else _REQUIRED)
+    if known and gpu is not None and vm.gpu != gpu.name:
+        s.fail("gpu", f"{vm_size} carries {vm.gpu}, not {gpu.name}")
+    sharing = _sharing(errors, label, s.data.get("sharing"), gpu)
+    lo = s.get("minNodes", _int(0), 0)
+    hi = s.get("maxNodes", _int(1), 1)
+    if lo is not None and hi is not None and lo > hi:
+        s.fail("minNodes", f"{lo} is above maxNodes {hi}")
+    spot = s.get("spot", _bool, False)
+    price = s.get("pricePerNodeHour", _number, 0.0)
+    if len(errors) > n_errors:
+        return None
+    return Pool(name, vm_size, gpu, gpus, sharing, cpus, mem // 2**30, spot, lo, hi, price)
+
+
+def _team(errors: list[str], data: Any, index: int) -> Team | None:
+    name = data.get("name") if isinstance(data, Mapping) else None
+    label = f"team {name!r}" if isinstance(name, str) else f"teams[{index}]"
+    s = _Section(errors, label, data, (
+        "name", "groups", "namespace", "quota", "cohort", "borrowingLimit",
+        "lendingLimit", "fairShareWeight"))
+    n_errors = len(errors)
+    team = Team(
+        name=s.get("name", _name(_DNS_LABEL, "a DNS label (a-z, 0-9, -)")),
+        groups=s.get("groups", _str_list),
+        namespace=s.get("namespace", _name(_DNS_LABEL, "a namespace name")),
+        quota=s.get("quota", _counts),
+        cohort=s.get("cohort", _name(_DNS_LABEL, "a DNS label"), "jupyterhub-gpu"),
+        borrowing_limit=s.get("borrowingLimit", _counts, MappingProxyType({})),
+        lending_limit=s.get("lendingLimit", _counts, MappingProxyType({})),
+        fair_share_weight=s.get("fairShareWeight", _int(0), None),
+    )
+    return team if len(errors) == n_errors else None
+
+
+def _priority(errors: list[str], data: Any, index: int) -> Priority | None:
+    name = data.get("name") if isinstance(data, Mapping) else None
+    label = f"priority {name!r}" if isinstance(name, str) else f"priorities[{index}]"
+    s = _Section(errors, label, data, ("name", "value", "description", "preemptible"))
+    n_errors = len(errors)
+    prio = Priority(
+        name=s.get("name", _name(_DNS_LABEL, "a DNS label (a-z, 0-9, -)")),
+        value=s.get("value", _int(-(2**31))),
+        description=s.get("description", _str, ""),
+        preemptible=s.get("preemptible", _bool, False),
+    )
+    return prio if len(errors) == n_errors else None
+
+
+def _checkpoint(errors: list[str], label: str, data: Any) -> Checkpoint | None:
+    s = _Section(errors, f"{label}: checkpoint", data, ("enabled", "gracePeriod"))
+    enabled = s.get("enabled", _bool, True)
+    grace = s.get("gracePeriod", q.parse_duration, 30)
+    return None if enabled is None or grace is None else Checkpoint(enabled, grace)
+
+
+def _profile(errors: list[str], data: Any, index: int) -> Profile | None:
+    slug = data.get("slug") if isinstance(data, Mapping) else None
+    label = f"profile {slug!r}" if isinstance(slug, str) else f"profiles[{index}]"
+    s = _Section(errors, label, data, (
+        "slug", "displayName", "description", "pool", "gpus", "cpu", "memory", "image",
+        "priority", "idleTimeout", "maxAge", "allowedGroups", "checkpoint", "default"))
+    n_errors = len(errors)
+    checkpoint = (_checkpoint(errors, label, s.data["checkpoint"])
+                  if s.data.get("checkpoint") is not None else Checkpoint(enabled=False))
+    profile = Profile(
+        slug=s.get("slug", _name(_DNS_LABEL, "a slug (a-z, 0-9, -)")),
+        display_name=s.get("displayName", _str),
+        description=s.get("description", _str, ""),
+        pool=s.get("pool", _str),
+        units=s.get("gpus", _int(1), 1),
+        cpu=s.get("cpu", q.parse_cpu),
+        memory_bytes=s.get("memory", q.parse_memory),
+        image=s.get("image", _str),
+        priority=s.get("priority", _str),
+        idle_timeout_seconds=s.get("idleTimeout", q.parse_duration, 1800),
+        max_age_seconds=s.get("maxAge", q.parse_duration, None),
+        allowed_groups=s.get("allowedGroups", _str_list, ()),
+        checkpoint=checkpoint,
+        default=s.get("default", _bool, False),
+    )
+    return profile if len(errors) == n_errors else None
+
+
+def _items(errors: list[str], data: Mapping, key: str, parse: Callable) -> tuple:
+    raw = data.get(key) or []
+    if not isinstance(raw, list):
+        errors.append(f"{key}: must be a list")
+        return ()
+    parsed = (parse(errors, item, i) for i, item in enumerate(raw))
+    return tuple(p for p in parsed if p is not None)
+
+
+def _storage(errors: list[str], data: Any) -> CheckpointStorage | None:
+    if data is None:
+        return None
+    s = _Section(errors, "checkpointStorage", data, ("claimName", "mountPath"))
+    claim = s.get("claimName", _name(_DNS_LABEL, "a PVC name"))
+    mount = s.get("mountPath", _str, "/home/jovyan/checkpoints")
+    return None if claim is None or mount is None else CheckpointStorage(claim, mount)
+
+
+def _declared(data: Mapping) -> dict[str, set[str]]:
+    """Names the admin declared, valid or not: a reference to one is no new error."""
+    def names(key: str, field: str) -> set[str]:
+        items = data.get(key) if isinstance(data.get(key), list) else []
+        return {i.get(field) for i in items if isinstance(i, Mapping) and isinstance(i.get(field), str)}
+    return {"pools": names("pools", "name"), "priorities": names("priorities", "name"),
+            "teams": names("teams", "name"), "profiles": names("profiles", "slug")}
+
+
+def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
+    """Turn the YAML-loaded spec into a :class:`Platform` or raise :class:`SpecError`."""
+    errors: list[str] = []
+    top = _Section(errors, "spec", data, TOP_LEVEL)
+    platform = Platform(
+        pools=_items(errors, top.data, "pools", _pool),
+        teams=_items(errors, top.data, "teams", _team),
+        priorities=_items(errors, top.data, "priorities", _priority),
+        profiles=_items(errors, top.data, "profiles", _profile),
+        checkpoint_storage=_storage(errors, top.data.get("checkpointStorage")),
+    )
+    errors.extend(check_platform(platform, _declared(top.data)))
+    if errors:
+        raise SpecError(errors, source)
+    return platform
+
+
+def load_platform(path: str | Path) -> Platform:
+    """Read and parse a spec file (YAML)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise SpecError([f"cannot read the file: {e.strerror}"], str(path)) from e
+    except yaml.YAMLError as e:
+        raise SpecError([f"not valid YAML: {e}"], str(path)) from e
+    return parse_platform(data, source=str(path))

@@ -1,0 +1,221 @@
+"""The GPU platform spec as frozen dataclasses.
+
+One admin-written YAML document is parsed once (see :mod:`jupyterhub_gpu.parse`) into
+a :class:`Platform`. Everything else -- the spawn form, the pod settings, the Kueue
+objects, the device-plugin configs, the fake nodes of the dev cluster -- is derived
+from these objects by pure functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Mapping
+
+from .gpus import GpuModel
+
+AGENTPOOL_LABEL = "kubernetes.azure.com/agentpool"
+SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"
+GPU_TAINT_KEY = "nvidia.com/gpu"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+PROFILE_LABEL = "jupyterhub-gpu/profile"
+TEAM_LABEL = "jupyterhub-gpu/team"
+
+
+class SharingMode(StrEnum):
+    EXCLUSIVE = "exclusive"
+    MIG = "mig"
+    MPS = "mps"
+    TIMESLICING = "timeslicing"
+
+
+@dataclass(frozen=True)
+class Sharing:
+    mode: SharingMode
+    mig_profile: str | None = None  # only for mode "mig"
+    replicas: int = 1  # only for "mps" / "timeslicing"
+
+    @property
+    def shared(self) -> bool:
+        return self.mode in (SharingMode.MPS, SharingMode.TIMESLICING)
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str = "NoSchedule"
+
+    def as_dict(self) -> dict:
+        return {"key": self.key, "value": self.value, "effect": self.effect}
+
+    def toleration(self) -> dict:
+        return {"key": self.key, "operator": "Equal", "value": self.value,
+                "effect": self.effect}
+
+
+GPU_TAINT = Taint(GPU_TAINT_KEY, "present")
+SPOT_TAINT = Taint(SPOT_LABEL, "spot")
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One AKS GPU node pool (an agent pool of one VM size)."""
+
+    name: str
+    vm_size: str
+    gpu: GpuModel
+    gpus_per_node: int
+    sharing: Sharing
+    cpus_per_node: int
+    memory_gib_per_node: int
+    spot: bool = False
+    min_nodes: int = 0
+    max_nodes: int = 1
+    price_per_node_hour: float = 0.0
+
+    @property
+    def resource_name(self) -> str:
+        """The extended resource the NVIDIA device plugin advertises on this pool."""
+        if self.sharing.mode is SharingMode.MIG:
+            return f"nvidia.com/mig-{self.sharing.mig_profile}"
+        if self.sharing.shared:
+            return "nvidia.com/gpu.shared"
+        return "nvidia.com/gpu"
+
+    @property
+    def units_per_gpu(self) -> int:
+        if self.sharing.mode is SharingMode.MIG:
+            mig = self.gpu.mig_profile(self.sharing.mig_profile or "")
+            return mig.per_gpu if mig else 1
+        return self.sharing.replicas if self.sharing.shared else 1
+
+    @property
+    def units_per_node(self) -> int:
+        return self.units_per_gpu * self.gpus_per_node
+
+    @property
+    def unit_name(self) -> str:
+        return {SharingMode.EXCLUSIVE: "GPU", SharingMode.MIG: "MIG slice"}.get(
+            self.sharing.mode, "share"
+        )
+
+    @property
+    def unit_memory_gb(self) -> int:
+        """GPU memory one unit may use (a shared unit can reach the whole GPU's)."""
+        mig = self.gpu.mig_profile(self.sharing.mig_profile or "")
+        return mig.memory_gb if mig else self.gpu.memory_gb
+
+    @property
+    def price_per_unit_hour(self) -> float:
+        return self.price_per_node_hour / self.units_per_node
+
+    @property
+    def node_selector(self) -> dict[str, str]:
+        return {AGENTPOOL_LABEL: self.name}
+
+    @property
+    def taints(self) -> tuple[Taint, ...]:
+        return (GPU_TAINT, SPOT_TAINT) if self.spot else (GPU_TAINT,)
+
+    @property
+    def device_plugin_config(self) -> str:
+        """Name of this pool's entry in the device-plugin config map."""
+        if self.sharing.mode is SharingMode.MIG:
+            return "mig-mixed"
+        if self.sharing.shared:
+            return f"{self.sharing.mode.value}-{self.sharing.replicas}"
+        return "default"
+
+
+@dataclass(frozen=True)
+class Team:
+    name: str
+    groups: tuple[str, ...]
+    namespace: str
+    quota: Mapping[str, int]  # pool name -> nominal units
+    cohort: str
+    borrowing_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    lending_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    fair_share_weight: int | None = None
+
+    @property
+    def local_queue(self) -> str:
+        return self.name
+
+    @property
+    def cluster_queue(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Priority:
+    name: str
+    value: int
+    description: str = ""
+    preemptible: bool = False
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    enabled: bool = True
+    grace_period_seconds: int = 30
+
+
+@dataclass(frozen=True)
+class CheckpointStorage:
+    """Where checkpoints live: a ReadWriteMany PVC (e.g. backed by Azure Files)."""
+
+    claim_name: str
+    mount_path: str = "/home/jovyan/checkpoints"
+
+
+@dataclass(frozen=True)
+class Profile:
+    slug: str
+    display_name: str
+    pool: str
+    units: int  # GPUs, MIG slices or shares of the pool's resource
+    cpu: float
+    memory_bytes: int
+    image: str
+    priority: str
+    description: str = ""
+    idle_timeout_seconds: int = 1800
+    max_age_seconds: int | None = None
+    allowed_groups: tuple[str, ...] = ()  # empty: every user who is in a team
+    checkpoint: Checkpoint = Checkpoint()
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class Platform:
+    pools: tuple[Pool, ...]
+    teams: tuple[Team, ...]
+    priorities: tuple[Priority, ...]
+    profiles: tuple[Profile, ...]
+    checkpoint_storage: CheckpointStorage | None = None
+
+    def pool(self, name: str) -> Pool:
+        return next(p for p in self.pools if p.name == name)
+
+    def priority(self, name: str) -> Priority:
+        return next(p for p in self.priorities if p.name == name)
+
+    def profile(self, slug: str) -> Profile | None:
+        return next((p for p in self.profiles if p.slug == slug), None)
+
+    def team_for(self, groups: frozenset[str] | set[str]) -> Team | None:
+        """The first team (in spec order) that one of ``groups`` belongs to."""
+        return next((t for t in self.teams if set(t.groups) & set(groups)), None)
+
+    def profiles_for(self, groups: frozenset[str] | set[str]) -> tuple[Profile, ...]:
+        """The profiles a user in ``groups`` may start (none without a team)."""
+        if self.team_for(groups) is None:
+            return ()
+        return tuple(
+            p for p in self.profiles
+            if not p.allowed_groups or set(p.allowed_groups) & set(groups)
+        )

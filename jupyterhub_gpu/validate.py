@@ -1,0 +1,105 @@
+"""Cross-field checks of a parsed platform: references, counts and sizes that only
+make sense together. Pure; returns messages naming the item and the field."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterator
+
+from .quantities import format_cpu, format_memory
+from .spec import Platform, Pool, Profile, SharingMode
+
+AZURE_SPOT_NOTICE_SECONDS = 30
+
+
+def _duplicates(kind: str, names: list[str]) -> Iterator[str]:
+    for name, count in Counter(names).items():
+        if count > 1:
+            yield f"{kind} {name!r}: defined {count} times; names must be unique"
+
+
+def _team_refs(platform: Platform, pools: set[str]) -> Iterator[str]:
+    for team in platform.teams:
+        for field, counts in (("quota", team.quota), ("borrowingLimit", team.borrowing_limit),
+                              ("lendingLimit", team.lending_limit)):
+            for pool in counts:
+                if pool not in pools:
+                    yield (f"team {team.name!r}: {field}: unknown pool {pool!r}; "
+                           f"valid: {', '.join(sorted(pools))}")
+
+
+def _units(profile: Profile, pool: Pool) -> Iterator[str]:
+    label = f"profile {profile.slug!r}: gpus"
+    if pool.sharing.shared and profile.units > 1:
+        yield (f"{label}: {profile.units} shares of pool {pool.name!r} ({pool.sharing.mode}) "
+               f"cannot be requested; the device plugin fails pods that ask for more than "
+               f"1 {pool.resource_name}; use 1")
+    elif profile.units > pool.units_per_node:
+        yield (f"{label}: {profile.units} exceeds the {pool.units_per_node} "
+               f"{pool.unit_name}(s) one node of pool {pool.name!r} has")
+
+
+def _size(profile: Profile, pool: Pool) -> Iterator[str]:
+    fraction = profile.units / pool.units_per_node
+    cpu_cap = pool.cpus_per_node * fraction
+    mem_cap = int(pool.memory_gib_per_node * 2**30 * fraction)
+    share = f"{profile.units} of the {pool.units_per_node} {pool.unit_name}(s) per node"
+    if profile.cpu > cpu_cap + 1e-9:
+        yield (f"profile {profile.slug!r}: cpu: {format_cpu(profile.cpu)} exceeds the "
+               f"{format_cpu(cpu_cap)} cpus that {share} of pool {pool.name!r} carry")
+    if profile.memory_bytes > mem_cap:
+        yield (f"profile {profile.slug!r}: memory: {format_memory(profile.memory_bytes)} "
+               f"exceeds the {format_memory(mem_cap)} that {share} of pool "
+               f"{pool.name!r} carry")
+
+
+def _checkpoint(profile: Profile, pool: Pool, platform: Platform) -> Iterator[str]:
+    if not profile.checkpoint.enabled:
+        return
+    label = f"profile {profile.slug!r}: checkpoint"
+    if platform.checkpoint_storage is None:
+        yield f"{label}: enabled, but the spec has no checkpointStorage"
+    grace = profile.checkpoint.grace_period_seconds
+    if pool.spot and grace > AZURE_SPOT_NOTICE_SECONDS:
+        yield (f"{label}: gracePeriod: {grace}s does not fit inside Azure's "
+               f"{AZURE_SPOT_NOTICE_SECONDS}s spot eviction notice on pool {pool.name!r}; "
+               f"use at most {AZURE_SPOT_NOTICE_SECONDS}s")
+
+
+def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator[str]:
+    pools = {p.name: p for p in platform.pools}
+    priorities = {p.name for p in platform.priorities}
+    for profile in platform.profiles:
+        label = f"profile {profile.slug!r}"
+        if profile.priority not in priorities | declared["priorities"]:
+            yield (f"{label}: priority: unknown priority {profile.priority!r}; "
+                   f"valid: {', '.join(sorted(priorities)) or 'none defined'}")
+        pool = pools.get(profile.pool)
+        if pool is None:
+            if profile.pool not in declared["pools"]:
+                yield (f"{label}: pool: unknown pool {profile.pool!r}; "
+                       f"valid: {', '.join(sorted(pools)) or 'none defined'}")
+            continue
+        yield from _units(profile, pool)
+        yield from _size(profile, pool)
+        yield from _checkpoint(profile, pool, platform)
+
+
+def check_platform(platform: Platform, declared: dict[str, set[str]]) -> list[str]:
+    """All cross-field problems of ``platform`` (empty when it is consistent)."""
+    errors: list[str] = []
+    for kind, items in (("pools", platform.pools), ("teams", platform.teams),
+                        ("priorities", platform.priorities), ("profiles", platform.profiles)):
+        if not items and not declared.get(kind):
+            errors.append(f"{kind}: at least one is required")
+    errors += _duplicates("pool", [p.name for p in platform.pools])
+    errors += _duplicates("team", [t.name for t in platform.teams])
+    errors += _duplicates("priority", [p.name for p in platform.priorities])
+    errors += _duplicates("profile", [p.slug for p in platform.profiles])
+    errors += _team_refs(platform, {p.name for p in platform.pools} | declared["pools"])
+    errors += _profile_refs(platform, declared)
+    defaults = [p.slug for p in platform.profiles if p.default]
+    if len(defaults) > 1:
+        errors.append(f"profiles: default: only one profile may be the default, got "
+                      f"{', '.join(defaults)}")
+    return errors
