@@ -2,7 +2,8 @@
 
 KubeSpawner loads a kubeconfig when it is constructed (it never calls the API then).
 With no cluster configured we give it a placeholder that points at an unroutable
-address, so ``render`` works on a laptop; no request is ever sent.
+address, so ``render`` works on a laptop; no request is ever sent. (The kubernetes
+client reads ``KUBECONFIG`` when it is first imported, so this runs before that.)
 """
 
 from __future__ import annotations
@@ -65,13 +66,14 @@ async def render_pod(platform_file: str, user: str, groups: list[str], profile: 
 
     Raises :class:`OptionsRejected` when the user may not start that profile.
     """
+    _ensure_kubeconfig()  # before kubernetes_asyncio is imported: it reads KUBECONFIG then
+    from kubernetes_asyncio.client import ApiClient
+
     from .builders.pod import UserRef, authorize
     from .spawner import GPUSpawner, load_platform_cached
 
     options = {"profile": profile}
     authorize(load_platform_cached(platform_file), UserRef(user, frozenset(groups)), options)
-    _ensure_kubeconfig()
-    from kubernetes_asyncio.client import ApiClient
 
     spawner = GPUSpawner(user=OfflineUser(user, [_Group(g) for g in groups]),
                          hub=OfflineHub(), platform_file=platform_file)

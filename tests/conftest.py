@@ -1,0 +1,112 @@
+"""Shared pytest fixtures.
+
+Fixtures (all read-only for tests; copy before changing):
+
+- ``repo_root``: the project checkout (a :class:`pathlib.Path`).
+- ``example_spec_path``: ``config/platform.yaml``, the example GPU platform spec.
+- ``example_spec``: that file loaded as plain data (a fresh deep copy per test, so a
+  test may edit it to make a bad spec).
+- ``platform``: the example spec parsed into a :class:`jupyterhub_gpu.spec.Platform`.
+- ``offline_kubeconfig``: the placeholder kubeconfig this conftest points
+  ``KUBECONFIG`` at when it is imported (before anything imports the kubernetes
+  client, which reads ``KUBECONFIG`` once, at import). It names an unroutable server:
+  KubeSpawner objects load a kubeconfig in ``__init__`` but the unit tier never
+  talks to a cluster. The cluster tier replaces it with the dev cluster's, so the two
+  tiers run as separate pytest processes (``make test`` does).
+- ``kueue_crds``: Kueue's CRDs by kind, from the ``sigs.k8s.io/kueue`` Go module at
+  the pinned version (downloaded through the Go module proxy; skipped, with the reason,
+  when no ``go`` is installed).
+- ``make_spawner``: builds a GPUSpawner for a user and groups, with optional config.
+
+Integration fixtures live in ``tests/integration/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import tempfile
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jupyterhub_gpu.parse import load_platform
+
+REPO = Path(__file__).resolve().parent.parent
+_OFFLINE_KUBECONFIG = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-tests-")) / "kubeconfig"
+
+
+def _use_offline_kubeconfig() -> None:
+    from jupyterhub_gpu.render import _PLACEHOLDER_KUBECONFIG
+
+    _OFFLINE_KUBECONFIG.write_text(yaml.safe_dump(_PLACEHOLDER_KUBECONFIG))
+    os.environ["KUBECONFIG"] = str(_OFFLINE_KUBECONFIG)
+    os.environ.pop("KUBERNETES_SERVICE_HOST", None)
+
+
+_use_offline_kubeconfig()
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def example_spec_path() -> Path:
+    return REPO / "config" / "platform.yaml"
+
+
+@pytest.fixture(scope="session")
+def _example_spec_data(example_spec_path):
+    return yaml.safe_load(example_spec_path.read_text())
+
+
+@pytest.fixture
+def example_spec(_example_spec_data) -> dict:
+    return copy.deepcopy(_example_spec_data)
+
+
+@pytest.fixture(scope="session")
+def platform(example_spec_path):
+    return load_platform(example_spec_path)
+
+
+@pytest.fixture(scope="session")
+def offline_kubeconfig() -> Path:
+    return _OFFLINE_KUBECONFIG
+
+
+@pytest.fixture(scope="session")
+def kueue_crds() -> dict[str, dict]:
+    from jupyterhub_gpu.devcluster.build import PINS
+
+    if shutil.which("go") is None:
+        pytest.skip("no `go` on PATH: Kueue's CRDs come from the sigs.k8s.io/kueue Go module")
+    pin = PINS["kueue"]
+    out = subprocess.run(["go", "mod", "download", "-json", f"{pin.module}@{pin.version}"],
+                         capture_output=True, text=True, check=True)
+    bases = Path(json.loads(out.stdout)["Dir"]) / "config" / "components" / "crd" / "bases"
+    crds = (yaml.safe_load(p.read_text()) for p in sorted(bases.glob("*.yaml")))
+    return {crd["spec"]["names"]["kind"]: crd for crd in crds}
+
+
+@pytest.fixture
+def make_spawner(offline_kubeconfig, example_spec_path):
+    from traitlets.config import Config
+
+    from jupyterhub_gpu.render import OfflineHub, OfflineUser, _Group
+    from jupyterhub_gpu.spawner import GPUSpawner
+
+    def make(user="alice", groups=("data-science",), config=None, spec=True):
+        cfg = Config(config or {})
+        if spec:
+            cfg.GPUSpawner.platform_file = str(example_spec_path)
+        return GPUSpawner(user=OfflineUser(user, [_Group(g) for g in groups]),
+                          hub=OfflineHub(), config=cfg)
+
+    return make

@@ -1,0 +1,171 @@
+"""Golden tests of the cluster-side builders: Kueue objects, device-plugin configs,
+nodes."""
+
+from __future__ import annotations
+
+import yaml
+
+from jupyterhub_gpu.builders import deviceplugin, kueue, nodes
+
+SPOT_TAINTS = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+               {"key": "kubernetes.azure.com/scalesetpriority", "value": "spot",
+                "effect": "NoSchedule"}]
+COVERED = ["cpu", "memory", "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-3g.40gb"]
+
+
+def _quota(cpu, memory, gpu, shared, mig, limit=None):
+    values = dict(zip(COVERED, (cpu, memory, gpu, shared, mig)))
+    out = []
+    for name, value in values.items():
+        entry = {"name": name, "nominalQuota": value}
+        if limit is not None:
+            entry["borrowingLimit"] = value
+        out.append(entry)
+    return out
+
+
+def test_resource_flavor(platform):
+    assert kueue.resource_flavor(platform.pool("a100spot")) == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "a100spot"},
+        "spec": {"nodeLabels": {"kubernetes.azure.com/agentpool": "a100spot"},
+                 "nodeTaints": SPOT_TAINTS},
+    }
+
+
+def test_cluster_queue(platform):
+    team = next(t for t in platform.teams if t.name == "experimentation")
+    assert kueue.cluster_queue(platform, team) == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "experimentation"},
+        "spec": {
+            "cohortName": "jupyterhub-gpu",
+            "namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": "jhub-experimentation"}},
+            "queueingStrategy": "BestEffortFIFO",
+            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any",
+                           "borrowWithinCohort": {"policy": "LowerPriority",
+                                                  "maxPriorityThreshold": 100}},
+            "resourceGroups": [{
+                "coveredResources": COVERED,
+                "flavors": [
+                    {"name": "t4dev", "resources": _quota("8", "56Gi", "0", "4", "0")},
+                    {"name": "a100mig",
+                     "resources": _quota("24", "220Gi", "0", "0", "2", limit=True)},
+                    {"name": "a100spot",
+                     "resources": _quota("24", "220Gi", "1", "0", "0", limit=True)},
+                ],
+            }],
+            "fairSharing": {"weight": "20"},
+        },
+    }
+
+
+def test_quota_shares_of_a_node_round_down(platform):
+    team = next(t for t in platform.teams if t.name == "data-science")
+    flavors = kueue.cluster_queue(platform, team)["spec"]["resourceGroups"][0]["flavors"]
+    t4 = {r["name"]: r["nominalQuota"] for r in flavors[0]["resources"]}
+    # 8 shares of 4-per-node T4 nodes (8 vCPU, 56 GiB) = two nodes' worth
+    assert t4 == {"cpu": "16", "memory": "112Gi", "nvidia.com/gpu": "0",
+                  "nvidia.com/gpu.shared": "8", "nvidia.com/mig-3g.40gb": "0"}
+
+
+def test_local_queue_and_priority_class(platform):
+    assert kueue.local_queue(platform.teams[0]) == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        "metadata": {"name": "data-science", "namespace": "jhub-data-science"},
+        "spec": {"clusterQueue": "data-science"},
+    }
+    assert kueue.workload_priority_class(platform.priority("preemptible")) == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+        "metadata": {"name": "preemptible"}, "value": 100,
+        "description": "Runs on borrowed or spot capacity; may be stopped at any time",
+    }
+
+
+def test_kueue_objects_order(platform):
+    kinds = [o["kind"] for o in kueue.kueue_objects(platform)]
+    assert kinds == ["WorkloadPriorityClass"] * 3 + ["ResourceFlavor"] * 3 + \
+        ["ClusterQueue"] * 3 + ["LocalQueue"] * 3
+
+
+def test_device_plugin_configs(platform):
+    cm = deviceplugin.config_map(platform)
+    assert cm["metadata"] == {"name": "jupyterhub-gpu-device-plugin", "namespace": "gpu-operator"}
+    assert {k: yaml.safe_load(v) for k, v in cm["data"].items()} == {
+        "default": {"version": "v1", "flags": {"migStrategy": "none"}},
+        "mig-mixed": {"version": "v1", "flags": {"migStrategy": "mixed"}},
+        "timeslicing-4": {"version": "v1", "flags": {"migStrategy": "none"}, "sharing": {
+            "timeSlicing": {"renameByDefault": True, "failRequestsGreaterThanOne": True,
+                            "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}},
+    }
+
+
+def test_mps_config(example_spec):
+    from jupyterhub_gpu.parse import parse_platform
+
+    example_spec["pools"][0]["sharing"] = {"mode": "mps", "replicas": 2}
+    pool = parse_platform(example_spec).pool("t4dev")
+    assert deviceplugin.plugin_config(pool) == {
+        "version": "v1", "flags": {"migStrategy": "none"},
+        "sharing": {"mps": {"renameByDefault": True,
+                            "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
+    assert deviceplugin.node_labels(pool)["nvidia.com/gpu.sharing-strategy"] == "mps"
+    assert pool.resource_name == "nvidia.com/gpu.shared"
+
+
+def test_fake_node_of_a_mig_pool(platform):
+    name = "aks-a100mig-00000000-vmss000000"
+    capacity = {"cpu": "24", "memory": "220Gi", "pods": "110", "nvidia.com/mig-3g.40gb": "2"}
+    assert nodes.fake_node(platform.pool("a100mig"), 0) == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {
+                "kubernetes.azure.com/agentpool": "a100mig",
+                "kubernetes.azure.com/accelerator": "nvidia",
+                "node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": "NVIDIA-A100-80GB-PCIe",
+                "nvidia.com/gpu.count": "1",
+                "nvidia.com/gpu.memory": "81920",
+                "nvidia.com/gpu.sharing-strategy": "none",
+                "nvidia.com/device-plugin.config": "mig-mixed",
+                "nvidia.com/mig.config": "all-3g.40gb",
+                "nvidia.com/mig.strategy": "mixed",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+            },
+        },
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present",
+                             "effect": "NoSchedule"}]},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def test_spot_time_sliced_node_labels(platform):
+    labels = deviceplugin.node_labels(platform.pool("t4dev"))
+    assert labels["nvidia.com/gpu.product"] == "Tesla-T4-SHARED"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert labels["nvidia.com/mig.config"] == "all-disabled"
+    spot = deviceplugin.node_labels(platform.pool("a100spot"))
+    assert spot["kubernetes.azure.com/scalesetpriority"] == "spot"
+    assert nodes.fake_node(platform.pool("a100spot"), 1)["spec"]["taints"] == SPOT_TAINTS
+
+
+def test_builders_do_not_mutate_the_platform(platform):
+    before = repr(platform)
+    kueue.kueue_objects(platform)
+    deviceplugin.config_map(platform)
+    for pool in platform.pools:
+        node = nodes.fake_node(pool, 0)
+        node["metadata"]["labels"].clear()
+        node["status"]["capacity"].clear()
+    assert repr(platform) == before
+    assert nodes.fake_node(platform.pools[0], 0)["metadata"]["labels"]

@@ -1,0 +1,177 @@
+"""The spec parser: the example is valid, and every bad spec names its problem."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyterhub_gpu.parse import SpecError, load_platform, parse_platform
+from jupyterhub_gpu.spec import SharingMode
+
+
+def test_example_spec_parses(platform):
+    assert [p.name for p in platform.pools] == ["t4dev", "a100mig", "a100spot"]
+    t4, mig, spot = platform.pools
+    assert (t4.sharing.mode, t4.sharing.replicas, t4.units_per_node) == (
+        SharingMode.TIMESLICING, 4, 4)
+    assert (mig.sharing.mig_profile, mig.units_per_node, mig.unit_memory_gb) == ("3g.40gb", 2, 40)
+    assert spot.spot and spot.cpus_per_node == 24 and spot.memory_gib_per_node == 220
+    assert platform.profile("a100-spot").checkpoint.grace_period_seconds == 25
+    assert platform.profile("t4-shared").idle_timeout_seconds == 1800
+    assert platform.profile("a100-mig-3g").max_age_seconds == 12 * 3600
+
+
+def _set(spec: dict, path: str, value) -> dict:
+    """Set ``a.0.b`` style ``path`` in ``spec`` (``None`` deletes)."""
+    *parents, last = path.split(".")
+    node = spec
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if isinstance(node, list):
+        node[int(last)] = value
+    elif value is None:
+        del node[last]
+    else:
+        node[last] = value
+    return spec
+
+
+BAD_SPECS = [
+    ("pools.1.sharing.migProfile", "3g.20gb",
+     "pool 'a100mig': sharing: migProfile: mig profile '3g.20gb' does not exist on A100-80GB;"
+     " valid: 1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb"),
+    ("pools.0.sharing", {"mode": "mig", "migProfile": "1g.5gb"},
+     "pool 't4dev': sharing: migProfile: mig profile '1g.5gb' does not exist on T4;"
+     " valid: none (this GPU has no MIG)"),
+    ("pools.0.sharing", {"mode": "timeslicing"},
+     "pool 't4dev': sharing: replicas: is required for mode timeslicing (an integer >= 2)"),
+    ("pools.0.sharing", {"mode": "exclusive", "replicas": 4},
+     "pool 't4dev': sharing: replicas: is only allowed with modes mps and timeslicing, "
+     "not exclusive"),
+    ("pools.0.sharing", {"mode": "shared"},
+     "pool 't4dev': sharing: mode: unknown sharing mode 'shared'; "
+     "valid: exclusive, mig, mps, timeslicing"),
+    ("pools.0.gpu", "V100",
+     "pool 't4dev': gpu: unknown gpu model 'V100'; valid: T4, A10, A100-40GB, A100-80GB, "
+     "H100-80GB, H200"),
+    ("pools.0.gpu", "A10", "pool 't4dev': gpu: Standard_NC8as_T4_v3 carries T4, not A10"),
+    ("pools.0.name", "T4-Dev",
+     "pool 'T4-Dev': name: 'T4-Dev' is not an AKS pool name (a-z then a-z0-9, at most 12)"),
+    ("pools.0.minNodes", 7, "pool 't4dev': minNodes: 7 is above maxNodes 5"),
+    ("pools.0.vmSize", "Standard_Unknown",
+     "pool 't4dev': gpusPerNode: is required"),
+    ("pools.0.pricePerNodeHour", "cheap",
+     "pool 't4dev': pricePerNodeHour: must be a number >= 0, got 'cheap'"),
+    ("pools.0.colour", "blue",
+     "pool 't4dev': colour: unknown field; allowed: name, vmSize, gpu, gpusPerNode, sharing,"
+     " spot, minNodes, maxNodes, pricePerNodeHour, cpusPerNode, memoryPerNode"),
+    ("profiles.0.gpus", 2,
+     "profile 't4-shared': gpus: 2 shares of pool 't4dev' (timeslicing) cannot be requested;"
+     " the device plugin fails pods that ask for more than 1 nvidia.com/gpu.shared; use 1"),
+    ("profiles.1.gpus", 3,
+     "profile 'a100-mig-3g': gpus: 3 exceeds the 2 MIG slice(s) one node of pool 'a100mig' has"),
+    ("profiles.0.cpu", 3,
+     "profile 't4-shared': cpu: 3 exceeds the 2 cpus that 1 of the 4 share(s) per node of "
+     "pool 't4dev' carry"),
+    ("profiles.0.memory", "15Gi",
+     "profile 't4-shared': memory: 15Gi exceeds the 14Gi that 1 of the 4 share(s) per node "
+     "of pool 't4dev' carry"),
+    ("profiles.0.memory", "lots",
+     "profile 't4-shared': memory: 'lots' is not a memory size; use e.g. 512Mi, 12Gi or 16G"),
+    ("profiles.0.pool", "h100",
+     "profile 't4-shared': pool: unknown pool 'h100'; valid: a100mig, a100spot, t4dev"),
+    ("profiles.0.priority", "urgent",
+     "profile 't4-shared': priority: unknown priority 'urgent'; "
+     "valid: batch, interactive, preemptible"),
+    ("profiles.0.idleTimeout", "soon",
+     "profile 't4-shared': idleTimeout: 'soon' is not a duration; use e.g. 90s, 30m, 8h or 1h30m"),
+    ("profiles.0.idleTimeout", 0, "profile 't4-shared': idleTimeout: 0 is not a positive duration"),
+    ("profiles.3.checkpoint", {"enabled": True, "gracePeriod": "2m"},
+     "profile 'a100-spot': checkpoint: gracePeriod: 120s does not fit inside Azure's 30s spot "
+     "eviction notice on pool 'a100spot'; use at most 30s"),
+    ("profiles.1.default", True,
+     "profiles: default: only one profile may be the default, got t4-shared, a100-mig-3g"),
+    ("profiles.1.slug", "t4-shared", "profile 't4-shared': defined 2 times; names must be unique"),
+    ("teams.0.quota", {"t4dev": 8, "h100": 2},
+     "team 'data-science': quota: unknown pool 'h100'; valid: a100mig, a100spot, t4dev"),
+    ("teams.0.quota", {"t4dev": -1},
+     "team 'data-science': quota: must map pool names to whole numbers >= 0, got {'t4dev': -1}"),
+    ("teams.0.groups", "data-science",
+     "team 'data-science': groups: must be a list of names, got 'data-science'"),
+    ("priorities.0.value", "high",
+     "priority 'interactive': value: must be an integer >= -2147483648, got 'high'"),
+    ("checkpointStorage", None,
+     "profile 'a100-training': checkpoint: enabled, but the spec has no checkpointStorage"),
+]
+
+
+@pytest.mark.parametrize("path,value,message", BAD_SPECS, ids=[b[0] for b in BAD_SPECS])
+def test_bad_spec_names_item_and_field(example_spec, path, value, message):
+    with pytest.raises(SpecError) as info:
+        parse_platform(_set(example_spec, path, value))
+    assert message in info.value.errors
+
+
+def test_all_errors_are_reported_at_once(example_spec):
+    _set(example_spec, "pools.1.sharing.migProfile", "9g.99gb")
+    _set(example_spec, "profiles.0.cpu", "lots")
+    _set(example_spec, "teams.2.namespace", "Not_A_Namespace")
+    with pytest.raises(SpecError) as info:
+        parse_platform(example_spec)
+    errors = info.value.errors
+    assert len(errors) == 3, errors
+    assert str(info.value).startswith("GPU platform spec has 3 error(s):\n  - pool 'a100mig'")
+
+
+def test_invalid_pool_does_not_cascade_into_unknown_pool_errors(example_spec):
+    _set(example_spec, "pools.1.gpu", "V100")
+    with pytest.raises(SpecError) as info:
+        parse_platform(example_spec)
+    assert info.value.errors == [
+        "pool 'a100mig': gpu: unknown gpu model 'V100'; valid: T4, A10, A100-40GB, "
+        "A100-80GB, H100-80GB, H200"]
+
+
+def test_a100_40gb_mig_table_in_message(example_spec):
+    pool = {"name": "a100small", "vmSize": "Standard_ND96asr_v4", "gpu": "A100-40GB",
+            "sharing": {"mode": "mig", "migProfile": "3g.40gb"}}
+    example_spec["pools"].append(pool)
+    with pytest.raises(SpecError) as info:
+        parse_platform(example_spec)
+    assert info.value.errors == [
+        "pool 'a100small': sharing: migProfile: mig profile '3g.40gb' does not exist on "
+        "A100-40GB; valid: 1g.5gb, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb"]
+
+
+def test_empty_and_non_mapping_specs():
+    with pytest.raises(SpecError) as info:
+        parse_platform({})
+    assert info.value.errors == [f"{k}: at least one is required"
+                                 for k in ("pools", "teams", "priorities", "profiles")]
+    with pytest.raises(SpecError) as info:
+        parse_platform(["not", "a", "mapping"])
+    assert info.value.errors[0] == "spec: must be a mapping, got list"
+
+
+def test_unknown_top_level_field(example_spec):
+    example_spec["profile"] = []
+    with pytest.raises(SpecError) as info:
+        parse_platform(example_spec)
+    assert info.value.errors == [
+        "spec: profile: unknown field; allowed: pools, teams, priorities, profiles, "
+        "checkpointStorage"]
+
+
+def test_unreadable_and_unparsable_files(tmp_path):
+    with pytest.raises(SpecError, match="cannot read the file: No such file"):
+        load_platform(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pools: [\n")
+    with pytest.raises(SpecError, match="(?s)bad.yaml has 1 error.*not valid YAML"):
+        load_platform(bad)
+
+
+def test_vm_size_outside_table_needs_explicit_sizes(example_spec):
+    example_spec["pools"][0].update(vmSize="Standard_NC_Future", gpusPerNode=1,
+                                    cpusPerNode=8, memoryPerNode="56Gi")
+    platform = parse_platform(example_spec)
+    assert platform.pool("t4dev").memory_gib_per_node == 56

@@ -1,0 +1,173 @@
+"""GPUSpawner inside KubeSpawner: form, authorization before start, trait resets,
+and the KubeSpawner behaviours it relies on."""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import entry_points
+
+import pytest
+from tornado import web
+from traitlets.config import Config
+
+from jupyterhub_gpu import SpecError, configure_hub
+from jupyterhub_gpu.spawner import GPUSpawner
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
+                  "effect": "NoSchedule"}
+
+
+def test_entry_point_registered():
+    (ep,) = entry_points(group="jupyterhub.spawners", name="gpu")
+    assert ep.load() is GPUSpawner
+
+
+async def test_form_lists_only_allowed_profiles(make_spawner):
+    form = await make_spawner(groups=["data-science"]).get_options_form()
+    assert 'value="t4-shared"' in form and 'value="a100-mig-3g"' in form
+    assert "a100-training" not in form and "a100-spot" not in form
+    assert "1 &times; A100-80GB" in form
+    assert "MIG slice 3g.40gb" in form and "40 GB GPU memory" in form
+    assert "about $1.84 per hour" in form  # 3.673 per node-hour / 2 slices
+    assert "time-sliced share (1 of 4)" in form and "16 GB (shared) GPU memory" in form
+    assert 'id="profile-t4-shared" value="t4-shared"\n           checked' in form
+
+
+async def test_form_marks_preemptible_and_preselects_last_choice(make_spawner):
+    spawner = make_spawner(groups=["experimentation"])
+    spawner.user_options = {"profile": "a100-spot"}
+    form = await spawner.get_options_form()
+    assert "(may be preempted)" in form
+    assert 'value="a100-spot"\n           checked' in form
+
+
+async def test_form_without_team_explains(make_spawner):
+    form = await make_spawner(groups=["marketing"]).get_options_form()
+    assert "No GPU profile is available to your account" in form
+    assert 'name="profile"' not in form
+
+
+async def test_form_post_parsed_like_kubespawner(make_spawner):
+    spawner = make_spawner(groups=["ml-eng"])
+    assert spawner.run_options_from_form({"profile": ["a100-spot"]}) == {"profile": "a100-spot"}
+
+
+@pytest.mark.parametrize("formdata,message", [
+    ({"profile": ["a100-training"]}, "The profile 'a100-training' is not available to you."),
+    ({"profile": ["nope"]}, "The profile 'nope' does not exist."),
+    ({"profile": ["t4-shared"], "profile-option-t4-shared--image": ["evil/miner"]},
+     "Unexpected server options: image."),
+])
+async def test_forged_form_post_is_rejected_and_logged(make_spawner, caplog, formdata, message):
+    spawner = make_spawner(user="mallory", groups=["data-science"])
+    with caplog.at_level(logging.WARNING), pytest.raises(ValueError, match=message):
+        spawner.run_options_from_form(formdata)
+    assert any("Rejected GPU spawn options" in r.getMessage() and "mallory" in r.getMessage()
+               for r in caplog.records)
+
+
+async def test_rest_options_rejected_with_http_400(make_spawner):
+    spawner = make_spawner(groups=["data-science"])
+    with pytest.raises(web.HTTPError) as info:
+        await spawner._run_apply_user_options({"profile": "a100-spot"})
+    assert info.value.status_code == 400
+    assert "The profile 'a100-spot' is not available to you." in info.value.log_message
+
+
+async def test_start_with_forged_options_fails_before_any_api_call(make_spawner):
+    spawner = make_spawner(groups=["data-science"])
+    spawner.user_options = {"profile": "a100-spot"}
+    # the placeholder API server is unreachable: any API call would raise a different error
+    with pytest.raises(ValueError, match="The profile 'a100-spot' is not available to you."):
+        await spawner.start()
+
+
+async def test_profile_traits_reset_between_spawns(make_spawner):
+    """kubespawner#546: the spawner object is reused; nothing leaks between profiles."""
+    spawner = make_spawner(groups=["ml-eng"])
+    await spawner._run_apply_user_options({"profile": "a100-spot"})
+    assert spawner.volumes and spawner.extra_pod_config
+    await spawner._run_apply_user_options({"profile": "t4-shared"})
+    assert spawner.tolerations == [GPU_TOLERATION]
+    assert spawner.volumes == [] and spawner.volume_mounts == []
+    assert spawner.extra_pod_config == {}
+    assert "CHECKPOINT_DIR" not in spawner.environment
+    assert spawner.extra_resource_limits == {"nvidia.com/gpu.shared": "1"}
+    assert spawner.node_selector == {"kubernetes.azure.com/agentpool": "t4dev"}
+    assert spawner.gpu_grant.profile.slug == "t4-shared"
+    pod = await spawner.get_pod_manifest()
+    assert [t.to_dict() for t in pod.spec.tolerations] == [
+        {**GPU_TOLERATION, "toleration_seconds": None}]
+    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu.shared"] == "1"
+    assert "nvidia.com/gpu" not in pod.spec.containers[0].resources.limits
+
+
+async def test_admin_config_is_the_base_profiles_merge_into(make_spawner):
+    config = {"GPUSpawner": {
+        "node_selector": {"zone": "westeurope-1"},
+        "environment": {"ORG": "contoso", "JUPYTERHUB_GPU_TEAM": "admin-value"},
+        "tolerations": [{"key": "team", "operator": "Exists"}],
+        "image": "admin/default:1",
+        "extra_labels": {"cost-center": "42"},
+    }}
+    spawner = make_spawner(groups=["ml-eng"], config=config)
+    for slug in ("a100-spot", "t4-shared"):
+        await spawner._run_apply_user_options({"profile": slug})
+    assert spawner.node_selector == {"zone": "westeurope-1",
+                                     "kubernetes.azure.com/agentpool": "t4dev"}
+    assert spawner.environment["ORG"] == "contoso"
+    assert spawner.environment["JUPYTERHUB_GPU_TEAM"] == "ml-eng"
+    assert spawner.tolerations == [{"key": "team", "operator": "Exists"}, GPU_TOLERATION]
+    assert spawner.image == "quay.io/jupyter/pytorch-notebook:cuda12-python-3.12"
+    assert spawner.extra_labels["cost-center"] == "42"
+    assert spawner.namespace == "jhub-ml-eng"
+    assert spawner.dns_name.endswith(".jhub-ml-eng.svc.cluster.local")
+
+
+async def test_without_a_spec_it_is_kubespawner(make_spawner):
+    profile_list = [
+        {"display_name": "Small", "slug": "small", "default": True,
+         "kubespawner_override": {"cpu_limit": 1.0}},
+        {"display_name": "Big", "slug": "big", "kubespawner_override": {"cpu_limit": 8.0}},
+    ]
+    spawner = make_spawner(spec=False, config={"KubeSpawner": {"profile_list": profile_list}})
+    assert spawner.platform is None and spawner.apply_user_options is None
+    form = await spawner.get_options_form()
+    assert 'value="big"' in form and "Choose a GPU profile" not in form
+    spawner.user_options = spawner.run_options_from_form({"profile": ["big"]})
+    await spawner.load_user_options()
+    assert spawner.cpu_limit == 8.0
+
+
+async def test_inline_spec_takes_precedence(make_spawner, example_spec):
+    example_spec["profiles"] = example_spec["profiles"][:1]
+    spawner = make_spawner(spec=False, config={"GPUSpawner": {"platform_spec": example_spec}})
+    assert [p.slug for p in spawner.platform.profiles] == ["t4-shared"]
+
+
+async def test_bad_inline_spec_names_profile_and_field(make_spawner, example_spec):
+    example_spec["profiles"][0]["gpus"] = 2
+    spawner = make_spawner(spec=False, config={"GPUSpawner": {"platform_spec": example_spec}})
+    with pytest.raises(SpecError, match="c.GPUSpawner.platform_spec has 1 error.*\n.*"
+                       "profile 't4-shared': gpus: 2 shares"):
+        spawner.platform
+
+
+async def test_missing_platform_file_is_a_config_error(make_spawner, tmp_path):
+    config = {"GPUSpawner": {"platform_file": str(tmp_path / "nope.yaml")}}
+    with pytest.raises(ValueError, match="c.GPUSpawner.platform_file: no such file: .*nope"):
+        make_spawner(spec=False, config=config)
+
+
+def test_configure_hub_fails_at_start_up_on_a_bad_spec(tmp_path, example_spec_path):
+    bad = tmp_path / "platform.yaml"
+    bad.write_text(example_spec_path.read_text().replace("migProfile: 3g.40gb",
+                                                         "migProfile: 3g.20gb"))
+    with pytest.raises(SpecError, match="pool 'a100mig': sharing: migProfile: mig profile "
+                       "'3g.20gb' does not exist on A100-80GB"):
+        configure_hub(Config(), str(bad))
+    c = Config()
+    platform = configure_hub(c, str(example_spec_path))
+    assert c.JupyterHub.spawner_class is GPUSpawner
+    assert c.GPUSpawner.platform_file == str(example_spec_path)
+    assert len(platform.profiles) == 4
