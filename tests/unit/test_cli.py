@@ -1,0 +1,68 @@
+"""The jupyterhub-gpu command line, run as an admin would run it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+CLI = [sys.executable, "-m", "jupyterhub_gpu.cli"]
+
+
+def run(*args, check=False):
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, check=check)
+
+
+def test_validate_example(example_spec_path):
+    result = run("validate", example_spec_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith(
+        "OK (3 pools, 3 teams, 3 priorities, 4 profiles)")
+
+
+def test_validate_lists_every_error(tmp_path, example_spec):
+    example_spec["pools"][1]["sharing"]["migProfile"] = "3g.20gb"
+    example_spec["profiles"][0]["gpus"] = 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(example_spec))
+    result = run("validate", bad)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith(f"error: {bad} has 2 error(s):\n")
+    assert "mig profile '3g.20gb' does not exist on A100-80GB; valid: 1g.10gb" in result.stderr
+    assert "profile 't4-shared': gpus: 2 shares of pool 't4dev'" in result.stderr
+
+
+def test_render_prints_the_pod(example_spec_path, tmp_path):
+    result = run("render", example_spec_path, "--user", "alice", "--groups", "data-science",
+                 "--profile", "a100-mig-3g")
+    assert result.returncode == 0, result.stderr
+    pod = yaml.safe_load(result.stdout)
+    assert pod["kind"] == "Pod" and pod["metadata"]["namespace"] == "jhub-data-science"
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "data-science"
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/mig-3g.40gb"] == "1"
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.azure.com/agentpool": "a100mig"}
+
+
+def test_render_refuses_a_profile_the_groups_do_not_allow(example_spec_path):
+    result = run("render", example_spec_path, "--user", "alice", "--groups", "data-science",
+                 "--profile", "a100-spot")
+    assert result.returncode == 1 and result.stdout == ""
+    assert "The profile 'a100-spot' is not available to you." in result.stderr
+
+
+def test_manifests(example_spec_path):
+    result = run("manifests", example_spec_path, "--device-plugin-namespace", "nvidia")
+    assert result.returncode == 0, result.stderr
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert [d["kind"] for d in docs].count("ClusterQueue") == 3
+    assert docs[-1]["kind"] == "ConfigMap" and docs[-1]["metadata"]["namespace"] == "nvidia"
+
+
+@pytest.mark.parametrize("command", [[], ["validate"], ["render"], ["manifests"]])
+def test_help(command):
+    result = run(*command, "--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: jupyterhub-gpu")

@@ -1,0 +1,96 @@
+"""Property: no user_options, however forged, yield a pod with a profile, queue,
+priority or GPU resource the user's groups do not allow."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jupyterhub_gpu.builders.pod import OptionsRejected, UserRef, authorize, spawn_settings
+from jupyterhub_gpu.spec import PRIORITY_LABEL, PROFILE_LABEL, QUEUE_LABEL
+
+GROUPS = ["data-science", "ml-eng", "experimentation", "marketing", "admin", ""]
+SLUGS = ["t4-shared", "a100-mig-3g", "a100-training", "a100-spot", "h100", "", "T4-SHARED"]
+junk = st.one_of(st.none(), st.integers(), st.text(max_size=8), st.lists(st.text(max_size=4)),
+                 st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2))
+options = st.one_of(
+    st.dictionaries(st.sampled_from(["profile", "image", "queue", "priority", "pool",
+                                     "kueue.x-k8s.io/queue-name", "cpu_limit"]),
+                    st.one_of(st.sampled_from(SLUGS), junk), max_size=3),
+    st.fixed_dictionaries({"profile": st.sampled_from(SLUGS)}),
+    junk,
+)
+groups = st.frozensets(st.sampled_from(GROUPS), max_size=3)
+
+
+def _allowed(platform, user_groups):
+    """The oracle, written independently of the code under test."""
+    if not any(set(t.groups) & user_groups for t in platform.teams):
+        return set()
+    return {p.slug for p in platform.profiles
+            if not p.allowed_groups or set(p.allowed_groups) & user_groups}
+
+
+def _team(platform, user_groups):
+    return next(t for t in platform.teams if set(t.groups) & user_groups)
+
+
+@given(user_groups=groups, opts=options)
+def test_pure_authorization_never_escalates(platform, user_groups, opts):
+    try:
+        grant = authorize(platform, UserRef("u", user_groups), opts)
+    except OptionsRejected:
+        return
+    team = _team(platform, user_groups)
+    assert grant.profile.slug in _allowed(platform, user_groups)
+    assert grant.team == team
+    settings_ = spawn_settings(platform, grant)
+    assert settings_.extra_labels[QUEUE_LABEL] == team.local_queue
+    assert settings_.extra_labels[PRIORITY_LABEL] == grant.profile.priority
+    assert settings_.namespace == team.namespace
+    assert set(settings_.extra_resource_limits) == {platform.pool(grant.profile.pool).resource_name}
+
+
+def test_reused_spawner_never_escalates(platform, make_spawner):
+    """The same spawner object serves a stream of forged requests (as a hub reuses it),
+    and every pod it would create matches what the user may have."""
+    loop = asyncio.new_event_loop()
+
+    async def make():
+        return make_spawner(user="mallory", groups=["experimentation"])
+
+    spawner = loop.run_until_complete(make())
+    user_groups = frozenset({"experimentation"})
+    accepted: set[str] = set()
+
+    @settings(max_examples=60, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(opts=options)
+    def check(opts):
+        try:
+            loop.run_until_complete(spawner._run_apply_user_options(opts))
+        except Exception:  # tornado HTTPError(400) for a rejected request
+            return
+        pod = loop.run_until_complete(spawner.get_pod_manifest())
+        labels = pod.metadata.labels
+        assert labels[PROFILE_LABEL] in _allowed(platform, user_groups)
+        assert labels[QUEUE_LABEL] == "experimentation"
+        profile = platform.profile(labels[PROFILE_LABEL])
+        assert labels[PRIORITY_LABEL] == profile.priority
+        limits = pod.spec.containers[0].resources.limits
+        gpu = {k for k in limits if k.startswith("nvidia.com/")}
+        assert gpu == {platform.pool(profile.pool).resource_name}
+        assert spawner.namespace == "jhub-experimentation"
+        accepted.add(labels[PROFILE_LABEL])
+
+    try:
+        check()
+        assert accepted == {"t4-shared", "a100-spot"}, "both allowed profiles were started"
+    finally:  # stop the client-closing task KubeSpawner's shared client started
+        tasks = asyncio.all_tasks(loop)
+        for task in tasks:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        loop.close()
