@@ -1,0 +1,146 @@
+"""Command lines of the dev cluster's processes (pure: paths and ports in, argv out).
+
+Every listener is bound to 127.0.0.1. The control plane is deliberately small:
+RBAC with an admin client cert, the controllers a notebook platform needs, and no
+kubelet (kwok plays every node's kubelet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from .layout import HOST, Layout, Ports
+from .pki import PkiPaths
+
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.1/16"  # kwok hands out fake pod IPs from here
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+KWOK_NODE_SELECTOR = "kwok.x-k8s.io/node=fake"
+# Controllers of kube-controller-manager we run. No node-lifecycle (kwok heartbeats,
+# nothing evicts) and no cloud/volume controllers.
+CONTROLLERS = (
+    "namespace-controller", "garbage-collector-controller", "serviceaccount-controller",
+    "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
+    "pod-garbage-collector-controller", "replicaset-controller", "deployment-controller",
+    "job-controller", "ttl-after-finished-controller", "endpointslice-controller",
+    "clusterrole-aggregation-controller",
+)
+
+
+@dataclass(frozen=True)
+class Health:
+    """How to tell a component is up: GET ``url`` and expect HTTP 200.
+
+    ``tls`` is ``"none"`` (plain http), ``"insecure"`` (self-signed serving cert,
+    not verified) or ``"client"`` (verify with the cluster CA, present the admin cert).
+    """
+
+    url: str
+    tls: str = "none"
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    argv: tuple[str, ...]
+    health: Health
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def binary(self) -> str:
+        return self.argv[0]
+
+
+def etcd(bin_: Path, layout: Layout, ports: Ports) -> Component:
+    client = f"http://{HOST}:{ports.etcd_client}"
+    peer = f"http://{HOST}:{ports.etcd_peer}"
+    argv = (str(bin_), "--name=devcluster", f"--data-dir={layout.etcd_dir}",
+            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=devcluster={peer}", "--initial-cluster-state=new",
+            "--unsafe-no-fsync", "--auto-compaction-retention=1", "--log-level=warn")
+    return Component("etcd", argv, Health(f"{client}/health"))
+
+
+def apiserver_url(ports: Ports) -> str:
+    return f"https://{HOST}:{ports.apiserver}"
+
+
+def kube_apiserver(bin_: Path, layout: Layout, ports: Ports, pki: PkiPaths) -> Component:
+    argv = (str(bin_), f"--etcd-servers=http://{HOST}:{ports.etcd_client}",
+            f"--bind-address={HOST}", f"--advertise-address={HOST}",
+            f"--secure-port={ports.apiserver}", f"--cert-dir={layout.apiserver_cert_dir}",
+            f"--tls-cert-file={pki.apiserver_crt}", f"--tls-private-key-file={pki.apiserver_key}",
+            f"--client-ca-file={pki.ca_crt}",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            f"--service-account-issuer={SA_ISSUER}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+            # The apiserver's own Endpoints would carry 127.0.0.1, which validation
+            # rejects; nothing in the dev cluster dials the kubernetes Service anyway.
+            "--endpoint-reconciler-type=none",
+            "--profiling=false", "--v=1")
+    return Component("kube-apiserver", argv,
+                     Health(f"{apiserver_url(ports)}/readyz", tls="client"))
+
+
+def _client_flags(layout: Layout) -> tuple[str, ...]:
+    kc = layout.kubeconfig
+    return (f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}", "--leader-elect=false",
+            f"--bind-address={HOST}")
+
+
+def kube_controller_manager(bin_: Path, layout: Layout, ports: Ports,
+                            pki: PkiPaths) -> Component:
+    argv = (str(bin_), *_client_flags(layout), f"--secure-port={ports.controller_manager}",
+            f"--cert-dir={layout.root / 'controller-manager'}",
+            f"--controllers={','.join(CONTROLLERS)}",
+            f"--root-ca-file={pki.ca_crt}",
+            f"--service-account-private-key-file={pki.sa_key}",
+            "--use-service-account-credentials=false",
+            "--kube-api-qps=100", "--kube-api-burst=200", "--v=1")
+    return Component("kube-controller-manager", argv,
+                     Health(f"https://{HOST}:{ports.controller_manager}/healthz", "insecure"))
+
+
+def kube_scheduler(bin_: Path, layout: Layout, ports: Ports) -> Component:
+    argv = (str(bin_), *_client_flags(layout), f"--secure-port={ports.scheduler}",
+            f"--cert-dir={layout.root / 'scheduler'}", "--v=1")
+    return Component("kube-scheduler", argv,
+                     Health(f"https://{HOST}:{ports.scheduler}/healthz", "insecure"))
+
+
+def kwok(bin_: Path, layout: Layout, ports: Ports) -> Component:
+    argv = (str(bin_), f"--kubeconfig={layout.kubeconfig}", f"--config={layout.kwok_config}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}",
+            f"--server-address={HOST}:{ports.kwok}", f"--cidr={POD_CIDR}",
+            f"--node-ip={HOST}")
+    # KWOK_WORKDIR keeps kwok from also loading the user's ~/.kwok/kwok.yaml.
+    return Component("kwok", argv, Health(f"http://{HOST}:{ports.kwok}/healthz"),
+                     env={"KWOK_WORKDIR": str(layout.kwok_workdir)})
+
+
+def kueue(bin_: Path, layout: Layout, ports: Ports) -> Component:
+    argv = (str(bin_), f"--config={layout.kueue_config}",
+            f"--kubeconfig={layout.kubeconfig}", "--zap-log-level=info")
+    # TMPDIR: controller-runtime looks for metrics certs under $TMPDIR; keep it ours.
+    return Component("kueue", argv, Health(f"http://{HOST}:{ports.kueue_health}/readyz"),
+                     env={"TMPDIR": str(layout.kueue_tmp)})
+
+
+def control_plane(bins: Mapping[str, Path], layout: Layout, ports: Ports,
+                  pki: PkiPaths) -> list[Component]:
+    """Every component, in start order (Kueue last)."""
+    return [
+        etcd(bins["etcd"], layout, ports),
+        kube_apiserver(bins["kube-apiserver"], layout, ports, pki),
+        kube_controller_manager(bins["kube-controller-manager"], layout, ports, pki),
+        kube_scheduler(bins["kube-scheduler"], layout, ports),
+        kwok(bins["kwok"], layout, ports),
+        kueue(bins["kueue"], layout, ports),
+    ]

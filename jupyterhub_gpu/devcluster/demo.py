@@ -1,0 +1,83 @@
+"""``jupyterhub-gpu demo``: the local GPU hub, end to end.
+
+Builds the control plane if needed, brings the dev cluster up with a platform spec,
+then runs a real JupyterHub with GPUSpawner on http://127.0.0.1:8000 and the pod
+runner that starts a real ``jupyterhub-singleuser`` for every running notebook pod.
+Ctrl-C stops the hub, the notebooks and the cluster, and leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+from . import build
+from .podrunner import PodRunner
+
+CHP_VERSION = "5.3.0"
+DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
+DEMO_USERS = "alice (data-science), bob (ml-eng), carol (experimentation), dave (two teams)"
+
+
+def chp_command() -> Path:
+    return build.cache_root() / "chp" / "node_modules" / ".bin" / "configurable-http-proxy"
+
+
+def ensure_chp(progress: Callable[[str], None] = print) -> Path:
+    """Install JupyterHub's proxy (configurable-http-proxy) from npm, once."""
+    command = chp_command()
+    if command.exists():
+        return command
+    npm = shutil.which("npm")
+    if npm is None:
+        raise build.BuildError("the demo needs `npm` (Node.js 20 or newer) to install "
+                               f"configurable-http-proxy {CHP_VERSION}; none is on PATH")
+    progress(f"installing configurable-http-proxy {CHP_VERSION} with npm")
+    prefix = command.parents[2]
+    prefix.mkdir(parents=True, exist_ok=True)
+    subprocess.run([npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
+                    f"configurable-http-proxy@{CHP_VERSION}"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return command
+
+
+def hub_env(spec: Path, kubeconfig: Path, url: str) -> dict[str, str]:
+    return {**os.environ, "JUPYTERHUB_GPU_SPEC": str(spec.resolve()),
+            "KUBECONFIG": str(kubeconfig), "JUPYTERHUB_GPU_CHP": str(chp_command()),
+            "JUPYTERHUB_GPU_DEMO_URL": url}
+
+
+async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
+                progress: Callable[[str], None] = print) -> int:
+    """Run the hub and the pod runner until Ctrl-C (or the hub exits)."""
+    hub_dir = workdir / "hub"
+    hub_dir.mkdir(parents=True, exist_ok=True)
+    runner = asyncio.create_task(PodRunner(kubeconfig, workdir).run())
+    jupyterhub = Path(sys.executable).with_name("jupyterhub")
+    with open(workdir / "hub.log", "ab") as log:
+        hub = await asyncio.create_subprocess_exec(
+            str(jupyterhub), "-f", str(DEMO_CONFIG), cwd=hub_dir, stdout=log, stderr=log,
+            env=hub_env(spec, kubeconfig, url), start_new_session=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    progress(f"JupyterHub is starting on {url} (log: {workdir / 'hub.log'})\n"
+             f"  log in as {DEMO_USERS}; password: gpu-demo\n  Ctrl-C stops everything.")
+    waiter = asyncio.create_task(stop.wait())
+    await asyncio.wait([waiter, asyncio.create_task(hub.wait()), runner],
+                       return_when=asyncio.FIRST_COMPLETED)
+    progress("stopping the hub and the notebooks")
+    if hub.returncode is None:
+        hub.send_signal(signal.SIGTERM)  # the hub stops its servers on the way out
+        await hub.wait()
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)
+    waiter.cancel()
+    return 0 if stop.is_set() else (hub.returncode or 1)

@@ -1,0 +1,37 @@
+"""JupyterHub config of the local demo (``jupyterhub-gpu demo``); not for production.
+
+Reads JUPYTERHUB_GPU_SPEC (the platform spec), KUBECONFIG (the dev cluster's) and
+JUPYTERHUB_GPU_CHP (the configurable-http-proxy command) from the environment.
+"""
+
+import os
+
+from jupyterhub_gpu import configure_hub
+
+c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
+
+configure_hub(c, os.environ["JUPYTERHUB_GPU_SPEC"])
+
+c.JupyterHub.bind_url = os.environ.get("JUPYTERHUB_GPU_DEMO_URL", "http://127.0.0.1:8000")
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = int(os.environ.get("JUPYTERHUB_GPU_DEMO_HUB_PORT", "8081"))
+c.ConfigurableHTTPProxy.command = [os.environ["JUPYTERHUB_GPU_CHP"]]
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{}".format(
+    os.environ.get("JUPYTERHUB_GPU_DEMO_PROXY_API_PORT", "8001"))
+
+# Demo users: log in with any of these names and the password "gpu-demo".
+c.JupyterHub.authenticator_class = "dummy"
+c.DummyAuthenticator.password = "gpu-demo"
+DEMO_GROUPS = {
+    "data-science": ["alice", "dave"],
+    "ml-eng": ["bob", "dave"],
+    "experimentation": ["carol"],
+}
+c.JupyterHub.load_groups = {g: {"users": users} for g, users in DEMO_GROUPS.items()}
+c.Authenticator.allowed_users = {u for users in DEMO_GROUPS.values() for u in users}
+c.Authenticator.admin_users = {"admin"}
+c.Authenticator.allowed_users.add("admin")
+
+# kwok pods start at once; the pod runner then starts jupyterhub-singleuser
+c.GPUSpawner.http_timeout = 60
+c.GPUSpawner.start_timeout = 600

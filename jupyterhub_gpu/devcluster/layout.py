@@ -1,0 +1,127 @@
+"""Where the dev cluster keeps its files, and the loopback ports it listens on.
+
+Everything lives under one state directory (default
+``$XDG_STATE_HOME/jupyterhub-gpu/devcluster``, i.e.
+``~/.local/state/jupyterhub-gpu/devcluster``)::
+
+    kubeconfig            admin kubeconfig (embedded certs) for kubectl and the hub
+    cluster.json          ports and binaries of the running cluster (for status/down)
+    pki/                  CAs, serving/client certs, service-account keys
+    etcd/                 etcd data (wiped on every ``up``)
+    config/               kwok stages, Kueue Configuration
+    kueue/certs/          Kueue webhook serving cert (tls.crt, tls.key)
+    logs/<component>.log  each component's stdout and stderr
+    pids/<component>.pid  JSON: pid, binary, argv, start time of what ``up`` started
+
+Ports are fixed (so the kubeconfig stays valid across restarts) and all bound to
+127.0.0.1; the defaults sit outside the usual 2379/6443/10257/10259 so a kind or
+minikube cluster on the same machine does not collide.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+HOST = "127.0.0.1"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+              "kwok", "kueue")
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd_client: int = 23790
+    etcd_peer: int = 23800
+    apiserver: int = 26443
+    controller_manager: int = 30257
+    scheduler: int = 30259
+    kwok: int = 30247
+    kueue_webhook: int = 29443
+    kueue_metrics: int = 28443
+    kueue_health: int = 28081
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Ports":
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: int(v) for k, v in data.items() if k in known})
+
+
+def default_state_dir() -> Path:
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
+    return base / "jupyterhub-gpu" / "devcluster"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every path under one state directory."""
+
+    root: Path
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def cluster_file(self) -> Path:
+        return self.root / "cluster.json"
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def etcd_dir(self) -> Path:
+        return self.root / "etcd"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "config"
+
+    @property
+    def kwok_config(self) -> Path:
+        return self.config_dir / "kwok.yaml"
+
+    @property
+    def kwok_workdir(self) -> Path:
+        return self.root / "kwok"
+
+    @property
+    def kueue_config(self) -> Path:
+        return self.config_dir / "kueue.yaml"
+
+    @property
+    def kueue_cert_dir(self) -> Path:
+        return self.root / "kueue" / "certs"
+
+    @property
+    def kueue_tmp(self) -> Path:
+        return self.root / "kueue" / "tmp"
+
+    @property
+    def apiserver_cert_dir(self) -> Path:
+        return self.root / "apiserver"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def pids_dir(self) -> Path:
+        return self.root / "pids"
+
+    def log(self, component: str) -> Path:
+        return self.logs_dir / f"{component}.log"
+
+    def pid_file(self, component: str) -> Path:
+        return self.pids_dir / f"{component}.pid"
+
+    def make_dirs(self) -> None:
+        for d in (self.root, self.config_dir, self.kueue_cert_dir, self.kueue_tmp,
+                  self.kwok_workdir, self.apiserver_cert_dir, self.logs_dir,
+                  self.pids_dir):
+            d.mkdir(parents=True, exist_ok=True)

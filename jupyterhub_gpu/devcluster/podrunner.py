@@ -1,0 +1,137 @@
+"""The demo's stand-in kubelet for notebook pods.
+
+kwok marks pods Running but runs no containers. For every running single-user pod,
+the runner starts a real ``jupyterhub-singleuser`` with that pod's environment,
+listening on the pod's IP (kwok hands out loopback pod IPs in the dev cluster) and
+port, which is where KubeSpawner tells the hub to look. When the pod goes away the
+process gets SIGTERM, then SIGKILL after the pod's grace period, like a kubelet.
+
+One watch over all namespaces serves every pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SINGLEUSER_SELECTOR = "component=singleuser-server"
+MAX_GRACE_SECONDS = 30
+log = logging.getLogger("jupyterhub_gpu.podrunner")
+
+
+@dataclass(frozen=True)
+class ServerProcess:
+    """What to run for one pod (pure data, built from the pod manifest)."""
+
+    key: str  # namespace/name/uid
+    user: str
+    url: str
+    env: dict[str, str]
+    grace_seconds: int
+
+
+def _container_port(container: dict) -> int:
+    ports = container.get("ports") or [{}]
+    return int(ports[0].get("containerPort", 8888))
+
+
+def server_process(pod: dict) -> ServerProcess | None:
+    """The process a running pod needs, or None when it should have none."""
+    meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+    if meta.get("deletionTimestamp") or status.get("phase") != "Running":
+        return None
+    ip = status.get("podIP")
+    if not ip:
+        return None
+    container = spec["containers"][0]
+    url = f"http://{ip}:{_container_port(container)}/"
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    env["JUPYTERHUB_SERVICE_URL"] = url  # listen on the pod IP only
+    grace = min(int(spec.get("terminationGracePeriodSeconds", 30)), MAX_GRACE_SECONDS)
+    user = meta.get("annotations", {}).get("hub.jupyter.org/username", meta["name"])
+    key = f"{meta['namespace']}/{meta['name']}/{meta['uid']}"
+    return ServerProcess(key, user, url, env, grace)
+
+
+class PodRunner:
+    """Keeps one ``jupyterhub-singleuser`` per running single-user pod."""
+
+    def __init__(self, kubeconfig: Path, workdir: Path):
+        self.kubeconfig, self.workdir = kubeconfig, workdir
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+
+    async def _start(self, want: ServerProcess) -> None:
+        home = self.workdir / "home" / want.user
+        home.mkdir(parents=True, exist_ok=True)
+        bin_dir = Path(sys.executable).parent
+        env = {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HOME": str(home),
+               "LANG": "C.UTF-8", **want.env}
+        logs = self.workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"{want.key.replace('/', '_')}.log", "ab") as out:
+            proc = await asyncio.create_subprocess_exec(
+                str(bin_dir / "jupyterhub-singleuser"), f"--ServerApp.root_dir={home}",
+                env=env, cwd=home, stdout=out, stderr=out, start_new_session=True)
+        self.procs[want.key] = proc
+        log.info("started jupyterhub-singleuser for %s at %s (pid %s)", want.key, want.url,
+                 proc.pid)
+
+    async def _stop(self, key: str, grace: int = MAX_GRACE_SECONDS) -> None:
+        proc = self.procs.pop(key, None)
+        if proc is None or proc.returncode is not None:
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), grace)
+        except asyncio.TimeoutError:
+            os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        log.info("stopped the server of %s", key)
+
+    async def handle(self, event_type: str, pod: dict) -> None:
+        want = server_process(pod) if event_type != "DELETED" else None
+        meta = pod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}/{meta['uid']}"
+        if want is not None and key not in self.procs:
+            await self._start(want)
+        elif want is None and key in self.procs:
+            grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+            await self._stop(key, min(grace, MAX_GRACE_SECONDS))
+
+    async def run(self) -> None:
+        """Watch single-user pods until cancelled; stop every process on the way out."""
+        from kubernetes_asyncio import client, config, watch
+
+        api = await config.new_client_from_config(config_file=str(self.kubeconfig))
+        v1 = client.CoreV1Api(api)
+        try:
+            while True:
+                try:
+                    await self._watch_once(v1, watch.Watch())
+                except client.ApiException as e:  # e.g. 410 Gone: list again
+                    log.warning("pod watch ended (%s); listing again", e.status)
+                    await asyncio.sleep(1)
+        finally:
+            await asyncio.gather(*(self._stop(k) for k in list(self.procs)))
+            await api.close()
+
+    async def _watch_once(self, v1: Any, w: Any) -> None:
+        listing = await v1.list_pod_for_all_namespaces(label_selector=SINGLEUSER_SELECTOR)
+        raw = v1.api_client.sanitize_for_serialization(listing)
+        for pod in raw["items"]:
+            await self.handle("ADDED", pod)
+        seen = {f"{p['metadata']['namespace']}/{p['metadata']['name']}/{p['metadata']['uid']}"
+                for p in raw["items"]}
+        for key in set(self.procs) - seen:
+            await self._stop(key)
+        async for event in w.stream(v1.list_pod_for_all_namespaces,
+                                    label_selector=SINGLEUSER_SELECTOR,
+                                    resource_version=raw["metadata"]["resourceVersion"],
+                                    timeout_seconds=300):
+            await self.handle(event["type"], event["raw_object"])

@@ -1,0 +1,201 @@
+"""kwok Stage objects: how fake nodes and the pods bound to them change state.
+
+kwok 0.8 ships no built-in behaviour; without Stages nodes never become Ready and
+pods stay Pending. These are our own stages for the lifecycle the dev cluster needs:
+
+* ``node-initialize``: a new fake node becomes Ready with addresses and node info,
+  keeping the capacity the node was created with (``builders.nodes.fake_node``).
+* ``node-heartbeat``: a Ready node refreshes its condition heartbeats every 20-25 s.
+* ``pod-ready``: a pending pod bound to a fake node gets a pod IP and runs.
+* ``pod-complete``: a running pod owned by a Job succeeds.
+* ``pod-delete``: a pod being deleted goes away (kwok deletes it with grace 0; the
+  object then disappears once Kueue has removed its finalizer).
+
+The status templates are Go templates rendered by kwok; ``Now``, ``NodeIP``,
+``NodeIPsWith``, ``PodIPsWith``, ``Quote`` and ``YAML`` are kwok template functions.
+"""
+
+from __future__ import annotations
+
+API_VERSION = "kwok.x-k8s.io/v1alpha1"
+NODE_REF = {"apiGroup": "v1", "kind": "Node"}
+POD_REF = {"apiGroup": "v1", "kind": "Pod"}
+READY_STATUS = '.status.conditions.[] | select( .type == "Ready" ) | .status'
+
+_NODE_CONDITIONS = (
+    ("Ready", "True", "KubeletReady", "kwok fake kubelet is ready"),
+    ("MemoryPressure", "False", "KubeletHasSufficientMemory", "no memory pressure"),
+    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "no disk pressure"),
+    ("PIDPressure", "False", "KubeletHasSufficientPID", "no PID pressure"),
+    ("NetworkUnavailable", "False", "RouteCreated", "fake network is up"),
+)
+
+
+def _expr(key: str, operator: str, *values: str) -> dict:
+    expr = {"key": key, "operator": operator}
+    if values:
+        expr["values"] = list(values)
+    return expr
+
+
+def _stage(name: str, ref: dict, selector: list[dict], next_: dict, **spec) -> dict:
+    return {"apiVersion": API_VERSION, "kind": "Stage", "metadata": {"name": name},
+            "spec": {"resourceRef": dict(ref), "selector": {"matchExpressions": selector},
+                     **spec, "next": next_}}
+
+
+def _conditions_template() -> str:
+    lines = ["{{ $now := Now }}",
+             "{{ $since := or .metadata.creationTimestamp $now }}",
+             "conditions:"]
+    for kind, status, reason, message in _NODE_CONDITIONS:
+        lines += [f"- type: {kind}", f'  status: "{status}"', f"  reason: {reason}",
+                  f'  message: "{message}"', "  lastHeartbeatTime: {{ $now | Quote }}",
+                  "  lastTransitionTime: {{ $since | Quote }}"]
+    return "\n".join(lines) + "\n"
+
+
+_NODE_INIT_REST = """\
+addresses:
+- type: InternalIP
+  address: {{ NodeIP | Quote }}
+- type: Hostname
+  address: {{ .metadata.name | Quote }}
+{{ with .status.capacity }}
+capacity:
+{{ YAML . 1 }}
+{{ end }}
+{{ with .status.allocatable }}
+allocatable:
+{{ YAML . 1 }}
+{{ end }}
+nodeInfo:
+  architecture: amd64
+  operatingSystem: linux
+  kubeletVersion: fake
+  kubeProxyVersion: fake
+  containerRuntimeVersion: fake
+  kernelVersion: fake
+  osImage: kwok fake node
+  machineID: ""
+  systemUUID: ""
+  bootID: ""
+phase: Running
+"""
+
+_POD_READY = """\
+{{ $now := Now }}
+conditions:
+{{ range list "PodScheduled" "Initialized" "ContainersReady" "Ready" }}
+- type: {{ . }}
+  status: "True"
+  lastTransitionTime: {{ $now | Quote }}
+{{ end }}
+{{ range .spec.readinessGates }}
+- type: {{ .conditionType | Quote }}
+  status: "True"
+  lastTransitionTime: {{ $now | Quote }}
+{{ end }}
+containerStatuses:
+{{ range .spec.containers }}
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  ready: true
+  started: true
+  restartCount: 0
+  state:
+    running:
+      startedAt: {{ $now | Quote }}
+{{ end }}
+initContainerStatuses:
+{{ range .spec.initContainers }}
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  ready: true
+  restartCount: 0
+  state:
+    terminated:
+      exitCode: 0
+      reason: Completed
+      startedAt: {{ $now | Quote }}
+      finishedAt: {{ $now | Quote }}
+{{ end }}
+{{ with NodeIPsWith .spec.nodeName }}
+hostIP: {{ index . 0 | Quote }}
+hostIPs:
+{{ range . }}
+- ip: {{ . | Quote }}
+{{ end }}
+{{ end }}
+{{ with PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+podIP: {{ index . 0 | Quote }}
+podIPs:
+{{ range . }}
+- ip: {{ . | Quote }}
+{{ end }}
+{{ end }}
+phase: Running
+startTime: {{ $now | Quote }}
+"""
+
+_POD_COMPLETE = """\
+{{ $now := Now }}
+containerStatuses:
+{{ range .spec.containers }}
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  ready: false
+  started: false
+  restartCount: 0
+  state:
+    terminated:
+      exitCode: 0
+      reason: Completed
+      startedAt: {{ $now | Quote }}
+      finishedAt: {{ $now | Quote }}
+{{ end }}
+phase: Succeeded
+"""
+
+
+def node_initialize() -> dict:
+    return _stage("node-initialize", NODE_REF,
+                  [_expr(READY_STATUS, "NotIn", "True")],
+                  {"statusTemplate": _conditions_template() + _NODE_INIT_REST})
+
+
+def node_heartbeat(every_ms: int = 20000, jitter_ms: int = 25000) -> dict:
+    return _stage("node-heartbeat", NODE_REF,
+                  [_expr(".status.phase", "In", "Running"),
+                   _expr(READY_STATUS, "In", "True")],
+                  {"statusTemplate": _conditions_template()},
+                  delay={"durationMilliseconds": every_ms,
+                         "jitterDurationMilliseconds": jitter_ms},
+                  immediateNextStage=True)
+
+
+def pod_ready() -> dict:
+    return _stage("pod-ready", POD_REF,
+                  [_expr(".metadata.deletionTimestamp", "DoesNotExist"),
+                   _expr(".status.phase", "In", "Pending"),
+                   _expr(READY_STATUS, "NotIn", "True")],
+                  {"statusTemplate": _POD_READY})
+
+
+def pod_complete() -> dict:
+    return _stage("pod-complete", POD_REF,
+                  [_expr(".metadata.deletionTimestamp", "DoesNotExist"),
+                   _expr(".status.phase", "In", "Running"),
+                   _expr(".metadata.ownerReferences.[].kind", "In", "Job")],
+                  {"statusTemplate": _POD_COMPLETE})
+
+
+def pod_delete() -> dict:
+    return _stage("pod-delete", POD_REF,
+                  [_expr(".metadata.deletionTimestamp", "Exists")],
+                  {"delete": True})
+
+
+def stages() -> list[dict]:
+    """Every stage the dev cluster's kwok runs, as kwok ``--config`` documents."""
+    return [node_initialize(), node_heartbeat(), pod_ready(), pod_complete(), pod_delete()]
