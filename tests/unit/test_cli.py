@@ -66,3 +66,14 @@ def test_help(command):
     result = run(*command, "--help")
     assert result.returncode == 0
     assert result.stdout.startswith("usage: jupyterhub-gpu")
+
+
+@pytest.mark.parametrize("only", ["kueue", "device-plugin"])
+def test_committed_manifests_are_not_stale(repo_root, only):
+    """config/<only>.yaml is exactly what the CLI renders from config/platform.yaml."""
+    result = subprocess.run([*CLI, "manifests", "config/platform.yaml", "--only", only],
+                            capture_output=True, text=True, check=True, cwd=repo_root)
+    committed = (repo_root / "config" / f"{only}.yaml").read_text()
+    assert committed == result.stdout, (
+        f"config/{only}.yaml is stale; regenerate it with: jupyterhub-gpu manifests "
+        f"config/platform.yaml --only {only} > config/{only}.yaml")

@@ -1,0 +1,170 @@
+"""Cluster-tier fixtures: a real kube-apiserver, etcd, controller-manager, scheduler,
+kwok GPU nodes and the Kueue manager, started once per session from the binaries
+``jupyterhub-gpu devcluster build`` made.
+
+Fixtures:
+
+- ``cluster_spec_path`` / ``cluster_platform``: ``tests/integration/platform.yaml``
+  (one node per pool, small quotas without borrowing) and its parsed Platform.
+- ``cluster`` (session): the dev cluster up with that spec, in a temporary state dir
+  and on ports of its own (a running ``make demo`` does not collide); ``down`` at the
+  end. Its value is the dict ``devcluster status`` prints.
+- ``kube`` (session): kubernetes_asyncio ``CoreV1Api`` and ``CustomObjectsApi`` on it.
+- ``spawn``: starts a real GPUSpawner for (user, groups, profile) and returns it
+  (``wait=False``: returns the spawner and its start task at once). Every server it
+  started is stopped at the end of the test.
+- ``pod_history``: records every state of every pod in the team namespaces from the
+  time it is requested, to assert on states that pass quickly (a scheduling gate).
+
+The kubernetes client reads KUBECONFIG once, when first imported, so this tier runs
+in its own pytest process (``make test-cluster``) pointed at the dev cluster's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from jupyterhub_gpu.devcluster.layout import Layout, Ports
+
+if "kubernetes_asyncio" in sys.modules:
+    raise pytest.UsageError("run the cluster tier in its own pytest process "
+                            "(make test-cluster / pytest tests/integration)")
+
+HERE = Path(__file__).resolve().parent
+STATE_DIR = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-cluster-tests-"))
+os.environ["KUBECONFIG"] = str(Layout(STATE_DIR).kubeconfig)
+TEST_PORTS = Ports(etcd_client=33790, etcd_peer=33800, apiserver=36443,
+                   controller_manager=40257, scheduler=40259, kwok=40247,
+                   kueue_webhook=39443, kueue_metrics=38443, kueue_health=38081)
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def cluster_spec_path() -> Path:
+    return HERE / "platform.yaml"
+
+
+@pytest.fixture(scope="session")
+def cluster_platform(cluster_spec_path):
+    from jupyterhub_gpu.parse import load_platform
+
+    return load_platform(cluster_spec_path)
+
+
+@pytest.fixture(scope="session")
+def cluster(cluster_platform):
+    from jupyterhub_gpu.devcluster import build, cluster as devcluster
+
+    if not build.is_built():
+        pytest.fail("the control plane is not built: run `jupyterhub-gpu devcluster build` "
+                    "(make test does)")
+    status = devcluster.up(cluster_platform, STATE_DIR, ports=TEST_PORTS)
+    try:
+        yield status
+    finally:
+        devcluster.down(STATE_DIR, progress=lambda m: None)
+
+
+class Kube:
+    def __init__(self, api_client):
+        from kubernetes_asyncio import client
+
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    async def workloads(self, namespace: str) -> list[dict]:
+        listing = await self.custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")
+        return listing["items"]
+
+    async def workload_for(self, pod) -> dict | None:
+        for wl in await self.workloads(pod.metadata.namespace):
+            if wl["metadata"].get("labels", {}).get("kueue.x-k8s.io/job-uid") == pod.metadata.uid:
+                return wl
+        return None
+
+
+@pytest.fixture(scope="session")
+async def kube(cluster):
+    from kubernetes_asyncio import config
+
+    api_client = await config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
+    yield Kube(api_client)
+    await api_client.close()
+
+
+async def wait_for(check, timeout: float = 60, what: str = "condition", interval=0.2):
+    """Await ``check()`` (sync or async) until it returns something truthy."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+@pytest.fixture
+async def spawn(cluster, cluster_spec_path):
+    from traitlets.config import Config
+
+    from jupyterhub_gpu.render import OfflineHub, OfflineUser, _Group
+    from jupyterhub_gpu.spawner import GPUSpawner
+
+    started: list[GPUSpawner] = []
+
+    async def start(user, groups, profile, wait=True):
+        cfg = Config()
+        cfg.GPUSpawner.platform_file = str(cluster_spec_path)
+        cfg.GPUSpawner.start_timeout = 300
+        spawner = GPUSpawner(user=OfflineUser(user, [_Group(g) for g in groups]),
+                             hub=OfflineHub(), config=cfg)
+        spawner.user_options = {"profile": profile}
+        await spawner._run_apply_user_options(spawner.user_options)
+        started.append(spawner)
+        task = asyncio.ensure_future(spawner.start())
+        if wait:
+            await task
+            return spawner
+        return spawner, task
+
+    yield start
+    for spawner in started:
+        await spawner.stop(now=True)
+
+
+@pytest.fixture
+async def pod_history(kube, cluster_platform):
+    """``{namespace/name: [pod dict, ...]}`` of every pod event in the team namespaces."""
+    from kubernetes_asyncio import watch
+
+    history: dict[str, list[dict]] = defaultdict(list)
+
+    async def follow(namespace):
+        w = watch.Watch()
+        async with w.stream(kube.core.list_namespaced_pod, namespace=namespace) as events:
+            async for event in events:
+                pod = event["raw_object"]
+                history[f"{namespace}/{pod['metadata']['name']}"].append(pod)
+
+    tasks = [asyncio.create_task(follow(t.namespace)) for t in cluster_platform.teams]
+    await asyncio.sleep(0.5)  # the watches are established
+    yield history
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
