@@ -15,13 +15,16 @@ from .layout import HOST, Layout, Ports
 from .pki import PkiPaths
 
 SERVICE_CIDR = "10.96.0.0/16"
-POD_CIDR = "10.244.0.1/16"  # kwok hands out fake pod IPs from here
+# kwok hands out pod IPs from here. Loopback, so that the demo's pod runner can listen
+# on a pod's IP and the hub reaches it without any traffic leaving the machine.
+POD_CIDR = "127.64.0.1/16"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 KWOK_NODE_SELECTOR = "kwok.x-k8s.io/node=fake"
-# Controllers of kube-controller-manager we run. No node-lifecycle (kwok heartbeats,
-# nothing evicts) and no cloud/volume controllers.
+# Controllers of kube-controller-manager we run: no cloud, volume or eviction ones.
+# node-lifecycle is needed: it lifts the not-ready taint the API server puts on new
+# nodes once kwok reports them Ready (and would mark a node whose heartbeats stop).
 CONTROLLERS = (
-    "namespace-controller", "garbage-collector-controller", "serviceaccount-controller",
+    "node-lifecycle-controller", "namespace-controller", "garbage-collector-controller", "serviceaccount-controller",
     "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
     "pod-garbage-collector-controller", "replicaset-controller", "deployment-controller",
     "job-controller", "ttl-after-finished-controller", "endpointslice-controller",
@@ -87,16 +90,23 @@ def kube_apiserver(bin_: Path, layout: Layout, ports: Ports, pki: PkiPaths) -> C
                      Health(f"{apiserver_url(ports)}/readyz", tls="client"))
 
 
-def _client_flags(layout: Layout) -> tuple[str, ...]:
+def _client_flags(layout: Layout, pki: PkiPaths) -> tuple[str, ...]:
+    """Kubeconfig, loopback serving and client-cert authn for the secure port.
+
+    ``--authentication-skip-lookup``: the API server runs without a front proxy, so
+    the requestheader CA the components would look up does not exist (they would
+    log errors every few seconds); the client CA is given directly instead.
+    """
     kc = layout.kubeconfig
     return (f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
-            f"--authorization-kubeconfig={kc}", "--leader-elect=false",
+            f"--authorization-kubeconfig={kc}", "--authentication-skip-lookup",
+            f"--client-ca-file={pki.ca_crt}", "--leader-elect=false",
             f"--bind-address={HOST}")
 
 
 def kube_controller_manager(bin_: Path, layout: Layout, ports: Ports,
                             pki: PkiPaths) -> Component:
-    argv = (str(bin_), *_client_flags(layout), f"--secure-port={ports.controller_manager}",
+    argv = (str(bin_), *_client_flags(layout, pki), f"--secure-port={ports.controller_manager}",
             f"--cert-dir={layout.root / 'controller-manager'}",
             f"--controllers={','.join(CONTROLLERS)}",
             f"--root-ca-file={pki.ca_crt}",
@@ -107,8 +117,8 @@ def kube_controller_manager(bin_: Path, layout: Layout, ports: Ports,
                      Health(f"https://{HOST}:{ports.controller_manager}/healthz", "insecure"))
 
 
-def kube_scheduler(bin_: Path, layout: Layout, ports: Ports) -> Component:
-    argv = (str(bin_), *_client_flags(layout), f"--secure-port={ports.scheduler}",
+def kube_scheduler(bin_: Path, layout: Layout, ports: Ports, pki: PkiPaths) -> Component:
+    argv = (str(bin_), *_client_flags(layout, pki), f"--secure-port={ports.scheduler}",
             f"--cert-dir={layout.root / 'scheduler'}", "--v=1")
     return Component("kube-scheduler", argv,
                      Health(f"https://{HOST}:{ports.scheduler}/healthz", "insecure"))
@@ -140,7 +150,7 @@ def control_plane(bins: Mapping[str, Path], layout: Layout, ports: Ports,
         etcd(bins["etcd"], layout, ports),
         kube_apiserver(bins["kube-apiserver"], layout, ports, pki),
         kube_controller_manager(bins["kube-controller-manager"], layout, ports, pki),
-        kube_scheduler(bins["kube-scheduler"], layout, ports),
+        kube_scheduler(bins["kube-scheduler"], layout, ports, pki),
         kwok(bins["kwok"], layout, ports),
         kueue(bins["kueue"], layout, ports),
     ]

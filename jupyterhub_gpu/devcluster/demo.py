@@ -81,3 +81,22 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
     await asyncio.gather(runner, return_exceptions=True)
     waiter.cancel()
     return 0 if stop.is_set() else (hub.returncode or 1)
+
+
+def run_demo(spec: Path, state_dir: Path | None, url: str,
+             progress: Callable[[str], None] = print) -> int:
+    """Build if needed, bring the cluster up, serve until Ctrl-C, bring it down."""
+    from ..parse import load_platform
+    from . import cluster
+    from .layout import Layout, default_state_dir
+
+    platform = load_platform(spec)
+    build.build(progress)
+    ensure_chp(progress)
+    layout = Layout(state_dir or default_state_dir())
+    cluster.up(platform, layout.root, progress)
+    try:
+        return asyncio.run(serve(spec, layout.kubeconfig, layout.root / "demo", url, progress))
+    finally:
+        progress("stopping the dev cluster")
+        cluster.down(layout.root, progress)

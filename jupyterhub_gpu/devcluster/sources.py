@@ -20,6 +20,8 @@ import yaml
 from . import build
 
 WEBHOOK_DIR = "config/components/webhook"
+# Kueue's CRDs are 1.6 MB of YAML: libyaml parses them ~10x faster than pure Python.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 CRD_DIR = "config/components/crd"
 
 
@@ -73,7 +75,7 @@ def kueue_module_dir() -> Path:
 
 def _yaml_docs(path: Path) -> list[dict]:
     try:
-        return [d for d in yaml.safe_load_all(path.read_text()) if d]
+        return [d for d in yaml.load_all(path.read_text(), Loader=_LOADER) if d]
     except (OSError, yaml.YAMLError) as e:
         raise SourceError(f"cannot read {path}: {e}") from e
 

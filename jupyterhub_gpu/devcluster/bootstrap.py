@@ -1,0 +1,132 @@
+"""What ``up`` puts into the running API server: Kueue's prerequisites, the team
+namespaces, the fake GPU nodes and the platform's Kueue objects, with waits."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable, TypeVar
+
+from ..builders.kueue import kueue_objects
+from ..builders.nodes import fake_node
+from ..spec import Platform, Pool
+from . import kueue_setup as ks
+from .kubeapi import ApiError, KubeClient
+from .layout import Layout, Ports
+from .pki import PkiPaths
+from .sources import KueueSources
+
+T = TypeVar("T")
+Progress = Callable[[str], None]
+
+
+class BootstrapError(RuntimeError):
+    """The API server did not reach the expected state in time."""
+
+
+def poll(check: Callable[[], T | None], timeout: float, what: str,
+         interval: float = 0.25) -> T:
+    """Call ``check`` until it returns something truthy; ApiErrors count as 'not yet'."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+            last = "not yet"
+        except (ApiError, OSError) as e:
+            last = str(e)
+        if time.monotonic() >= deadline:
+            raise BootstrapError(f"timed out after {timeout:.0f}s waiting for {what}: {last}")
+        time.sleep(interval)
+
+
+def _condition(obj: dict | None, kind: str) -> bool:
+    conds = ((obj or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conds)
+
+
+def install_crds(client: KubeClient, src: KueueSources, base_url: str, ca_pem: bytes,
+                 timeout: float = 60) -> None:
+    plurals = ks.conversion_crds(src.crd_kustomization)
+    names = []
+    for crd in src.crds:
+        client.apply(ks.with_conversion(crd, plurals, base_url, ca_pem))
+        names.append(crd["metadata"]["name"])
+    for name in names:
+        poll(lambda n=name: _condition(client.get(
+            "apiextensions.k8s.io/v1", "CustomResourceDefinition", n), "Established"),
+             timeout, f"CRD {name} to be established")
+
+
+def install_kueue_prereqs(client: KubeClient, src: KueueSources, layout: Layout,
+                          ports: Ports, pki: PkiPaths) -> None:
+    """Namespace, CRDs, cert Secret, cert files and webhook configurations."""
+    base_url = ks.webhook_base_url(ports)
+    ca_pem = pki.webhook_ca_crt.read_bytes()
+    client.apply(ks.namespace(ks.NAMESPACE))
+    install_crds(client, src, base_url, ca_pem)
+    client.apply(ks.webhook_secret(ca_pem, pki.webhook_ca_key.read_bytes(),
+                                   pki.webhook_crt.read_bytes(), pki.webhook_key.read_bytes()))
+    for name, source in (("tls.crt", pki.webhook_crt), ("tls.key", pki.webhook_key)):
+        target = layout.kueue_cert_dir / name
+        target.write_bytes(source.read_bytes())
+        target.chmod(0o600)
+    for config in ks.webhook_configurations(src.webhook_manifests, src.webhook_kustomization,
+                                            base_url, ca_pem):
+        client.apply(config)
+
+
+def wait_kueue_webhooks(client: KubeClient, timeout: float = 60) -> None:
+    """A dry-run ResourceFlavor create passes Kueue's webhooks only once they answer."""
+    poll(lambda: client.create(ks.probe_flavor(), dry_run=True), timeout,
+         "Kueue's webhooks to answer (dry-run create of a ResourceFlavor)")
+
+
+def create_namespaces(client: KubeClient, platform: Platform) -> list[str]:
+    names = sorted({t.namespace for t in platform.teams})
+    for name in names:
+        client.apply(ks.namespace(name, managed=True))
+    return names
+
+
+def wait_service_accounts(client: KubeClient, namespaces: Iterable[str],
+                          timeout: float = 60) -> None:
+    for ns in namespaces:
+        poll(lambda n=ns: client.get("v1", "ServiceAccount", "default", n), timeout,
+             f"the default ServiceAccount in namespace {ns}")
+
+
+def create_nodes(client: KubeClient, platform: Platform,
+                 nodes_per_pool: Callable[[Pool], int]) -> list[str]:
+    """Create ``nodes_per_pool(pool)`` fake nodes per pool (existing ones are kept)."""
+    names = []
+    for pool in platform.pools:
+        for index in range(nodes_per_pool(pool)):
+            node = fake_node(pool, index)
+            try:
+                client.create(node)
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+            names.append(node["metadata"]["name"])
+    return names
+
+
+def wait_nodes_ready(client: KubeClient, names: list[str], timeout: float = 60) -> None:
+    def ready() -> bool:
+        nodes = {n["metadata"]["name"]: n for n in client.list("v1", "Node")}
+        return all(_condition(nodes.get(name), "Ready") for name in names)
+    poll(ready, timeout, f"{len(names)} fake nodes to become Ready (kwok)")
+
+
+def apply_kueue_objects(client: KubeClient, platform: Platform, timeout: float = 60) -> None:
+    """Apply the platform's Kueue objects and wait for every ClusterQueue to be active."""
+    objects = kueue_objects(platform)
+    for obj in objects:
+        poll(lambda o=obj: client.apply(o), 30, f"{obj['kind']} {obj['metadata']['name']}")
+    for obj in objects:
+        if obj["kind"] == "ClusterQueue":
+            name = obj["metadata"]["name"]
+            poll(lambda n=name: _condition(client.get(ks.API_VERSION, "ClusterQueue", n),
+                                           "Active"), timeout, f"ClusterQueue {name} to be Active")

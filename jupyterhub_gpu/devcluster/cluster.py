@@ -1,0 +1,275 @@
+"""``up``, ``down`` and ``status`` of the local GPU dev cluster.
+
+Real local processes from the built binaries, all bound to 127.0.0.1: etcd,
+kube-apiserver, kube-controller-manager, kube-scheduler, kwok (fake nodes and
+kubelets) and Kueue's manager. ``up`` starts etcd and the API server waiting for
+each, installs Kueue's CRDs, webhooks and certs, starts the rest and waits for each
+to be healthy, then creates the team namespaces, the fake GPU nodes and the
+platform's Kueue objects. If anything fails (or on Ctrl-C / SIGTERM), everything
+``up`` started is stopped and the failing component's log tail is reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import yaml
+
+from ..spec import Platform, Pool
+from . import bootstrap, components, kueue_setup, pki as pkimod, procs, sources, stages
+from .components import Component
+from .kubeapi import KubeClient
+from .layout import COMPONENTS, Layout, Ports, default_state_dir
+
+Progress = Callable[[str], None]
+HEALTH_TIMEOUTS = {"etcd": 30, "kube-apiserver": 120, "kueue": 120}
+DEFAULT_HEALTH_TIMEOUT = 60
+PORT_OWNERS = {"etcd_client": "etcd", "etcd_peer": "etcd (peer)",
+               "apiserver": "kube-apiserver", "controller_manager": "kube-controller-manager",
+               "scheduler": "kube-scheduler", "kwok": "kwok",
+               "kueue_webhook": "Kueue webhook", "kueue_metrics": "Kueue metrics",
+               "kueue_health": "Kueue health probe"}
+
+
+class DevClusterError(RuntimeError):
+    """The dev cluster cannot be started, or failed while starting."""
+
+
+def _layout(state_dir: Path | str | None) -> Layout:
+    return Layout(Path(state_dir).expanduser() if state_dir else default_state_dir())
+
+
+def _max_nodes(pool: Pool) -> int:
+    return pool.max_nodes
+
+
+# -- before starting -------------------------------------------------------------------
+
+def _live_and_dead(layout: Layout) -> tuple[list[procs.PidRecord], list[procs.PidRecord]]:
+    recs = list(procs.records(layout).values())
+    live = [r for r in recs if procs.is_ours(r)]
+    return live, [r for r in recs if r not in live]
+
+
+def _already_running(layout: Layout) -> bool:
+    """True if the whole cluster runs; raise if only part of it does."""
+    live, dead = _live_and_dead(layout)
+    if not live:
+        return False
+    names = {r.name for r in live}
+    if names >= set(COMPONENTS):
+        return True
+    missing = sorted(set(COMPONENTS) - names)
+    raise DevClusterError(
+        f"the dev cluster in {layout.root} is only partly running "
+        f"({', '.join(f'{r.name} pid {r.pid}' for r in live)} alive; "
+        f"{', '.join(missing)} not running). Run `jupyterhub-gpu devcluster down` first.")
+
+
+def _clean_stale(layout: Layout, progress: Progress) -> None:
+    _, dead = _live_and_dead(layout)
+    leftovers = [f"{r.name} (pid {r.pid}, gone)" for r in dead]
+    if layout.etcd_dir.exists():
+        leftovers.append(f"etcd data in {layout.etcd_dir}")
+    if not leftovers:
+        return
+    progress("Found leftovers of a dev cluster that was not shut down cleanly: "
+             + "; ".join(leftovers) + ". Cleaning them up.")
+    for r in dead:
+        layout.pid_file(r.name).unlink(missing_ok=True)
+    shutil.rmtree(layout.etcd_dir, ignore_errors=True)
+    layout.cluster_file.unlink(missing_ok=True)
+
+
+def _check_ports(ports: Ports) -> None:
+    busy = []
+    for field, port in ports.as_dict().items():
+        if not procs.port_free(port):
+            holder = procs.port_holder(port) or "another process"
+            busy.append(f"port {port} on 127.0.0.1 (for {PORT_OWNERS[field]}) "
+                        f"is in use by {holder}")
+    if busy:
+        raise DevClusterError(
+            "cannot start the dev cluster:\n  " + "\n  ".join(busy) + "\nStop what holds "
+            "these ports (another dev cluster? `jupyterhub-gpu devcluster down --state-dir "
+            "DIR`), or start this one with other ports (cluster.up(..., ports=Ports(...))).")
+
+
+def _write_configs(layout: Layout, ports: Ports, pki: pkimod.PkiPaths,
+                   bins: dict[str, Path]) -> None:
+    server = components.apiserver_url(ports)
+    pkimod.write_kubeconfig(layout.kubeconfig, server, pki)
+    layout.kwok_config.write_text(yaml.safe_dump_all(stages.stages(), sort_keys=False))
+    layout.kueue_config.write_text(yaml.safe_dump(
+        kueue_setup.configuration(ports, str(layout.kueue_cert_dir)), sort_keys=False))
+    layout.cluster_file.write_text(json.dumps({
+        "server": server, "ports": ports.as_dict(),
+        "binaries": {k: str(v) for k, v in bins.items()}, "started_at": time.time()},
+        indent=2))
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """Let SIGTERM unwind ``up`` (so it can stop what it started) like Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- up ---------------------------------------------------------------------------------
+
+def _wait(comp: Component, proc: subprocess.Popen, layout: Layout, pki: pkimod.PkiPaths,
+          progress: Progress) -> None:
+    timeout = HEALTH_TIMEOUTS.get(comp.name, DEFAULT_HEALTH_TIMEOUT)
+    procs.wait_healthy(comp, proc, layout, pki, timeout)
+    since = time.time() - procs.records(layout)[comp.name].started_at
+    progress(f"  {comp.name:<24} healthy {since:4.1f}s after start (pid {proc.pid})")
+
+
+def _start_all(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.PkiPaths,
+               bins: dict[str, Path], nodes_per_pool: Callable[[Pool], int],
+               progress: Progress) -> None:
+    """etcd, then the API server, each waited for; then the rest.
+
+    kube-scheduler and kwok start while Kueue's CRDs go in; kube-controller-manager
+    only after them, so its garbage collector knows Workloads from the start (else a
+    deleted pod's Workload keeps its quota until the collector's next discovery
+    refresh, up to 30 s later). Kueue starts last but is not waited on before the
+    others are healthy, since nothing else depends on it.
+    """
+    comps = {c.name: c for c in components.control_plane(bins, layout, ports, pki)}
+    started = {"etcd": procs.launch(comps["etcd"], layout)}
+    kueue_src = sources.kueue_sources()  # parse the CRDs while etcd starts
+    _wait(comps["etcd"], started["etcd"], layout, pki, progress)
+    started["kube-apiserver"] = procs.launch(comps["kube-apiserver"], layout)
+    _wait(comps["kube-apiserver"], started["kube-apiserver"], layout, pki, progress)
+    client = KubeClient(components.apiserver_url(ports), pki)
+    for name in ("kube-scheduler", "kwok"):
+        started[name] = procs.launch(comps[name], layout)
+    progress("  installing Kueue CRDs, webhook configurations and certificates")
+    bootstrap.install_kueue_prereqs(client, kueue_src, layout, ports, pki)
+    for name in ("kube-controller-manager", "kueue"):
+        started[name] = procs.launch(comps[name], layout)
+    for name in ("kube-controller-manager", "kube-scheduler", "kwok", "kueue"):
+        _wait(comps[name], started[name], layout, pki, progress)
+    bootstrap.wait_kueue_webhooks(client)
+    _populate(client, platform, nodes_per_pool, progress)
+
+
+def _populate(client: KubeClient, platform: Platform,
+              nodes_per_pool: Callable[[Pool], int], progress: Progress) -> None:
+    namespaces = bootstrap.create_namespaces(client, platform)
+    nodes = bootstrap.create_nodes(client, platform, nodes_per_pool)
+    bootstrap.apply_kueue_objects(client, platform)
+    bootstrap.wait_nodes_ready(client, nodes)
+    bootstrap.wait_service_accounts(client, namespaces)
+    progress(f"  {len(namespaces)} team namespaces, {len(nodes)} fake nodes Ready, "
+             f"Kueue objects applied ({len(platform.teams)} ClusterQueues active)")
+
+
+def up(platform: Platform, state_dir: Path | str | None = None, progress: Progress = print,
+       nodes_per_pool: Callable[[Pool], int] = _max_nodes, ports: Ports | None = None) -> dict:
+    """Start the dev cluster for ``platform``; return :func:`status`.
+
+    If the cluster already runs from ``state_dir`` this says so and returns its status.
+    """
+    layout = _layout(state_dir)
+    ports = ports or Ports()
+    if _already_running(layout):
+        progress(f"The dev cluster is already running (state: {layout.root}).")
+        return status(layout.root)
+    bins = sources.binaries()
+    _clean_stale(layout, progress)
+    _check_ports(ports)
+    started = time.monotonic()
+    layout.make_dirs()
+    pki = pkimod.generate(layout.pki_dir, webhook_dns=(kueue_setup.service_dns(),))
+    _write_configs(layout, ports, pki, bins)
+    progress(f"Starting the dev cluster in {layout.root}")
+    try:
+        with _sigterm_as_exit():
+            _start_all(platform, layout, ports, pki, bins, nodes_per_pool, progress)
+    except BaseException:
+        progress("Start failed; stopping every component this run started.")
+        _stop_all(layout, progress=lambda m: None)
+        raise
+    progress(f"Dev cluster up in {time.monotonic() - started:.1f}s. "
+             f"export KUBECONFIG={layout.kubeconfig}")
+    return status(layout.root)
+
+
+# -- down / status ------------------------------------------------------------------------
+
+def _stop_all(layout: Layout, progress: Progress) -> dict[str, str]:
+    recs = procs.records(layout)
+    order = [n for n in reversed(COMPONENTS) if n in recs]
+    order += sorted(set(recs) - set(order))
+    outcomes = {}
+    for name in order:
+        outcomes[name] = procs.stop(recs[name], layout)
+        progress(f"  {name:<24} {outcomes[name]}")
+    shutil.rmtree(layout.etcd_dir, ignore_errors=True)
+    layout.cluster_file.unlink(missing_ok=True)
+    return outcomes
+
+
+def down(state_dir: Path | str | None = None, progress: Progress = print) -> dict[str, str]:
+    """Stop every process ``up`` started from ``state_dir`` and drop the etcd data.
+
+    Only processes whose /proc cmdline and start time still match their pid file are
+    signalled. Logs, certificates and the kubeconfig are kept for the next ``up``.
+    """
+    layout = _layout(state_dir)
+    if not procs.records(layout):
+        progress(f"No dev cluster is running from {layout.root}.")
+    outcomes = _stop_all(layout, progress)
+    return outcomes
+
+
+def _component_status(layout: Layout, comp_name: str, rec: procs.PidRecord | None,
+                      health_of: dict[str, Component], pki: pkimod.PkiPaths | None) -> dict:
+    running = bool(rec and procs.is_ours(rec))
+    info = {"running": running, "pid": rec.pid if rec else None,
+            "log": str(layout.log(comp_name)), "health": None}
+    comp = health_of.get(comp_name)
+    if running and comp and pki:
+        info["health"] = procs.probe(comp.health, pki) or "ok"
+    return info
+
+
+def status(state_dir: Path | str | None = None) -> dict:
+    """Health of every component, the kubeconfig path and the API server URL."""
+    layout = _layout(state_dir)
+    recs = procs.records(layout)
+    try:
+        cluster = json.loads(layout.cluster_file.read_text())
+    except (OSError, ValueError):
+        cluster = None
+    health_of: dict[str, Component] = {}
+    pki = pkimod.PkiPaths(layout.pki_dir) if layout.pki_dir.is_dir() else None
+    if cluster and pki:
+        bins = {k: Path(v) for k, v in cluster["binaries"].items()}
+        ports = Ports.from_dict(cluster["ports"])
+        health_of = {c.name: c for c in components.control_plane(bins, layout, ports, pki)}
+    comps = {n: _component_status(layout, n, recs.get(n), health_of, pki) for n in COMPONENTS}
+    running = all(c["running"] for c in comps.values())
+    return {"state_dir": str(layout.root), "running": running,
+            "healthy": running and all(c["health"] == "ok" for c in comps.values()),
+            "server": cluster["server"] if cluster else None,
+            "kubeconfig": str(layout.kubeconfig) if layout.kubeconfig.is_file() else None,
+            "components": comps}

@@ -1,0 +1,247 @@
+"""Local processes of the dev cluster: start, identify, health-check and stop them.
+
+Each started process gets a pid file (JSON: pid, binary, argv, kernel start time).
+A process is "ours" only while ``/proc/<pid>/cmdline`` still starts with the
+recorded binary and its start time matches, so a recycled pid is never signalled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .components import Component, Health
+from .layout import HOST, Layout
+from .pki import PkiPaths
+
+LOG_TAIL_LINES = 30
+
+
+class ComponentError(RuntimeError):
+    """A component failed to start, crashed or never became healthy."""
+
+
+@dataclass(frozen=True)
+class PidRecord:
+    name: str
+    pid: int
+    binary: str
+    argv: list[str]
+    start_ticks: int | None
+    started_at: float
+
+    @classmethod
+    def load(cls, path: Path) -> "PidRecord | None":
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces; everything after ")" is positional
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None  # field 22 of stat
+
+
+def cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a] or None
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] not in ("Z", "X")
+
+
+def is_ours(rec: PidRecord) -> bool:
+    argv = cmdline(rec.pid)
+    if not alive(rec.pid) or not argv or argv[0] != rec.binary:
+        return False
+    return rec.start_ticks is None or start_ticks(rec.pid) == rec.start_ticks
+
+
+def records(layout: Layout) -> dict[str, PidRecord]:
+    found = {}
+    for path in sorted(layout.pids_dir.glob("*.pid")):
+        rec = PidRecord.load(path)
+        if rec is not None:
+            found[rec.name] = rec
+    return found
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _child_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env.update(extra)
+    return env
+
+
+def launch(component: Component, layout: Layout) -> subprocess.Popen:
+    """Start ``component`` in its own session, logging to logs/<name>.log."""
+    log_path = layout.log(component.name)
+    with log_path.open("w") as log:
+        log.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(component.argv)}\n")
+        log.flush()
+        proc = subprocess.Popen(list(component.argv), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=layout.root,
+                                env=_child_env(dict(component.env)), start_new_session=True)
+    rec = PidRecord(component.name, proc.pid, component.binary, list(component.argv),
+                    start_ticks(proc.pid), time.time())
+    layout.pid_file(component.name).write_text(json.dumps(asdict(rec)))
+    return proc
+
+
+def _ssl_context(health: Health, pki: PkiPaths) -> ssl.SSLContext | None:
+    if health.tls == "none":
+        return None
+    if health.tls == "insecure":
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    ctx = ssl.create_default_context(cafile=str(pki.ca_crt))
+    ctx.load_cert_chain(str(pki.admin_crt), str(pki.admin_key))
+    return ctx
+
+
+def probe(health: Health, pki: PkiPaths, timeout: float = 2.0) -> str | None:
+    """None when healthy, else a short reason."""
+    handlers = [urllib.request.ProxyHandler({})]
+    ctx = _ssl_context(health, pki)
+    if ctx is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=ctx))
+    try:
+        with urllib.request.build_opener(*handlers).open(health.url, timeout=timeout) as r:
+            return None if r.status == 200 else f"HTTP {r.status}"
+    except urllib.error.HTTPError as e:
+        return f"HTTP {e.code}"
+    except (urllib.error.URLError, OSError) as e:
+        return str(getattr(e, "reason", e))
+
+
+def _failure(component: Component, layout: Layout, what: str) -> ComponentError:
+    log = layout.log(component.name)
+    return ComponentError(f"{component.name} {what}. Last lines of {log}:\n"
+                          f"{log_tail(log)}")
+
+
+def wait_healthy(component: Component, proc: subprocess.Popen, layout: Layout,
+                 pki: PkiPaths, timeout: float) -> float:
+    """Wait until the health URL answers 200; return seconds waited."""
+    start = time.monotonic()
+    reason = "no answer"
+    while time.monotonic() - start < timeout:
+        code = proc.poll()
+        if code is not None:
+            raise _failure(component, layout, f"exited with code {code} while starting")
+        reason = probe(component.health, pki) or ""
+        if not reason:
+            return time.monotonic() - start
+        time.sleep(0.2)
+    raise _failure(component, layout,
+                   f"was not healthy after {timeout:.0f}s ({component.health.url}: {reason})")
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def stop(rec: PidRecord, layout: Layout, timeout: float = 10.0) -> str:
+    """Stop one recorded process if it is still ours; remove its pid file."""
+    outcome = "not running"
+    if is_ours(rec):
+        os.kill(rec.pid, signal.SIGTERM)
+        outcome = "stopped"
+        if not _wait_gone(rec.pid, timeout):
+            if is_ours(rec):
+                os.kill(rec.pid, signal.SIGKILL)
+            _wait_gone(rec.pid, 5.0)
+            outcome = "killed"
+    layout.pid_file(rec.name).unlink(missing_ok=True)
+    return outcome
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(cols[9])
+    return inodes
+
+
+def port_holder(port: int) -> str | None:
+    """'pid N (command line)' of whoever listens on ``port``, when /proc tells."""
+    targets = {f"socket:[{i}]" for i in _listening_inodes(port)}
+    if not targets:
+        return None
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            links = {os.readlink(fd) for fd in (pid_dir / "fd").iterdir()}
+        except OSError:
+            continue
+        if links & targets:
+            argv = cmdline(int(pid_dir.name)) or ["?"]
+            return f"pid {pid_dir.name} ({' '.join(argv)[:120]})"
+    return "a process this user cannot inspect"
