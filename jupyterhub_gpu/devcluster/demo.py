@@ -47,15 +47,20 @@ def ensure_chp(progress: Callable[[str], None] = print) -> Path:
     return command
 
 
-def hub_env(spec: Path, kubeconfig: Path, url: str) -> dict[str, str]:
+def hub_env(spec: Path, kubeconfig: Path, url: str, hub_port: int = 8081,
+            proxy_api_port: int = 8001) -> dict[str, str]:
+    """The environment ``demo_config.py`` reads."""
     return {**os.environ, "JUPYTERHUB_GPU_SPEC": str(spec.resolve()),
             "KUBECONFIG": str(kubeconfig), "JUPYTERHUB_GPU_CHP": str(chp_command()),
-            "JUPYTERHUB_GPU_DEMO_URL": url}
+            "JUPYTERHUB_GPU_DEMO_URL": url, "JUPYTERHUB_GPU_DEMO_HUB_PORT": str(hub_port),
+            "JUPYTERHUB_GPU_DEMO_PROXY_API_PORT": str(proxy_api_port)}
 
 
 async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
-                progress: Callable[[str], None] = print) -> int:
-    """Run the hub and the pod runner until Ctrl-C (or the hub exits)."""
+                progress: Callable[[str], None] = print, stop: asyncio.Event | None = None,
+                hub_port: int = 8081, proxy_api_port: int = 8001) -> int:
+    """Run the hub and the pod runner until ``stop`` is set (by default: on Ctrl-C or
+    SIGTERM) or the hub exits."""
     hub_dir = workdir / "hub"
     hub_dir.mkdir(parents=True, exist_ok=True)
     runner = asyncio.create_task(PodRunner(kubeconfig, workdir).run())
@@ -63,11 +68,12 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
     with open(workdir / "hub.log", "ab") as log:
         hub = await asyncio.create_subprocess_exec(
             str(jupyterhub), "-f", str(DEMO_CONFIG), cwd=hub_dir, stdout=log, stderr=log,
-            env=hub_env(spec, kubeconfig, url), start_new_session=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+            env=hub_env(spec, kubeconfig, url, hub_port, proxy_api_port),
+            start_new_session=True)
+    if stop is None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     progress(f"JupyterHub is starting on {url} (log: {workdir / 'hub.log'})\n"
              f"  log in as {DEMO_USERS}; password: gpu-demo\n  Ctrl-C stops everything.")
     waiter = asyncio.create_task(stop.wait())

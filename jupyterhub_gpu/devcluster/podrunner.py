@@ -74,10 +74,12 @@ class PodRunner:
                "LANG": "C.UTF-8", **want.env}
         logs = self.workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        argv = [str(bin_dir / "jupyterhub-singleuser"), f"--ServerApp.root_dir={home}"]
+        if os.geteuid() == 0:  # containers run as jovyan; here we may be root (CI is)
+            argv.append("--allow-root")
         with open(logs / f"{want.key.replace('/', '_')}.log", "ab") as out:
             proc = await asyncio.create_subprocess_exec(
-                str(bin_dir / "jupyterhub-singleuser"), f"--ServerApp.root_dir={home}",
-                env=env, cwd=home, stdout=out, stderr=out, start_new_session=True)
+                *argv, env=env, cwd=home, stdout=out, stderr=out, start_new_session=True)
         self.procs[want.key] = proc
         log.info("started jupyterhub-singleuser for %s at %s (pid %s)", want.key, want.url,
                  proc.pid)

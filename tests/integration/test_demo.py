@@ -1,0 +1,108 @@
+"""The demo, end to end: a real JupyterHub with GPUSpawner, the pod runner, the dev
+cluster. A user logs in, picks a GPU profile and gets a working Jupyter server whose
+kernel sees the profile's environment; a forged post creates no pod."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from jupyterhub_gpu.devcluster import demo
+
+from .conftest import wait_for
+
+URL = "http://127.0.0.1:18000"
+
+
+@pytest.fixture
+async def hub(cluster, cluster_spec_path, tmp_path):
+    demo.ensure_chp(progress=lambda m: None)
+    stop = asyncio.Event()
+    task = asyncio.create_task(demo.serve(cluster_spec_path, Path(cluster["kubeconfig"]),
+                                          tmp_path, URL, lambda m: None, stop,
+                                          hub_port=18081, proxy_api_port=18001))
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        async def hub_up():
+            try:
+                async with http.get(f"{URL}/hub/api/") as r:
+                    return r.status == 200
+            except aiohttp.ClientError:
+                return False
+
+        await wait_for(hub_up, timeout=60, what="JupyterHub to answer")
+        yield http
+    stop.set()
+    assert await asyncio.wait_for(task, 60) == 0
+
+
+async def _login(http, user):
+    async with http.get(f"{URL}/hub/login"):
+        pass
+    xsrf = _xsrf(http)
+    async with http.post(f"{URL}/hub/login", data={"username": user, "password": "gpu-demo",
+                                                  "_xsrf": xsrf}) as r:
+        assert r.status == 200 and str(r.url).endswith("/hub/spawn"), r.url
+        return await r.text()
+
+
+def _xsrf(http, path: str = "/hub/") -> str:
+    return next(c.value for c in http.cookie_jar if c.key == "_xsrf" and c["path"] == path)
+
+
+async def _kernel_env(http, user, names):
+    """Run code in a real kernel of the user's server and return the values."""
+    base = f"{URL}/user/{user}/api"
+    headers = {"X-XSRFToken": _xsrf(http, f"/user/{user}/")}
+    async with http.post(f"{base}/kernels", json={"name": "python3"}, headers=headers) as r:
+        assert r.status == 201, await r.text()
+        kernel = (await r.json())["id"]
+    msg_id = uuid.uuid4().hex
+    code = f"import os, json; print(json.dumps({{k: os.environ.get(k) for k in {names!r}}}))"
+    request = {"header": {"msg_id": msg_id, "msg_type": "execute_request", "session": msg_id,
+                          "username": user, "version": "5.3"},
+               "parent_header": {}, "metadata": {}, "channel": "shell",
+               "content": {"code": code, "silent": False}}
+    async with http.ws_connect(f"{base}/kernels/{kernel}/channels".replace("http", "ws")) as ws:
+        await ws.send_json(request)
+        async for message in ws:
+            data = json.loads(message.data)
+            if (data.get("parent_header", {}).get("msg_id") == msg_id
+                    and data["msg_type"] == "stream"):
+                return json.loads(data["content"]["text"])
+
+
+async def test_login_pick_a_profile_and_use_jupyterlab(hub, kube):
+    form = await _login(hub, "alice")  # data-science
+    assert 'value="t4-shared"' in form and 'value="a100-training"' not in form
+    async with hub.post(f"{URL}/hub/spawn", data={"profile": "t4-shared",
+                                                  "_xsrf": _xsrf(hub)}) as r:
+        assert r.status == 200
+
+    async def lab_up():
+        async with hub.get(f"{URL}/user/alice/lab") as r:
+            return r.status == 200 and "JupyterLab" in await r.text()
+
+    await wait_for(lab_up, timeout=120, what="alice's JupyterLab")
+    env = await _kernel_env(hub, "alice", ["JUPYTERHUB_GPU_PROFILE", "JUPYTERHUB_GPU_MODEL",
+                                           "JUPYTERHUB_GPU_SHARING", "JUPYTERHUB_GPU_TEAM"])
+    assert env == {"JUPYTERHUB_GPU_PROFILE": "t4-shared", "JUPYTERHUB_GPU_MODEL": "T4",
+                   "JUPYTERHUB_GPU_SHARING": "timeslicing",
+                   "JUPYTERHUB_GPU_TEAM": "data-science"}
+    pods = await kube.core.list_namespaced_pod("jhub-data-science")
+    assert [p.metadata.name for p in pods.items] == ["jupyter-alice"]
+
+
+async def test_forged_form_post_shows_why_and_creates_no_pod(hub, kube):
+    await _login(hub, "carol")  # experimentation: not allowed a100-training
+    async with hub.post(f"{URL}/hub/spawn", data={"profile": "a100-training",
+                                                  "_xsrf": _xsrf(hub)}) as r:
+        page = await r.text()
+    assert "The profile &#39;a100-training&#39; is not available to you." in page \
+        or "The profile 'a100-training' is not available to you." in page
+    pods = await kube.core.list_namespaced_pod("jhub-experimentation")
+    assert pods.items == []
