@@ -15,8 +15,8 @@ import yaml
 
 from . import quantities as q
 from .gpus import GPU_MODELS, VM_SIZES
-from .spec import (Checkpoint, CheckpointStorage, Platform, Pool, Priority, Profile,
-                   Sharing, SharingMode, Team)
+from .spec import (Checkpoint, CheckpointStorage, GpuIdle, Platform, Pool, Priority,
+                   Profile, Sharing, SharingMode, Team)
 from .validate import check_platform
 
 _REQUIRED = object()
@@ -210,15 +210,31 @@ def _checkpoint(errors: list[str], label: str, data: Any) -> Checkpoint | None:
     return None if enabled is None or grace is None else Checkpoint(enabled, grace)
 
 
+def _percent(v: Any) -> float:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < 100:
+        raise ValueError(f"must be a percentage between 0 and 100 (exclusive), got {v!r}")
+    return float(v)
+
+
+def _gpu_idle(errors: list[str], label: str, data: Any) -> GpuIdle | None:
+    s = _Section(errors, f"{label}: gpuIdle", data, ("threshold", "window"))
+    threshold = s.get("threshold", _percent)
+    window = s.get("window", q.parse_duration)
+    return None if threshold is None or window is None else GpuIdle(threshold, window)
+
+
 def _profile(errors: list[str], data: Any, index: int) -> Profile | None:
     slug = data.get("slug") if isinstance(data, Mapping) else None
     label = f"profile {slug!r}" if isinstance(slug, str) else f"profiles[{index}]"
     s = _Section(errors, label, data, (
         "slug", "displayName", "description", "pool", "gpus", "cpu", "memory", "image",
-        "priority", "idleTimeout", "maxAge", "allowedGroups", "checkpoint", "default"))
+        "priority", "idleTimeout", "maxAge", "queuePatience", "startTimeout", "gpuIdle",
+        "allowedGroups", "checkpoint", "default"))
     n_errors = len(errors)
     checkpoint = (_checkpoint(errors, label, s.data["checkpoint"])
                   if s.data.get("checkpoint") is not None else Checkpoint(enabled=False))
+    gpu_idle = (_gpu_idle(errors, label, s.data["gpuIdle"])
+                if s.data.get("gpuIdle") is not None else None)
     profile = Profile(
         slug=s.get("slug", _name(_DNS_LABEL, "a slug (a-z, 0-9, -)")),
         display_name=s.get("displayName", _str),
@@ -231,6 +247,9 @@ def _profile(errors: list[str], data: Any, index: int) -> Profile | None:
         priority=s.get("priority", _str),
         idle_timeout_seconds=s.get("idleTimeout", q.parse_duration, 1800),
         max_age_seconds=s.get("maxAge", q.parse_duration, None),
+        queue_patience_seconds=s.get("queuePatience", q.parse_duration, 600),
+        start_timeout_seconds=s.get("startTimeout", q.parse_duration, 300),
+        gpu_idle=gpu_idle,
         allowed_groups=s.get("allowedGroups", _str_list, ()),
         checkpoint=checkpoint,
         default=s.get("default", _bool, False),

@@ -165,6 +165,15 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class GpuIdle:
+    """Cull when the GPU stayed under ``threshold_percent`` for ``window_seconds``
+    (needs the culler's Prometheus URL; see docs)."""
+
+    threshold_percent: float
+    window_seconds: int
+
+
+@dataclass(frozen=True)
 class CheckpointStorage:
     """Where checkpoints live: a ReadWriteMany PVC (e.g. backed by Azure Files)."""
 
@@ -185,6 +194,9 @@ class Profile:
     description: str = ""
     idle_timeout_seconds: int = 1800
     max_age_seconds: int | None = None
+    queue_patience_seconds: int = 600  # how long a user waits in the Kueue queue
+    start_timeout_seconds: int = 300  # from admission to a running server
+    gpu_idle: GpuIdle | None = None
     allowed_groups: tuple[str, ...] = ()  # empty: every user who is in a team
     checkpoint: Checkpoint = Checkpoint()
     default: bool = False

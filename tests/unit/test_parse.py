@@ -18,6 +18,9 @@ def test_example_spec_parses(platform):
     assert platform.profile("a100-spot").checkpoint.grace_period_seconds == 25
     assert platform.profile("t4-shared").idle_timeout_seconds == 1800
     assert platform.profile("a100-mig-3g").max_age_seconds == 12 * 3600
+    assert platform.profile("a100-mig-3g").queue_patience_seconds == 20 * 60
+    assert platform.profile("a100-mig-3g").gpu_idle.window_seconds == 30 * 60
+    assert platform.profile("t4-shared").queue_patience_seconds == 600  # the default
 
 
 def _set(spec: dict, path: str, value) -> dict:
@@ -85,6 +88,16 @@ BAD_SPECS = [
     ("profiles.0.idleTimeout", "soon",
      "profile 't4-shared': idleTimeout: 'soon' is not a duration; use e.g. 90s, 30m, 8h or 1h30m"),
     ("profiles.0.idleTimeout", 0, "profile 't4-shared': idleTimeout: 0 is not a positive duration"),
+    ("profiles.0.queuePatience", "forever",
+     "profile 't4-shared': queuePatience: 'forever' is not a duration; use e.g. 90s, 30m, 8h "
+     "or 1h30m"),
+    ("profiles.0.startTimeout", -5, "profile 't4-shared': startTimeout: -5 is not a positive "
+     "duration"),
+    ("profiles.0.gpuIdle", {"threshold": 150, "window": "30m"},
+     "profile 't4-shared': gpuIdle: threshold: must be a percentage between 0 and 100 "
+     "(exclusive), got 150"),
+    ("profiles.0.gpuIdle", {"threshold": 5},
+     "profile 't4-shared': gpuIdle: window: is required"),
     ("profiles.3.checkpoint", {"enabled": True, "gracePeriod": "2m"},
      "profile 'a100-spot': checkpoint: gracePeriod: 120s does not fit inside Azure's 30s spot "
      "eviction notice on pool 'a100spot'; use at most 30s"),
