@@ -7,8 +7,8 @@ Fixtures:
 - ``cluster_spec_path`` / ``cluster_platform``: ``tests/integration/platform.yaml``
   (one node per pool, small quotas without borrowing) and its parsed Platform.
 - ``cluster`` (session): the dev cluster up with that spec, in a temporary state dir
-  and on ports of its own (a running ``make demo`` does not collide); ``down`` at the
-  end. Its value is the dict ``devcluster status`` prints.
+  and on ports of its own (the defaults + 10000 + $JUPYTERHUB_GPU_TEST_PORT_OFFSET, so
+  a running ``make demo`` does not collide); ``down`` at the end. Its value is the dict ``devcluster status`` prints.
 - ``kube`` (session): kubernetes_asyncio ``CoreV1Api`` and ``CustomObjectsApi`` on it.
 - ``spawn``: starts a real GPUSpawner for (user, groups, profile) and returns it
   (``wait=False``: returns the spawner and its start task at once). Every server it
@@ -40,9 +40,11 @@ if "kubernetes_asyncio" in sys.modules:
 HERE = Path(__file__).resolve().parent
 STATE_DIR = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-cluster-tests-"))
 os.environ["KUBECONFIG"] = str(Layout(STATE_DIR).kubeconfig)
-TEST_PORTS = Ports(etcd_client=33790, etcd_peer=33800, apiserver=36443,
-                   controller_manager=40257, scheduler=40259, kwok=40247,
-                   kueue_webhook=39443, kueue_metrics=38443, kueue_health=38081)
+# Ports of their own, shifted by JUPYTERHUB_GPU_TEST_PORT_OFFSET (so that two test
+# runs, or a test run and `make demo`, can share a machine).
+PORT_OFFSET = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
+TEST_PORTS = Ports(**{name: port + 10000 + PORT_OFFSET
+                      for name, port in Ports().as_dict().items()})
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 

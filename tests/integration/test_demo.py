@@ -14,9 +14,9 @@ import pytest
 
 from jupyterhub_gpu.devcluster import demo
 
-from .conftest import wait_for
+from .conftest import PORT_OFFSET, wait_for
 
-URL = "http://127.0.0.1:18000"
+URL = f"http://127.0.0.1:{18000 + PORT_OFFSET}"
 
 
 @pytest.fixture
@@ -25,7 +25,8 @@ async def hub(cluster, cluster_spec_path, tmp_path):
     stop = asyncio.Event()
     task = asyncio.create_task(demo.serve(cluster_spec_path, Path(cluster["kubeconfig"]),
                                           tmp_path, URL, lambda m: None, stop,
-                                          hub_port=18081, proxy_api_port=18001))
+                                          hub_port=18081 + PORT_OFFSET,
+                                          proxy_api_port=18001 + PORT_OFFSET))
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
         async def hub_up():
             try:
