@@ -60,9 +60,12 @@ _env = Environment(loader=PackageLoader("jupyterhub_gpu", "templates"),
                    autoescape=select_autoescape(["html"]))
 
 
-def render_form(platform: Platform, groups: frozenset[str], selected: str | None) -> str:
-    """HTML for the spawn page. Only profiles the user's groups allow are listed."""
+def render_form(platform: Platform, groups: frozenset[str], selected: str | None,
+                notice: str | None = None) -> str:
+    """HTML for the spawn page. Only profiles the user's groups allow are listed;
+    ``notice`` says why the platform stopped the user's last server."""
     cards = [profile_card(platform, p) for p in platform.profiles_for(groups)]
     if cards and not any(c.slug == selected for c in cards):
         selected = next((c.slug for c in cards if c.default), cards[0].slug)
-    return _env.get_template("form.html").render(cards=cards, selected=selected)
+    return _env.get_template("form.html").render(cards=cards, selected=selected,
+                                                 notice=notice)

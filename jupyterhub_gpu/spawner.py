@@ -14,19 +14,27 @@ Without a platform spec, GPUSpawner is exactly KubeSpawner.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
+from dataclasses import asdict
+from datetime import datetime, timezone
 from typing import Any
 
 from kubespawner import KubeSpawner
 from tornado import web
 from traitlets import Dict, Instance, Unicode, default, validate
 
+from . import metrics
 from .builders.pod import (Grant, OptionsRejected, SpawnSettings, UserRef, authorize,
                            merge_traits, spawn_settings)
 from .form import render_form
+from .kueue import status as kstatus
+from .kueue.lifecycle import QueueWatch, SpawnRefused, wanted
+from .kueue.messages import stop_notice
+from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
 from .parse import load_platform, parse_platform
-from .spec import Platform
+from .spec import PROFILE_LABEL, QUEUE_LABEL, Platform
 
 _cache: dict[tuple[str, float], Platform] = {}
 
@@ -49,7 +57,9 @@ def _apply_user_options(spawner: "GPUSpawner", user_options: dict) -> None:
 
 class GPUSpawner(KubeSpawner):
     gpu_grant: Grant | None = None  # the profile grant of the current/last spawn
+    gpu_stop_notice: dict | None = None  # why the platform stopped the last server
     _gpu_base_traits: dict[str, Any] | None = None  # admin values, before any profile
+    _queue_watch: QueueWatch | None = None
 
     platform_file = Unicode(
         "",
@@ -98,12 +108,17 @@ class GPUSpawner(KubeSpawner):
             raise ValueError(f"c.GPUSpawner.platform_file: no such file: {path}")
         return path
 
+    @default("poll_interval")
+    def _poll_interval_default(self) -> int:
+        return 10  # notice a preempted or evicted server within seconds, not 30
+
     @default("options_form")
     def _options_form_default(self) -> Any:
         if self.platform is None:
             return super()._options_form_default()
         return lambda spawner: render_form(
-            spawner.platform, spawner.user_ref.groups, spawner.user_options.get("profile"))
+            spawner.platform, spawner.user_ref.groups, spawner.user_options.get("profile"),
+            (spawner.gpu_stop_notice or {}).get("message"))
 
     @default("options_from_form")
     def _options_from_form_default(self) -> Any:
@@ -144,6 +159,10 @@ class GPUSpawner(KubeSpawner):
             setattr(self, name, value)
         self.dns_name = self.dns_name_template.format(namespace=self.namespace,
                                                       name=self.pod_name)
+        # JupyterHub reads start_timeout after apply_user_options: a queued server
+        # may wait its profile's queue patience, then start within startTimeout
+        self.start_timeout = (grant.profile.queue_patience_seconds
+                              + grant.profile.start_timeout_seconds)
         self.gpu_grant = grant
         self.log.info("Applying GPU profile %r (queue %s/%s, priority %s) for %s",
                       grant.profile.slug, grant.team.namespace, grant.team.local_queue,
@@ -159,6 +178,138 @@ class GPUSpawner(KubeSpawner):
             self.apply_profile(self.user_options)  # idempotent: resets first
         except OptionsRejected as e:
             raise ValueError(str(e)) from None
+
+
+    # -- shared watches ---------------------------------------------------------
+
+    async def _start_watching_pods(self, replace: bool = False):
+        return await self._start_reflector(
+            kind="pods", reflector_class=RecordingPodReflector,
+            labels={"component": self.component_label},
+            omit_namespace=self.enable_user_namespaces, replace=replace)
+
+    async def _start_watching_workloads(self):
+        return await self._start_reflector(kind="workloads",
+                                           reflector_class=WorkloadReflector)
+
+    def _shared(self, kind: str):
+        return self.__class__.reflectors.get(self._get_reflector_key(kind))
+
+    def _my_pod(self) -> dict | None:
+        pods = self._shared("pods")
+        return pods.resources.get(f"{self.namespace}/{self.pod_name}") if pods else None
+
+    def _namespace_workloads(self) -> list[dict]:
+        workloads = self._shared("workloads")
+        return list(workloads.resources.values()) if workloads else []
+
+    # -- start, progress, poll ----------------------------------------------------
+
+    async def _start(self):
+        if self.platform is None:
+            return await super()._start()
+        grant = self.apply_profile(self.user_options)  # also sets the namespace
+        self.gpu_stop_notice = None
+        await self._start_watching_workloads()
+        watch = self._queue_watch = QueueWatch(
+            wanted(grant), grant.profile.queue_patience_seconds, pod=self._my_pod,
+            workloads=self._namespace_workloads, events=lambda: self.events)
+        start = asyncio.ensure_future(super()._start())
+        guard = asyncio.ensure_future(watch.guard())
+        try:
+            await asyncio.wait([start, guard], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            guard.cancel()
+        return await self._finish_start(grant, start, guard)
+
+    async def _finish_start(self, grant: Grant, start: asyncio.Future,
+                            guard: asyncio.Future) -> Any:
+        slug = grant.profile.slug
+        refused = guard.done() and not guard.cancelled() and guard.exception()
+        if isinstance(refused, SpawnRefused):
+            start.cancel()
+            self.log.warning("Spawn of %s refused: %s", self._log_name, refused)
+            metrics.SPAWNS.labels(slug, refused.outcome).inc()
+            await self.stop(now=True)  # withdraws the pod and so its Workload
+            raise refused
+        try:
+            url = await start
+        except BaseException:
+            metrics.SPAWNS.labels(slug, "failed").inc()
+            raise
+        self._queue_watch.observe()  # the last word: started (and the wait it took)
+        waited = self._queue_watch.waited
+        if waited is not None:
+            metrics.QUEUE_WAIT.labels(slug, grant.team.local_queue).observe(waited)
+        metrics.SPAWNS.labels(slug, "started").inc()
+        return url
+
+    async def progress(self):
+        if self.platform is None:
+            async for event in super().progress():
+                yield event
+            return
+        last = None
+        while True:
+            watch, future = self._queue_watch, self._start_future
+            finished = future is not None and future.done()
+            if watch is not None and (watch.stage.key, watch.stage.message) != last:
+                last = (watch.stage.key, watch.stage.message)
+                yield {"progress": watch.stage.progress, "message": watch.stage.message}
+            if finished:
+                return
+            await asyncio.sleep(1)
+
+    async def poll(self):
+        if self.platform is None:
+            return await super().poll()
+        await self._start_watching_pods()
+        key = f"{self.namespace}/{self.pod_name}"
+        pods = self._shared("pods")
+        pod = pods.resources.get(key) or pods.graveyard.get(key, self.pod_id)
+        if pod is not None and self._notice_platform_stop(pod):
+            return 1
+        return await super().poll()
+
+    def _workload_of(self, pod: dict) -> dict | None:
+        """The pod's Workload, live or (just deleted) from the graveyard."""
+        reflector = self._shared("workloads")
+        if reflector is None:
+            return None
+        candidates = [*reflector.resources.values(), *reflector.graveyard.buried()]
+        return kstatus.workload_for(pod, candidates)
+
+    def _notice_platform_stop(self, pod: dict) -> bool:
+        """Record why the platform stopped our server, if it did."""
+        if self.pod_id and pod["metadata"].get("uid") != self.pod_id:
+            return False
+        labels = pod["metadata"].get("labels") or {}
+        slug = labels.get(PROFILE_LABEL, "")
+        profile = self.platform.profile(slug)
+        storage = self.platform.checkpoint_storage
+        kept = storage.mount_path if storage and profile and profile.checkpoint.enabled else None
+        notice = stop_notice(pod, self._workload_of(pod), labels.get(QUEUE_LABEL, ""),
+                             datetime.now(timezone.utc), kept)
+        if notice is None:
+            return False
+        if self.gpu_stop_notice is None:
+            self.gpu_stop_notice = asdict(notice)
+            metrics.STOPS_BY_PLATFORM.labels(slug or "unknown", notice.reason).inc()
+            self.log.warning("Server %s stopped by the platform (%s): %s",
+                             self._log_name, notice.reason, notice.message)
+        return True
+
+    # -- state --------------------------------------------------------------------
+
+    def get_state(self) -> dict:
+        state = super().get_state()
+        if self.gpu_stop_notice:
+            state["gpu_stop_notice"] = self.gpu_stop_notice
+        return state
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.gpu_stop_notice = state.get("gpu_stop_notice")
 
 
 def configure_hub(c: Any, platform_file: str) -> Platform:

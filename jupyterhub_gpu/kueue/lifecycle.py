@@ -1,0 +1,100 @@
+"""The queue-aware part of a spawn: watch the shared caches (never the API) while
+KubeSpawner starts the pod, turn what Kueue says into progress messages, and refuse
+early when waiting cannot help or the user's queue patience runs out."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..builders.pod import Grant
+from ..spec import SharingMode
+from . import status as st
+from .messages import Stage, Wanted, describe
+
+POLL_SECONDS = 1.0
+
+
+class SpawnRefused(Exception):
+    """The spawn cannot succeed. ``str()`` is shown to the user; ``outcome`` labels
+    the spawn metric."""
+
+    def __init__(self, message: str, outcome: str):
+        super().__init__(message)
+        self.outcome = outcome
+
+
+def _duration(seconds: float) -> str:
+    return f"{round(seconds)} s" if seconds < 90 else f"{round(seconds / 60)} min"
+
+
+def wanted(grant: Grant) -> Wanted:
+    pool, profile = grant.pool, grant.profile
+    unit = {SharingMode.EXCLUSIVE: "GPU",
+            SharingMode.MIG: f"MIG {pool.sharing.mig_profile} slice",
+            SharingMode.MPS: "MPS share", SharingMode.TIMESLICING: "time-sliced share"}
+    count = f"{profile.units} x " if profile.units > 1 else ""
+    what = f"{count}{pool.gpu.name} {unit[pool.sharing.mode]}"
+    article = "" if count else ("an " if what[0] in "AEIOUH" else "a ")
+    return Wanted(profile=profile.display_name, what=article + what,
+                  queue=grant.team.local_queue, pool=pool.name, gpu=pool.gpu.name,
+                  image=profile.image)
+
+
+@dataclass
+class QueueWatch:
+    """One spawn's view of its pod and Workload, read from shared reflectors."""
+
+    wanted: Wanted
+    patience_seconds: int
+    pod: Callable[[], dict | None]  # the pod as the shared pod reflector has it
+    workloads: Callable[[], list[dict]]  # the namespace's Workloads (shared reflector)
+    events: Callable[[], list[dict]]  # this pod's events (shared event reflector)
+    clock: Callable[[], float] = time.monotonic
+    stage: Stage = field(init=False)
+    queued_since: float | None = field(default=None, init=False)
+    waited: float | None = field(default=None, init=False)  # seconds until admission
+
+    def __post_init__(self) -> None:
+        self.stage = describe(self.wanted, None, None, None, [])
+
+    def observe(self) -> Stage:
+        pod = self.pod()
+        workloads = self.workloads() if pod else []
+        workload = st.workload_for(pod, workloads) if pod else None
+        position = st.queue_position(workload, workloads) if workload else None
+        self.stage = describe(self.wanted, pod, workload, position, self.events())
+        self._time(self.stage.key)
+        return self.stage
+
+    def _time(self, key: str) -> None:
+        now = self.clock()
+        if key in ("submitting", "queued") and self.queued_since is None:
+            self.queued_since = now
+        elif key not in ("creating", "submitting", "queued") and self.waited is None:
+            self.waited = now - (self.queued_since or now)
+
+    def check(self) -> None:
+        """Raise :class:`SpawnRefused` when the spawn cannot or should not go on."""
+        if self.stage.failure:
+            raise SpawnRefused(self.stage.failure, "never-fits")
+        if self.stage.key not in ("submitting", "queued") or self.queued_since is None:
+            return
+        waited = self.clock() - self.queued_since
+        if waited >= self.patience_seconds:
+            where = self.stage.message.rpartition(": ")[2]
+            where = f" (you were at {where})" if where.startswith("position") else ""
+            raise SpawnRefused(
+                f"You waited {_duration(waited)} in queue {self.wanted.queue} for "
+                f"{self.wanted.what}{where}, and none came free within this profile's "
+                "queue patience. Your request was withdrawn: try again later or choose "
+                "another profile.", "queue-timeout")
+
+    async def guard(self) -> None:
+        """Observe until refused (raises) or cancelled by the caller."""
+        while True:
+            self.observe()
+            self.check()
+            await asyncio.sleep(POLL_SECONDS)

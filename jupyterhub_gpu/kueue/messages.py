@@ -1,0 +1,150 @@
+"""Spawn progress and stop notices in plain words (pure functions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from . import status as st
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What the user asked for, as the messages name it."""
+
+    profile: str  # display name
+    what: str  # e.g. "an A100-80GB MIG 3g.40gb slice"
+    queue: str  # LocalQueue
+    pool: str
+    gpu: str
+    image: str
+
+
+@dataclass(frozen=True)
+class Stage:
+    key: str
+    message: str
+    progress: int
+    failure: str | None = None  # set: the spawn cannot succeed
+
+
+def _latest_event(events: list[dict], *reasons: str) -> dict | None:
+    matching = [e for e in events if e.get("reason") in reasons]
+    return matching[-1] if matching else None
+
+
+def _waiting(w: Wanted, workload: dict, position: tuple[int, int] | None) -> Stage:
+    no_fit = st.never_fits(workload)
+    if no_fit:
+        failure = (f"The profile '{w.profile}' cannot start in queue {w.queue}: "
+                   f"{no_fit.message}. Choose another profile or ask your JupyterHub admin.")
+        return Stage("never-fits", failure, 100, failure)
+    where = f"Waiting for {w.what} in queue {w.queue}"
+    if position and position[0]:
+        where += f": position {position[0]} of {position[1]}"
+    return Stage("queued", where, 20)
+
+
+def _scheduling(w: Wanted, events: list[dict]) -> Stage:
+    event = _latest_event(events, "TriggeredScaleUp", "NotTriggerScaleUp", "FailedScheduling")
+    reason = (event or {}).get("reason")
+    if reason == "TriggeredScaleUp":
+        return Stage("scale-up", f"Adding a {w.gpu} node to pool {w.pool} (node scale-up); "
+                     "this usually takes a few minutes", 50)
+    if reason == "NotTriggerScaleUp":
+        return Stage("no-scale-up", f"No {w.gpu} node can be added to pool {w.pool} right "
+                     "now (it may be at its maximum size); still waiting", 50)
+    if reason == "FailedScheduling":
+        return Stage("scheduling", f"Waiting for room on a {w.gpu} node of pool {w.pool}", 45)
+    return Stage("scheduling", f"Finding a {w.gpu} node in pool {w.pool}", 45)
+
+
+def _on_node(w: Wanted, pod: dict, events: list[dict]) -> Stage:
+    event = _latest_event(events, "Pulling", "Pulled", "Failed", "BackOff")
+    reason = (event or {}).get("reason")
+    if reason == "Pulling":
+        return Stage("pulling", f"Downloading the image {w.image} (the first start on a new "
+                     "node can take several minutes)", 70)
+    if reason in ("Failed", "BackOff"):
+        return Stage("pull-failed", f"Problem starting the image: {event.get('message', '')}",
+                     70)
+    if reason == "Pulled":
+        return Stage("pulled", "Image ready; starting your server", 80)
+    return Stage("starting", f"Starting on node {pod['spec']['nodeName']}", 60)
+
+
+def describe(w: Wanted, pod: dict | None, workload: dict | None,
+             position: tuple[int, int] | None, events: list[dict]) -> Stage:
+    """Where a spawn is, from the pod, its Workload and the pod's events."""
+    if pod is None:
+        return Stage("creating", f"Requesting {w.what} ({w.profile})", 5)
+    if pod.get("status", {}).get("phase") == "Running":
+        return Stage("started", "Your server is running; connecting", 95)
+    if st.is_gated(pod):
+        if workload is None:
+            return Stage("submitting", f"Submitting your request to queue {w.queue}", 10)
+        if not st.is_true(workload, "QuotaReserved"):
+            return _waiting(w, workload, position)
+        return Stage("admitted", f"Admitted by queue {w.queue}; a {w.gpu} is reserved for "
+                     "you", 40)
+    if not pod.get("spec", {}).get("nodeName"):
+        return _scheduling(w, events)
+    return _on_node(w, pod, events)
+
+
+_PREEMPTION_WORDS = {
+    "InClusterQueue": "to make room for higher-priority work in queue {queue}",
+    "InCohortReclamation": "because another team took back GPUs your team had borrowed",
+    "InCohortFairSharing": "to share borrowed GPUs fairly with another team",
+    "InCohortReclaimWhileBorrowing": "because another team took back GPUs your team had "
+                                     "borrowed",
+}
+_DISRUPTION_WORDS = {
+    "DeletionByTaintManager": "its node was taken away (spot eviction or node failure)",
+    "EvictionByEvictionAPI": "its node was drained for maintenance or scale-down",
+    "TerminationByKubelet": "its node shut down (spot eviction)",
+    "DeletionByPodGC": "its node went away",
+    "PreemptionByScheduler": "the scheduler made room for higher-priority work",
+}
+
+
+@dataclass(frozen=True)
+class StopNotice:
+    """Why a running server was stopped by the platform, for the user's next page."""
+
+    reason: str  # metric label: preempted, evicted, node-drain, ...
+    at: str  # ISO time
+    message: str
+
+
+def _preemption(pod: dict, workload: dict | None, queue: str) -> tuple[str, str] | None:
+    target = st.condition(pod, "TerminationTarget")
+    if not target:
+        return None
+    preempted = st.condition(workload, "Preempted") or {}
+    words = _PREEMPTION_WORDS.get(preempted.get("reason", ""))
+    if words:
+        return "preempted", f"preempted {words.format(queue=queue)}"
+    kueue_reason = target.get("reason", "").removeprefix("WorkloadEvictedDueTo")
+    if kueue_reason == "Preempted":
+        return "preempted", f"preempted to make room for higher-priority work in queue {queue}"
+    return "evicted", f"stopped by the queue ({kueue_reason or 'evicted'})"
+
+
+def stop_notice(pod: dict, workload: dict | None, queue: str, at: datetime,
+                checkpoint_dir: str | None) -> StopNotice | None:
+    """A notice when the last seen state of a vanished pod shows the platform stopped
+    it (Kueue preemption or eviction, a node going away); None for a normal stop."""
+    found = _preemption(pod, workload, queue)
+    if found is None:
+        disruption = st.condition(pod, "DisruptionTarget")
+        if not disruption:
+            return None
+        words = _DISRUPTION_WORDS.get(disruption.get("reason", ""), "its node went away")
+        found = ("evicted", f"stopped because {words}")
+    reason, words = found
+    kept = "Your files are kept"
+    if checkpoint_dir:
+        kept += f"; your checkpoints are in {checkpoint_dir}"
+    message = f"Your server was {words} at {at:%H:%M} UTC on {at:%Y-%m-%d}. {kept}."
+    return StopNotice(reason, at.isoformat(), message)

@@ -1,0 +1,107 @@
+"""Shared watches, in KubeSpawner's reflector pattern: one per namespace, for all
+spawners. Each also remembers the last state of objects deleted from it (a small
+graveyard), so a spawner can still tell *why* its pod went away."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from kubespawner.reflector import NamespacedResourceReflector
+from kubespawner.spawner import PodReflector
+from traitlets import default, validate
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+
+
+class Graveyard:
+    """The last state of the most recently deleted objects, by ``namespace/name``."""
+
+    def __init__(self, size: int = 2000):
+        self.size = size
+        self._graves: OrderedDict[str, dict] = OrderedDict()
+
+    def record(self, key: str, obj: dict) -> None:
+        self._graves[key] = obj
+        self._graves.move_to_end(key)
+        while len(self._graves) > self.size:
+            self._graves.popitem(last=False)
+
+    def buried(self) -> list[dict]:
+        return list(self._graves.values())
+
+    def get(self, key: str, uid: str | None = None) -> dict | None:
+        obj = self._graves.get(key)
+        if obj is None or (uid and obj["metadata"].get("uid") != uid):
+            return None
+        return obj
+
+
+class _Recorded(dict):
+    """A reflector's ``resources`` that bury what is popped from them."""
+
+    def __init__(self, items: dict, graveyard: Graveyard):
+        super().__init__(items)
+        self.graveyard = graveyard
+
+    def pop(self, key, *default):
+        if key in self:
+            self.graveyard.record(key, self[key])
+        return super().pop(key, *default)
+
+
+class RecordsDeletions:
+    """Mixin for a ResourceReflector: deleted objects go to ``self.graveyard``."""
+
+    @property
+    def graveyard(self) -> Graveyard:
+        """The last state of this reflector's recently deleted objects."""
+        if "_graveyard" not in self.__dict__:
+            self.__dict__["_graveyard"] = Graveyard()
+        return self.__dict__["_graveyard"]
+
+    @validate("resources")
+    def _bury_vanished(self, proposal) -> dict:
+        new, old = proposal["value"], self._trait_values.get("resources") or {}
+        for key in set(old) - set(new):  # gone between two full listings
+            self.graveyard.record(key, old[key])
+        return _Recorded(new, self.graveyard)
+
+
+class RecordingPodReflector(RecordsDeletions, PodReflector):
+    """KubeSpawner's pod reflector, remembering deleted pods."""
+
+
+class _WorkloadApi:
+    """The one list call a reflector makes, bound to Kueue's Workloads."""
+
+    def __init__(self, custom_objects_api):
+        self._api = custom_objects_api
+
+    async def list_namespaced_workload(self, namespace, **kwargs):
+        return await self._api.list_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", **kwargs)
+
+
+class WorkloadReflector(RecordsDeletions, NamespacedResourceReflector):
+    """All Kueue Workloads of one namespace."""
+
+    @default("kind")
+    def _kind_default(self) -> str:
+        return "workloads"
+
+    @default("api_group_name")
+    def _api_group_default(self) -> str:
+        return "CustomObjectsApi"
+
+    @default("list_method_name")
+    def _list_method_default(self) -> str:
+        return "list_namespaced_workload"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.api = _WorkloadApi(self.api)
+
+    @property
+    def workloads(self) -> dict[str, dict]:
+        return self.resources

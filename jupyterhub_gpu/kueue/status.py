@@ -1,0 +1,91 @@
+"""Pure interpretation of Workloads, pods and events (dicts as the API returns them)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable
+
+ADMISSION_GATE = "kueue.x-k8s.io/admission"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+_NO_FIT_CAPACITY = re.compile(
+    r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,]+), .*?"
+    r"current podset request \((?P<request>[^)]*)\) > maximum capacity \((?P<max>[^)]*)\)")
+_QUEUE_PROBLEM = re.compile(r"(LocalQueue|ClusterQueue) (\S+) (doesn't exist|is inactive)")
+
+
+def condition(obj: dict | None, kind: str) -> dict | None:
+    """The status condition of type ``kind``, or None."""
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), None)
+
+
+def is_true(obj: dict | None, kind: str) -> bool:
+    return (condition(obj, kind) or {}).get("status") == "True"
+
+
+def is_gated(pod: dict) -> bool:
+    gates = pod.get("spec", {}).get("schedulingGates") or []
+    return any(g.get("name") == ADMISSION_GATE for g in gates)
+
+
+def workload_for(pod: dict, workloads: Iterable[dict]) -> dict | None:
+    """The Workload Kueue made for ``pod`` (matched by the job-uid label)."""
+    uid = pod["metadata"].get("uid")
+    return next((w for w in workloads
+                 if (w["metadata"].get("labels") or {}).get(JOB_UID_LABEL) == uid), None)
+
+
+@dataclass(frozen=True)
+class NoFit:
+    """Why a workload can never be admitted, however long it waits."""
+
+    message: str
+
+
+def never_fits(workload: dict) -> NoFit | None:
+    """Kueue's verdict when no flavor could ever fit the request (the quota, even with
+    all borrowing, is too small) or the queue is missing or stopped."""
+    reserved = condition(workload, "QuotaReserved") or {}
+    message = reserved.get("message", "")
+    if reserved.get("status") != "False":
+        return None
+    queue = _QUEUE_PROBLEM.search(message)
+    if queue:
+        kind, name, what = queue.groups()
+        return NoFit(f"the {kind} '{name}' {what.replace('doesn', 'does not')}")
+    if "couldn't assign flavors" not in message or "insufficient unused quota" in message:
+        return None  # waiting (or preempting) can help
+    capacity = [m.groupdict() for m in _NO_FIT_CAPACITY.finditer(message)]
+    if not capacity:
+        return NoFit("no pool can ever hold this request")
+    gpu = [c for c in capacity if c["resource"].startswith("nvidia.com/")]
+    worst = (gpu or capacity)[0]  # the GPU is what the user chose; name it first
+    return NoFit(f"it asks for {worst['request']} {worst['resource']} on pool "
+                 f"{worst['flavor']} but the most the queue can ever have there is "
+                 f"{worst['max']}")
+
+
+def _created(obj: dict) -> str:
+    return obj["metadata"].get("creationTimestamp") or ""
+
+
+def queue_position(workload: dict, workloads: Iterable[dict]) -> tuple[int, int]:
+    """(position, total) of ``workload`` among the pending workloads of its queue, in
+    Kueue's BestEffortFIFO order: higher priority first, then older first."""
+    queue = workload.get("spec", {}).get("queueName")
+    pending = [w for w in workloads
+               if w.get("spec", {}).get("queueName") == queue
+               and not is_true(w, "QuotaReserved") and not is_true(w, "Finished")]
+    pending.sort(key=lambda w: (-(w.get("spec", {}).get("priority") or 0), _created(w),
+                                w["metadata"]["name"]))
+    names = [w["metadata"]["name"] for w in pending]
+    name = workload["metadata"]["name"]
+    return (names.index(name) + 1 if name in names else 0), len(names)
+
+
+def parse_time(stamp: str | None) -> datetime | None:
+    if not stamp:
+        return None
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(timezone.utc)
