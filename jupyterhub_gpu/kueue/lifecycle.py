@@ -12,7 +12,7 @@ from typing import Callable
 from ..builders.pod import Grant
 from ..spec import SharingMode
 from . import status as st
-from .messages import Stage, Wanted, describe
+from .messages import Stage, Wanted, describe, indefinite
 
 POLL_SECONDS = 1.0
 
@@ -37,8 +37,7 @@ def wanted(grant: Grant) -> Wanted:
             SharingMode.MPS: "MPS share", SharingMode.TIMESLICING: "time-sliced share"}
     count = f"{profile.units} x " if profile.units > 1 else ""
     what = f"{count}{pool.gpu.name} {unit[pool.sharing.mode]}"
-    article = "" if count else ("an " if what[0] in "AEIOUH" else "a ")
-    return Wanted(profile=profile.display_name, what=article + what,
+    return Wanted(profile=profile.display_name, what=what if count else indefinite(what),
                   queue=grant.team.local_queue, pool=pool.name, gpu=pool.gpu.name,
                   image=profile.image)
 
@@ -74,7 +73,7 @@ class QueueWatch:
         if key in ("submitting", "queued") and self.queued_since is None:
             self.queued_since = now
         elif key not in ("creating", "submitting", "queued") and self.waited is None:
-            self.waited = now - (self.queued_since or now)
+            self.waited = now - (now if self.queued_since is None else self.queued_since)
 
     def check(self) -> None:
         """Raise :class:`SpawnRefused` when the spawn cannot or should not go on."""

@@ -28,6 +28,11 @@ class Stage:
     failure: str | None = None  # set: the spawn cannot succeed
 
 
+def indefinite(noun: str) -> str:
+    """``noun`` with its indefinite article (GPU names start with a letter or digit)."""
+    return ("an " if noun[:1] in "AEFHILMNORSX8" else "a ") + noun
+
+
 def _latest_event(events: list[dict], *reasons: str) -> dict | None:
     matching = [e for e in events if e.get("reason") in reasons]
     return matching[-1] if matching else None
@@ -49,14 +54,14 @@ def _scheduling(w: Wanted, events: list[dict]) -> Stage:
     event = _latest_event(events, "TriggeredScaleUp", "NotTriggerScaleUp", "FailedScheduling")
     reason = (event or {}).get("reason")
     if reason == "TriggeredScaleUp":
-        return Stage("scale-up", f"Adding a {w.gpu} node to pool {w.pool} (node scale-up); "
+        return Stage("scale-up", f"Adding {indefinite(w.gpu)} node to pool {w.pool} (node scale-up); "
                      "this usually takes a few minutes", 50)
     if reason == "NotTriggerScaleUp":
         return Stage("no-scale-up", f"No {w.gpu} node can be added to pool {w.pool} right "
                      "now (it may be at its maximum size); still waiting", 50)
     if reason == "FailedScheduling":
-        return Stage("scheduling", f"Waiting for room on a {w.gpu} node of pool {w.pool}", 45)
-    return Stage("scheduling", f"Finding a {w.gpu} node in pool {w.pool}", 45)
+        return Stage("scheduling", f"Waiting for room on {indefinite(w.gpu)} node of pool {w.pool}", 45)
+    return Stage("scheduling", f"Finding {indefinite(w.gpu)} node in pool {w.pool}", 45)
 
 
 def _on_node(w: Wanted, pod: dict, events: list[dict]) -> Stage:
@@ -85,8 +90,8 @@ def describe(w: Wanted, pod: dict | None, workload: dict | None,
             return Stage("submitting", f"Submitting your request to queue {w.queue}", 10)
         if not st.is_true(workload, "QuotaReserved"):
             return _waiting(w, workload, position)
-        return Stage("admitted", f"Admitted by queue {w.queue}; a {w.gpu} is reserved for "
-                     "you", 40)
+        return Stage("admitted", f"Admitted by queue {w.queue}; {w.what} is reserved for you",
+                     40)
     if not pod.get("spec", {}).get("nodeName"):
         return _scheduling(w, events)
     return _on_node(w, pod, events)

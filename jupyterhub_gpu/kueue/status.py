@@ -54,7 +54,8 @@ def never_fits(workload: dict) -> NoFit | None:
     queue = _QUEUE_PROBLEM.search(message)
     if queue:
         kind, name, what = queue.groups()
-        return NoFit(f"the {kind} '{name}' {what.replace('doesn', 'does not')}")
+        what = "does not exist" if what == "doesn't exist" else what
+        return NoFit(f"the {kind} '{name}' {what}")
     if "couldn't assign flavors" not in message or "insufficient unused quota" in message:
         return None  # waiting (or preempting) can help
     capacity = [m.groupdict() for m in _NO_FIT_CAPACITY.finditer(message)]

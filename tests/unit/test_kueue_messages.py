@@ -1,0 +1,169 @@
+"""The plain-words layer over Kueue and Kubernetes objects (pure functions)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from jupyterhub_gpu.kueue import status as st
+from jupyterhub_gpu.kueue.lifecycle import QueueWatch, SpawnRefused, wanted
+from jupyterhub_gpu.kueue.messages import Wanted, describe, stop_notice
+from jupyterhub_gpu.builders.pod import UserRef, authorize
+
+W = Wanted(profile="A100 MIG 3g.40gb slice", what="an A100-80GB MIG 3g.40gb slice",
+           queue="data-science", pool="a100mig", gpu="A100-80GB", image="img:1")
+GATE = {"name": "kueue.x-k8s.io/admission"}
+
+
+def pod(uid="u1", gated=True, node=None, phase="Pending", conditions=()):
+    spec = {"schedulingGates": [GATE] if gated else []}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": "jupyter-ann", "uid": uid, "namespace": "ns"},
+            "spec": spec, "status": {"phase": phase, "conditions": list(conditions)}}
+
+
+def workload(name, uid="u1", reserved=None, message="", priority=1000, created="2026-12-02T10:00:00Z",
+             queue="data-science", conditions=()):
+    conds = list(conditions)
+    if reserved is not None:
+        conds.append({"type": "QuotaReserved", "status": "True" if reserved else "False",
+                      "reason": "Pending", "message": message})
+    return {"metadata": {"name": name, "labels": {"kueue.x-k8s.io/job-uid": uid},
+                         "creationTimestamp": created},
+            "spec": {"queueName": queue, "priority": priority}, "status": {"conditions": conds}}
+
+
+WAIT_MSG = ("couldn't assign flavors to pod set main: insufficient unused quota for "
+            "nvidia.com/mig-3g.40gb in flavor a100mig, 1 more needed")
+NO_FIT_MSG = ("couldn't assign flavors to pod set main: flavor t4dev doesn't match node "
+              "affinity, insufficient quota for nvidia.com/mig-3g.40gb in flavor a100mig, "
+              "previously considered podsets requests (0) + current podset request (1) > "
+              "maximum capacity (0)")
+
+
+def test_queue_position_orders_by_priority_then_age():
+    mine = workload("pod-c", uid="c", reserved=False, created="2026-12-02T10:03:00Z")
+    others = [workload("pod-a", uid="a", reserved=False, created="2026-12-02T10:01:00Z"),
+              workload("pod-b", uid="b", reserved=False, priority=5000,
+                       created="2026-12-02T10:05:00Z"),
+              workload("pod-d", uid="d", reserved=False, created="2026-12-02T10:04:00Z"),
+              workload("pod-e", uid="e", reserved=True),
+              workload("pod-f", uid="f", reserved=False, queue="ml-eng")]
+    assert st.queue_position(mine, [mine, *others]) == (3, 4)
+
+
+@pytest.mark.parametrize("message,expected", [
+    (WAIT_MSG, None),
+    (NO_FIT_MSG, "it asks for 1 nvidia.com/mig-3g.40gb on pool a100mig but the most the "
+                 "queue can ever have there is 0"),
+    ("LocalQueue data-science doesn't exist", "the LocalQueue 'data-science' does not exist"),
+    ("ClusterQueue team-a is inactive", "the ClusterQueue 'team-a' is inactive"),
+    ("couldn't assign flavors to pod set main: flavor t4dev doesn't match node affinity",
+     "no pool can ever hold this request"),
+])
+def test_never_fits(message, expected):
+    verdict = st.never_fits(workload("w", reserved=False, message=message))
+    assert (verdict.message if verdict else None) == expected
+
+
+@pytest.mark.parametrize("the_pod,the_workload,position,events,key,message", [
+    (None, None, None, [], "creating",
+     "Requesting an A100-80GB MIG 3g.40gb slice (A100 MIG 3g.40gb slice)"),
+    (pod(), None, None, [], "submitting", "Submitting your request to queue data-science"),
+    (pod(), workload("w", reserved=False, message=WAIT_MSG), (3, 7), [], "queued",
+     "Waiting for an A100-80GB MIG 3g.40gb slice in queue data-science: position 3 of 7"),
+    (pod(), workload("w", reserved=True), None, [], "admitted",
+     "Admitted by queue data-science; an A100-80GB MIG 3g.40gb slice is reserved for you"),
+    (pod(gated=False), workload("w", reserved=True), None,
+     [{"reason": "FailedScheduling"}, {"reason": "TriggeredScaleUp"}], "scale-up",
+     "Adding an A100-80GB node to pool a100mig (node scale-up); this usually takes a few "
+     "minutes"),
+    (pod(gated=False), None, None, [{"reason": "NotTriggerScaleUp"}], "no-scale-up",
+     "No A100-80GB node can be added to pool a100mig right now (it may be at its maximum "
+     "size); still waiting"),
+    (pod(gated=False, node="n1"), None, None, [{"reason": "Pulling"}], "pulling",
+     "Downloading the image img:1 (the first start on a new node can take several minutes)"),
+    (pod(gated=False, node="n1", phase="Running"), None, None, [], "started",
+     "Your server is running; connecting"),
+])
+def test_describe_stages(the_pod, the_workload, position, events, key, message):
+    stage = describe(W, the_pod, the_workload, position, events)
+    assert (stage.key, stage.message, stage.failure) == (key, message, None)
+
+
+def test_describe_never_fits_is_a_failure():
+    stage = describe(W, pod(), workload("w", reserved=False, message=NO_FIT_MSG), None, [])
+    assert stage.key == "never-fits"
+    assert stage.failure == (
+        "The profile 'A100 MIG 3g.40gb slice' cannot start in queue data-science: it asks "
+        "for 1 nvidia.com/mig-3g.40gb on pool a100mig but the most the queue can ever have "
+        "there is 0. Choose another profile or ask your JupyterHub admin.")
+
+
+AT = datetime(2026, 12, 2, 14, 2, tzinfo=timezone.utc)
+
+
+def test_preemption_notice():
+    gone = pod(gated=False, node="n1", phase="Running", conditions=[
+        {"type": "TerminationTarget", "status": "True",
+         "reason": "WorkloadEvictedDueToPreempted", "message": "Preempted to accommodate"}])
+    wl = workload("w", conditions=[{"type": "Preempted", "status": "True",
+                                    "reason": "InClusterQueue"}])
+    notice = stop_notice(gone, wl, "ml-eng", AT, "/home/jovyan/checkpoints")
+    assert notice.reason == "preempted"
+    assert notice.message == (
+        "Your server was preempted to make room for higher-priority work in queue ml-eng at "
+        "14:02 UTC on 2026-12-02. Your files are kept; your checkpoints are in "
+        "/home/jovyan/checkpoints.")
+    reclaimed = workload("w", conditions=[{"type": "Preempted", "status": "True",
+                                           "reason": "InCohortReclamation"}])
+    assert "another team took back GPUs" in stop_notice(gone, reclaimed, "q", AT, None).message
+
+
+def test_node_loss_notice_and_normal_stop():
+    spot = pod(gated=False, conditions=[{"type": "DisruptionTarget", "status": "True",
+                                         "reason": "DeletionByTaintManager"}])
+    notice = stop_notice(spot, None, "q", AT, None)
+    assert (notice.reason, notice.message) == (
+        "evicted", "Your server was stopped because its node was taken away (spot eviction "
+        "or node failure) at 14:02 UTC on 2026-12-02. Your files are kept.")
+    assert stop_notice(pod(gated=False), None, "q", AT, None) is None
+
+
+def test_queue_watch_patience_with_an_injected_clock(platform):
+    grant = authorize(platform, UserRef("ann", frozenset({"data-science"})),
+                      {"profile": "a100-mig-3g"})
+    now = [100.0]
+    current = {"pod": pod(), "workloads": [workload("w", reserved=False, message=WAIT_MSG)]}
+    watch = QueueWatch(wanted(grant), 600, pod=lambda: current["pod"],
+                       workloads=lambda: current["workloads"], events=list,
+                       clock=lambda: now[0])
+    watch.observe()
+    watch.check()
+    now[0] += 599
+    watch.observe()
+    watch.check()  # still patient
+    now[0] += 2
+    watch.observe()
+    with pytest.raises(SpawnRefused) as info:
+        watch.check()
+    assert info.value.outcome == "queue-timeout"
+    assert str(info.value).startswith(
+        "You waited 10 min in queue data-science for an A100-80GB MIG 3g.40gb slice (you "
+        "were at position 1 of 1)")
+
+
+def test_queue_watch_measures_the_wait_until_admission(platform):
+    grant = authorize(platform, UserRef("ann", frozenset({"ml-eng"})), {"profile": "a100-spot"})
+    now = [0.0]
+    current = {"workloads": [workload("w", reserved=False, message=WAIT_MSG)]}
+    watch = QueueWatch(wanted(grant), 600, pod=pod, workloads=lambda: current["workloads"],
+                       events=list, clock=lambda: now[0])
+    assert watch.wanted.what == "an A100-80GB GPU"
+    watch.observe()
+    now[0] = 42.0
+    current["workloads"] = [workload("w", reserved=True)]
+    assert watch.observe().key == "admitted"
+    assert watch.waited == 42.0
