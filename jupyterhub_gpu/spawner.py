@@ -244,6 +244,18 @@ class GPUSpawner(KubeSpawner):
         metrics.SPAWNS.labels(slug, "started").inc()
         return url
 
+    async def _make_create_pod_request(self, pod, request_timeout):
+        """Adopt our own pod left queued by a hub that died, keeping its place in the
+        queue (and its API token, which JupyterHub then re-registers); else create."""
+        existing = self._my_pod() if self.platform is not None else None
+        token = existing and kstatus.adoptable_token(existing, pod.metadata.labels or {})
+        if token:
+            self.api_token = token
+            self.log.info("Adopting the existing pod %s/%s of %s (keeps its queue place)",
+                          self.namespace, self.pod_name, self._log_name)
+            return True
+        return await super()._make_create_pod_request(pod, request_timeout)
+
     async def progress(self):
         if self.platform is None:
             async for event in super().progress():

@@ -90,3 +90,26 @@ def parse_time(stamp: str | None) -> datetime | None:
     if not stamp:
         return None
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+ADOPT_LABELS = ("jupyterhub-gpu/profile", "kueue.x-k8s.io/queue-name",
+                "kueue.x-k8s.io/priority-class", "hub.jupyter.org/username")
+
+
+def adoptable_token(existing: dict, wanted_labels: dict[str, str]) -> str | None:
+    """The API token of an existing pod a new spawn can take over, or None.
+
+    A pod left by a hub that died while it was queued (or starting) keeps its
+    Workload's place in the queue if the new spawn, for the same user, profile,
+    queue and priority, adopts it instead of replacing it.
+    """
+    meta = existing.get("metadata", {})
+    labels = meta.get("labels") or {}
+    if meta.get("deletionTimestamp") or existing.get("status", {}).get("phase") not in (
+            "Pending", "Running"):
+        return None
+    if any(labels.get(k) != wanted_labels.get(k) for k in ADOPT_LABELS):
+        return None
+    env = existing["spec"]["containers"][0].get("env") or []
+    return next((e.get("value") for e in env if e.get("name") == "JUPYTERHUB_API_TOKEN"
+                 and e.get("value")), None)
