@@ -1,7 +1,13 @@
-"""Prometheus metrics of the hub process; JupyterHub serves them on ``/hub/metrics``
-(its default registry)."""
+"""Prometheus metrics of the hub process (JupyterHub serves them on ``/hub/metrics``
+from its default registry) and the hub event this package emits."""
+
+from pathlib import Path
+from typing import Any
 
 from prometheus_client import Counter, Histogram
+
+PLATFORM_STOP_SCHEMA = "https://jupyterhub-gpu.readthedocs.io/events/platform-stop"
+_SCHEMA_FILE = Path(__file__).parent / "event-schemas" / "platform-stop" / "v1.yaml"
 
 QUEUE_WAIT = Histogram(
     "jupyterhub_gpu_queue_wait_seconds",
@@ -21,3 +27,13 @@ STOPS_BY_PLATFORM = Counter(
     "(preempted, evicted)",
     ["profile", "reason"],
 )
+
+
+def emit_platform_stop(eventlog: Any, **event: str) -> None:
+    """Record a platform stop on JupyterHub's event log (a ``jupyter_events``
+    EventLogger; configure ``c.EventLogger.handlers`` to keep the events)."""
+    if eventlog is None:
+        return
+    if PLATFORM_STOP_SCHEMA not in eventlog.schemas:
+        eventlog.register_event_schema(_SCHEMA_FILE)
+    eventlog.emit(schema_id=PLATFORM_STOP_SCHEMA, data=event)

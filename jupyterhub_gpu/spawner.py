@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
+import sys
 from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
@@ -278,7 +279,8 @@ class GPUSpawner(KubeSpawner):
         await self._start_watching_pods()
         key = f"{self.namespace}/{self.pod_name}"
         pods = self._shared("pods")
-        pod = pods.resources.get(key) or pods.graveyard.get(key, self.pod_id)
+        uid = getattr(self, "pod_id", None)  # KubeSpawner sets it once a start succeeded
+        pod = pods.resources.get(key) or pods.graveyard.get(key, uid)
         if pod is not None and self._notice_platform_stop(pod):
             return 1
         return await super().poll()
@@ -293,7 +295,8 @@ class GPUSpawner(KubeSpawner):
 
     def _notice_platform_stop(self, pod: dict) -> bool:
         """Record why the platform stopped our server, if it did."""
-        if self.pod_id and pod["metadata"].get("uid") != self.pod_id:
+        uid = getattr(self, "pod_id", None)
+        if uid and pod["metadata"].get("uid") != uid:
             return False
         labels = pod["metadata"].get("labels") or {}
         slug = labels.get(PROFILE_LABEL, "")
@@ -309,6 +312,10 @@ class GPUSpawner(KubeSpawner):
             metrics.STOPS_BY_PLATFORM.labels(slug or "unknown", notice.reason).inc()
             self.log.warning("Server %s stopped by the platform (%s): %s",
                              self._log_name, notice.reason, notice.message)
+            settings = getattr(self.user, "settings", None) or {}
+            metrics.emit_platform_stop(
+                settings.get("eventlog"), username=self.user.name, servername=self.name,
+                profile=slug, reason=notice.reason, message=notice.message, at=notice.at)
         return True
 
     # -- state --------------------------------------------------------------------
@@ -324,7 +331,21 @@ class GPUSpawner(KubeSpawner):
         self.gpu_stop_notice = state.get("gpu_stop_notice")
 
 
-def configure_hub(c: Any, platform_file: str) -> Platform:
+RESUME_SERVICE = "gpu-resume"
+
+
+def _add_resume_service(c: Any, platform_file: str) -> None:
+    env = {k: os.environ[k] for k in ("KUBECONFIG",) if k in os.environ}
+    service = {"name": RESUME_SERVICE, "environment": env,
+               "command": [sys.executable, "-m", "jupyterhub_gpu.resume",
+                           "--spec", os.path.abspath(platform_file)]}
+    role = {"name": RESUME_SERVICE, "services": [RESUME_SERVICE],
+            "scopes": ["list:users", "read:servers", "servers"]}
+    c.JupyterHub.services = [*c.JupyterHub.get("services", []), service]
+    c.JupyterHub.load_roles = [*c.JupyterHub.get("load_roles", []), role]
+
+
+def configure_hub(c: Any, platform_file: str, resume: bool = True) -> Platform:
     """Wire GPUSpawner into a ``jupyterhub_config.py`` and validate the spec now.
 
     Example::
@@ -333,9 +354,13 @@ def configure_hub(c: Any, platform_file: str) -> Platform:
         configure_hub(c, "/etc/jupyterhub-gpu/platform.yaml")
 
     A bad spec raises :class:`~jupyterhub_gpu.parse.SpecError` listing every error,
-    which stops the hub at start-up.
+    which stops the hub at start-up. With ``resume`` (the default) it also adds the
+    hub service ``gpu-resume`` (:mod:`jupyterhub_gpu.resume`), which restarts the
+    spawns that were queued when the hub last stopped, keeping their queue place.
     """
     platform = load_platform_cached(platform_file)
     c.JupyterHub.spawner_class = GPUSpawner
     c.GPUSpawner.platform_file = platform_file
+    if resume:
+        _add_resume_service(c, platform_file)
     return platform

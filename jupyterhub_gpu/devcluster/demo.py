@@ -56,20 +56,27 @@ def hub_env(spec: Path, kubeconfig: Path, url: str, hub_port: int = 8081,
             "JUPYTERHUB_GPU_DEMO_PROXY_API_PORT": str(proxy_api_port)}
 
 
+async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
+                    hub_port: int = 8081, proxy_api_port: int = 8001
+                    ) -> asyncio.subprocess.Process:
+    """Start JupyterHub (demo config) in ``workdir``; its log is ``workdir/hub.log``."""
+    hub_dir = workdir / "hub"
+    hub_dir.mkdir(parents=True, exist_ok=True)
+    jupyterhub = Path(sys.executable).with_name("jupyterhub")
+    with open(workdir / "hub.log", "ab") as log:
+        return await asyncio.create_subprocess_exec(
+            str(jupyterhub), "-f", str(DEMO_CONFIG), cwd=hub_dir, stdout=log, stderr=log,
+            env=hub_env(spec, kubeconfig, url, hub_port, proxy_api_port),
+            start_new_session=True)
+
+
 async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
                 progress: Callable[[str], None] = print, stop: asyncio.Event | None = None,
                 hub_port: int = 8081, proxy_api_port: int = 8001) -> int:
     """Run the hub and the pod runner until ``stop`` is set (by default: on Ctrl-C or
     SIGTERM) or the hub exits."""
-    hub_dir = workdir / "hub"
-    hub_dir.mkdir(parents=True, exist_ok=True)
     runner = asyncio.create_task(PodRunner(kubeconfig, workdir).run())
-    jupyterhub = Path(sys.executable).with_name("jupyterhub")
-    with open(workdir / "hub.log", "ab") as log:
-        hub = await asyncio.create_subprocess_exec(
-            str(jupyterhub), "-f", str(DEMO_CONFIG), cwd=hub_dir, stdout=log, stderr=log,
-            env=hub_env(spec, kubeconfig, url, hub_port, proxy_api_port),
-            start_new_session=True)
+    hub = await start_hub(spec, kubeconfig, workdir, url, hub_port, proxy_api_port)
     if stop is None:
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):

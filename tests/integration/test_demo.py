@@ -107,3 +107,97 @@ async def test_forged_form_post_shows_why_and_creates_no_pod(hub, kube):
         or "The profile 'a100-training' is not available to you." in page
     pods = await kube.core.list_namespaced_pod("jhub-experimentation")
     assert pods.items == []
+
+
+async def _login_session(user):
+    http = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+    await _login(http, user)
+    return http
+
+
+async def _hub_server(http, user):
+    async with http.get(f"{URL}/hub/api/users/{user}",
+                        headers={"X-XSRFToken": _xsrf(http)}) as r:
+        return (await r.json())["servers"].get("")
+
+
+async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spec_path, kube,
+                                                            tmp_path):
+    """Kill the hub (SIGKILL) with one server running and one queued, start it again:
+    the running one is still there, the queued one keeps its pod and Workload (its place
+    in the queue), is resumed by the gpu-resume service, and starts when room frees."""
+    from jupyterhub_gpu.devcluster.podrunner import PodRunner
+
+    demo.ensure_chp(progress=lambda m: None)
+    kubeconfig = Path(cluster["kubeconfig"])
+    ports = dict(hub_port=18081 + PORT_OFFSET, proxy_api_port=18001 + PORT_OFFSET)
+    runner = asyncio.create_task(PodRunner(kubeconfig, tmp_path).run())
+    hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
+    alice = dave = None
+    try:
+        alice = await _login_when_up("alice")
+        await _spawn_and_wait(alice, "alice", "a100-mig-3g")
+        dave = await _login_session("dave")  # data-science (first team) and ml-eng
+        async with dave.post(f"{URL}/hub/spawn", data={"profile": "a100-mig-3g",
+                                                       "_xsrf": _xsrf(dave)}) as r:
+            assert r.status == 200
+        queued = await wait_for(lambda: _queued(kube, "jupyter-dave"), what="dave queued")
+        hub.kill()  # no clean shutdown: the hub just dies
+        await hub.wait()
+        hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
+        await wait_for(lambda: _hub_answers(alice), timeout=60, what="the hub to come back")
+        server = await wait_for(lambda: _hub_server(dave, "dave"), timeout=60,
+                                what="gpu-resume to restart dave's spawn")
+        assert server["pending"] == "spawn"
+        again = await _queued(kube, "jupyter-dave")
+        assert again == queued, "same pod and same Workload: the queue place is kept"
+        async with alice.get(f"{URL}/user/alice/api/status") as r:
+            assert r.status == 200, "the running server survived the restart"
+        async with alice.delete(f"{URL}/hub/api/users/alice/server",
+                                headers={"X-XSRFToken": _xsrf(alice)}) as r:
+            assert r.status in (202, 204)
+        await wait_for(lambda: _lab_up(dave, "dave"), timeout=120, what="dave's JupyterLab")
+    finally:
+        for http in (alice, dave):
+            if http:
+                await http.close()
+        hub.terminate()
+        await hub.wait()
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+async def _login_when_up(user):
+    async with aiohttp.ClientSession() as probe:
+        await wait_for(lambda: _hub_answers(probe), timeout=60, what="the hub to answer")
+    return await _login_session(user)
+
+
+async def _hub_answers(http):
+    try:
+        async with http.get(f"{URL}/hub/api/") as r:
+            return r.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
+async def _lab_up(http, user):
+    async with http.get(f"{URL}/user/{user}/lab") as r:
+        return r.status == 200 and "JupyterLab" in await r.text()
+
+
+async def _spawn_and_wait(http, user, profile):
+    async with http.post(f"{URL}/hub/spawn", data={"profile": profile,
+                                                  "_xsrf": _xsrf(http)}) as r:
+        assert r.status == 200
+    await wait_for(lambda: _lab_up(http, user), timeout=120, what=f"{user}'s JupyterLab")
+
+
+async def _queued(kube, pod_name):
+    """(pod uid, Workload name) while the pod waits in the queue, else None."""
+    pods = await kube.core.list_namespaced_pod("jhub-data-science")
+    pod = next((p for p in pods.items if p.metadata.name == pod_name), None)
+    if pod is None or not pod.spec.scheduling_gates:
+        return None
+    workload = await kube.workload_for(pod)
+    return (pod.metadata.uid, workload["metadata"]["name"]) if workload else None

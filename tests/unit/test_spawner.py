@@ -171,3 +171,13 @@ def test_configure_hub_fails_at_start_up_on_a_bad_spec(tmp_path, example_spec_pa
     assert c.JupyterHub.spawner_class is GPUSpawner
     assert c.GPUSpawner.platform_file == str(example_spec_path)
     assert len(platform.profiles) == 4
+    (service,) = c.JupyterHub.services
+    assert service["name"] == "gpu-resume"
+    assert service["command"][1:] == ["-m", "jupyterhub_gpu.resume", "--spec",
+                                      str(example_spec_path)]
+    (role,) = c.JupyterHub.load_roles
+    assert role == {"name": "gpu-resume", "services": ["gpu-resume"],
+                    "scopes": ["list:users", "read:servers", "servers"]}
+    bare = Config()
+    configure_hub(bare, str(example_spec_path), resume=False)
+    assert "services" not in bare.JupyterHub

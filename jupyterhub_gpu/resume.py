@@ -1,0 +1,132 @@
+"""Resume GPU spawns that were queued or starting when the hub went down.
+
+JupyterHub forgets a spawn that had not finished when it stopped; the notebook pod,
+and its Kueue Workload's place in the queue, stay. This hub service runs once after
+each hub start: for every GPUSpawner pod that is still waiting or starting and whose
+user's server the hub no longer knows, it asks the hub to start that server again
+with the same profile. GPUSpawner then adopts the pod (same Workload, same place).
+
+Run by :func:`jupyterhub_gpu.configure_hub` as the managed service ``gpu-resume``,
+with the scopes ``list:users``, ``read:servers`` and ``servers``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from .parse import load_platform
+from .spec import PROFILE_LABEL
+
+log = logging.getLogger("jupyterhub_gpu.resume")
+SELECTOR = f"component=singleuser-server,{PROFILE_LABEL}"
+
+
+@dataclass(frozen=True)
+class Resumable:
+    user: str
+    server: str
+    profile: str
+
+
+def resumable(pods: list[dict], hub_users: list[dict]) -> list[Resumable]:
+    """Pods still waiting or starting whose server the hub does not know (pure)."""
+    known = {(u["name"], name) for u in hub_users
+             for name, s in (u.get("servers") or {}).items()
+             if s.get("ready") or s.get("pending")}
+    found = []
+    for pod in pods:
+        meta = pod["metadata"]
+        note = meta.get("annotations") or {}
+        key = (note.get("hub.jupyter.org/username"), note.get("hub.jupyter.org/servername", ""))
+        if (meta.get("deletionTimestamp") or pod.get("status", {}).get("phase") != "Pending"
+                or not key[0] or key in known):
+            continue
+        found.append(Resumable(key[0], key[1], meta["labels"][PROFILE_LABEL]))
+    return found
+
+
+async def _hub(http, method: str, path: str, body: dict | None = None) -> dict | None:
+    url = os.environ["JUPYTERHUB_API_URL"].rstrip("/") + path
+    headers = {"Authorization": f"token {os.environ['JUPYTERHUB_API_TOKEN']}"}
+    async with http.request(method, url, headers=headers, json=body) as r:
+        if r.status >= 400:
+            raise RuntimeError(f"{method} {path}: HTTP {r.status}: {await r.text()}")
+        text = await r.text()
+        return json.loads(text) if text else None
+
+
+async def _hub_users(http) -> list[dict]:
+    users, offset = [], 0
+    while True:  # paginated reads
+        page = await _hub(http, "GET", f"/users?state=active&offset={offset}&limit=200",
+                          None)
+        items = page["items"] if isinstance(page, dict) else page
+        users += items
+        if not isinstance(page, dict) or not page.get("_pagination", {}).get("next"):
+            return users
+        offset += len(items)
+
+
+async def _pods(namespaces: list[str]) -> list[dict]:
+    from kubernetes_asyncio import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        await config.load_kube_config()
+    async with client.ApiClient() as api:
+        core = client.CoreV1Api(api)
+        found = []
+        for ns in namespaces:
+            listing = await core.list_namespaced_pod(ns, label_selector=SELECTOR)
+            found += api.sanitize_for_serialization(listing)["items"]
+        return found
+
+
+async def resume_once(namespaces: list[str]) -> list[Resumable]:
+    import aiohttp
+
+    pods = await _pods(namespaces)
+    async with aiohttp.ClientSession() as http:
+        todo = resumable(pods, await _hub_users(http))
+        for item in todo:
+            path = f"/users/{quote(item.user)}/servers/{quote(item.server)}"
+            log.info("resuming %s's queued server %r (profile %s)", item.user, item.server,
+                     item.profile)
+            await _hub(http, "POST", path, {"profile": item.profile})
+    return todo
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m jupyterhub_gpu.resume",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spec", required=True, help="the platform spec (YAML)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s %(name)s] %(message)s")
+    namespaces = sorted({t.namespace for t in load_platform(args.spec).teams})
+    for attempt in range(30):  # the hub API may still be starting
+        try:
+            resumed = asyncio.run(resume_once(namespaces))
+            break
+        except Exception as e:  # noqa: BLE001 - retried, then reported
+            log.warning("resume attempt %d failed: %s", attempt + 1, e)
+            asyncio.run(asyncio.sleep(2))
+    else:
+        raise SystemExit("could not resume queued servers; see the warnings above")
+    log.info("resumed %d queued server(s); nothing more to do", len(resumed))
+    asyncio.run(_idle())
+
+
+async def _idle() -> None:
+    """Stay up: JupyterHub restarts a managed service that exits."""
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
