@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from kubespawner import KubeSpawner
+from kubespawner.clients import shared_client
 from tornado import web
 from traitlets import Dict, Instance, Unicode, default, validate
 
@@ -34,6 +35,7 @@ from .kueue import status as kstatus
 from .kueue.lifecycle import QueueWatch, SpawnRefused, wanted
 from .kueue.messages import stop_notice
 from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
+from .kueue.visibility import PendingWorkloads
 from .parse import load_platform, parse_platform
 from .spec import PROFILE_LABEL, QUEUE_LABEL, Platform
 
@@ -212,16 +214,27 @@ class GPUSpawner(KubeSpawner):
         grant = self.apply_profile(self.user_options)  # also sets the namespace
         self.gpu_stop_notice = None
         await self._start_watching_workloads()
+        pending = PendingWorkloads.shared(self.namespace, grant.team.local_queue)
         watch = self._queue_watch = QueueWatch(
             wanted(grant), grant.profile.queue_patience_seconds, pod=self._my_pod,
-            workloads=self._namespace_workloads, events=lambda: self.events)
+            workloads=self._namespace_workloads, events=lambda: self.events,
+            visible_position=pending.position)
         start = asyncio.ensure_future(super()._start())
-        guard = asyncio.ensure_future(watch.guard())
+        guard = asyncio.ensure_future(watch.guard(
+            lambda: self._refresh_positions(pending, watch)))
         try:
             await asyncio.wait([start, guard], return_when=asyncio.FIRST_COMPLETED)
         finally:
             guard.cancel()
         return await self._finish_start(grant, start, guard)
+
+    async def _refresh_positions(self, pending: PendingWorkloads, watch: QueueWatch) -> None:
+        """Ask Kueue's visibility API (shared, rate-limited) while we are queued."""
+        if watch.stage.key == "queued":
+            try:
+                await pending.refresh_if_stale(shared_client("CustomObjectsApi"))
+            except Exception as e:  # noqa: BLE001 - the watch still gives a position
+                self.log.warning("Kueue visibility API failed: %s", e)
 
     async def _finish_start(self, grant: Grant, start: asyncio.Future,
                             guard: asyncio.Future) -> Any:

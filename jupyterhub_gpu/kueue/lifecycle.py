@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from ..builders.pod import Grant
 from ..spec import SharingMode
@@ -52,6 +52,8 @@ class QueueWatch:
     workloads: Callable[[], list[dict]]  # the namespace's Workloads (shared reflector)
     events: Callable[[], list[dict]]  # this pod's events (shared event reflector)
     clock: Callable[[], float] = time.monotonic
+    # the position Kueue's visibility API gives a Workload (None: not served)
+    visible_position: Callable[[str], tuple[int, int] | None] = lambda name: None
     stage: Stage = field(init=False)
     queued_since: float | None = field(default=None, init=False)
     waited: float | None = field(default=None, init=False)  # seconds until admission
@@ -63,7 +65,10 @@ class QueueWatch:
         pod = self.pod()
         workloads = self.workloads() if pod else []
         workload = st.workload_for(pod, workloads) if pod else None
-        position = st.queue_position(workload, workloads) if workload else None
+        position = None
+        if workload is not None:
+            position = (self.visible_position(workload["metadata"]["name"])
+                        or st.queue_position(workload, workloads))
         self.stage = describe(self.wanted, pod, workload, position, self.events())
         self._time(self.stage.key)
         return self.stage
@@ -91,9 +96,12 @@ class QueueWatch:
                 "queue patience. Your request was withdrawn: try again later or choose "
                 "another profile.", "queue-timeout")
 
-    async def guard(self) -> None:
-        """Observe until refused (raises) or cancelled by the caller."""
+    async def guard(self, before_each: Callable[[], Any] | None = None) -> None:
+        """Observe until refused (raises) or cancelled by the caller; ``before_each``
+        (a coroutine function) refreshes shared state first."""
         while True:
+            if before_each is not None:
+                await before_each()
             self.observe()
             self.check()
             await asyncio.sleep(POLL_SECONDS)

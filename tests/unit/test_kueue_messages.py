@@ -167,3 +167,26 @@ def test_queue_watch_measures_the_wait_until_admission(platform):
     current["workloads"] = [workload("w", reserved=True)]
     assert watch.observe().key == "admitted"
     assert watch.waited == 42.0
+
+
+def test_visibility_positions_and_fallback():
+    from jupyterhub_gpu.kueue.visibility import PendingWorkloads, positions
+
+    summary = {"items": [
+        {"metadata": {"name": "pod-a-1"}, "positionInLocalQueue": 0, "priority": 1000},
+        {"metadata": {"name": "pod-b-2"}, "positionInLocalQueue": 1, "priority": 1000},
+        {"metadata": {"name": "pod-c-3"}, "positionInLocalQueue": 2, "priority": 100}]}
+    assert positions(summary) == {"pod-a-1": (1, 3), "pod-b-2": (2, 3), "pod-c-3": (3, 3)}
+    unknown = PendingWorkloads("ns", "q")
+    assert unknown.position("pod-a-1") is None  # not asked yet: the watch decides
+
+
+def test_queue_watch_prefers_the_visibility_position(platform):
+    grant = authorize(platform, UserRef("ann", frozenset({"data-science"})),
+                      {"profile": "a100-mig-3g"})
+    mine = workload("pod-mine", reserved=False, message=WAIT_MSG)
+    watch = QueueWatch(wanted(grant), 600, pod=pod, workloads=lambda: [mine], events=list,
+                       visible_position={"pod-mine": (4, 9)}.get)
+    assert watch.observe().message.endswith("position 4 of 9")
+    fallback = QueueWatch(wanted(grant), 600, pod=pod, workloads=lambda: [mine], events=list)
+    assert fallback.observe().message.endswith("position 1 of 1")
