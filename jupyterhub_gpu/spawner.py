@@ -224,6 +224,10 @@ class GPUSpawner(KubeSpawner):
             lambda: self._refresh_positions(pending, watch)))
         try:
             await asyncio.wait([start, guard], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the hub cancelled the spawn (the user stopped it)
+            start.cancel()
+            metrics.SPAWNS.labels(grant.profile.slug, "cancelled").inc()
+            raise
         finally:
             guard.cancel()
         return await self._finish_start(grant, start, guard)

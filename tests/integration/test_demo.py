@@ -201,3 +201,34 @@ async def _queued(kube, pod_name):
         return None
     workload = await kube.workload_for(pod)
     return (pod.metadata.uid, workload["metadata"]["name"]) if workload else None
+
+
+async def test_cancelling_a_queued_spawn_from_the_hub_leaves_nothing(hub, kube):
+    """The user stops a server that is still waiting in the queue (what the hub's
+    stop button and ``DELETE /users/:name/server`` do): pod and Workload go."""
+    alice = await _login_session("alice")
+    dave = await _login_session("dave")
+    try:
+        await _spawn_and_wait(alice, "alice", "a100-mig-3g")  # takes the only slice
+        async with dave.post(f"{URL}/hub/spawn", data={"profile": "a100-mig-3g",
+                                                       "_xsrf": _xsrf(dave)}) as r:
+            assert r.status == 200
+        await wait_for(lambda: _queued(kube, "jupyter-dave"), what="dave queued")
+        async with dave.delete(f"{URL}/hub/api/users/dave/server",
+                               headers={"X-XSRFToken": _xsrf(dave)}) as r:
+            assert r.status in (202, 204), await r.text()
+
+        async def nothing_left():
+            pods = await kube.core.list_namespaced_pod("jhub-data-science")
+            workloads = await kube.workloads("jhub-data-science")
+            return ("jupyter-dave" not in [p.metadata.name for p in pods.items]
+                    and not [w for w in workloads
+                             if w["metadata"]["name"].startswith("pod-jupyter-dave-")])
+
+        await wait_for(nothing_left, timeout=60, what="dave's pod and Workload to go")
+        await asyncio.sleep(3)  # and nothing comes back
+        assert await nothing_left()
+        assert (await _hub_server(dave, "dave")) is None
+    finally:
+        await alice.close()
+        await dave.close()
