@@ -79,8 +79,10 @@ async def render_pod(platform_file: str, user: str, groups: list[str], profile: 
                          hub=OfflineHub(), platform_file=platform_file)
     spawner.user_options = options
     spawner.apply_profile(options)
-    pod = ApiClient().sanitize_for_serialization(await spawner.get_pod_manifest())
+    async with ApiClient() as client:
+        pod = client.sanitize_for_serialization(await spawner.get_pod_manifest())
     pod["metadata"]["namespace"] = spawner.namespace  # where KubeSpawner creates it
+    await spawner.api.api_client.close()  # the (unused) client KubeSpawner opened
     return pod
 
 
