@@ -8,15 +8,21 @@ VENV ?= .venv
 SPEC ?= config/platform.yaml
 BIN := $(VENV)/bin
 
-.PHONY: install build demo test test-unit test-cluster clean
+.PHONY: install build demo test test-unit test-cluster docs clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test,demo]"
+	$(BIN)/pip install --quiet -e ".[test,demo,docs]"
 	touch $@
 
-install: $(VENV)/.installed
+# checkov (the IaC scan the Terraform tests run) pins packages that clash with
+# JupyterHub's, so it lives in a venv of its own.
+.venv-checkov/bin/checkov:
+	$(PYTHON) -m venv .venv-checkov
+	.venv-checkov/bin/pip install --quiet checkov
+
+install: $(VENV)/.installed .venv-checkov/bin/checkov
 
 build: install
 	$(BIN)/jupyterhub-gpu devcluster build
@@ -26,6 +32,10 @@ demo: build
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit
+	$(BIN)/jupyterhub-gpu check-bundle
+
+docs: install
+	$(BIN)/sphinx-build -W -b html docs docs/_build/html
 
 test-cluster: build
 	$(BIN)/python -m pytest tests/integration
@@ -34,4 +44,4 @@ test-cluster: build
 test: test-unit test-cluster
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-checkov .pytest_cache .hypothesis docs/_build

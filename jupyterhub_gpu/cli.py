@@ -13,6 +13,7 @@ from pathlib import Path
 from .builders.deviceplugin import config_map
 from .builders.kueue import kueue_objects
 from .builders.pod import OptionsRejected
+from .bundle.cli import add_bundle_parsers
 from .devcluster.cli import add_devcluster_parser
 from .devcluster.build import BuildError
 from .parse import SpecError, load_platform
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_manifests)
     add_devcluster_parser(sub)
     _add_demo(sub)
+    add_bundle_parsers(sub)
     return parser
 
 

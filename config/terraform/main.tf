@@ -1,0 +1,161 @@
+# An AKS cluster for jupyterhub-gpu: a small system pool for the hub, proxy,
+# user-scheduler, Kueue and the GPU Operator, and one autoscaled GPU pool per pool
+# of config/platform.yaml (var.gpu_pools, generated into pools.auto.tfvars.json).
+#
+# Static analysis: tests/unit/test_bundle_terraform.py runs checkov on this folder.
+# Each check skipped below says why, next to the resource (docs/terraform.md lists
+# them all).
+
+data "azurerm_client_config" "current" {}
+
+resource "azurerm_resource_group" "main" {
+  name     = var.name
+  location = var.location
+  tags     = var.tags
+}
+
+resource "azurerm_log_analytics_workspace" "main" {
+  name                = "${var.name}-logs"
+  location            = azurerm_resource_group.main.location
+  resource_group_name = azurerm_resource_group.main.name
+  sku                 = "PerGB2018"
+  retention_in_days   = var.log_retention_days
+  tags                = var.tags
+}
+
+resource "azurerm_kubernetes_cluster" "main" {
+  #checkov:skip=CKV_AZURE_115:A private API server needs a VPN or jump host to run helm and kubectl; the API is reached over Entra ID auth, optionally limited by api_server_authorized_ip_ranges.
+  #checkov:skip=CKV_AZURE_6:api_server_authorized_ip_ranges is a variable (docs/admin-guide.md sets it to the admin's address); its default is empty so that a first apply works from anywhere.
+  #checkov:skip=CKV_AZURE_117:OS and data disks use platform-managed encryption keys; a customer-managed disk encryption set is an organisation's choice, not the bundle's.
+  #checkov:skip=CKV_AZURE_227:Encryption at host needs the subscription feature Microsoft.Compute/EncryptionAtHost registered first; not every subscription has it.
+  #checkov:skip=CKV_AZURE_226:Ephemeral OS disks must fit the VM's cache or temp disk, which differs per GPU VM size; CUDA images need a large OS disk (var.gpu_os_disk_size_gb).
+  #checkov:skip=CKV_AZURE_232:The hub, proxy, user-scheduler, Kueue and the GPU Operator run on the system pool to keep the cluster small; GPU pools are tainted and scale to zero.
+  #checkov:skip=CKV_AZURE_172:The Key Vault Secrets Store CSI driver is not used (no key_vault_secrets_provider block), so there is nothing to rotate.
+  name                      = var.name
+  location                  = azurerm_resource_group.main.location
+  resource_group_name       = azurerm_resource_group.main.name
+  dns_prefix                = var.name
+  kubernetes_version        = var.kubernetes_version
+  sku_tier                  = "Standard"
+  automatic_upgrade_channel = "patch"
+  node_os_upgrade_channel   = "NodeImage"
+  azure_policy_enabled      = true
+  local_account_disabled    = true
+  oidc_issuer_enabled       = true
+  workload_identity_enabled = true
+  tags                      = var.tags
+
+  default_node_pool {
+    name                 = "system"
+    vm_size              = var.system_vm_size
+    auto_scaling_enabled = true
+    min_count            = var.system_min_count
+    max_count            = var.system_max_count
+    max_pods             = 110
+    upgrade_settings {
+      max_surge = "10%"
+    }
+  }
+
+  identity {
+    type = "SystemAssigned"
+  }
+
+  azure_active_directory_role_based_access_control {
+    azure_rbac_enabled = true
+    tenant_id          = data.azurerm_client_config.current.tenant_id
+  }
+
+  api_server_access_profile {
+    authorized_ip_ranges = var.api_server_authorized_ip_ranges
+  }
+
+  # Cilium enforces NetworkPolicies: z2jh's and config/team-namespaces.yaml's.
+  network_profile {
+    network_plugin      = "azure"
+    network_plugin_mode = "overlay"
+    network_data_plane  = "cilium"
+    network_policy      = "cilium"
+  }
+
+  oms_agent {
+    log_analytics_workspace_id = azurerm_log_analytics_workspace.main.id
+  }
+
+  # Scale to zero: a GPU node with no user pod left is removed after 10 minutes.
+  auto_scaler_profile {
+    scale_down_unneeded              = "10m"
+    scale_down_delay_after_add       = "10m"
+    scale_down_unready               = "20m"
+    scale_down_utilization_threshold = "0.5"
+    expander                         = "least-waste"
+    skip_nodes_with_local_storage    = false
+    skip_nodes_with_system_pods      = true
+    max_graceful_termination_sec     = "600"
+    max_node_provisioning_time       = "15m"
+  }
+
+  lifecycle {
+    ignore_changes = [default_node_pool[0].node_count]
+  }
+}
+
+# One autoscaled pool per GPU pool of the spec. Labels and taints are exactly what
+# GPUSpawner's pods select and tolerate; Kueue's ResourceFlavors name the same pools.
+resource "azurerm_kubernetes_cluster_node_pool" "gpu" {
+  #checkov:skip=CKV_AZURE_227:Encryption at host needs a subscription feature registration and GPU VM size support; see the cluster.
+  for_each              = var.gpu_pools
+  name                  = each.key
+  kubernetes_cluster_id = azurerm_kubernetes_cluster.main.id
+  mode                  = "User"
+  vm_size               = each.value.vm_size
+  auto_scaling_enabled  = true
+  min_count             = each.value.min_count
+  max_count             = each.value.max_count
+  node_count            = each.value.min_count
+  max_pods              = 110
+  os_disk_size_gb       = var.gpu_os_disk_size_gb
+  gpu_instance          = each.value.gpu_instance
+  gpu_driver            = var.gpu_driver
+  priority              = each.value.spot ? "Spot" : "Regular"
+  eviction_policy       = each.value.spot ? "Delete" : null
+  spot_max_price        = each.value.spot ? -1 : null
+  node_labels           = each.value.node_labels
+  node_taints           = each.value.node_taints
+  tags                  = var.tags
+
+  lifecycle {
+    ignore_changes = [node_count]
+  }
+}
+
+resource "azurerm_container_registry" "main" {
+  #checkov:skip=CKV_AZURE_139:AKS pulls over the public endpoint with its managed identity (AcrPull); a private endpoint needs a private DNS zone and VNet the bundle does not create.
+  #checkov:skip=CKV_AZURE_164:Content trust (signed images) is a Premium feature; the registry holds one hub image built from this repository.
+  #checkov:skip=CKV_AZURE_165:Geo-replication is a Premium feature; the hub image is pulled once per hub restart in one region.
+  #checkov:skip=CKV_AZURE_166:Quarantine is a Premium preview feature.
+  #checkov:skip=CKV_AZURE_167:Retention of untagged manifests is a Premium feature; images are pushed with explicit tags.
+  #checkov:skip=CKV_AZURE_233:Zone redundancy is a Premium feature.
+  #checkov:skip=CKV_AZURE_237:Dedicated data endpoints are a Premium feature.
+  name                = var.acr_name
+  resource_group_name = azurerm_resource_group.main.name
+  location            = azurerm_resource_group.main.location
+  sku                 = "Standard"
+  admin_enabled       = false
+  tags                = var.tags
+}
+
+# The cluster's kubelets pull the hub image.
+resource "azurerm_role_assignment" "acr_pull" {
+  scope                            = azurerm_container_registry.main.id
+  role_definition_name             = "AcrPull"
+  principal_id                     = azurerm_kubernetes_cluster.main.kubelet_identity[0].object_id
+  skip_service_principal_aad_check = true
+}
+
+# Local accounts are off: whoever runs Terraform administers the cluster via Entra ID.
+resource "azurerm_role_assignment" "cluster_admin" {
+  scope                = azurerm_kubernetes_cluster.main.id
+  role_definition_name = "Azure Kubernetes Service RBAC Cluster Admin"
+  principal_id         = data.azurerm_client_config.current.object_id
+}

@@ -1,0 +1,87 @@
+variable "name" {
+  description = "Name prefix of every resource: resource group, cluster, workspace."
+  type        = string
+  default     = "jupyterhub-gpu"
+}
+
+variable "location" {
+  description = "Azure region; it must offer the GPU VM sizes of the spec's pools."
+  type        = string
+  default     = "westeurope"
+}
+
+variable "kubernetes_version" {
+  description = "AKS Kubernetes minor version (e.g. \"1.33\"); null for AKS's default."
+  type        = string
+  default     = null
+}
+
+variable "acr_name" {
+  description = "Azure Container Registry for the hub image (globally unique, a-z0-9). helm-values/values.yaml expects <acr_name>.azurecr.io/jupyterhub-gpu-hub."
+  type        = string
+  default     = "jupyterhubgpu"
+}
+
+variable "system_vm_size" {
+  description = "VM size of the system pool: hub, proxy, user-scheduler, Kueue, GPU Operator."
+  type        = string
+  default     = "Standard_D4s_v5"
+}
+
+variable "system_min_count" {
+  description = "Smallest size of the system pool."
+  type        = number
+  default     = 1
+}
+
+variable "system_max_count" {
+  description = "Largest size of the system pool."
+  type        = number
+  default     = 3
+}
+
+variable "api_server_authorized_ip_ranges" {
+  description = "CIDRs allowed to reach the Kubernetes API (e.g. [\"203.0.113.7/32\"]); empty allows all."
+  type        = list(string)
+  default     = []
+}
+
+variable "gpu_driver" {
+  description = "AKS gpu_driver of the GPU pools: null or \"Install\" (AKS installs the NVIDIA driver, the default used by docs/admin-guide.md), or \"None\" (the GPU Operator installs it)."
+  type        = string
+  default     = null
+}
+
+variable "gpu_os_disk_size_gb" {
+  description = "OS disk of GPU nodes: CUDA notebook images are large."
+  type        = number
+  default     = 256
+}
+
+variable "log_retention_days" {
+  description = "Retention of the Log Analytics workspace that Container Insights writes to."
+  type        = number
+  default     = 30
+}
+
+variable "tags" {
+  description = "Tags on every resource."
+  type        = map(string)
+  default     = { app = "jupyterhub-gpu" }
+}
+
+# GENERATED: pools.auto.tfvars.json sets this from config/platform.yaml
+# (`jupyterhub-gpu bundle config/platform.yaml --write`). Do not set it by hand:
+# `jupyterhub-gpu check-bundle` proves the file agrees with the spec.
+variable "gpu_pools" {
+  description = "The GPU node pools of the platform spec, keyed by AKS pool name."
+  type = map(object({
+    vm_size      = string
+    min_count    = number
+    max_count    = number
+    spot         = bool
+    gpu_instance = optional(string)
+    node_labels  = map(string)
+    node_taints  = list(string)
+  }))
+}

@@ -1,0 +1,155 @@
+"""The comparisons behind ``jupyterhub-gpu check-bundle`` (pure: parsed files in,
+:class:`~.diff.Drift` out). Reading the files is :mod:`.cli`'s job.
+
+Each rendered file is compared with what the builders make from the spec, field by
+field; on top of that, the facts that tie the files together are checked by meaning:
+the resource each pool's device-plugin config advertises is the one Kueue and the
+pods count, and the Terraform node pools are wired from ``var.gpu_pools``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from ..builders.deviceplugin import config_map
+from ..builders.kueue import kueue_objects
+from ..spec import Platform, Pool, SharingMode
+from .diff import MISSING, Drift, compare_objects, field_diffs
+from .kueueconfig import kueue_configuration
+from .namespaces import MANAGED_LABEL, HubRef, team_objects
+from .terraform import tfvars
+
+#: How ``main.tf`` must wire each node pool attribute from ``var.gpu_pools``.
+TF_WIRING = {
+    "for_each": r"var\.gpu_pools",
+    "vm_size": r"each\.value\.vm_size",
+    "min_count": r"each\.value\.min_count",
+    "max_count": r"each\.value\.max_count",
+    "gpu_instance": r"each\.value\.gpu_instance",
+    "node_labels": r"each\.value\.node_labels",
+    "node_taints": r"each\.value\.node_taints",
+    "auto_scaling_enabled": r"true",
+    "priority": r'each\.value\.spot \? "Spot" : "Regular"',
+    "eviction_policy": r'each\.value\.spot \? "Delete" : null',
+    "spot_max_price": r"each\.value\.spot \? -1 : null",
+}
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The bundle's files, parsed. ``None`` means: not given, not checked."""
+
+    kueue: tuple[str, list] | None = None
+    device_plugin: tuple[str, list] | None = None
+    kueue_configuration: tuple[str, list] | None = None
+    team_namespaces: tuple[str, list] | None = None
+    terraform_vars: tuple[str, Any] | None = None
+    terraform_tf: tuple[str, str] | None = None
+    helm_values: list[tuple[str, dict]] = field(default_factory=list)
+
+
+def check_kueue(platform: Platform, file: str, docs: list) -> list[Drift]:
+    return compare_objects(file, kueue_objects(platform), docs)
+
+
+def advertised_resource(config: Any, pool: Pool) -> str:
+    """The resource the device plugin advertises on ``pool``'s nodes with ``config``."""
+    config = config if isinstance(config, dict) else {}
+    strategy = (config.get("flags") or {}).get("migStrategy", "none")
+    if strategy == "mixed" and pool.sharing.mode is SharingMode.MIG:
+        return f"nvidia.com/mig-{pool.sharing.mig_profile}"
+    for share in (config.get("sharing") or {}).values():
+        for res in (share or {}).get("resources") or []:
+            if res.get("name") == "nvidia.com/gpu":
+                rename = res.get("rename") or (
+                    "nvidia.com/gpu.shared" if share.get("renameByDefault") else None)
+                return rename or "nvidia.com/gpu"
+    return "nvidia.com/gpu"
+
+
+def check_device_plugin(platform: Platform, file: str, docs: list) -> list[Drift]:
+    found = next((d for d in docs if isinstance(d, dict) and d.get("kind") == "ConfigMap"), {})
+    namespace = (found.get("metadata") or {}).get("namespace", "gpu-operator")
+    expected = config_map(platform, namespace)
+    drifts = compare_objects(file, [expected], [found] if found else [])
+    data = found.get("data") or {}
+    for pool in platform.pools:
+        key = pool.device_plugin_config
+        if key not in data:
+            continue
+        actual = advertised_resource(yaml.safe_load(data[key]), pool)
+        if actual != pool.resource_name:
+            drifts.append(Drift(
+                file, f"ConfigMap {expected['metadata']['name']} key {key!r}",
+                f"resource advertised on pool {pool.name!r}", pool.resource_name, actual,
+                "Kueue's quota and the profiles' requests use the expected name"))
+    return drifts
+
+
+def check_kueue_configuration(file: str, docs: list) -> list[Drift]:
+    found = docs[0] if docs else MISSING
+    return [Drift(file, "Configuration", f, e, a)
+            for f, e, a in field_diffs(kueue_configuration(), found)]
+
+
+def check_team_namespaces(platform: Platform, file: str, docs: list,
+                          hub: HubRef, selector: dict | None) -> list[Drift]:
+    drifts = compare_objects(file, team_objects(platform, hub), docs)
+    wanted = (selector or {}).get("matchLabels") or {MANAGED_LABEL: "true"}
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind") == "Namespace":
+            labels = (doc.get("metadata") or {}).get("labels") or {}
+            for key, value in wanted.items():
+                if labels.get(key) != value:
+                    drifts.append(Drift(
+                        file, f"Namespace {doc['metadata'].get('name')}",
+                        f"metadata.labels.{key}", value, labels.get(key, MISSING),
+                        "Kueue's managedJobsNamespaceSelector would not manage its pods"))
+    return drifts
+
+
+def check_terraform_vars(platform: Platform, file: str, data: Any) -> list[Drift]:
+    expected = tfvars(platform)
+    drifts = []
+    for path, exp, act in field_diffs(expected, data):
+        parts = path.split(".")
+        if len(parts) < 2 or parts[0] != "gpu_pools":
+            drifts.append(Drift(file, "variables", path, exp, act))
+        elif len(parts) == 2:  # a whole pool missing or extra
+            drifts.append(Drift(file, f'gpu_pools["{parts[1]}"]', "(pool)",
+                                "absent" if exp is MISSING else "present",
+                                "missing" if act is MISSING else "present",
+                                "" if exp is MISSING else "the spec has this pool"))
+        else:
+            drifts.append(Drift(file, f'gpu_pools["{parts[1]}"]', ".".join(parts[2:]), exp, act))
+    return drifts
+
+
+def _node_pool_block(tf: str) -> str | None:
+    match = re.search(r'resource\s+"azurerm_kubernetes_cluster_node_pool"\s+"\w+"\s*\{', tf)
+    if not match:
+        return None
+    depth, i = 1, match.end()
+    while depth and i < len(tf):
+        depth += {"{": 1, "}": -1}.get(tf[i], 0)
+        i += 1
+    return tf[match.end():i - 1]
+
+
+def check_terraform_tf(file: str, tf: str) -> list[Drift]:
+    block = _node_pool_block(tf)
+    obj = 'resource "azurerm_kubernetes_cluster_node_pool"'
+    if block is None:
+        return [Drift(file, obj, "(resource)", "present", "missing")]
+    drifts = []
+    for attr, pattern in TF_WIRING.items():
+        line = re.search(rf"^\s*{attr}\s*=\s*(.+?)\s*$", block, re.M)
+        value = line.group(1) if line else MISSING
+        if line is None or not re.fullmatch(pattern, value):
+            drifts.append(Drift(file, obj, attr, pattern.replace("\\", ""), value,
+                                "node pools must come from the generated tfvars"))
+    return drifts

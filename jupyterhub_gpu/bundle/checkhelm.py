@@ -1,0 +1,171 @@
+"""``check-bundle`` on the z2jh Helm values: do they let the spec's pods run?
+
+The values files are merged as Helm merges ``-f`` files (mappings deep-merged, the
+last file winning on anything else); a drift names the file that set the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import posixpath
+import re
+from typing import Any, Iterator
+
+from ..builders.deviceplugin import node_labels
+from ..spec import AGENTPOOL_LABEL, Platform
+from .diff import MISSING, Drift
+from .helm import gpu_resources, login_groups, start_timeout
+from .namespaces import HUB_PORT, MANAGED_LABEL
+
+STOCK_HUB_IMAGE = "quay.io/jupyterhub/k8s-hub"
+_CONFIGURE = re.compile(r"configure_hub\(\s*c\s*,\s*[\"']([^\"']+)[\"']\s*\)")
+Values = list[tuple[str, dict]]
+
+
+def merge_values(files: Values) -> dict:
+    def merge(a: dict, b: dict) -> dict:
+        out = copy.deepcopy(a)
+        for key, value in b.items():
+            out[key] = (merge(out[key], value) if isinstance(value, dict)
+                        and isinstance(out.get(key), dict) else copy.deepcopy(value))
+        return out
+    merged: dict = {}
+    for _, values in files:
+        merged = merge(merged, values or {})
+    return merged
+
+
+def get(values: Any, path: str, default: Any = MISSING) -> Any:
+    for key in path.split("."):
+        if not isinstance(values, dict) or key not in values:
+            return default
+        values = values[key]
+    return values
+
+
+def source(files: Values, path: str) -> str:
+    """The last file that sets ``path`` (or the last file, if none does)."""
+    return next((name for name, v in reversed(files) if get(v, path) is not MISSING),
+                files[-1][0] if files else "helm values")
+
+
+def _drift(files: Values, path: str, expected: Any, found: Any, hint: str,
+           where: str | None = None) -> Drift:
+    """``where``: the path to look up the setting file by, when ``path`` ends in a
+    key with dots (a label)."""
+    return Drift(source(files, where or path), "z2jh values", path, expected, found, hint)
+
+
+def _spec_wiring(files: Values, values: dict) -> Iterator[Drift]:
+    configs = get(values, "hub.extraConfig", {}) or {}
+    paths = [m.group(1) for text in configs.values() if isinstance(text, str)
+             for m in [_CONFIGURE.search(text)] if m]
+    if not paths:
+        yield _drift(files, "hub.extraConfig", 'configure_hub(c, "<spec path>")', MISSING,
+                     "nothing wires GPUSpawner and the platform spec into the hub")
+        return
+    spec_dir = posixpath.dirname(paths[0])
+    volumes = {v.get("name"): v for v in get(values, "hub.extraVolumes", []) or []}
+    mounts = [m for m in get(values, "hub.extraVolumeMounts", []) or []
+              if m.get("mountPath") in (spec_dir, paths[0])]
+    if not any("configMap" in volumes.get(m.get("name"), {}) for m in mounts):
+        yield _drift(files, "hub.extraVolumeMounts", f"a ConfigMap volume at {spec_dir}",
+                     [m.get("mountPath") for m in get(values, "hub.extraVolumeMounts", []) or []],
+                     f"configure_hub reads {paths[0]}")
+
+
+def _timeouts(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
+    need = start_timeout(platform)
+    found = get(values, "singleuser.startTimeout", 300)
+    if not isinstance(found, int) or found < need:
+        yield _drift(files, "singleuser.startTimeout", f">= {need}", found,
+                     "the longest queuePatience + startTimeout of the profiles")
+
+
+def _scale_to_zero(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
+    if get(values, "scheduling.userPlaceholder.enabled", True) is not False:
+        yield _drift(files, "scheduling.userPlaceholder.enabled", False,
+                     get(values, "scheduling.userPlaceholder.enabled", True),
+                     "placeholder pods keep nodes up")
+    purpose = get(values, "scheduling.userPods.nodeAffinity.matchNodePurpose", "prefer")
+    if purpose == "require":
+        yield _drift(files, "scheduling.userPods.nodeAffinity.matchNodePurpose",
+                     "prefer or ignore", purpose,
+                     "GPU nodes carry no hub.jupyter.org/node-purpose=user label")
+    if get(values, "singleuser.extraNodeAffinity.required", []):
+        yield _drift(files, "singleuser.extraNodeAffinity.required", [],
+                     get(values, "singleuser.extraNodeAffinity.required"),
+                     "GPU pods must be free to land on their profile's pool")
+    for key, value in (get(values, "singleuser.nodeSelector", {}) or {}).items():
+        if key != AGENTPOOL_LABEL and any(node_labels(p).get(key) != value
+                                          for p in platform.pools):
+            yield _drift(files, f"singleuser.nodeSelector.{key}", MISSING, value,
+                         "not every GPU pool's nodes carry this label",
+                         where="singleuser.nodeSelector")
+    yield from _pullers(platform, files, values)
+
+
+def _tolerates(tolerations: list, key: str) -> bool:
+    return any(t.get("operator") == "Exists" and not t.get("key") or t.get("key") == key
+               for t in tolerations or [])
+
+
+def _pullers(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
+    tolerations = get(values, "prePuller.extraTolerations", []) or []
+    gpu_keys = sorted({t.key for p in platform.pools for t in p.taints})
+    if get(values, "prePuller.continuous.enabled", True) and any(
+            _tolerates(tolerations, k) for k in gpu_keys):
+        yield _drift(files, "prePuller.extraTolerations", f"none of {gpu_keys}",
+                     tolerations, "a continuous image puller would run on GPU nodes")
+
+
+def _user_scheduler(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
+    if not get(values, "scheduling.userScheduler.enabled", True):
+        return
+    fit = next((p for p in get(values, "scheduling.userScheduler.pluginConfig", []) or []
+                if p.get("name") == "NodeResourcesFit"), {})
+    scored = [r.get("name") for r in get(fit, "args.scoringStrategy.resources", []) or []]
+    missing = [r for r in gpu_resources(platform) if r not in scored]
+    if missing:
+        yield _drift(files, "scheduling.userScheduler.pluginConfig", f"scores {missing}",
+                     scored, "pack GPU units so idle GPU nodes empty and scale down")
+
+
+def _network(files: Values, values: dict) -> Iterator[Drift]:
+    if not get(values, "hub.networkPolicy.enabled", True):
+        return
+    for rule in get(values, "hub.networkPolicy.ingress", []) or []:
+        for peer in rule.get("from") or []:
+            if get(peer, f"namespaceSelector.matchLabels.{MANAGED_LABEL}", None) == "true":
+                return
+    yield _drift(files, "hub.networkPolicy.ingress",
+                 f"from namespaces labelled {MANAGED_LABEL}=true on port {HUB_PORT}",
+                 get(values, "hub.networkPolicy.ingress", []),
+                 "user servers in team namespaces could not reach the hub")
+
+
+def _login(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
+    for section, config in (get(values, "hub.config", {}) or {}).items():
+        allowed = (config or {}).get("allowed_groups") if isinstance(config, dict) else None
+        if allowed is None:
+            continue
+        missing = [g for g in login_groups(platform) if g not in allowed]
+        if missing:
+            yield _drift(files, f"hub.config.{section}.allowed_groups",
+                         f"to include {missing}", allowed,
+                         "members of these teams' groups could not log in")
+
+
+def _image(files: Values, values: dict) -> Iterator[Drift]:
+    name = get(values, "hub.image.name", STOCK_HUB_IMAGE)
+    if name == STOCK_HUB_IMAGE:
+        yield _drift(files, "hub.image.name", "an image built from config/Dockerfile",
+                     name, "the stock hub image lacks jupyterhub-gpu")
+
+
+def check_helm(platform: Platform, files: Values) -> list[Drift]:
+    values = merge_values(files)
+    return [*_spec_wiring(files, values), *_timeouts(platform, files, values),
+            *_scale_to_zero(platform, files, values), *_user_scheduler(platform, files, values),
+            *_network(files, values), *_login(platform, files, values),
+            *_image(files, values)]

@@ -1,0 +1,207 @@
+"""``jupyterhub-gpu bundle`` and ``jupyterhub-gpu check-bundle``.
+
+Wire into the main parser with ``add_bundle_parsers(subparsers)``; each subcommand
+sets ``func(args) -> int``. This module reads and writes files; everything it
+decides comes from the pure modules beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from ..parse import SpecError, load_platform
+from .check import (Bundle, check_device_plugin, check_kueue, check_kueue_configuration,
+                    check_team_namespaces, check_terraform_tf, check_terraform_vars)
+from .checkhelm import check_helm
+from .diff import Drift
+from .files import (GENERATED, HELM_GENERATED, KUEUE_CONFIGURATION, TEAM_NAMESPACES,
+                    render_file, render_files, write_files)
+from .namespaces import HubRef
+from .terraform import BundleError
+
+DEFAULT_SPEC = "config/platform.yaml"
+DEFAULT_HELM = ["helm-values/values.yaml", HELM_GENERATED]
+
+
+class _Unreadable(Exception):
+    def __init__(self, drift: Drift):
+        super().__init__(str(drift))
+        self.drift = drift
+
+
+def _read(path: str, parse: Callable[[str], Any]) -> tuple[str, Any]:
+    try:
+        return path, parse(Path(path).read_text())
+    except OSError as e:
+        raise _Unreadable(Drift(path, "(file)", "(file)", "readable",
+                                e.strerror or str(e))) from e
+    except (yaml.YAMLError, json.JSONDecodeError) as e:
+        raise _Unreadable(Drift(path, "(file)", "(syntax)", "valid YAML/JSON",
+                                str(e).splitlines()[0])) from e
+
+
+def _yaml_docs(text: str) -> list:
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+def _load(args: argparse.Namespace, problems: list[Drift]) -> Bundle:
+    def read(path: str | None, parse: Callable[[str], Any]) -> Any:
+        if path is None:
+            return None
+        try:
+            return _read(path, parse)
+        except _Unreadable as e:
+            problems.append(e.drift)
+            return None
+    tf_dir = Path(args.terraform) if args.terraform else None
+    tf_text = None
+    if tf_dir is not None:
+        sources = sorted(tf_dir.glob("*.tf"))
+        tf_text = (str(tf_dir), "\n".join(p.read_text() for p in sources)) if sources else None
+        if tf_text is None:
+            problems.append(Drift(str(tf_dir), "(directory)", "*.tf", "present", "missing"))
+    helm = [read(p, yaml.safe_load) for p in args.helm_values or []]
+    return Bundle(
+        kueue=read(args.kueue, _yaml_docs),
+        device_plugin=read(args.device_plugin, _yaml_docs),
+        kueue_configuration=read(args.kueue_configuration, _yaml_docs),
+        team_namespaces=read(args.team_namespaces, _yaml_docs),
+        terraform_vars=read(str(tf_dir / "pools.auto.tfvars.json"), json.loads)
+        if tf_dir else None,
+        terraform_tf=tf_text,
+        helm_values=[h for h in helm if h is not None],
+    )
+
+
+def run_checks(platform, bundle: Bundle, hub: HubRef) -> list[Drift]:
+    drifts: list[Drift] = []
+    if bundle.kueue:
+        drifts += check_kueue(platform, *bundle.kueue)
+    if bundle.device_plugin:
+        drifts += check_device_plugin(platform, *bundle.device_plugin)
+    selector = None
+    if bundle.kueue_configuration:
+        drifts += check_kueue_configuration(*bundle.kueue_configuration)
+        docs = bundle.kueue_configuration[1]
+        selector = (docs[0] or {}).get("managedJobsNamespaceSelector") if docs else None
+    if bundle.team_namespaces:
+        drifts += check_team_namespaces(platform, *bundle.team_namespaces, hub, selector)
+    if bundle.terraform_vars:
+        drifts += check_terraform_vars(platform, *bundle.terraform_vars)
+    if bundle.terraform_tf:
+        drifts += check_terraform_tf(*bundle.terraform_tf)
+    if bundle.helm_values:
+        drifts += check_helm(platform, bundle.helm_values)
+    return drifts
+
+
+def _check_bundle(args: argparse.Namespace) -> int:
+    platform = load_platform(args.spec)
+    problems: list[Drift] = []
+    bundle = _load(args, problems)
+    try:
+        drifts = problems + run_checks(platform, bundle, HubRef(args.hub_namespace))
+    except BundleError as e:
+        print(f"error: {args.spec}: {e}", file=sys.stderr)
+        return 1
+    if drifts:
+        print(f"check-bundle: {len(drifts)} difference(s) between {args.spec} and the "
+              f"bundle (expected: what the spec implies; found: what the file holds):")
+        for drift in drifts:
+            print(f"  - {drift}")
+        return 1
+    checked = sum(x is not None for x in (bundle.kueue, bundle.device_plugin,
+                                          bundle.kueue_configuration, bundle.team_namespaces,
+                                          bundle.terraform_vars, bundle.terraform_tf))
+    print(f"check-bundle: OK: {checked + len(bundle.helm_values)} file(s) agree with "
+          f"{args.spec} ({len(platform.pools)} pools, {len(platform.teams)} teams, "
+          f"{len(platform.profiles)} profiles)")
+    return 0
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    platform = load_platform(args.spec)
+    hub = HubRef(args.hub_namespace)
+    try:
+        if args.write:
+            for path in write_files(Path(args.root), render_files(platform, args.spec, hub)):
+                print(f"wrote {path}")
+            return 0
+        sys.stdout.write(render_file(platform, args.only, args.spec, hub))
+    except BundleError as e:
+        print(f"error: {args.spec}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _hub_namespace(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hub-namespace", default="jupyterhub", metavar="NS",
+                   help="namespace of the z2jh Helm release (default: jupyterhub)")
+
+
+def _add_bundle(sub: argparse._SubParsersAction) -> None:
+    names = "; ".join(f"{n}: {path}" for n, (path, _) in GENERATED.items())
+    p = sub.add_parser("bundle", help="render the spec-derived files of the AKS bundle",
+                       description="Print one generated file of the AKS deployment "
+                       f"bundle, or write them all with --write ({names}).")
+    p.add_argument("spec", metavar="SPEC", help="path of the platform spec (YAML)")
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--only", choices=list(GENERATED), help="print this file")
+    group.add_argument("--write", action="store_true",
+                       help="write every generated file under --root")
+    p.add_argument("--root", default=".", metavar="DIR",
+                   help="repository root to write under (default: .)")
+    _hub_namespace(p)
+    p.set_defaults(func=_bundle)
+
+
+def _add_check(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("check-bundle", help="prove the deployment bundle agrees with the spec",
+                       description="Compare the Helm values, Kueue objects, device-plugin "
+                       "config, team namespaces and Terraform with what SPEC implies: same "
+                       "pools, labels, taints, resource names and queues. Prints every "
+                       "difference (file, object, field) and exits 1 on any.")
+    p.add_argument("--spec", default=DEFAULT_SPEC, help=f"(default: {DEFAULT_SPEC})")
+    p.add_argument("--helm-values", nargs="*", default=DEFAULT_HELM, metavar="FILE",
+                   help="z2jh values files in `helm -f` order (default: "
+                   f"{' '.join(DEFAULT_HELM)}); give none to skip")
+    p.add_argument("--terraform", default="config/terraform", metavar="DIR",
+                   help="Terraform directory (default: config/terraform)")
+    p.add_argument("--kueue", default="config/kueue.yaml", metavar="FILE",
+                   help="Kueue objects (default: config/kueue.yaml)")
+    p.add_argument("--device-plugin", default="config/device-plugin.yaml", metavar="FILE",
+                   help="device-plugin ConfigMap (default: config/device-plugin.yaml)")
+    p.add_argument("--kueue-configuration", default=KUEUE_CONFIGURATION, metavar="FILE",
+                   help=f"Kueue's Configuration (default: {KUEUE_CONFIGURATION})")
+    p.add_argument("--team-namespaces", default=TEAM_NAMESPACES, metavar="FILE",
+                   help=f"team namespaces and the hub's RBAC (default: {TEAM_NAMESPACES})")
+    _hub_namespace(p)
+    p.set_defaults(func=_check_bundle)
+
+
+def add_bundle_parsers(sub: argparse._SubParsersAction) -> None:
+    """Add ``bundle`` and ``check-bundle`` to the ``jupyterhub-gpu`` parser."""
+    _add_bundle(sub)
+    _add_check(sub)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``bundle``/``check-bundle`` alone (until they are wired into the main CLI)."""
+    parser = argparse.ArgumentParser(prog="jupyterhub-gpu")
+    add_bundle_parsers(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""The part of the z2jh Helm values that follows from the spec:
+``helm-values/generated.yaml``, passed after ``helm-values/values.yaml``.
+
+* ``singleuser.startTimeout``: JupyterHub applies the spawner's ``start_timeout``
+  before GPUSpawner has loaded the user's profile, so the chart-wide value must not
+  cut short any profile's wait: it is the largest ``queuePatience + startTimeout``
+  of all profiles (the time a user may sit in the Kueue queue plus the time from
+  admission to a running server). Shorter profiles are bounded by their own
+  patience, not by this value.
+* ``scheduling.userScheduler.pluginConfig``: z2jh's user-scheduler packs pods onto
+  the busiest node (``MostAllocated``) so that idle nodes empty and the autoscaler
+  removes them. Its default scores cpu and memory only; here every GPU resource the
+  pools advertise is scored too, so time-sliced shares and MIG slices fill one node
+  before the next is started.
+* ``hub.config.OAuthenticator``: who may log in -- the members of the spec's teams'
+  groups (``manage_groups`` makes the token's groups the user's JupyterHub groups,
+  which GPUSpawner reads). Set on the OAuthenticator base class so it applies to
+  whichever OAuthenticator ``hub.config.JupyterHub.authenticator_class`` names.
+"""
+
+from __future__ import annotations
+
+from ..spec import Platform
+
+GPU_SCORE_WEIGHT = 10  # GPU units dominate cpu/memory (weight 1 each) when packing
+
+
+def start_timeout(platform: Platform) -> int:
+    return max((p.queue_patience_seconds + p.start_timeout_seconds
+                for p in platform.profiles), default=300)
+
+
+def gpu_resources(platform: Platform) -> list[str]:
+    return sorted({pool.resource_name for pool in platform.pools})
+
+
+def scoring_resources(platform: Platform) -> list[dict]:
+    return [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1},
+            *({"name": r, "weight": GPU_SCORE_WEIGHT} for r in gpu_resources(platform))]
+
+
+def login_groups(platform: Platform) -> list[str]:
+    return sorted({g for team in platform.teams for g in team.groups})
+
+
+def generated_values(platform: Platform) -> dict:
+    """Helm values derived from ``platform`` (validated against z2jh's schema)."""
+    return {
+        "hub": {"config": {"OAuthenticator": {
+            "manage_groups": True, "allowed_groups": login_groups(platform)}}},
+        "singleuser": {"startTimeout": start_timeout(platform)},
+        "scheduling": {"userScheduler": {"pluginConfig": [{
+            "name": "NodeResourcesFit",
+            "args": {"scoringStrategy": {"type": "MostAllocated",
+                                         "resources": scoring_resources(platform)}},
+        }]}},
+    }

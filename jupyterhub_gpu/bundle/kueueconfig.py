@@ -1,0 +1,46 @@
+"""Kueue's manager ``Configuration`` (``config.kueue.x-k8s.io/v1beta2``) for AKS.
+
+It does not depend on the spec: every team namespace carries the same label
+(:data:`~.namespaces.MANAGED_LABEL`), so adding a team never means restarting Kueue.
+
+* only the ``pod`` integration: notebooks are plain pods;
+* ``managedJobsNamespaceSelector`` picks the team namespaces only. For pod-based
+  integrations this is a strong exemption: the hub, the proxy, the user-scheduler
+  and every system pod are never gated, whatever labels they carry, and a LocalQueue
+  named ``default`` (which captures every unlabelled pod of its namespace) can only
+  matter in a team namespace;
+* ``manageJobsWithoutQueueName: false``: a pod without a queue label is not held;
+* fair sharing on, with Kueue's two preemption strategies in the documented order,
+  so the ClusterQueues' ``fairSharing.weight`` take effect.
+
+Install it with Kueue's Helm chart: ``--set-file
+managerConfig.controllerManagerConfigYaml=config/kueue-configuration.yaml`` (the
+chart also uses ``managedJobsNamespaceSelector`` for its pod webhooks).
+"""
+
+from __future__ import annotations
+
+from .namespaces import MANAGED_LABEL
+
+CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
+FAIR_SHARING_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+
+
+def kueue_configuration() -> dict:
+    """The manager configuration Kueue's chart puts in ``kueue-manager-config``."""
+    return {
+        "apiVersion": CONFIG_API_VERSION,
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {"groupKindConcurrency": {
+            "Pod": 5, "Workload.kueue.x-k8s.io": 5, "LocalQueue.kueue.x-k8s.io": 1,
+            "ClusterQueue.kueue.x-k8s.io": 1, "ResourceFlavor.kueue.x-k8s.io": 1}},
+        "clientConnection": {"qps": 50, "burst": 100},
+        "manageJobsWithoutQueueName": False,
+        "managedJobsNamespaceSelector": {"matchLabels": {MANAGED_LABEL: "true"}},
+        "integrations": {"frameworks": ["pod"]},
+        "fairSharing": {"preemptionStrategies": list(FAIR_SHARING_STRATEGIES)},
+    }

@@ -1,0 +1,130 @@
+"""Team namespaces and what the hub may do in them.
+
+z2jh's hub Role is namespaced to the Helm release's namespace, but GPUSpawner starts
+each user's pod in the namespace of the user's team. So every team namespace gets:
+
+* the Namespace, labelled so that Kueue manages pods there (and only there) and the
+  hub's NetworkPolicy lets its user servers in;
+* a Role and RoleBinding for the hub's ServiceAccount: KubeSpawner's own needs
+  (pods, PVCs, events -- one pod and one event reflector per namespace, no
+  cluster-wide watch) and reading Kueue Workloads, LocalQueues and the visibility
+  API's pending workloads;
+* a NetworkPolicy for the user servers like the one z2jh puts in its own namespace;
+* the checkpoint PVC named in the spec (Azure Files, ReadWriteMany).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..spec import Platform, Team
+
+MANAGED_LABEL = "jupyterhub-gpu/managed"  # Kueue's managedJobsNamespaceSelector
+TEAM_NAMESPACE_LABEL = "jupyterhub-gpu/team"
+ROLE_NAME = "jupyterhub-gpu-hub"
+NETWORK_POLICY_NAME = "jupyterhub-gpu-singleuser"
+METADATA_SERVER = "169.254.169.254/32"
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+SINGLEUSER_PORT = 8888
+HUB_PORT = 8081
+
+_READ = ["get", "list", "watch"]
+HUB_RULES: tuple[dict, ...] = (
+    # KubeSpawner: the user's pod and home PVC (created and deleted by the hub)
+    {"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims"],
+     "verbs": [*_READ, "create", "delete"]},
+    # KubeSpawner's event reflector: progress messages on the spawn page
+    {"apiGroups": [""], "resources": ["events"], "verbs": list(_READ)},
+    # Kueue: the Workload of each queued pod and the team's LocalQueue
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"],
+     "verbs": list(_READ)},
+    # Kueue's visibility API: a pending pod's position in its LocalQueue
+    {"apiGroups": ["visibility.kueue.x-k8s.io"],
+     "resources": ["localqueues/pendingworkloads"], "verbs": list(_READ)},
+)
+
+
+@dataclass(frozen=True)
+class HubRef:
+    """Where z2jh runs the hub: the Helm release namespace and the hub's
+    ServiceAccount (``hub`` unless ``fullnameOverride`` is set)."""
+
+    namespace: str = "jupyterhub"
+    service_account: str = "hub"
+
+
+@dataclass(frozen=True)
+class CheckpointVolume:
+    """How the checkpoint PVC of the spec is provisioned on AKS."""
+
+    storage_class: str = "azurefile-csi"  # built into AKS: Azure Files, RWX
+    size: str = "100Gi"
+
+
+def namespace(team: Team) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": team.namespace,
+                         "labels": {MANAGED_LABEL: "true", TEAM_NAMESPACE_LABEL: team.name}}}
+
+
+def hub_role(team: Team) -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": ROLE_NAME, "namespace": team.namespace},
+            "rules": [dict(rule, verbs=list(rule["verbs"])) for rule in HUB_RULES]}
+
+
+def hub_role_binding(team: Team, hub: HubRef) -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": ROLE_NAME, "namespace": team.namespace},
+            "subjects": [{"kind": "ServiceAccount", "name": hub.service_account,
+                          "namespace": hub.namespace}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": ROLE_NAME}}
+
+
+def _from_hub_pods(hub: HubRef, components: list[str]) -> dict:
+    return {"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": hub.namespace}},
+            "podSelector": {"matchExpressions": [
+                {"key": "component", "operator": "In", "values": components}]}}
+
+
+def network_policy(team: Team, hub: HubRef) -> dict:
+    """User servers: reached only by the hub and proxy; reach the hub, DNS and the
+    internet, but not the cloud metadata server or other private addresses (z2jh's
+    singleuser defaults)."""
+    egress = [
+        {"to": [_from_hub_pods(hub, ["hub"])], "ports": [{"port": HUB_PORT}]},
+        {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+        {"to": [{"ipBlock": {"cidr": "0.0.0.0/0",
+                             "except": [*PRIVATE_RANGES, METADATA_SERVER]}}]},
+    ]
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": NETWORK_POLICY_NAME, "namespace": team.namespace},
+            "spec": {"podSelector": {"matchLabels": {"component": "singleuser-server"}},
+                     "policyTypes": ["Ingress", "Egress"],
+                     "ingress": [{"from": [_from_hub_pods(hub, ["hub", "proxy"])],
+                                  "ports": [{"port": SINGLEUSER_PORT}]}],
+                     "egress": egress}}
+
+
+def checkpoint_claim(platform: Platform, team: Team, volume: CheckpointVolume) -> dict | None:
+    storage = platform.checkpoint_storage
+    if storage is None:
+        return None
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": storage.claim_name, "namespace": team.namespace},
+            "spec": {"accessModes": ["ReadWriteMany"],
+                     "storageClassName": volume.storage_class,
+                     "resources": {"requests": {"storage": volume.size}}}}
+
+
+def team_objects(platform: Platform, hub: HubRef = HubRef(),
+                 volume: CheckpointVolume = CheckpointVolume()) -> list[dict]:
+    """Everything each team namespace needs, in an order ``kubectl apply`` accepts."""
+    objects: list[dict] = []
+    for team in platform.teams:
+        claim = checkpoint_claim(platform, team, volume)
+        objects += [namespace(team), hub_role(team), hub_role_binding(team, hub),
+                    network_policy(team, hub), *([claim] if claim else [])]
+    return objects

@@ -1,0 +1,190 @@
+"""The generated configuration reference of the docs (``docs/reference/*.md``).
+
+* The spec: the fields of every section are taken from the parser itself (it lists
+  them in its "unknown field; allowed: ..." error), so a field added to
+  :mod:`jupyterhub_gpu.parse` and not described here fails a unit test; the valid
+  GPU models, VM sizes and sharing modes come from :mod:`jupyterhub_gpu.gpus`.
+* The traits: ``GPUSpawner``'s own configurable traits with their ``help``, and the
+  KubeSpawner traits a profile sets, with KubeSpawner's ``help``.
+
+Pure: :func:`spec_reference` and :func:`traits_reference` return Markdown text.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+from ..gpus import GPU_MODELS, VM_SIZES
+from ..parse import SpecError, parse_platform
+from ..spec import SharingMode
+
+PROBE = "__probe__"
+_ALLOWED = re.compile(rf"{PROBE}: unknown field; allowed: (.+)$")
+
+#: section -> (title, a spec whose only problem there is the probe field)
+SECTIONS: dict[str, tuple[str, dict]] = {
+    "spec": ("Top level", {PROBE: 1}),
+    "pool": ("`pools[]`: GPU node pools", {"pools": [{PROBE: 1}]}),
+    "sharing": ("`pools[].sharing`", {"pools": [{"sharing": {PROBE: 1}}]}),
+    "team": ("`teams[]`", {"teams": [{PROBE: 1}]}),
+    "priority": ("`priorities[]`", {"priorities": [{PROBE: 1}]}),
+    "profile": ("`profiles[]`", {"profiles": [{PROBE: 1}]}),
+    "checkpoint": ("`profiles[].checkpoint`", {"profiles": [{"checkpoint": {PROBE: 1}}]}),
+    "gpuIdle": ("`profiles[].gpuIdle`", {"profiles": [{"gpuIdle": {PROBE: 1}}]}),
+    "checkpointStorage": ("`checkpointStorage`", {"checkpointStorage": {PROBE: 1}}),
+}
+
+REQUIRED = "required"
+#: section -> field -> (type, default, description)
+FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
+    "spec": {
+        "pools": ("list", REQUIRED, "The AKS GPU node pools."),
+        "teams": ("list", REQUIRED, "Teams: groups, namespace, Kueue queue and quota."),
+        "priorities": ("list", REQUIRED, "Kueue WorkloadPriorityClasses."),
+        "profiles": ("list", REQUIRED, "What users choose on the spawn form."),
+        "checkpointStorage": ("mapping", "none", "The ReadWriteMany PVC for checkpoints."),
+    },
+    "pool": {
+        "name": ("string", REQUIRED, "AKS agent pool name: a-z then a-z0-9, at most 12. "
+                 "Pods select it with `kubernetes.azure.com/agentpool`."),
+        "vmSize": ("string", REQUIRED, "Azure VM size, e.g. `Standard_NC24ads_A100_v4`."),
+        "gpu": ("string", REQUIRED, "GPU model; must match the VM size."),
+        "gpusPerNode": ("integer", "from vmSize", "Required for VM sizes not listed below."),
+        "sharing": ("mapping", REQUIRED, "How one GPU is shared (see `sharing`)."),
+        "spot": ("boolean", "false", "An Azure Spot pool: cheaper, may be evicted."),
+        "minNodes": ("integer", "0", "Smallest size; 0 lets the pool scale to zero."),
+        "maxNodes": ("integer", "1", "Largest size the cluster autoscaler may reach."),
+        "pricePerNodeHour": ("number", "0", "Price of one node-hour, for the spawn form."),
+        "cpusPerNode": ("integer", "from vmSize", "vCPUs of one node."),
+        "memoryPerNode": ("quantity", "from vmSize", "Memory of one node, e.g. `220Gi`."),
+    },
+    "sharing": {
+        "mode": ("string", REQUIRED, "`exclusive`, `mig`, `mps` or `timeslicing`."),
+        "migProfile": ("string", "mode mig only", "MIG instance profile, e.g. `3g.40gb`."),
+        "replicas": ("integer >= 2", "mps and timeslicing only", "Shares per GPU."),
+    },
+    "team": {
+        "name": ("DNS label", REQUIRED, "Also the name of its ClusterQueue and LocalQueue."),
+        "groups": ("list of strings", REQUIRED, "JupyterHub groups whose members belong to "
+                   "the team (the first matching team wins)."),
+        "namespace": ("namespace name", REQUIRED, "Where the team's user pods run."),
+        "quota": ("pool -> integer", REQUIRED, "Nominal quota per pool, in the pool's GPU "
+                  "units (GPUs, MIG slices or shares)."),
+        "cohort": ("DNS label", "`jupyterhub-gpu`", "Kueue cohort: teams in one cohort "
+                   "borrow each other's unused quota."),
+        "borrowingLimit": ("pool -> integer", "unlimited", "Most units borrowed per pool."),
+        "lendingLimit": ("pool -> integer", "unlimited", "Most units lent per pool."),
+        "fairShareWeight": ("integer", "Kueue's (1)", "Fair-sharing weight of the team."),
+    },
+    "priority": {
+        "name": ("DNS label", REQUIRED, "WorkloadPriorityClass name."),
+        "value": ("integer", REQUIRED, "Higher values preempt lower ones."),
+        "description": ("string", "empty", "Shown to admins."),
+        "preemptible": ("boolean", "false", "Workloads at or below it may be preempted "
+                        "when another team reclaims borrowed quota."),
+    },
+    "profile": {
+        "slug": ("DNS label", REQUIRED, "The form value and the pod's profile label."),
+        "displayName": ("string", REQUIRED, "Title on the spawn form."),
+        "description": ("string", "empty", "Text on the spawn form."),
+        "pool": ("pool name", REQUIRED, "The pool the server runs on."),
+        "gpus": ("integer", "1", "Units of the pool's GPU resource (1 on shared pools)."),
+        "cpu": ("cpu quantity", REQUIRED, "CPU guarantee and limit, e.g. `8` or `500m`."),
+        "memory": ("quantity", REQUIRED, "Memory guarantee and limit, e.g. `96Gi`."),
+        "image": ("string", REQUIRED, "Notebook image."),
+        "priority": ("priority name", REQUIRED, "The Kueue priority of the server."),
+        "idleTimeout": ("duration", "30m", "Idle time before the culler stops the server."),
+        "maxAge": ("duration", "none", "Age at which the culler stops the server."),
+        "queuePatience": ("duration", "10m", "How long a user waits in the Kueue queue."),
+        "startTimeout": ("duration", "5m", "From admission to a running server."),
+        "gpuIdle": ("mapping", "none", "Cull on low GPU use (see `gpuIdle`)."),
+        "allowedGroups": ("list of strings", "every team member", "Groups that may use it."),
+        "checkpoint": ("mapping", "off", "Checkpoint storage and grace period."),
+        "default": ("boolean", "false", "Preselected on the form."),
+    },
+    "checkpoint": {
+        "enabled": ("boolean", "true", "Mount the checkpoint PVC (per-user subPath)."),
+        "gracePeriod": ("duration", "30s", "terminationGracePeriodSeconds; at most 30s on "
+                        "spot pools (Azure's eviction notice)."),
+    },
+    "gpuIdle": {
+        "threshold": ("percent", REQUIRED, "GPU utilisation below which the GPU is idle."),
+        "window": ("duration", REQUIRED, "How long it must stay idle."),
+    },
+    "checkpointStorage": {
+        "claimName": ("PVC name", REQUIRED, "The PVC in every team namespace."),
+        "mountPath": ("path", "`/home/jovyan/checkpoints`", "Where it is mounted."),
+    },
+}
+
+
+def allowed_fields(section: str) -> list[str]:
+    """The fields the parser accepts in ``section``, in its order."""
+    try:
+        parse_platform(SECTIONS[section][1])
+    except SpecError as e:
+        for error in e.errors:
+            match = _ALLOWED.search(error)
+            if match:
+                return match.group(1).split(", ")
+    raise AssertionError(f"the parser did not list the fields of {section}")
+
+
+def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _facts() -> str:
+    gpus = [(f"`{g.name}`", g.product, ", ".join(p.name for p in g.mig) or "none")
+            for g in GPU_MODELS.values()]
+    vms = [(f"`{v.name}`", str(v.gpus), v.gpu, str(v.cpus), f"{v.memory_gib}Gi")
+           for v in VM_SIZES.values()]
+    return ("## Known GPU models\n\n" + _table(gpus, ("gpu", "product label", "MIG profiles"))
+            + "\n## Known VM sizes\n\n"
+            + _table(vms, ("vmSize", "GPUs", "gpu", "vCPUs", "memory"))
+            + "\nSharing modes: " + ", ".join(f"`{m.value}`" for m in SharingMode) + ".\n")
+
+
+def spec_reference() -> str:
+    out = ["# Platform spec reference\n",
+           "Generated from the parser (`jupyterhub_gpu.parse`) by "
+           "`jupyterhub_gpu.bundle.reference`; do not edit. Durations are like `90s`, "
+           "`30m`, `8h` or `1h30m`; quantities like `12Gi`. Validate a spec with "
+           "`jupyterhub-gpu validate SPEC`.\n"]
+    for section, (title, _) in SECTIONS.items():
+        rows = [(f"`{name}`", *FIELDS[section][name]) for name in allowed_fields(section)]
+        out.append(f"## {title}\n\n" + _table(rows, ("field", "type", "default", "meaning")))
+    out.append(_facts())
+    return "\n".join(out)
+
+
+def _help(trait) -> str:
+    return inspect.cleandoc(trait.help or "").strip() or "(no help)"
+
+
+def traits_reference() -> str:
+    from ..builders.pod import SpawnSettings
+    from ..spawner import GPUSpawner
+
+    out = ["# GPUSpawner traits\n",
+           "Generated from the traits' `help` by `jupyterhub_gpu.bundle.reference`; do "
+           "not edit. Set them in `jupyterhub_config.py` (`c.GPUSpawner.<name>`) or, with "
+           "the z2jh chart, under `hub.config.GPUSpawner`.\n",
+           "## Traits GPUSpawner adds\n"]
+    own = GPUSpawner.class_own_traits(config=True)
+    for name in sorted(own):
+        trait = own[name]
+        out.append(f"### `{name}`\n\nType `{type(trait).__name__}`, default "
+                   f"`{trait.default()!r}`.\n\n```text\n{_help(trait)}\n```\n")
+    out.append("## KubeSpawner traits a profile sets\n\nOn every spawn GPUSpawner first "
+               "restores these to the values you configured, then applies the profile: "
+               "dicts are merged (the profile wins), lists appended to, other values "
+               "replaced.\n")
+    traits = GPUSpawner.class_traits()
+    for name in SpawnSettings.trait_names():
+        first = _help(traits[name]).split("\n\n")[0]
+        out.append(f"### `{name}`\n\n```text\n{first}\n```\n")
+    return "\n".join(out)

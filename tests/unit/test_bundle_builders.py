@@ -1,0 +1,202 @@
+"""Golden tests of the bundle's pure builders: team namespaces and the hub's RBAC,
+Kueue's Configuration, the Terraform pool variables and the generated Helm values."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from jupyterhub_gpu.builders.deviceplugin import pool_labels
+from jupyterhub_gpu.bundle import helm, kueueconfig, namespaces, terraform
+from jupyterhub_gpu.devcluster import kueue_setup
+from jupyterhub_gpu.devcluster.build import K8S_VERSION, PINS
+from jupyterhub_gpu.parse import parse_platform
+
+SCHEMA_VERSION = K8S_VERSION.lstrip("v").rsplit(".", 1)[0]
+READ = ["get", "list", "watch"]
+
+
+def test_namespace_and_hub_rbac(platform):
+    team = platform.teams[0]
+    hub = namespaces.HubRef("hub-ns", "hub-sa")
+    assert namespaces.namespace(team) == {
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "jhub-data-science", "labels": {
+            "jupyterhub-gpu/managed": "true", "jupyterhub-gpu/team": "data-science"}}}
+    assert namespaces.hub_role(team)["rules"] == [
+        {"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims"],
+         "verbs": [*READ, "create", "delete"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": READ},
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"],
+         "verbs": READ},
+        {"apiGroups": ["visibility.kueue.x-k8s.io"],
+         "resources": ["localqueues/pendingworkloads"], "verbs": READ},
+    ]
+    assert namespaces.hub_role_binding(team, hub) == {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "jupyterhub-gpu-hub", "namespace": "jhub-data-science"},
+        "subjects": [{"kind": "ServiceAccount", "name": "hub-sa", "namespace": "hub-ns"}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "jupyterhub-gpu-hub"}}
+
+
+def test_team_objects_cover_every_team_and_are_valid(platform):
+    objects = namespaces.team_objects(platform)
+    kinds = [(o["kind"], o["metadata"].get("namespace", o["metadata"]["name"])) for o in objects]
+    for team in platform.teams:
+        for kind in ("Namespace", "Role", "RoleBinding", "NetworkPolicy",
+                     "PersistentVolumeClaim"):
+            assert (kind, team.namespace) in kinds
+    for obj in objects:
+        kubernetes_validate.validate(obj, SCHEMA_VERSION, strict=True)
+
+
+def test_network_policy_admits_only_hub_and_proxy(platform):
+    policy = namespaces.network_policy(platform.teams[0], namespaces.HubRef())
+    ingress = policy["spec"]["ingress"]
+    assert ingress == [{"from": [{
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "jupyterhub"}},
+        "podSelector": {"matchExpressions": [
+            {"key": "component", "operator": "In", "values": ["hub", "proxy"]}]}}],
+        "ports": [{"port": 8888}]}]
+    internet = policy["spec"]["egress"][-1]["to"][0]["ipBlock"]
+    assert "169.254.169.254/32" in internet["except"] and "10.0.0.0/8" in internet["except"]
+
+
+def test_checkpoint_claim_follows_the_spec(platform, example_spec):
+    claim = namespaces.checkpoint_claim(platform, platform.teams[1],
+                                        namespaces.CheckpointVolume("azurefile-premium", "1Ti"))
+    assert claim["metadata"] == {"name": "jupyterhub-gpu-checkpoints",
+                                 "namespace": "jhub-ml-eng"}
+    assert claim["spec"] == {"accessModes": ["ReadWriteMany"],
+                             "storageClassName": "azurefile-premium",
+                             "resources": {"requests": {"storage": "1Ti"}}}
+    del example_spec["checkpointStorage"]
+    for profile in example_spec["profiles"]:
+        profile.pop("checkpoint", None)
+    kinds = {o["kind"] for o in namespaces.team_objects(parse_platform(example_spec))}
+    assert "PersistentVolumeClaim" not in kinds
+
+
+def test_kueue_configuration_golden():
+    config = kueueconfig.kueue_configuration()
+    assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
+    assert config["integrations"] == {"frameworks": ["pod"]}
+    assert config["manageJobsWithoutQueueName"] is False
+    assert config["managedJobsNamespaceSelector"] == {
+        "matchLabels": {"jupyterhub-gpu/managed": "true"}}
+    assert config["fairSharing"] == {
+        "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+    assert "namespace" not in config  # the chart's release namespace applies
+
+
+def test_dev_cluster_manages_the_same_namespaces():
+    assert namespaces.MANAGED_LABEL == kueue_setup.MANAGED_LABEL
+
+
+def _go_json_fields(source: str) -> set[str]:
+    return set(re.findall(r'json:"([A-Za-z]+)[,"]', source))
+
+
+def test_kueue_configuration_fields_exist_in_kueue(kueue_crds):
+    """Every key is a field of Kueue's Configuration type at the pinned version
+    (``kueue_crds`` provides the module; its apis/config holds the Go types)."""
+    pin = PINS["kueue"]
+    out = subprocess.run(["go", "mod", "download", "-json", f"{pin.module}@{pin.version}"],
+                         capture_output=True, text=True, check=True)
+    types = Path(json.loads(out.stdout)["Dir"]) / "apis" / "config" / "v1beta2"
+    known = _go_json_fields((types / "configuration_types.go").read_text())
+    known |= {"apiVersion", "kind", "leaderElect", "resourceName"}  # TypeMeta, component-base
+
+    def keys(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key not in ("groupKindConcurrency", "matchLabels"):
+                    yield key
+                    yield from keys(value)
+    unknown = sorted(set(keys(kueueconfig.kueue_configuration())) - known)
+    assert unknown == [], f"not fields of Kueue {pin.version}'s Configuration: {unknown}"
+
+
+def test_tfvars_golden(platform):
+    assert terraform.tfvars(platform)["gpu_pools"]["a100spot"] == {
+        "vm_size": "Standard_NC24ads_A100_v4", "min_count": 0, "max_count": 5,
+        "spot": True, "gpu_instance": None,
+        "node_labels": {"kubernetes.azure.com/scalesetpriority": "spot",
+                        "nvidia.com/device-plugin.config": "default",
+                        "nvidia.com/mig.config": "all-disabled"},
+        "node_taints": ["nvidia.com/gpu=present:NoSchedule",
+                        "kubernetes.azure.com/scalesetpriority=spot:NoSchedule"]}
+    mig = terraform.tfvars(platform)["gpu_pools"]["a100mig"]
+    assert mig["gpu_instance"] == "MIG3g" and mig["spot"] is False
+    assert mig["node_labels"]["nvidia.com/mig.config"] == "all-3g.40gb"
+
+
+def test_tfvars_taints_and_labels_are_what_the_spawner_selects(platform):
+    for pool in platform.pools:
+        entry = terraform.pool_vars(pool)
+        assert entry["node_taints"] == [f"{t['key']}={t['value']}:{t['effect']}"
+                                        for t in (t.as_dict() for t in pool.taints)]
+        assert pool_labels(pool).items() <= entry["node_labels"].items()
+
+
+@pytest.mark.parametrize("mig, expected", [
+    ("1g.10gb", "MIG1g"), ("2g.20gb", "MIG2g"), ("3g.40gb", "MIG3g"),
+    ("4g.40gb", "MIG4g"), ("7g.80gb", "MIG7g")])
+def test_gpu_instance_for_each_aks_mig_profile(platform, mig, expected):
+    pool = platform.pool("a100mig")
+    pool = dataclasses.replace(pool, sharing=dataclasses.replace(pool.sharing, mig_profile=mig))
+    assert terraform.gpu_instance(pool) == expected
+
+
+def test_a_mig_profile_aks_cannot_make_is_an_error_naming_the_pool(platform):
+    pool = platform.pool("a100mig")
+    pool = dataclasses.replace(pool, sharing=dataclasses.replace(pool.sharing,
+                                                                 mig_profile="1g.20gb"))
+    with pytest.raises(terraform.BundleError) as e:
+        terraform.gpu_instance(pool)
+    assert str(e.value) == (
+        "pool 'a100mig': sharing: migProfile: AKS cannot partition A100-80GB into 1g.20gb "
+        "(MIG1g makes 1g.10gb); use one of: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb")
+
+
+def test_generated_helm_values_golden(platform):
+    assert helm.generated_values(platform) == {
+        "hub": {"config": {"OAuthenticator": {
+            "manage_groups": True,
+            "allowed_groups": ["data-science", "experimentation", "ml-eng"]}}},
+        "singleuser": {"startTimeout": 1500},  # a100-mig-3g: 20m patience + 5m start
+        "scheduling": {"userScheduler": {"pluginConfig": [{
+            "name": "NodeResourcesFit",
+            "args": {"scoringStrategy": {"type": "MostAllocated", "resources": [
+                {"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1},
+                {"name": "nvidia.com/gpu", "weight": 10},
+                {"name": "nvidia.com/gpu.shared", "weight": 10},
+                {"name": "nvidia.com/mig-3g.40gb", "weight": 10}]}}}]}},
+    }
+
+
+def test_start_timeout_is_the_longest_wait(example_spec):
+    example_spec["profiles"][0]["queuePatience"] = "1h"
+    example_spec["profiles"][0]["startTimeout"] = "10m"
+    assert helm.start_timeout(parse_platform(example_spec)) == 4200
+
+
+def test_builders_do_not_mutate_the_platform(platform):
+    before = repr(platform)  # frozen dataclasses and mapping proxies: repr says it all
+    namespaces.team_objects(platform)
+    terraform.tfvars(platform)
+    helm.generated_values(platform)
+    assert repr(platform) == before
+    objs = namespaces.team_objects(platform)
+    objs[1]["rules"][0]["verbs"].append("patch")  # callers get fresh lists
+    assert "patch" not in namespaces.HUB_RULES[0]["verbs"]
+    assert yaml.safe_dump(namespaces.team_objects(platform)) == yaml.safe_dump(
+        namespaces.team_objects(platform))

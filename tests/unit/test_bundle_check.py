@@ -1,0 +1,247 @@
+"""``jupyterhub-gpu check-bundle``: passes on the committed bundle, and each kind of
+drift between a file and the spec is reported naming the file, object and field."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import yaml
+
+CLI = [sys.executable, "-m", "jupyterhub_gpu.bundle.cli", "check-bundle"]
+BUNDLE = ["config/platform.yaml", "config/kueue.yaml", "config/device-plugin.yaml",
+          "config/kueue-configuration.yaml", "config/team-namespaces.yaml",
+          "config/terraform", "helm-values"]
+
+
+@pytest.fixture
+def bundle(repo_root, tmp_path) -> Path:
+    """A copy of the committed bundle, laid out as in the repository."""
+    for rel in BUNDLE:
+        src, dst = repo_root / rel, tmp_path / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".terraform*"))
+        else:
+            shutil.copy(src, dst)
+    return tmp_path
+
+
+def check(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=root)
+
+
+def edit_yaml(rel: str, change: Callable[[list], None]) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        path = root / rel
+        docs = list(yaml.safe_load_all(path.read_text()))
+        change(docs)
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return apply
+
+
+def edit_json(rel: str, change: Callable[[dict], None]) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        path = root / rel
+        data = json.loads(path.read_text())
+        change(data)
+        path.write_text(json.dumps(data))
+    return apply
+
+
+def replace_text(rel: str, old: str, new: str) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        path = root / rel
+        assert old in path.read_text()
+        path.write_text(path.read_text().replace(old, new))
+    return apply
+
+
+def find(docs: list, kind: str, name: str) -> dict:
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def _drop_local_queue(docs):
+    docs.remove(find(docs, "LocalQueue", "ml-eng"))
+
+
+def _add_default_queue(docs):
+    docs.append({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                 "metadata": {"name": "default", "namespace": "jupyterhub"},
+                 "spec": {"clusterQueue": "ml-eng"}})
+
+
+def _quota(docs):
+    cq = find(docs, "ClusterQueue", "ml-eng")
+    flavor = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "a100mig")
+    next(r for r in flavor["resources"] if r["name"] == "nvidia.com/mig-3g.40gb")["nominalQuota"] = "5"
+
+
+def _flavor_taint(docs):
+    find(docs, "ResourceFlavor", "a100spot")["spec"]["nodeTaints"].pop()
+
+
+def _rename_resource(docs):
+    docs[0]["data"]["timeslicing-4"] = docs[0]["data"]["timeslicing-4"].replace(
+        "renameByDefault: true", "renameByDefault: false")
+
+
+def _unlabel_namespace(docs):
+    del find(docs, "Namespace", "jhub-ml-eng")["metadata"]["labels"]["jupyterhub-gpu/managed"]
+
+
+def _unscore_shared(docs):
+    fit = docs[0]["scheduling"]["userScheduler"]["pluginConfig"][0]
+    resources = fit["args"]["scoringStrategy"]["resources"]
+    resources[:] = [r for r in resources if r["name"] != "nvidia.com/gpu.shared"]
+
+
+def _role_verbs(docs):
+    role = next(d for d in docs if d["kind"] == "Role"
+                and d["metadata"]["namespace"] == "jhub-experimentation")
+    role["rules"][2]["verbs"] = ["get"]
+
+
+DRIFTS = {
+    "a taint changed in the tfvars": (
+        edit_json("config/terraform/pools.auto.tfvars.json", lambda d: d["gpu_pools"]["a100spot"][
+            "node_taints"].__setitem__(1, "kubernetes.azure.com/scalesetpriority=spot:PreferNoSchedule")),
+        'config/terraform/pools.auto.tfvars.json: gpu_pools["a100spot"]: node_taints: expected '
+        "['nvidia.com/gpu=present:NoSchedule', 'kubernetes.azure.com/scalesetpriority=spot:"
+        "NoSchedule'], found ['nvidia.com/gpu=present:NoSchedule', "
+        "'kubernetes.azure.com/scalesetpriority=spot:PreferNoSchedule']"),
+    "a wrong label in the tfvars": (
+        edit_json("config/terraform/pools.auto.tfvars.json", lambda d: d["gpu_pools"]["t4dev"][
+            "node_labels"].__setitem__("nvidia.com/device-plugin.config", "timeslicing-8")),
+        'config/terraform/pools.auto.tfvars.json: gpu_pools["t4dev"]: node_labels.nvidia.com/'
+        "device-plugin.config: expected 'timeslicing-4', found 'timeslicing-8'"),
+    "a pool missing from the tfvars": (
+        edit_json("config/terraform/pools.auto.tfvars.json",
+                  lambda d: d["gpu_pools"].pop("a100mig")),
+        'config/terraform/pools.auto.tfvars.json: gpu_pools["a100mig"]: (pool): expected '
+        "'present', found 'missing' (the spec has this pool)"),
+    "a node pool attribute not wired from the tfvars": (
+        replace_text("config/terraform/main.tf", "node_taints           = each.value.node_taints",
+                     'node_taints           = ["nvidia.com/gpu=present:NoSchedule"]'),
+        'config/terraform: resource "azurerm_kubernetes_cluster_node_pool": node_taints: '
+        "expected 'each.value.node_taints', found '[\"nvidia.com/gpu=present:NoSchedule\"]'"),
+    "a queue missing in kueue.yaml": (
+        edit_yaml("config/kueue.yaml", _drop_local_queue),
+        "config/kueue.yaml: LocalQueue jhub-ml-eng/ml-eng: (object): expected 'present', "
+        "found 'missing'"),
+    "a queue the spec does not have": (
+        edit_yaml("config/kueue.yaml", _add_default_queue),
+        "config/kueue.yaml: LocalQueue jupyterhub/default: (object): expected 'absent', "
+        "found 'present' (the spec has no such object)"),
+    "a quota changed in kueue.yaml": (
+        edit_yaml("config/kueue.yaml", _quota),
+        "config/kueue.yaml: ClusterQueue ml-eng: spec.resourceGroups[0].flavors[a100mig]."
+        "resources[nvidia.com/mig-3g.40gb].nominalQuota: expected '4', found '5'"),
+    "a taint missing from a ResourceFlavor": (
+        edit_yaml("config/kueue.yaml", _flavor_taint),
+        "config/kueue.yaml: ResourceFlavor a100spot: spec.nodeTaints: expected"),
+    "a renamed resource in the device-plugin config": (
+        edit_yaml("config/device-plugin.yaml", _rename_resource),
+        "config/device-plugin.yaml: ConfigMap jupyterhub-gpu-device-plugin key "
+        "'timeslicing-4': resource advertised on pool 't4dev': expected "
+        "'nvidia.com/gpu.shared', found 'nvidia.com/gpu'"),
+    "a framework added to Kueue's Configuration": (
+        edit_yaml("config/kueue-configuration.yaml",
+                  lambda d: d[0]["integrations"]["frameworks"].append("batch/job")),
+        "config/kueue-configuration.yaml: Configuration: integrations.frameworks: "
+        "expected ['pod'], found ['pod', 'batch/job']"),
+    "a team namespace without Kueue's label": (
+        edit_yaml("config/team-namespaces.yaml", _unlabel_namespace),
+        "config/team-namespaces.yaml: Namespace jhub-ml-eng: metadata.labels."
+        "jupyterhub-gpu/managed: expected 'true', found <missing> (Kueue's "
+        "managedJobsNamespaceSelector would not manage its pods)"),
+    "the hub's Role cut short": (
+        edit_yaml("config/team-namespaces.yaml", _role_verbs),
+        "config/team-namespaces.yaml: Role jhub-experimentation/jupyterhub-gpu-hub: "
+        "rules[2].verbs: expected ['get', 'list', 'watch'], found ['get']"),
+    "a start timeout shorter than the queue patience": (
+        replace_text("helm-values/generated.yaml", "startTimeout: 1500", "startTimeout: 300"),
+        "helm-values/generated.yaml: z2jh values: singleuser.startTimeout: expected "
+        "'>= 1500', found 300"),
+    "user placeholders on": (
+        replace_text("helm-values/values.yaml", "enabled: false\n    replicas: 0",
+                     "enabled: true\n    replicas: 0"),
+        "helm-values/values.yaml: z2jh values: scheduling.userPlaceholder.enabled: expected "
+        "False, found True (placeholder pods keep nodes up)"),
+    "the spec not mounted where configure_hub reads it": (
+        replace_text("helm-values/values.yaml", "mountPath: /etc/jupyterhub-gpu",
+                     "mountPath: /etc/platform"),
+        "helm-values/values.yaml: z2jh values: hub.extraVolumeMounts: expected 'a ConfigMap "
+        "volume at /etc/jupyterhub-gpu', found ['/etc/platform']"),
+    "user pods required onto a user pool": (
+        replace_text("helm-values/values.yaml", "  nodeSelector: {}",
+                     "  nodeSelector:\n    hub.jupyter.org/node-purpose: user"),
+        "helm-values/values.yaml: z2jh values: singleuser.nodeSelector.hub.jupyter.org/"
+        "node-purpose: expected <missing>, found 'user'"),
+    "a GPU resource the user-scheduler does not pack": (
+        edit_yaml("helm-values/generated.yaml", _unscore_shared),
+        "helm-values/generated.yaml: z2jh values: scheduling.userScheduler.pluginConfig: "
+        "expected \"scores ['nvidia.com/gpu.shared']\""),
+    "a team's group not allowed to log in": (
+        replace_text("helm-values/generated.yaml", "      - ml-eng\n", ""),
+        "helm-values/generated.yaml: z2jh values: hub.config.OAuthenticator.allowed_groups: "
+        "expected \"to include ['ml-eng']\", found ['data-science', 'experimentation']"),
+    "team namespaces shut out of the hub": (
+        replace_text("helm-values/values.yaml", "jupyterhub-gpu/managed: \"true\"",
+                     "jupyterhub-gpu/team: \"x\""),
+        "helm-values/values.yaml: z2jh values: hub.networkPolicy.ingress: expected "
+        "'from namespaces labelled jupyterhub-gpu/managed=true on port 8081'"),
+    "a missing file": (
+        lambda root: (root / "config/kueue-configuration.yaml").unlink(),
+        "config/kueue-configuration.yaml: (file): (file): expected 'readable', "
+        "found 'No such file or directory'"),
+}
+
+
+def test_committed_bundle_passes(repo_root):
+    result = check(repo_root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == ("check-bundle: OK: 8 file(s) agree with config/platform.yaml "
+                             "(3 pools, 3 teams, 4 profiles)\n")
+
+
+@pytest.mark.parametrize("case", list(DRIFTS))
+def test_drift_is_caught(bundle, case):
+    mutate, message = DRIFTS[case]
+    assert check(bundle).returncode == 0
+    mutate(bundle)
+    result = check(bundle)
+    assert result.returncode == 1, result.stdout
+    assert result.stdout.startswith("check-bundle: ")
+    assert "difference(s) between config/platform.yaml and the bundle" in result.stdout
+    assert f"  - {message}" in result.stdout, result.stdout
+
+
+def test_only_the_files_given_are_checked(bundle):
+    (bundle / "config/kueue.yaml").write_text("garbage: [")
+    (bundle / "helm-values/values.yaml").write_text("garbage: [")
+    result = check(bundle, "--kueue", str(bundle / "config/kueue.yaml").replace(
+        "kueue.yaml", "device-plugin.yaml"), "--helm-values")
+    assert result.returncode == 1
+    assert "garbage" not in result.stdout and "helm-values" not in result.stdout
+    assert "device-plugin.yaml: ConfigMap gpu-operator/jupyterhub-gpu-device-plugin: " \
+           "(object): expected 'absent'" in result.stdout  # compared as Kueue objects
+
+
+def test_unparsable_file_is_named(bundle):
+    (bundle / "config/kueue.yaml").write_text("garbage: [")
+    result = check(bundle)
+    assert result.returncode == 1
+    assert "  - config/kueue.yaml: (file): (syntax): expected 'valid YAML/JSON'" in result.stdout
+
+
+def test_spec_errors_stop_the_check(bundle):
+    (bundle / "config/platform.yaml").write_text("pools: 3\n")
+    result = check(bundle)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("error: config/platform.yaml has")

@@ -1,0 +1,104 @@
+"""The z2jh Helm values: every file validates against the z2jh 4.4.0 values schema
+(as Helm validates it: the chart's defaults with the file merged in), and the values
+wire the spec and let GPU pools scale to zero."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from jupyterhub_gpu.bundle.checkhelm import check_helm, get, merge_values
+
+REPO = Path(__file__).resolve().parents[2]
+REFERENCE = REPO.parent / "shared" / "reference" / "z2jh-4.4.0"
+VALUES = sorted((REPO / "helm-values").glob("*.yaml"))
+INSTALL_ORDER = ["values.yaml", "generated.yaml", "auth-azuread.yaml"]
+
+
+@pytest.fixture(scope="module")
+def z2jh() -> tuple[dict, dict]:
+    """z2jh 4.4.0's values schema and default values."""
+    if not REFERENCE.is_dir():
+        pytest.skip(f"z2jh reference data not found at {REFERENCE}: the schema test needs "
+                    f"../shared/reference/z2jh-4.4.0/ beside the checkout")
+    return (yaml.safe_load((REFERENCE / "values.schema.yaml").read_text()),
+            yaml.safe_load((REFERENCE / "values.yaml").read_text()))
+
+
+def _errors(z2jh, *files: dict) -> list[str]:
+    schema, defaults = z2jh
+    merged = merge_values([("chart", defaults), *(("file", f) for f in files)])
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    return [f"{'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+            for e in validator.iter_errors(merged)]
+
+
+def _load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def test_the_install_command_names_every_values_file():
+    assert sorted(p.name for p in VALUES) == sorted(INSTALL_ORDER)
+
+
+@pytest.mark.parametrize("path", VALUES, ids=lambda p: p.name)
+def test_values_file_matches_the_z2jh_schema(z2jh, path):
+    assert _errors(z2jh, _load(path)) == []
+
+
+def test_all_values_files_together_match_the_schema(z2jh):
+    assert _errors(z2jh, *(_load(REPO / "helm-values" / n) for n in INSTALL_ORDER)) == []
+
+
+def test_schema_catches_a_misplaced_key(z2jh):
+    """The check has teeth: a key z2jh does not know is an error, as in `helm install`."""
+    values = _load(REPO / "helm-values" / "values.yaml")
+    values["singleuser"]["startTimeOut"] = 600
+    assert any("startTimeOut" in e for e in _errors(z2jh, values))
+
+
+def test_committed_values_pass_the_bundle_check(platform):
+    files = [(n, _load(REPO / "helm-values" / n)) for n in INSTALL_ORDER]
+    assert check_helm(platform, files) == []
+
+
+def test_values_wire_the_spawner_and_keep_gpu_pools_free():
+    values = merge_values([(n, _load(REPO / "helm-values" / n)) for n in INSTALL_ORDER])
+    config = get(values, "hub.extraConfig.00-jupyterhub-gpu")
+    assert 'configure_hub(c, "/etc/jupyterhub-gpu/platform.yaml")' in config
+    assert "c.JupyterHub.hub_connect_url" in config and ".svc.cluster.local" in config
+    assert get(values, "hub.extraVolumes") == [{"name": "jupyterhub-gpu-platform",
+                                                "configMap": {"name": "jupyterhub-gpu-platform"}}]
+    assert get(values, "cull.enabled") is False
+    assert get(values, "scheduling.userPlaceholder.enabled") is False
+    assert get(values, "prePuller.continuous.enabled") is False
+    assert get(values, "scheduling.userPods.nodeAffinity.matchNodePurpose") == "prefer"
+    assert get(values, "hub.image.name") != "quay.io/jupyterhub/k8s-hub"
+
+
+def test_extra_config_is_valid_python():
+    values = _load(REPO / "helm-values" / "values.yaml")
+    for name, source in values["hub"]["extraConfig"].items():
+        compile(source, name, "exec")
+
+
+def test_extra_config_runs_as_z2jh_runs_it(example_spec_path, monkeypatch):
+    """z2jh exec()s each extraConfig entry with get_name/get_name_env in scope."""
+    from traitlets.config import Config
+
+    from jupyterhub_gpu.spawner import GPUSpawner
+
+    source = _load(REPO / "helm-values" / "values.yaml")["hub"]["extraConfig"]["00-jupyterhub-gpu"]
+    source = source.replace("/etc/jupyterhub-gpu/platform.yaml", str(example_spec_path))
+    monkeypatch.setenv("POD_NAMESPACE", "jupyterhub")
+    monkeypatch.setenv("HUB_SERVICE_PORT", "8081")
+    c = Config()
+    exec(source, {"c": c, "get_name": lambda name: name,
+                  "get_name_env": lambda name, suffix="": __import__("os").environ[
+                      (name + suffix).upper().replace("-", "_")]})
+    assert c.JupyterHub.spawner_class is GPUSpawner
+    assert c.GPUSpawner.platform_file == str(example_spec_path)
+    assert c.JupyterHub.hub_connect_url == "http://hub.jupyterhub.svc.cluster.local:8081"
