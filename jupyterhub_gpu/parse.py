@@ -23,6 +23,22 @@ _REQUIRED = object()
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 TOP_LEVEL = ("pools", "teams", "priorities", "profiles", "checkpointStorage")
+FIELDS: dict[str, tuple[str, ...]] = {
+    "spec": TOP_LEVEL,
+    "pool": ("name", "vmSize", "gpu", "gpusPerNode", "sharing", "spot", "minNodes",
+             "maxNodes", "pricePerNodeHour", "cpusPerNode", "memoryPerNode"),
+    "sharing": ("mode", "migProfile", "replicas"),
+    "team": ("name", "groups", "namespace", "quota", "cohort", "borrowingLimit",
+             "lendingLimit", "fairShareWeight"),
+    "priority": ("name", "value", "description", "preemptible"),
+    "profile": ("slug", "displayName", "description", "pool", "gpus", "cpu", "memory",
+                "image", "priority", "idleTimeout", "maxAge", "queuePatience",
+                "startTimeout", "gpuIdle", "allowedGroups", "checkpoint", "default"),
+    "checkpoint": ("enabled", "gracePeriod"),
+    "gpuIdle": ("threshold", "window"),
+    "checkpointStorage": ("claimName", "mountPath"),
+}
+"""The fields each section of the spec accepts, in order (the docs list them)."""
 
 
 class SpecError(ValueError):
@@ -118,7 +134,7 @@ def _counts(v: Any) -> Mapping[str, int]:
 
 def _sharing(errors: list[str], label: str, data: Any, gpu: Any) -> Sharing | None:
     n_errors = len(errors)
-    s = _Section(errors, f"{label}: sharing", data, ("mode", "migProfile", "replicas"))
+    s = _Section(errors, f"{label}: sharing", data, FIELDS["sharing"])
     mode = s.get("mode", _choice({m.value: m for m in SharingMode}, "sharing mode"))
     mig = s.get("migProfile", _str, None)
     replicas = s.get("replicas", _int(2), None)
@@ -143,9 +159,7 @@ def _sharing(errors: list[str], label: str, data: Any, gpu: Any) -> Sharing | No
 def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
     name = data.get("name") if isinstance(data, Mapping) else None
     label = f"pool {name!r}" if isinstance(name, str) else f"pools[{index}]"
-    s = _Section(errors, label, data, (
-        "name", "vmSize", "gpu", "gpusPerNode", "sharing", "spot", "minNodes",
-        "maxNodes", "pricePerNodeHour", "cpusPerNode", "memoryPerNode"))
+    s = _Section(errors, label, data, FIELDS["pool"])
     n_errors = len(errors)
     name = s.get("name", _name(_POOL_NAME, "an AKS pool name (a-z then a-z0-9, at most 12)"))
     vm_size = s.get("vmSize", _str)
@@ -172,9 +186,7 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
 def _team(errors: list[str], data: Any, index: int) -> Team | None:
     name = data.get("name") if isinstance(data, Mapping) else None
     label = f"team {name!r}" if isinstance(name, str) else f"teams[{index}]"
-    s = _Section(errors, label, data, (
-        "name", "groups", "namespace", "quota", "cohort", "borrowingLimit",
-        "lendingLimit", "fairShareWeight"))
+    s = _Section(errors, label, data, FIELDS["team"])
     n_errors = len(errors)
     team = Team(
         name=s.get("name", _name(_DNS_LABEL, "a DNS label (a-z, 0-9, -)")),
@@ -192,7 +204,7 @@ def _team(errors: list[str], data: Any, index: int) -> Team | None:
 def _priority(errors: list[str], data: Any, index: int) -> Priority | None:
     name = data.get("name") if isinstance(data, Mapping) else None
     label = f"priority {name!r}" if isinstance(name, str) else f"priorities[{index}]"
-    s = _Section(errors, label, data, ("name", "value", "description", "preemptible"))
+    s = _Section(errors, label, data, FIELDS["priority"])
     n_errors = len(errors)
     prio = Priority(
         name=s.get("name", _name(_DNS_LABEL, "a DNS label (a-z, 0-9, -)")),
@@ -204,7 +216,7 @@ def _priority(errors: list[str], data: Any, index: int) -> Priority | None:
 
 
 def _checkpoint(errors: list[str], label: str, data: Any) -> Checkpoint | None:
-    s = _Section(errors, f"{label}: checkpoint", data, ("enabled", "gracePeriod"))
+    s = _Section(errors, f"{label}: checkpoint", data, FIELDS["checkpoint"])
     enabled = s.get("enabled", _bool, True)
     grace = s.get("gracePeriod", q.parse_duration, 30)
     return None if enabled is None or grace is None else Checkpoint(enabled, grace)
@@ -217,7 +229,7 @@ def _percent(v: Any) -> float:
 
 
 def _gpu_idle(errors: list[str], label: str, data: Any) -> GpuIdle | None:
-    s = _Section(errors, f"{label}: gpuIdle", data, ("threshold", "window"))
+    s = _Section(errors, f"{label}: gpuIdle", data, FIELDS["gpuIdle"])
     threshold = s.get("threshold", _percent)
     window = s.get("window", q.parse_duration)
     return None if threshold is None or window is None else GpuIdle(threshold, window)
@@ -226,10 +238,7 @@ def _gpu_idle(errors: list[str], label: str, data: Any) -> GpuIdle | None:
 def _profile(errors: list[str], data: Any, index: int) -> Profile | None:
     slug = data.get("slug") if isinstance(data, Mapping) else None
     label = f"profile {slug!r}" if isinstance(slug, str) else f"profiles[{index}]"
-    s = _Section(errors, label, data, (
-        "slug", "displayName", "description", "pool", "gpus", "cpu", "memory", "image",
-        "priority", "idleTimeout", "maxAge", "queuePatience", "startTimeout", "gpuIdle",
-        "allowedGroups", "checkpoint", "default"))
+    s = _Section(errors, label, data, FIELDS["profile"])
     n_errors = len(errors)
     checkpoint = (_checkpoint(errors, label, s.data["checkpoint"])
                   if s.data.get("checkpoint") is not None else Checkpoint(enabled=False))
@@ -269,7 +278,7 @@ def _items(errors: list[str], data: Mapping, key: str, parse: Callable) -> tuple
 def _storage(errors: list[str], data: Any) -> CheckpointStorage | None:
     if data is None:
         return None
-    s = _Section(errors, "checkpointStorage", data, ("claimName", "mountPath"))
+    s = _Section(errors, "checkpointStorage", data, FIELDS["checkpointStorage"])
     claim = s.get("claimName", _name(_DNS_LABEL, "a PVC name"))
     mount = s.get("mountPath", _str, "/home/jovyan/checkpoints")
     return None if claim is None or mount is None else CheckpointStorage(claim, mount)
@@ -287,7 +296,7 @@ def _declared(data: Mapping) -> dict[str, set[str]]:
 def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
     """Turn the YAML-loaded spec into a :class:`Platform` or raise :class:`SpecError`."""
     errors: list[str] = []
-    top = _Section(errors, "spec", data, TOP_LEVEL)
+    top = _Section(errors, "spec", data, FIELDS["spec"])
     platform = Platform(
         pools=_items(errors, top.data, "pools", _pool),
         teams=_items(errors, top.data, "teams", _team),

@@ -1,7 +1,7 @@
 """The generated configuration reference of the docs (``docs/reference/*.md``).
 
-* The spec: the fields of every section are taken from the parser itself (it lists
-  them in its "unknown field; allowed: ..." error), so a field added to
+* The spec: the fields of every section are the parser's own
+  (:data:`jupyterhub_gpu.parse.FIELDS`), so a field added to
   :mod:`jupyterhub_gpu.parse` and not described here fails a unit test; the valid
   GPU models, VM sizes and sharing modes come from :mod:`jupyterhub_gpu.gpus`.
 * The traits: ``GPUSpawner``'s own configurable traits with their ``help``, and the
@@ -13,26 +13,22 @@ Pure: :func:`spec_reference` and :func:`traits_reference` return Markdown text.
 from __future__ import annotations
 
 import inspect
-import re
 
 from ..gpus import GPU_MODELS, VM_SIZES
-from ..parse import SpecError, parse_platform
+from ..parse import FIELDS as PARSER_FIELDS
 from ..spec import SharingMode
 
-PROBE = "__probe__"
-_ALLOWED = re.compile(rf"{PROBE}: unknown field; allowed: (.+)$")
-
-#: section -> (title, a spec whose only problem there is the probe field)
-SECTIONS: dict[str, tuple[str, dict]] = {
-    "spec": ("Top level", {PROBE: 1}),
-    "pool": ("`pools[]`: GPU node pools", {"pools": [{PROBE: 1}]}),
-    "sharing": ("`pools[].sharing`", {"pools": [{"sharing": {PROBE: 1}}]}),
-    "team": ("`teams[]`", {"teams": [{PROBE: 1}]}),
-    "priority": ("`priorities[]`", {"priorities": [{PROBE: 1}]}),
-    "profile": ("`profiles[]`", {"profiles": [{PROBE: 1}]}),
-    "checkpoint": ("`profiles[].checkpoint`", {"profiles": [{"checkpoint": {PROBE: 1}}]}),
-    "gpuIdle": ("`profiles[].gpuIdle`", {"profiles": [{"gpuIdle": {PROBE: 1}}]}),
-    "checkpointStorage": ("`checkpointStorage`", {"checkpointStorage": {PROBE: 1}}),
+#: section -> title
+SECTIONS: dict[str, str] = {
+    "spec": "Top level",
+    "pool": "`pools[]`: GPU node pools",
+    "sharing": "`pools[].sharing`",
+    "team": "`teams[]`",
+    "priority": "`priorities[]`",
+    "profile": "`profiles[]`",
+    "checkpoint": "`profiles[].checkpoint`",
+    "gpuIdle": "`profiles[].gpuIdle`",
+    "checkpointStorage": "`checkpointStorage`",
 }
 
 REQUIRED = "required"
@@ -121,14 +117,7 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
 
 def allowed_fields(section: str) -> list[str]:
     """The fields the parser accepts in ``section``, in its order."""
-    try:
-        parse_platform(SECTIONS[section][1])
-    except SpecError as e:
-        for error in e.errors:
-            match = _ALLOWED.search(error)
-            if match:
-                return match.group(1).split(", ")
-    raise AssertionError(f"the parser did not list the fields of {section}")
+    return list(PARSER_FIELDS[section])
 
 
 def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
@@ -154,7 +143,7 @@ def spec_reference() -> str:
            "`jupyterhub_gpu.bundle.reference`; do not edit. Durations are like `90s`, "
            "`30m`, `8h` or `1h30m`; quantities like `12Gi`. Validate a spec with "
            "`jupyterhub-gpu validate SPEC`.\n"]
-    for section, (title, _) in SECTIONS.items():
+    for section, title in SECTIONS.items():
         rows = [(f"`{name}`", *FIELDS[section][name]) for name in allowed_fields(section)]
         out.append(f"## {title}\n\n" + _table(rows, ("field", "type", "default", "meaning")))
     out.append(_facts())

@@ -39,6 +39,12 @@ def test_spec_reference_is_not_stale():
         "open('docs/reference/spec.md', 'w').write(spec_reference())\"")
 
 
+def test_every_spec_section_is_described():
+    from jupyterhub_gpu.parse import FIELDS
+
+    assert set(reference.SECTIONS) == set(FIELDS)
+
+
 @pytest.mark.parametrize("section", list(reference.SECTIONS))
 def test_every_spec_field_is_described(section):
     """A field the parser accepts but the reference does not describe fails here."""
