@@ -1,0 +1,274 @@
+"""The ``cull_arbiter_hook`` for jupyterhub-idle-culler 2.x: per-profile rules.
+
+jupyterhub-idle-culler keeps doing the work -- listing users, skipping pending servers,
+stopping servers through the hub API; this hook only answers "cull this one?" with
+:func:`jupyterhub_gpu.cull.policy.should_cull` and logs one line per server it culls,
+naming the user, server, profile and reason. Load it with the config file next to
+this module: ``python -m jupyterhub_idle_culler --config=<.../culler_config.py>``
+(the culler's flag is ``--config``; a path that does not exist is silently ignored
+by traitlets, and then the culler's default ``--timeout`` rule applies to every
+server), or use :func:`jupyterhub_gpu.cull.service.culler_service`.
+
+Settings (environment of the culler service):
+
+``JUPYTERHUB_GPU_PLATFORM_FILE``           the platform spec (required; re-read when it changes)
+``JUPYTERHUB_GPU_PROMETHEUS_URL``          e.g. ``http://prometheus.monitoring:9090``;
+                                           unset: no GPU-idle culling
+``JUPYTERHUB_GPU_CULL_DRY_RUN``            ``true``: log "would cull", stop nothing
+``JUPYTERHUB_GPU_CULL_GPU_METRIC``         ``DCGM_FI_DEV_GPU_UTIL`` (default) or
+                                           ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (MIG)
+``JUPYTERHUB_GPU_PROMETHEUS_TIMEOUT``      seconds per query (default 10)
+``JUPYTERHUB_GPU_PROMETHEUS_TOKEN_FILE``   bearer token for Prometheus, re-read per query
+``JUPYTERHUB_GPU_CULLER_METRICS_PORT``     serve the culler's ``/metrics`` on this port
+``JUPYTERHUB_GPU_CULL_WARN_BEFORE``        seconds; log that a server will soon be culled
+
+Minimal hub RBAC for the culler service (JupyterHub 2+ scopes)::
+
+    list:users             list the users (the culler's source of servers)
+    read:users:activity    users' last_activity
+    read:servers           server models: started, last_activity, user_options
+    delete:servers         stop servers
+    admin:server_state     server state: KubeSpawner's pod_name/namespace (to match
+                           the pod's GPU series) and the profile that ran
+                           (``gpu_profile``). Without it GPU-idle culling never
+                           fires (logged as missing data) and the profile comes from
+                           user_options only. Add admin:users only for --cull-users.
+
+Run the culler with ``--max-age=0`` (the default): per-profile ``maxAge`` is applied
+here, while the culler's own ``--max-age`` is checked *after* this hook says no and
+would stop servers even in dry run. ``--timeout`` is the idle limit of servers that
+are not of a spec profile (e.g. CPU servers); set ``--cull-every`` explicitly (its
+default, half of ``--timeout``, is far too slow for GPU idle timeouts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Awaitable, Callable, Mapping
+
+from ..parse import SpecError, load_platform
+from ..spec import Platform, SharingMode
+from .gpu_window import GpuState, GpuUnknown
+from .metrics import CullMetrics, serve
+from .policy import (DEFAULT_WARN_BEFORE, Clock, CullPolicy, Decision, GpuInput, ServerView,
+                     policy_for, should_cull, utcnow)
+from .prometheus import PrometheusClient, PrometheusError, UsageSnapshot
+
+LOGGER_NAME = "IdleCuller.jupyterhub_gpu"  # under the culler's own (configured) logger
+_TRUE = ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class HookSettings:
+    platform_file: str
+    prometheus_url: str | None = None
+    dry_run: bool = False
+    gpu_metric: str = "DCGM_FI_DEV_GPU_UTIL"
+    prometheus_timeout_seconds: float = 10.0
+    prometheus_token_file: str | None = None
+    metrics_port: int | None = None
+    warn_before_seconds: int = int(DEFAULT_WARN_BEFORE.total_seconds())
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "HookSettings":
+        """Read the ``JUPYTERHUB_GPU_*`` variables; ValueError names a bad one."""
+        def get(name: str, parse: Any, default: Any) -> Any:
+            raw = env.get(f"JUPYTERHUB_GPU_{name}", "").strip()
+            try:
+                return parse(raw) if raw else default
+            except ValueError as e:
+                raise ValueError(f"JUPYTERHUB_GPU_{name}={raw!r}: {e}") from None
+        platform_file = get("PLATFORM_FILE", str, "")
+        if not platform_file:
+            raise ValueError("JUPYTERHUB_GPU_PLATFORM_FILE is not set: the culler hook "
+                             "needs the GPU platform spec")
+        return cls(platform_file, get("PROMETHEUS_URL", str, None),
+                   get("CULL_DRY_RUN", lambda v: v.lower() in _TRUE, False),
+                   get("CULL_GPU_METRIC", str, cls.gpu_metric),
+                   get("PROMETHEUS_TIMEOUT", float, cls.prometheus_timeout_seconds),
+                   get("PROMETHEUS_TOKEN_FILE", str, None),
+                   get("CULLER_METRICS_PORT", int, None),
+                   get("CULL_WARN_BEFORE", int, cls.warn_before_seconds))
+
+
+class SpecSource:
+    """The spec file, parsed again when it changes; a broken edit keeps the last good."""
+
+    def __init__(self, path: str, log: logging.Logger):
+        self.path, self.log = path, log
+        self._mtime = os.stat(path).st_mtime
+        self._platform = load_platform(path)  # a bad spec at start-up stops the culler
+
+    def current(self) -> Platform:
+        try:
+            mtime = os.stat(self.path).st_mtime
+        except OSError as e:
+            self.log.error("Keeping the previous GPU platform spec: %s", e)
+            return self._platform
+        if mtime != self._mtime:
+            self._mtime = mtime
+            try:
+                self._platform = load_platform(self.path)
+                self.log.info("Reloaded the GPU platform spec %s", self.path)
+            except SpecError as e:
+                self.log.error("Keeping the previous GPU platform spec: %s", e)
+        return self._platform
+
+
+class UsageCache:
+    """One Prometheus query per cull cycle, shared by every server in the cycle.
+
+    The culler calls the hook for each server within seconds; the first call starts
+    the query, the others await the same one, and the answer is reused for
+    ``ttl_seconds`` (keep it below ``--cull-every``)."""
+
+    def __init__(self, client: PrometheusClient, clock: Clock, log: logging.Logger,
+                 ttl_seconds: float = 60.0):
+        self.client, self.clock, self.log, self.ttl = client, clock, log, ttl_seconds
+        self._task: asyncio.Task | None = None
+        self._key: tuple[int, datetime] | None = None
+
+    async def snapshot(self, window_seconds: int) -> UsageSnapshot | GpuUnknown:
+        now = self.clock()
+        fresh = (self._key is not None and self._key[0] == window_seconds
+                 and (now - self._key[1]).total_seconds() < self.ttl)
+        if self._task is None or not fresh:
+            self._key = (window_seconds, now)
+            self._task = asyncio.ensure_future(self._fetch(window_seconds, now))
+        return await asyncio.shield(self._task)
+
+    async def _fetch(self, window_seconds: int, end: datetime) -> UsageSnapshot | GpuUnknown:
+        try:
+            snapshot = await self.client.gpu_usage(window_seconds, end)
+        except PrometheusError as e:
+            self.log.warning("GPU-idle culling skipped this cycle, Prometheus: %s", e)
+            return GpuUnknown(GpuState.UNAVAILABLE, f"Prometheus unavailable: {e}")
+        self.log.debug("GPU usage of %d pods from Prometheus", len(snapshot.by_pod))
+        return snapshot
+
+
+def longest_gpu_window(platform: Platform) -> int:
+    """The longest GPU-idle window of the spec: one query serves every profile."""
+    return max((p.gpu_idle.window_seconds for p in platform.profiles if p.gpu_idle), default=0)
+
+
+def metric_warnings(platform: Platform, metric: str) -> list[str]:
+    """What ``metric`` cannot tell about the pools of profiles with ``gpuIdle``."""
+    warnings = []
+    for profile in (p for p in platform.profiles if p.gpu_idle):
+        pool = platform.pool(profile.pool)
+        if pool.sharing.mode is SharingMode.MIG and metric == "DCGM_FI_DEV_GPU_UTIL":
+            warnings.append(f"profile {profile.slug}: pool {pool.name} uses MIG, and "
+                            "DCGM_FI_DEV_GPU_UTIL is not reported per MIG instance; set "
+                            "JUPYTERHUB_GPU_CULL_GPU_METRIC=DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+        elif pool.sharing.shared:
+            warnings.append(f"profile {profile.slug}: pool {pool.name} shares each GPU "
+                            f"({pool.sharing.mode}); its utilisation is the whole GPU's, so "
+                            "a server is only GPU-idle when every sharer is")
+    return warnings
+
+
+class CullArbiter:
+    """``cull_arbiter_hook(inactive, inactive_limit, server) -> bool`` (a coroutine).
+
+    ``inactive`` is not used: the decision reads ``started``/``last_activity`` from
+    ``server`` with its own clock, like every other rule; ``inactive_limit`` (the
+    culler's ``--timeout``) is the idle limit of servers outside the spec."""
+
+    def __init__(self, spec: SpecSource, *, usage: UsageCache | None = None,
+                 dry_run: bool = False, clock: Clock = utcnow, metrics: CullMetrics,
+                 warn_before: timedelta = DEFAULT_WARN_BEFORE,
+                 log: logging.Logger | None = None):
+        self.spec, self.usage, self.dry_run, self.clock = spec, usage, dry_run, clock
+        self.metrics, self.warn_before = metrics, warn_before
+        self.log = log or logging.getLogger(LOGGER_NAME)
+
+    async def __call__(self, inactive: timedelta | None = None, inactive_limit: int = 0,
+                       server: Mapping[str, Any] | None = None, **_: Any) -> bool:
+        platform = self.spec.current()
+        view = ServerView.from_model(server or {})
+        policy = policy_for(platform, view.profile, inactive_limit)
+        gpu = await self._gpu(platform, policy, view)
+        now = self.clock()
+        decision = should_cull(policy, view, now, gpu, self.warn_before)
+        self.metrics.record(policy.profile, decision, self.dry_run)
+        self._log(view, policy, decision, now)
+        return decision.cull and not self.dry_run
+
+    async def _gpu(self, platform: Platform, policy: CullPolicy, view: ServerView) -> GpuInput:
+        if self.usage is None or policy.gpu_idle is None:
+            return None
+        if view.pod is None:
+            return GpuUnknown(GpuState.MISSING, "no pod in the server state (does the "
+                              "culler have the admin:server_state scope?)")
+        snapshot = await self.usage.snapshot(longest_gpu_window(platform))
+        if isinstance(snapshot, GpuUnknown):
+            return snapshot
+        series = snapshot.series(view.pod)
+        if series is None:
+            return GpuUnknown(GpuState.MISSING, f"no GPU series for pod {view.pod}")
+        return series
+
+    def _log(self, view: ServerView, policy: CullPolicy, decision: Decision,
+             now: datetime) -> None:
+        user, _, name = view.full_name.partition("/")
+        profile = view.profile or "-"
+        if view.profile and policy.profile is None:
+            profile += " (not in the spec)"
+        who = f"user={user} server={name!r} profile={profile}"
+        for warning in decision.warnings:
+            self.log.warning("%s: %s", who, warning)
+        if decision.cull:
+            verb = "DRY RUN, would cull" if self.dry_run else "Culling"
+            self.log.info("%s %s reason=%s: %s", verb, who, decision.reason, decision.detail)
+        elif decision.warn_at is not None and now >= decision.warn_at:
+            self.log.info("Soon culling %s: %s", who, decision.detail)
+        else:
+            self.log.debug("Not culling %s: %s", who, decision.detail)
+
+
+def make_arbiter(settings: HookSettings, *, clock: Clock = utcnow,
+                 metrics: CullMetrics | None = None) -> CullArbiter:
+    """The hook for ``settings``; logs what it will do and serves metrics if asked."""
+    log = logging.getLogger(LOGGER_NAME)
+    spec = SpecSource(settings.platform_file, log)
+    usage = None
+    if settings.prometheus_url:
+        client = PrometheusClient(settings.prometheus_url, metric=settings.gpu_metric,
+                                  timeout_seconds=settings.prometheus_timeout_seconds,
+                                  token_file=settings.prometheus_token_file)
+        usage = UsageCache(client, clock, log)
+        for warning in metric_warnings(spec.current(), settings.gpu_metric):
+            log.warning("GPU-idle culling: %s", warning)
+    elif longest_gpu_window(spec.current()):
+        log.warning("Profiles have gpuIdle but JUPYTERHUB_GPU_PROMETHEUS_URL is not set: "
+                    "no GPU-idle culling, only idle timeouts and max age")
+    metrics = metrics or CullMetrics()
+    if settings.metrics_port:
+        serve(settings.metrics_port, metrics.registry)
+    log.info("GPU cull rules from %s%s%s", settings.platform_file,
+             f", GPU usage from {settings.prometheus_url}" if usage else "",
+             ", DRY RUN: nothing will be stopped" if settings.dry_run else "")
+    return CullArbiter(spec, usage=usage, dry_run=settings.dry_run, clock=clock,
+                       metrics=metrics, log=log,
+                       warn_before=timedelta(seconds=settings.warn_before_seconds))
+
+
+def arbiter_from_env(env: Mapping[str, str] | None = None) -> CullArbiter:
+    """The arbiter configured by ``JUPYTERHUB_GPU_*`` environment variables."""
+    return make_arbiter(HookSettings.from_env(os.environ if env is None else env))
+
+
+def hook_from_env(env: Mapping[str, str] | None = None) -> Callable[..., Awaitable[bool]]:
+    """``c.IdleCuller.cull_arbiter_hook`` from the environment: a plain function, as
+    traitlets deep-copies config values (functions are copied by reference)."""
+    arbiter = arbiter_from_env(env)
+
+    async def cull_arbiter_hook(**kwargs: Any) -> bool:
+        return await arbiter(**kwargs)
+
+    return cull_arbiter_hook

@@ -1,0 +1,46 @@
+"""Run jupyterhub-idle-culler with the GPU cull rules as a hub-managed service.
+
+In ``jupyterhub_config.py``::
+
+    from jupyterhub_gpu.cull.service import culler_role, culler_service
+    c.JupyterHub.services.append(culler_service("/etc/jupyterhub-gpu/platform.yaml",
+                                                prometheus_url="http://prometheus:9090"))
+    c.JupyterHub.load_roles.append(culler_role())
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib.resources import files
+
+CULLER_CONFIG = str(files("jupyterhub_gpu.cull") / "culler_config.py")
+SERVICE_NAME = "jupyterhub-gpu-culler"
+
+# The minimal scopes; see jupyterhub_gpu.cull.hook for what each one is for.
+CULLER_SCOPES = ("list:users", "read:users:activity", "read:servers", "delete:servers",
+                 "admin:server_state")
+
+
+def culler_service(platform_file: str, *, timeout_seconds: int = 8 * 3600,
+                   cull_every_seconds: int = 60, prometheus_url: str | None = None,
+                   dry_run: bool = False, metrics_port: int | None = None,
+                   name: str = SERVICE_NAME, python: str = sys.executable) -> dict:
+    """A ``c.JupyterHub.services`` entry running the culler with this package's hook.
+
+    ``timeout_seconds`` is the idle limit of servers not of a spec profile (CPU
+    servers); spec profiles use their own ``idleTimeout``/``maxAge``/``gpuIdle``.
+    """
+    env = {"JUPYTERHUB_GPU_PLATFORM_FILE": platform_file,
+           "JUPYTERHUB_GPU_CULL_DRY_RUN": str(dry_run).lower()}
+    if prometheus_url:
+        env["JUPYTERHUB_GPU_PROMETHEUS_URL"] = prometheus_url
+    if metrics_port:
+        env["JUPYTERHUB_GPU_CULLER_METRICS_PORT"] = str(metrics_port)
+    return {"name": name, "environment": env,
+            "command": [python, "-m", "jupyterhub_idle_culler", f"--config={CULLER_CONFIG}",
+                        f"--timeout={timeout_seconds}", f"--cull-every={cull_every_seconds}"]}
+
+
+def culler_role(service_name: str = SERVICE_NAME) -> dict:
+    """The ``c.JupyterHub.load_roles`` entry with the culler's minimal scopes."""
+    return {"name": service_name, "scopes": list(CULLER_SCOPES), "services": [service_name]}

@@ -1,0 +1,227 @@
+"""jupyterhub_gpu.checkpoint: atomic saves, resume, SIGTERM in real processes, torn
+writes under SIGKILL, the preStop hook, and an unwritable directory reported early."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyterhub_gpu import checkpoint
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """CHECKPOINT_DIR and the run dir in tmp, for this process and its children."""
+    values = {"CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+              "JUPYTERHUB_GPU_RUN_DIR": str(tmp_path / "run"),
+              "JUPYTERHUB_GPU_GRACE_SECONDS": "10"}
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    return {**os.environ, **values}
+
+
+def spawn(code: str, env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_line(proc: subprocess.Popen, expected: str) -> None:
+    line = proc.stdout.readline().strip()
+    if line != expected:
+        proc.kill()
+        raise AssertionError(f"child said {line!r}: {proc.communicate()[1]}")
+
+
+# -- save and resume ---------------------------------------------------------------------
+
+def test_save_and_latest_round_trip_objects_and_bytes(env):
+    assert checkpoint.latest("train") is None
+    assert checkpoint.latest("train", default={"step": 0}) == {"step": 0}
+    path = checkpoint.save({"step": 7, "loss": 0.25}, "train")
+    assert path.parent == Path(env["CHECKPOINT_DIR"]) / "train"
+    assert checkpoint.latest("train") == {"step": 7, "loss": 0.25}
+    checkpoint.save(b"\x00raw", "weights")
+    assert checkpoint.latest("weights") == b"\x00raw"
+    assert checkpoint.latest_path("train") == path
+
+
+def test_only_the_newest_are_kept(env):
+    paths = [checkpoint.save({"step": i}, "train", keep=2) for i in range(4)]
+    assert checkpoint.latest("train") == {"step": 3}
+    assert sorted(p.name for p in paths[0].parent.glob("*.ckpt")) == [
+        paths[2].name, paths[3].name]
+    manifest = json.loads((paths[0].parent / "MANIFEST.json").read_text())
+    assert [e["seq"] for e in manifest["entries"]] == [3, 4]
+
+
+def test_a_damaged_newest_file_falls_back_to_the_previous_one(env):
+    checkpoint.save({"step": 1}, "train")
+    newest = checkpoint.save({"step": 2}, "train")
+    data = bytearray(newest.read_bytes())
+    data[-2] ^= 0xFF  # a flipped byte on disk
+    newest.write_bytes(bytes(data))
+    assert checkpoint.latest("train") == {"step": 1}
+
+
+def test_unreadable_manifest_means_no_checkpoint_with_a_warning(env):
+    checkpoint.save({"step": 1}, "train")
+    (Path(env["CHECKPOINT_DIR"]) / "train" / "MANIFEST.json").write_text("{")
+    with pytest.warns(UserWarning, match="unreadable checkpoint manifest"):
+        assert checkpoint.latest("train") is None
+
+
+@pytest.mark.parametrize("name", ["", "../escape", "a/b", ".hidden", "x" * 101])
+def test_names_cannot_escape_the_directory(env, name):
+    with pytest.raises(ValueError, match="checkpoint name"):
+        checkpoint.save(b"x", name)
+
+
+def test_a_save_killed_mid_write_is_never_returned(env):
+    child = spawn("""
+        import time
+        from jupyterhub_gpu import checkpoint
+        checkpoint.save({"step": 1}, "train")
+
+        class SlowToPickle:
+            def __reduce__(self):  # runs after the big chunk is on disk
+                print("half-written", flush=True)
+                time.sleep(60)
+                return (int, (0,))
+
+        checkpoint.save([b"x" * 20_000_000, SlowToPickle()], "train")
+        """, env)
+    wait_for_line(child, "half-written")
+    folder = Path(env["CHECKPOINT_DIR"]) / "train"
+    (partial,) = folder.glob("*.tmp")
+    assert partial.stat().st_size > 10_000_000  # the crash really is mid-write
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert checkpoint.latest("train") == {"step": 1}
+    checkpoint.save({"step": 2}, "train")  # the next save is unaffected
+    assert checkpoint.latest("train") == {"step": 2}
+
+
+# -- SIGTERM -----------------------------------------------------------------------------
+
+def training(setup: str = "") -> str:
+    """A training loop that saves its state on SIGTERM, after ``setup``."""
+    head = """
+        import time
+        from jupyterhub_gpu import checkpoint
+        state = {"step": 0}
+        """
+    loop = """
+        @checkpoint.register
+        def on_stop():
+            checkpoint.save(state, "train")
+
+        print("ready", flush=True)
+        while True:
+            state["step"] += 1
+            time.sleep(0.01)
+        """
+    return textwrap.dedent(head) + textwrap.dedent(setup) + textwrap.dedent(loop)
+
+
+def test_sigterm_saves_then_the_process_exits(env):
+    child = spawn(training(), env)
+    wait_for_line(child, "ready")
+    pid_file = Path(env["JUPYTERHUB_GPU_RUN_DIR"]) / "checkpoint-pids" / str(child.pid)
+    assert pid_file.exists()
+    time.sleep(0.3)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=10)
+    assert child.returncode == -signal.SIGTERM, err
+    assert checkpoint.latest("train")["step"] > 0
+    assert "SIGTERM: running 1 checkpoint callback(s), 8s of grace" in err
+    assert not pid_file.exists()
+
+
+def test_a_failing_callback_does_not_stop_the_others_and_handlers_chain(env):
+    setup = """
+    import signal, sys
+    signal.signal(signal.SIGTERM, lambda *a: (print("own handler", flush=True), sys.exit(3)))
+
+    @checkpoint.register
+    def broken():
+        raise RuntimeError("disk full")
+    """
+    child = spawn(training(setup), env)
+    wait_for_line(child, "ready")
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=10)
+    assert child.returncode == 3 and "own handler" in out
+    assert "RuntimeError: disk full" in err
+    assert checkpoint.latest("train") is not None
+
+
+def test_prestop_signals_registered_processes_and_waits_for_them(env):
+    child = spawn(training(), env)
+    wait_for_line(child, "ready")
+    bystander = spawn("import time; print('ready', flush=True); time.sleep(30)", env)
+    wait_for_line(bystander, "ready")
+    started = time.monotonic()
+    hook = subprocess.run([sys.executable, *checkpoint.PRESTOP_COMMAND[1:]],
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert hook.returncode == 0, hook.stderr
+    assert time.monotonic() - started < 8  # returned once the saver was done
+    assert child.wait(timeout=5) == -signal.SIGTERM
+    assert checkpoint.latest("train")["step"] > 0
+    assert bystander.poll() is None  # only processes that registered are signalled
+    bystander.kill()
+    bystander.wait()
+
+
+# -- a directory that cannot be written ----------------------------------------------------
+
+def test_unwritable_dir_is_reported_at_import(tmp_path, env):
+    (tmp_path / "not-a-dir").write_text("")
+    bad = tmp_path / "not-a-dir" / "checkpoints"
+    child = subprocess.run([sys.executable, "-c", "import jupyterhub_gpu.checkpoint"],
+                           env={**env, "CHECKPOINT_DIR": str(bad)}, capture_output=True,
+                           text=True, timeout=60)
+    assert child.returncode == 0
+    assert f"CheckpointDirWarning: checkpoint directory {bad} is not writable" in child.stderr
+
+
+def test_register_refuses_an_unwritable_dir_and_installs_nothing(tmp_path, monkeypatch):
+    (tmp_path / "not-a-dir").write_text("")
+    bad = tmp_path / "not-a-dir" / "checkpoints"
+    monkeypatch.setenv("CHECKPOINT_DIR", str(bad))
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(checkpoint.CheckpointDirError, match=f"{bad} is not writable"):
+        checkpoint.register(lambda: None)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+# -- PyTorch -------------------------------------------------------------------------------
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+@pytest.mark.skipif(HAS_TORCH, reason="PyTorch is installed: its absence cannot be tested")
+def test_torch_helpers_explain_what_to_use_without_torch(env):
+    with pytest.raises(ImportError, match=r"need PyTorch; without it use checkpoint.save"):
+        checkpoint.save_torch(object())
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="PyTorch is not installed (not a dependency)")
+def test_torch_model_and_optimizer_round_trip(env):
+    import torch
+
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    checkpoint.save_torch(model, optimizer, step=42, epoch=3)
+    fresh = torch.nn.Linear(3, 2)
+    state = checkpoint.load_torch(fresh, torch.optim.SGD(fresh.parameters(), lr=0.5))
+    assert state["step"] == 42 and state["extra"] == {"epoch": 3}
+    assert torch.equal(fresh.weight, model.weight)
