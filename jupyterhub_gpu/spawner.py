@@ -30,6 +30,7 @@ from traitlets import Dict, Instance, Unicode, default, validate
 from . import metrics
 from .builders.pod import (Grant, OptionsRejected, SpawnSettings, UserRef, authorize,
                            merge_traits, spawn_settings)
+from .cull.notice import deadline_env
 from .form import render_form
 from .kueue import status as kstatus
 from .kueue.lifecycle import QueueWatch, SpawnRefused, wanted
@@ -337,10 +338,20 @@ class GPUSpawner(KubeSpawner):
 
     # -- state --------------------------------------------------------------------
 
+    def get_env(self) -> dict:
+        env = super().get_env()
+        started = getattr(getattr(self, "orm_spawner", None), "started", None)
+        if self.gpu_grant is not None and started is not None:
+            # the hub set `started` before start(): the max-age deadline counts the queue
+            env.update(deadline_env(self.gpu_grant.profile, started))
+        return env
+
     def get_state(self) -> dict:
         state = super().get_state()
         if self.gpu_stop_notice:
             state["gpu_stop_notice"] = self.gpu_stop_notice
+        if self.gpu_grant is not None:  # the culler reads it (admin:server_state)
+            state["gpu_profile"] = self.gpu_grant.profile.slug
         return state
 
     def load_state(self, state: dict) -> None:

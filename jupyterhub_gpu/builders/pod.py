@@ -6,6 +6,8 @@ import copy
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from ..checkpoint import PRESTOP_COMMAND
+from ..cull.notice import pod_env as cull_env
 from ..spec import (PRIORITY_LABEL, PROFILE_LABEL, QUEUE_LABEL, TEAM_LABEL, Platform,
                     Pool, Priority, Profile, Team)
 
@@ -98,6 +100,7 @@ class SpawnSettings:
     volumes: list[dict] = field(default_factory=list)
     volume_mounts: list[dict] = field(default_factory=list)
     extra_pod_config: dict[str, Any] = field(default_factory=dict)
+    lifecycle_hooks: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def trait_names(cls) -> tuple[str, ...]:
@@ -115,6 +118,7 @@ def profile_env(grant: Grant) -> dict[str, str]:
         "JUPYTERHUB_GPU_MEMORY": f"{pool.unit_memory_gb}GB",
         "JUPYTERHUB_GPU_PREEMPTIBLE": str(pool.spot or grant.priority.preemptible).lower(),
         "JUPYTERHUB_GPU_TEAM": grant.team.name,
+        **cull_env(profile),  # idle timeout, max age, GPU-idle rule, grace: for the notices
     }
 
 
@@ -158,6 +162,9 @@ def spawn_settings(platform: Platform, grant: Grant) -> SpawnSettings:
         extra_pod_config={
             "terminationGracePeriodSeconds": profile.checkpoint.grace_period_seconds
         } if profile.checkpoint.enabled else {},
+        # on any stop (preemption, eviction, cull) first SIGTERM the kernels that
+        # registered a checkpoint callback, within the grace period
+        lifecycle_hooks={"preStop": {"exec": {"command": list(PRESTOP_COMMAND)}}},
     )
 
 

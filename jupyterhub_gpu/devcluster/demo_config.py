@@ -12,6 +12,14 @@ c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
 configure_hub(c, os.environ["JUPYTERHUB_GPU_SPEC"])
 
+# The GPU-aware idle culler, as in the Helm values (no Prometheus here: activity
+# rules only, with a warning in its log).
+from jupyterhub_gpu.cull.service import culler_role, culler_service  # noqa: E402
+
+c.JupyterHub.services.append(culler_service(os.environ["JUPYTERHUB_GPU_SPEC"],
+                                            timeout_seconds=8 * 3600, cull_every_seconds=60))
+c.JupyterHub.load_roles.append(culler_role())
+
 c.JupyterHub.bind_url = os.environ.get("JUPYTERHUB_GPU_DEMO_URL", "http://127.0.0.1:8000")
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = int(os.environ.get("JUPYTERHUB_GPU_DEMO_HUB_PORT", "8081"))

@@ -15,6 +15,8 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "presen
 SPOT_TOLERATION = {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal",
                    "value": "spot", "effect": "NoSchedule"}
 IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-python-3.12"
+PRESTOP = {"preStop": {"exec": {"command": ["python", "-m", "jupyterhub_gpu.checkpoint",
+                                            "prestop"]}}}
 
 
 def _settings(platform, groups, profile):
@@ -48,6 +50,9 @@ def test_spot_profile_with_checkpoints(platform):
             "JUPYTERHUB_GPU_MEMORY": "80GB",
             "JUPYTERHUB_GPU_PREEMPTIBLE": "true",
             "JUPYTERHUB_GPU_TEAM": "ml-eng",
+            "JUPYTERHUB_GPU_IDLE_TIMEOUT": "1800",
+            "JUPYTERHUB_GPU_MAX_AGE": "28800",
+            "JUPYTERHUB_GPU_GRACE_SECONDS": "25",
             "CHECKPOINT_DIR": "/home/jovyan/checkpoints",
         },
         "volumes": [{"name": "checkpoints",
@@ -55,6 +60,7 @@ def test_spot_profile_with_checkpoints(platform):
         "volume_mounts": [{"name": "checkpoints", "mountPath": "/home/jovyan/checkpoints",
                            "subPath": "{username}"}],
         "extra_pod_config": {"terminationGracePeriodSeconds": 25},
+        "lifecycle_hooks": PRESTOP,
     }
 
 
@@ -84,10 +90,12 @@ def test_time_sliced_profile(platform):
             "JUPYTERHUB_GPU_MEMORY": "16GB",
             "JUPYTERHUB_GPU_PREEMPTIBLE": "false",
             "JUPYTERHUB_GPU_TEAM": "experimentation",
+            "JUPYTERHUB_GPU_IDLE_TIMEOUT": "1800",
         },
         "volumes": [],
         "volume_mounts": [],
         "extra_pod_config": {},
+        "lifecycle_hooks": PRESTOP,
     }
 
 

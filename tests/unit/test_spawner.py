@@ -181,3 +181,22 @@ def test_configure_hub_fails_at_start_up_on_a_bad_spec(tmp_path, example_spec_pa
     bare = Config()
     configure_hub(bare, str(example_spec_path), resume=False)
     assert "services" not in bare.JupyterHub
+
+
+async def test_env_and_state_carry_the_cull_rules(make_spawner):
+    from datetime import datetime
+
+    from jupyterhub import orm
+
+    spawner = make_spawner(groups=["data-science"])
+    await spawner._run_apply_user_options({"profile": "a100-mig-3g"})
+    spawner.orm_spawner = orm.Spawner(name="", started=datetime(2026, 12, 2, 10, 0))
+    env = spawner.get_env()
+    assert env["JUPYTERHUB_GPU_IDLE_TIMEOUT"] == "1800"
+    assert env["JUPYTERHUB_GPU_MAX_AGE"] == str(12 * 3600)
+    assert env["JUPYTERHUB_GPU_MAX_AGE_DEADLINE"] == "2026-12-02T22:00:00+00:00"
+    assert env["JUPYTERHUB_GPU_IDLE_GPU_THRESHOLD"] == "5"
+    assert spawner.get_state()["gpu_profile"] == "a100-mig-3g"
+    pod = await spawner.get_pod_manifest()
+    assert pod.spec.containers[0].lifecycle.pre_stop == {"exec": {"command": [
+        "python", "-m", "jupyterhub_gpu.checkpoint", "prestop"]}}
