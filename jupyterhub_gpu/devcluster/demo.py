@@ -57,8 +57,8 @@ def hub_env(spec: Path, kubeconfig: Path, url: str, hub_port: int = 8081,
 
 
 async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
-                    hub_port: int = 8081, proxy_api_port: int = 8001
-                    ) -> asyncio.subprocess.Process:
+                    hub_port: int = 8081, proxy_api_port: int = 8001,
+                    extra_env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
     """Start JupyterHub (demo config) in ``workdir``; its log is ``workdir/hub.log``."""
     hub_dir = workdir / "hub"
     hub_dir.mkdir(parents=True, exist_ok=True)
@@ -66,7 +66,8 @@ async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
     with open(workdir / "hub.log", "ab") as log:
         return await asyncio.create_subprocess_exec(
             str(jupyterhub), "-f", str(DEMO_CONFIG), cwd=hub_dir, stdout=log, stderr=log,
-            env=hub_env(spec, kubeconfig, url, hub_port, proxy_api_port),
+            env={**hub_env(spec, kubeconfig, url, hub_port, proxy_api_port),
+                 **(extra_env or {})},
             start_new_session=True)
 
 

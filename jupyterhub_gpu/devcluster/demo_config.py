@@ -1,7 +1,8 @@
 """JupyterHub config of the local demo (``jupyterhub-gpu demo``); not for production.
 
-Reads JUPYTERHUB_GPU_SPEC (the platform spec), KUBECONFIG (the dev cluster's) and
-JUPYTERHUB_GPU_CHP (the configurable-http-proxy command) from the environment.
+Reads JUPYTERHUB_GPU_SPEC (the platform spec), KUBECONFIG (the dev cluster's),
+JUPYTERHUB_GPU_CHP (the configurable-http-proxy command) and, optionally,
+JUPYTERHUB_GPU_DEMO_CULL_EVERY (seconds between culler runs) from the environment.
 """
 
 import os
@@ -16,8 +17,10 @@ configure_hub(c, os.environ["JUPYTERHUB_GPU_SPEC"])
 # rules only, with a warning in its log).
 from jupyterhub_gpu.cull.service import culler_role, culler_service  # noqa: E402
 
+CULL_EVERY = int(os.environ.get("JUPYTERHUB_GPU_DEMO_CULL_EVERY", "60"))  # tests: short
 c.JupyterHub.services.append(culler_service(os.environ["JUPYTERHUB_GPU_SPEC"],
-                                            timeout_seconds=8 * 3600, cull_every_seconds=60))
+                                            timeout_seconds=8 * 3600,
+                                            cull_every_seconds=CULL_EVERY))
 c.JupyterHub.load_roles.append(culler_role())
 
 c.JupyterHub.bind_url = os.environ.get("JUPYTERHUB_GPU_DEMO_URL", "http://127.0.0.1:8000")

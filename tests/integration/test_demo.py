@@ -232,3 +232,46 @@ async def test_cancelling_a_queued_spawn_from_the_hub_leaves_nothing(hub, kube):
     finally:
         await alice.close()
         await dave.close()
+
+
+async def test_idle_gpu_server_is_culled_by_the_real_culler(cluster, cluster_spec_path, kube,
+                                                           tmp_path):
+    """jupyterhub-idle-culler 2.x with the jupyterhub_gpu.cull hook, as a hub service,
+    stops a server idle past its profile's idleTimeout (10 s here); pod and Workload
+    go, so the node could be drained."""
+    from jupyterhub_gpu.devcluster.podrunner import PodRunner
+
+    demo.ensure_chp(progress=lambda m: None)
+    kubeconfig = Path(cluster["kubeconfig"])
+    runner = asyncio.create_task(PodRunner(kubeconfig, tmp_path).run())
+    hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL,
+                               hub_port=18081 + PORT_OFFSET,
+                               proxy_api_port=18001 + PORT_OFFSET,
+                               extra_env={"JUPYTERHUB_GPU_DEMO_CULL_EVERY": "3"})
+    carol = None
+    try:
+        carol = await _login_when_up("carol")  # experimentation
+        await _spawn_and_wait(carol, "carol", "t4-quick")
+
+        async def culled():
+            return (await _hub_server(carol, "carol")) is None
+
+        await wait_for(culled, timeout=90, what="the culler to stop carol's server")
+        await wait_for(lambda: _pod_gone(kube, "jhub-experimentation", "jupyter-carol"),
+                       timeout=60, what="carol's pod and Workload to go")
+        log = (tmp_path / "hub.log").read_text()
+        assert "Culling user=carol server='' profile=t4-quick reason=idle" in log
+    finally:
+        if carol:
+            await carol.close()
+        hub.terminate()
+        await hub.wait()
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+async def _pod_gone(kube, namespace, pod_name):
+    pods = await kube.core.list_namespaced_pod(namespace)
+    workloads = await kube.workloads(namespace)
+    return (pod_name not in [p.metadata.name for p in pods.items]
+            and not [w for w in workloads if w["metadata"]["name"].startswith(f"pod-{pod_name}-")])
