@@ -229,19 +229,28 @@ def _listening_inodes(port: int) -> set[str]:
     return inodes
 
 
+def _fd_links(pid_dir: Path) -> set[str]:
+    """What a process's file descriptors point at (fds may close while we look)."""
+    links = set()
+    try:
+        fds = list((pid_dir / "fd").iterdir())
+    except OSError:
+        return links
+    for fd in fds:
+        try:
+            links.add(os.readlink(fd))
+        except OSError:
+            continue
+    return links
+
+
 def port_holder(port: int) -> str | None:
     """'pid N (command line)' of whoever listens on ``port``, when /proc tells."""
     targets = {f"socket:[{i}]" for i in _listening_inodes(port)}
     if not targets:
         return None
     for pid_dir in Path("/proc").iterdir():
-        if not pid_dir.name.isdigit():
-            continue
-        try:
-            links = {os.readlink(fd) for fd in (pid_dir / "fd").iterdir()}
-        except OSError:
-            continue
-        if links & targets:
+        if pid_dir.name.isdigit() and _fd_links(pid_dir) & targets:
             argv = cmdline(int(pid_dir.name)) or ["?"]
             return f"pid {pid_dir.name} ({' '.join(argv)[:120]})"
     return "a process this user cannot inspect"
