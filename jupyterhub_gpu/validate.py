@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Iterator
 
 from .quantities import format_cpu, format_memory
-from .spec import Platform, Pool, Profile, SharingMode
+from .spec import Platform, Pool, Profile
 
 AZURE_SPOT_NOTICE_SECONDS = 30
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import yaml
 
-from ..parse import SpecError, load_platform
+from ..parse import load_platform
 from .check import (Bundle, check_device_plugin, check_kueue, check_kueue_configuration,
                     check_team_namespaces, check_terraform_tf, check_terraform_vars)
 from .checkhelm import check_helm
@@ -189,19 +189,3 @@ def add_bundle_parsers(sub: argparse._SubParsersAction) -> None:
     """Add ``bundle`` and ``check-bundle`` to the ``jupyterhub-gpu`` parser."""
     _add_bundle(sub)
     _add_check(sub)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run ``bundle``/``check-bundle`` alone (until they are wired into the main CLI)."""
-    parser = argparse.ArgumentParser(prog="jupyterhub-gpu")
-    add_bundle_parsers(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

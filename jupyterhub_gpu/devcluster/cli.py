@@ -136,21 +136,3 @@ def add_devcluster_parser(subparsers: argparse._SubParsersAction) -> argparse.Ar
     _add_up(sub)
     _add_down_status(sub)
     return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m jupyterhub_gpu.devcluster.cli ...``."""
-    from ..parse import SpecError
-
-    parser = argparse.ArgumentParser(prog="jupyterhub-gpu")
-    add_devcluster_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,6 @@ import re
 import pytest
 from kubernetes_asyncio.client import ApiException
 
-from jupyterhub_gpu import metrics
 from jupyterhub_gpu.kueue.lifecycle import SpawnRefused
 
 from .conftest import KUEUE, wait_for

@@ -13,7 +13,7 @@ from typing import Callable
 import pytest
 import yaml
 
-CLI = [sys.executable, "-m", "jupyterhub_gpu.bundle.cli", "check-bundle"]
+CLI = [sys.executable, "-m", "jupyterhub_gpu.cli", "check-bundle"]
 BUNDLE = ["config/platform.yaml", "config/kueue.yaml", "config/device-plugin.yaml",
           "config/kueue-configuration.yaml", "config/team-namespaces.yaml",
           "config/terraform", "helm-values"]

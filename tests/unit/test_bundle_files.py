@@ -12,7 +12,7 @@ import yaml
 
 from jupyterhub_gpu.bundle.files import GENERATED, render_files
 
-BUNDLE_CLI = [sys.executable, "-m", "jupyterhub_gpu.bundle.cli"]
+BUNDLE_CLI = [sys.executable, "-m", "jupyterhub_gpu.cli"]
 
 
 @pytest.mark.parametrize("name", list(GENERATED))
