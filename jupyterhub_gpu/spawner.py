@@ -183,7 +183,6 @@ class GPUSpawner(KubeSpawner):
         except OptionsRejected as e:
             raise ValueError(str(e)) from None
 
-
     # -- shared watches ---------------------------------------------------------
 
     async def _start_watching_pods(self, replace: bool = False):
@@ -245,6 +244,9 @@ class GPUSpawner(KubeSpawner):
                             guard: asyncio.Future) -> Any:
         slug = grant.profile.slug
         refused = guard.done() and not guard.cancelled() and guard.exception()
+        if refused and not isinstance(refused, SpawnRefused):
+            self.log.error("Queue watch of %s failed (%r); the spawn goes on without it",
+                           self._log_name, refused)
         if isinstance(refused, SpawnRefused):
             start.cancel()
             self.log.warning("Spawn of %s refused: %s", self._log_name, refused)
