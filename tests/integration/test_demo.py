@@ -17,6 +17,7 @@ from jupyterhub_gpu.devcluster import demo
 from .conftest import PORT_OFFSET, wait_for
 
 URL = f"http://127.0.0.1:{18000 + PORT_OFFSET}"
+MERGE = {"_content_type": "application/merge-patch+json"}
 
 
 @pytest.fixture
@@ -275,3 +276,54 @@ async def _pod_gone(kube, namespace, pod_name):
     workloads = await kube.workloads(namespace)
     return (pod_name not in [p.metadata.name for p in pods.items]
             and not [w for w in workloads if w["metadata"]["name"].startswith(f"pod-{pod_name}-")])
+
+
+async def test_hub_restart_while_admitted_but_not_yet_running(cluster, cluster_spec_path,
+                                                              kube, tmp_path):
+    """Kueue admitted the pod but no node can take it yet (the pool's only node is
+    cordoned): kill the hub, start it again; the spawn is resumed on the same pod and
+    runs once the node is back."""
+    from jupyterhub_gpu.devcluster.podrunner import PodRunner
+
+    demo.ensure_chp(progress=lambda m: None)
+    kubeconfig = Path(cluster["kubeconfig"])
+    ports = dict(hub_port=18081 + PORT_OFFSET, proxy_api_port=18001 + PORT_OFFSET)
+    node = "aks-a100spot-00000000-vmss000000"
+    await kube.core.patch_node(node, {"spec": {"unschedulable": True}}, **MERGE)
+    runner = asyncio.create_task(PodRunner(kubeconfig, tmp_path).run())
+    hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
+    bob = None
+    try:
+        bob = await _login_when_up("bob")  # ml-eng
+        async with bob.post(f"{URL}/hub/spawn", data={"profile": "a100-training",
+                                                      "_xsrf": _xsrf(bob)}) as r:
+            assert r.status == 200
+        admitted = await wait_for(lambda: _admitted_unscheduled(kube, "jupyter-bob"),
+                                  what="bob's pod admitted but unscheduled")
+        hub.kill()
+        await hub.wait()
+        hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
+        await wait_for(lambda: _hub_answers(bob), timeout=60, what="the hub to come back")
+        await wait_for(lambda: _hub_server(bob, "bob"), timeout=60,
+                       what="gpu-resume to restart bob's spawn")
+        assert await _admitted_unscheduled(kube, "jupyter-bob") == admitted, "same pod"
+        await kube.core.patch_node(node, {"spec": {"unschedulable": False}}, **MERGE)
+        await wait_for(lambda: _lab_up(bob, "bob"), timeout=120, what="bob's JupyterLab")
+    finally:
+        await kube.core.patch_node(node, {"spec": {"unschedulable": False}}, **MERGE)
+        if bob:
+            await bob.close()
+        hub.terminate()
+        await hub.wait()
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+async def _admitted_unscheduled(kube, pod_name):
+    """(pod uid, Workload name) while the pod is admitted but not on a node."""
+    pods = await kube.core.list_namespaced_pod("jhub-ml-eng")
+    pod = next((p for p in pods.items if p.metadata.name == pod_name), None)
+    if pod is None or pod.spec.scheduling_gates or pod.spec.node_name:
+        return None
+    workload = await kube.workload_for(pod)
+    return (pod.metadata.uid, workload["metadata"]["name"]) if workload else None
