@@ -143,8 +143,7 @@ async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spe
                                                        "_xsrf": _xsrf(dave)}) as r:
             assert r.status == 200
         queued = await wait_for(lambda: _queued(kube, "jupyter-dave"), what="dave queued")
-        hub.kill()  # no clean shutdown: the hub just dies
-        await hub.wait()
+        await _kill_hub_pod(hub)  # no clean shutdown: the hub just dies
         hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
         await wait_for(lambda: _hub_answers(alice), timeout=60, what="the hub to come back")
         server = await wait_for(lambda: _hub_server(dave, "dave"), timeout=60,
@@ -300,8 +299,7 @@ async def test_hub_restart_while_admitted_but_not_yet_running(cluster, cluster_s
             assert r.status == 200
         admitted = await wait_for(lambda: _admitted_unscheduled(kube, "jupyter-bob"),
                                   what="bob's pod admitted but unscheduled")
-        hub.kill()
-        await hub.wait()
+        await _kill_hub_pod(hub)
         hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
         await wait_for(lambda: _hub_answers(bob), timeout=60, what="the hub to come back")
         await wait_for(lambda: _hub_server(bob, "bob"), timeout=60,
@@ -327,3 +325,42 @@ async def _admitted_unscheduled(kube, pod_name):
         return None
     workload = await kube.workload_for(pod)
     return (pod.metadata.uid, workload["metadata"]["name"]) if workload else None
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (JupyterHub starts its services in new sessions)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+async def _kill_hub_pod(hub) -> None:
+    """SIGKILL the hub and its managed services together, as when its pod dies (the
+    proxy runs in a pod of its own in z2jh; the restarted hub replaces it)."""
+    import os
+    import signal
+
+    def is_proxy(pid: int) -> bool:
+        try:
+            return b"configurable-http-proxy" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+
+    services = [p for p in _descendants(hub.pid) if not is_proxy(p)]
+    hub.kill()
+    for pid in services:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    await hub.wait()
