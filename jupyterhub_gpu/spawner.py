@@ -63,6 +63,7 @@ class GPUSpawner(KubeSpawner):
     gpu_grant: Grant | None = None  # the profile grant of the current/last spawn
     gpu_stop_notice: dict | None = None  # why the platform stopped the last server
     _gpu_base_traits: dict[str, Any] | None = None  # admin values, before any profile
+    _applied_options: Any = None  # the user_options the traits were last set from
     _queue_watch: QueueWatch | None = None
 
     platform_file = Unicode(
@@ -168,6 +169,7 @@ class GPUSpawner(KubeSpawner):
         self.start_timeout = (grant.profile.queue_patience_seconds
                               + grant.profile.start_timeout_seconds)
         self.gpu_grant = grant
+        self._applied_options = copy.deepcopy(user_options)
         self.log.info("Applying GPU profile %r (queue %s/%s, priority %s) for %s",
                       grant.profile.slug, grant.team.namespace, grant.team.local_queue,
                       grant.priority.name, self._log_name)
@@ -179,9 +181,16 @@ class GPUSpawner(KubeSpawner):
         if self.profile_list:
             self.log.warning("profile_list is ignored: profiles come from the GPU spec")
         try:
-            self.apply_profile(self.user_options)  # idempotent: resets first
+            self._profile_for_start()
         except OptionsRejected as e:
             raise ValueError(str(e)) from None
+
+    def _profile_for_start(self) -> Grant:
+        """The grant of this spawn. JupyterHub's apply_user_options hook has normally
+        applied it already; applying again would undo a pre_spawn_hook's changes."""
+        if self.gpu_grant is None or self._applied_options != self.user_options:
+            return self.apply_profile(self.user_options)
+        return self.gpu_grant
 
     # -- shared watches ---------------------------------------------------------
 
@@ -211,7 +220,7 @@ class GPUSpawner(KubeSpawner):
     async def _start(self):
         if self.platform is None:
             return await super()._start()
-        grant = self.apply_profile(self.user_options)  # also sets the namespace
+        grant = self._profile_for_start()  # sets the namespace, if the hook did not
         self.gpu_stop_notice = None
         await self._start_watching_workloads()
         pending = PendingWorkloads.shared(self.namespace, grant.team.local_queue)
@@ -355,6 +364,10 @@ class GPUSpawner(KubeSpawner):
         if self.gpu_grant is not None:  # the culler reads it (admin:server_state)
             state["gpu_profile"] = self.gpu_grant.profile.slug
         return state
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        self._applied_options = None  # the next spawn applies its profile afresh
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
