@@ -26,7 +26,8 @@ TOP_LEVEL = ("pools", "teams", "priorities", "profiles", "checkpointStorage")
 FIELDS: dict[str, tuple[str, ...]] = {
     "spec": TOP_LEVEL,
     "pool": ("name", "vmSize", "gpu", "gpusPerNode", "sharing", "spot", "minNodes",
-             "maxNodes", "pricePerNodeHour", "cpusPerNode", "memoryPerNode"),
+             "maxNodes", "pricePerNodeHour", "cpusPerNode", "memoryPerNode",
+             "consolidateAfter", "bootTime"),
     "sharing": ("mode", "migProfile", "replicas"),
     "team": ("name", "groups", "namespace", "quota", "cohort", "borrowingLimit",
              "lendingLimit", "fairShareWeight"),
@@ -96,6 +97,10 @@ def _number(v: Any) -> float:
     return float(v)
 
 
+def _duration_or_zero(v: Any) -> int:
+    return q.parse_duration(v, allow_zero=True)
+
+
 def _bool(v: Any) -> bool:
     if not isinstance(v, bool):
         raise ValueError(f"must be true or false, got {v!r}")
@@ -156,6 +161,10 @@ def _sharing(errors: list[str], label: str, data: Any, gpu: Any) -> Sharing | No
     return Sharing(mode, mig, replicas or 1)
 
 
+def _pool_default(field: str) -> Any:
+    return Pool.__dataclass_fields__[field].default
+
+
 def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
     name = data.get("name") if isinstance(data, Mapping) else None
     label = f"pool {name!r}" if isinstance(name, str) else f"pools[{index}]"
@@ -178,9 +187,13 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
         s.fail("minNodes", f"{lo} is above maxNodes {hi}")
     spot = s.get("spot", _bool, False)
     price = s.get("pricePerNodeHour", _number, 0.0)
+    consolidate = s.get("consolidateAfter", _duration_or_zero,
+                        _pool_default("consolidate_after_seconds"))
+    boot = s.get("bootTime", _duration_or_zero, _pool_default("boot_seconds"))
     if len(errors) > n_errors:
         return None
-    return Pool(name, vm_size, gpu, gpus, sharing, cpus, mem // 2**30, spot, lo, hi, price)
+    return Pool(name, vm_size, gpu, gpus, sharing, cpus, mem // 2**30, spot, lo, hi, price,
+                consolidate, boot)
 
 
 def _team(errors: list[str], data: Any, index: int) -> Team | None:

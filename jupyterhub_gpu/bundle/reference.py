@@ -16,7 +16,8 @@ import inspect
 
 from ..gpus import GPU_MODELS, VM_SIZES
 from ..parse import FIELDS as PARSER_FIELDS
-from ..spec import SharingMode
+from ..quantities import format_go_duration
+from ..spec import Pool, SharingMode
 
 #: section -> title
 SECTIONS: dict[str, str] = {
@@ -32,6 +33,12 @@ SECTIONS: dict[str, str] = {
 }
 
 REQUIRED = "required"
+
+
+def _pool_default(field: str) -> str:
+    return format_go_duration(Pool.__dataclass_fields__[field].default)
+
+
 #: section -> field -> (type, default, description)
 FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
     "spec": {
@@ -54,6 +61,12 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
         "pricePerNodeHour": ("number", "0", "Price of one node-hour, for the spawn form."),
         "cpusPerNode": ("integer", "from vmSize", "vCPUs of one node."),
         "memoryPerNode": ("quantity", "from vmSize", "Memory of one node, e.g. `220Gi`."),
+        "consolidateAfter": ("duration", _pool_default("consolidate_after_seconds"), "How long a node must have been empty (no "
+                             "notebook on it) before the autoscaler removes it; `0s` removes "
+                             "it as soon as the autoscaler notices."),
+        "bootTime": ("duration", _pool_default("boot_seconds"), "How long a new node takes to boot and join, e.g. "
+                     "`4m`; the dev cluster waits this long before a node it adds "
+                     "registers."),
     },
     "sharing": {
         "mode": ("string", REQUIRED, "`exclusive`, `mig`, `mps` or `timeslicing`."),

@@ -156,6 +156,16 @@ def _failure(component: Component, layout: Layout, what: str) -> ComponentError:
                           f"{log_tail(log)}")
 
 
+def _check_log(component: Component, layout: Layout) -> None:
+    try:
+        text = layout.log(component.name).read_text(errors="replace")
+    except OSError:
+        return
+    for line in component.fatal_log:
+        if line in text:
+            raise _failure(component, layout, f"is up but logged {line!r}")
+
+
 def wait_healthy(component: Component, proc: subprocess.Popen, layout: Layout,
                  pki: PkiPaths, timeout: float) -> float:
     """Wait until the health URL answers 200; return seconds waited."""
@@ -167,6 +177,7 @@ def wait_healthy(component: Component, proc: subprocess.Popen, layout: Layout,
             raise _failure(component, layout, f"exited with code {code} while starting")
         reason = probe(component.health, pki) or ""
         if not reason:
+            _check_log(component, layout)
             return time.monotonic() - start
         time.sleep(0.2)
     raise _failure(component, layout,
@@ -205,11 +216,12 @@ def stop(rec: PidRecord, layout: Layout, timeout: float = 10.0) -> str:
     return outcome
 
 
-def port_free(port: int) -> bool:
+def port_free(port: int, host: str = HOST) -> bool:
+    """Nothing listens on ``port`` of ``host`` (``""``: of every interface)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((HOST, port))
+            s.bind((host, port))
         except OSError:
             return False
     return True
