@@ -1,15 +1,17 @@
 """Cluster-tier fixtures: a real kube-apiserver, etcd, controller-manager, scheduler,
-kwok GPU nodes and the Kueue manager, started once per session from the binaries
-``jupyterhub-gpu devcluster build`` made.
+kwok, the Kueue manager and Karpenter (kwok provider) adding and removing the GPU
+nodes, started once per session from the binaries ``jupyterhub-gpu devcluster build``
+made.
 
 Fixtures:
 
 - ``cluster_spec_path`` / ``cluster_platform``: ``tests/integration/platform.yaml``
-  (one node per pool, small quotas without borrowing) and its parsed Platform.
+  (pools from 0 nodes, small quotas without borrowing) and its parsed Platform.
 - ``cluster`` (session): the dev cluster up with that spec, in a temporary state dir
   and on ports of its own (the defaults + 10000 + $JUPYTERHUB_GPU_TEST_PORT_OFFSET, so
   a running ``make demo`` does not collide); ``down`` at the end. Its value is the dict ``devcluster status`` prints.
-- ``kube`` (session): kubernetes_asyncio ``CoreV1Api`` and ``CustomObjectsApi`` on it.
+- ``kube`` (session): kubernetes_asyncio ``CoreV1Api`` and ``CustomObjectsApi`` on it,
+  with helpers for Workloads and for a pool's Karpenter nodes and NodeClaims.
 - ``spawn``: starts a real GPUSpawner for (user, groups, profile) and returns it
   (``wait=False``: returns the spawner and its start task at once). Every server it
   started is stopped at the end of the test.
@@ -46,6 +48,8 @@ PORT_OFFSET = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
 TEST_PORTS = Ports(**{name: port + 10000 + PORT_OFFSET
                       for name, port in Ports().as_dict().items()})
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
+KARPENTER = ("karpenter.sh", "v1")
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
 
 
 def pytest_collection_modifyitems(items):
@@ -96,6 +100,29 @@ class Kube:
             if wl["metadata"].get("labels", {}).get("kueue.x-k8s.io/job-uid") == pod.metadata.uid:
                 return wl
         return None
+
+    async def pool_nodes(self, pool: str) -> list:
+        """The nodes Karpenter started for ``pool`` (its NodePool has the pool's name)."""
+        return (await self.core.list_node(label_selector=f"{NODEPOOL_LABEL}={pool}")).items
+
+    async def node_claims(self, pool: str) -> list[dict]:
+        listing = await self.custom.list_cluster_custom_object(
+            *KARPENTER, "nodeclaims", label_selector=f"{NODEPOOL_LABEL}={pool}")
+        return listing["items"]
+
+    async def pool_is_empty(self, pool: str) -> bool:
+        return not await self.pool_nodes(pool) and not await self.node_claims(pool)
+
+    async def set_node_limit(self, pool: str, nodes: int | str) -> None:
+        await self.custom.patch_cluster_custom_object(
+            *KARPENTER, "nodepools", pool, {"spec": {"limits": {"nodes": str(nodes)}}},
+            _content_type="application/merge-patch+json")
+
+    async def restore_node_limit(self, pool) -> None:
+        """Back to the limit ``devcluster up`` gave the pool's NodePool."""
+        from jupyterhub_gpu.builders.karpenter import node_pool
+
+        await self.set_node_limit(pool.name, node_pool(pool)["spec"]["limits"]["nodes"])
 
 
 @pytest.fixture(scope="session")
