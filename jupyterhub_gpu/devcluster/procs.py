@@ -161,20 +161,24 @@ def _check_log(component: Component, layout: Layout) -> None:
         text = layout.log(component.name).read_text(errors="replace")
     except OSError:
         return
+    # what the component wrote, after the command line launch() logged first
+    text = text.partition(" ".join(component.argv) + "\n")[2]
     for line in component.fatal_log:
         if line in text:
-            raise _failure(component, layout, f"is up but logged {line!r}")
+            raise _failure(component, layout, f"logged {line!r} while starting")
 
 
 def wait_healthy(component: Component, proc: subprocess.Popen, layout: Layout,
                  pki: PkiPaths, timeout: float) -> float:
-    """Wait until the health URL answers 200; return seconds waited."""
+    """Wait until the health URL answers 200; return seconds waited. A component that
+    exits, or logs one of its ``fatal_log`` lines, fails at once."""
     start = time.monotonic()
     reason = "no answer"
     while time.monotonic() - start < timeout:
         code = proc.poll()
         if code is not None:
             raise _failure(component, layout, f"exited with code {code} while starting")
+        _check_log(component, layout)
         reason = probe(component.health, pki) or ""
         if not reason:
             _check_log(component, layout)

@@ -8,16 +8,19 @@ drive GPUSpawner directly. Timings are measured and printed, never asserted.
 from __future__ import annotations
 
 import asyncio
+import shutil
+import socket
 import time
 from pathlib import Path
 
+import pytest
 from kubernetes_asyncio.client import ApiException
 
 from jupyterhub_gpu.builders import karpenter
 from jupyterhub_gpu.devcluster import demo
 
 from .conftest import KARPENTER, NODEPOOL_LABEL, PORT_OFFSET, wait_for
-from .test_demo import URL, _hub_server, _lab_up, _login_when_up, _pod_gone, _xsrf
+from .test_demo import URL, _hub_server, _login_when_up, _pod_gone, _xsrf
 
 GATE = "kueue.x-k8s.io/admission"
 POOL_LABEL = "kubernetes.azure.com/agentpool"
@@ -94,18 +97,23 @@ async def test_the_loop_spawn_node_run_idle_cull_node_gone(cluster, cluster_spec
         assert labels[karpenter.CAPACITY_TYPE_LABEL] == "on-demand"
         assert labels[karpenter.INSTANCE_TYPE_LABEL] == karpenter.instance_type_name(pool)
         assert node.status.allocatable[pool.resource_name] == "4"
-        await wait_for(lambda: _lab_up(carol, "carol"), timeout=120, what="carol's JupyterLab")
+        bound = await wait_for(lambda: _running_on(kube, pod, node.metadata.name), timeout=60,
+                               what="carol's pod to run on the new node")
+        assert bound.metadata.uid == pod.metadata.uid
+        hub_log = tmp_path / "hub.log"
+        # The server is up once the hub says so (the culler may stop it a moment later:
+        # idleTimeout 10 s counts from the spawn).
+        await wait_for(lambda: "User carol took" in hub_log.read_text(), timeout=120,
+                       what="the hub to report carol's server started")
         running = time.monotonic()
-        bound = await kube.core.read_namespaced_pod("jupyter-carol", "jhub-experimentation")
-        assert bound.metadata.uid == pod.metadata.uid and bound.spec.node_name == node.metadata.name
-
         await wait_for(lambda: _no_server(carol, "carol"), timeout=90,
                        what="the culler to stop carol's server")
         culled = time.monotonic()
         await wait_for(lambda: _pod_gone(kube, "jhub-experimentation", "jupyter-carol"),
                        timeout=60, what="carol's pod and Workload to go")
         pod_gone = time.monotonic()
-        log = (tmp_path / "hub.log").read_text()
+        log = hub_log.read_text()
+        assert "Adding user carol to proxy /user/carol/" in log
         assert "Culling user=carol server='' profile=t4-quick reason=idle" in log
         await wait_for(lambda: kube.pool_is_empty(pool.name), timeout=EMPTY_TIMEOUT,
                        what="Karpenter to remove the empty node", interval=0.5)
@@ -115,8 +123,8 @@ async def test_the_loop_spawn_node_run_idle_cull_node_gone(cluster, cluster_spec
             f"bootTime {pool.boot_seconds}s, consolidateAfter {pool.consolidate_after_seconds}s,"
             " idleTimeout 10s, culler every 3s",
             f"spawn -> admitted {admitted - spawned:.1f}s, -> node Ready "
-            f"{node_ready - spawned:.1f}s, -> server running {running - spawned:.1f}s",
-            f"running -> culled {culled - running:.1f}s; pod gone -> node gone "
+            f"{node_ready - spawned:.1f}s, -> server up {running - spawned:.1f}s",
+            f"server up -> culled {culled - running:.1f}s; pod gone -> node gone "
             f"{node_gone - pod_gone:.1f}s (culled -> node gone {node_gone - culled:.1f}s)"])
     finally:
         if carol:
@@ -136,6 +144,11 @@ async def _admitted(kube, namespace, name):
     admitted = workload and any(c["type"] == "Admitted" and c["status"] == "True"
                                 for c in workload["status"].get("conditions", []))
     return pod if admitted else None
+
+
+async def _running_on(kube, pod, node_name):
+    found = await kube.core.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+    return found if found.spec.node_name == node_name and found.status.phase == "Running" else None
 
 
 async def _ready_pool_node(kube, pool):
@@ -168,7 +181,8 @@ async def test_scale_up_never_passes_max_nodes(spawn, kube, cluster_platform):
     third, started = await spawn("hex", ["ml-eng"], "a100-mig-3g", wait=False)
     event = await wait_for(lambda: _karpenter_event(kube, third, "FailedScheduling"),
                            timeout=120, what="Karpenter to give up on the third slice")
-    assert "exceed limits for nodepool" in event.message, event.message
+    assert "node limits have been exhausted for nodepool (NodePool=a100mig)" in event.message, \
+        event.message
     assert len(await kube.pool_nodes(pool.name)) == pool.max_nodes == 1
     assert len(await kube.node_claims(pool.name)) == pool.max_nodes
     pod = await kube.core.read_namespaced_pod(third.pod_name, third.namespace)
@@ -228,3 +242,35 @@ async def _gated(kube, spawner):
             return False
         raise
     return GATE in [g.name for g in pod.spec.scheduling_gates or []]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_karpenter_that_cannot_read_its_instance_types_fails_to_start(cluster, tmp_path):
+    """Karpenter only logs an instance-types file it cannot parse and runs on, offering
+    nothing; `devcluster up` fails on that log line instead (here: the real binary,
+    against the running cluster, on ports of its own, stopped at once)."""
+    from jupyterhub_gpu.devcluster import components, procs, sources
+    from jupyterhub_gpu.devcluster.layout import Layout, Ports
+
+    layout = Layout(tmp_path)
+    layout.make_dirs()
+    shutil.copyfile(cluster["kubeconfig"], layout.kubeconfig)
+    layout.karpenter_instance_types.write_text('{"name": "not a list"}\n')
+    ports = Ports(karpenter_metrics=_free_port(), karpenter_health=_free_port())
+    comp = components.karpenter(sources.binaries()["karpenter-kwok"], layout, ports)
+    proc = procs.launch(comp, layout)
+    try:
+        with pytest.raises(procs.ComponentError) as info:
+            await asyncio.to_thread(procs.wait_healthy, comp, proc, layout, None, 60)
+    finally:
+        proc.kill()
+        proc.wait()
+    message = str(info.value)
+    assert message.startswith("karpenter logged 'failed constructing instance types' while "
+                              "starting."), message
+    assert "could not parse JSON data" in message

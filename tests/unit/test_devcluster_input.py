@@ -117,8 +117,8 @@ def test_a_healthy_component_that_logged_a_fatal_line_is_a_start_failure(tmp_pat
         with pytest.raises(procs.ComponentError) as info:
             procs.wait_healthy(comp, proc, layout, None, timeout=30)
         message = str(info.value)
-        assert message.startswith("karpenter is up but logged 'failed constructing instance "
-                                  f"types'. Last lines of {layout.log('karpenter')}:")
+        assert message.startswith("karpenter logged 'failed constructing instance types' "
+                                  f"while starting. Last lines of {layout.log('karpenter')}:")
         assert message.endswith("\nfailed constructing instance types"), "the log tail is shown"
     finally:
         proc.kill()
