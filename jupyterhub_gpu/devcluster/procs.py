@@ -163,9 +163,10 @@ def _check_log(component: Component, layout: Layout) -> None:
         return
     # what the component wrote, after the command line launch() logged first
     text = text.partition(" ".join(component.argv) + "\n")[2]
-    for line in component.fatal_log:
-        if line in text:
-            raise _failure(component, layout, f"logged {line!r} while starting")
+    for fatal in component.fatal_log:
+        found = next((line for line in text.splitlines() if fatal in line), None)
+        if found is not None:
+            raise _failure(component, layout, f"logged {fatal!r} while starting: {found.strip()}")
 
 
 def wait_healthy(component: Component, proc: subprocess.Popen, layout: Layout,

@@ -118,7 +118,8 @@ def test_a_healthy_component_that_logged_a_fatal_line_is_a_start_failure(tmp_pat
             procs.wait_healthy(comp, proc, layout, None, timeout=30)
         message = str(info.value)
         assert message.startswith("karpenter logged 'failed constructing instance types' "
-                                  f"while starting. Last lines of {layout.log('karpenter')}:")
+                                  "while starting: failed constructing instance types. "
+                                  f"Last lines of {layout.log('karpenter')}:")
         assert message.endswith("\nfailed constructing instance types"), "the log tail is shown"
     finally:
         proc.kill()
