@@ -56,17 +56,23 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
         "gpusPerNode": ("integer", "from vmSize", "Required for VM sizes not listed below."),
         "sharing": ("mapping", REQUIRED, "How one GPU is shared (see `sharing`)."),
         "spot": ("boolean", "false", "An Azure Spot pool: cheaper, may be evicted."),
-        "minNodes": ("integer", "0", "Smallest size; 0 lets the pool scale to zero."),
-        "maxNodes": ("integer", "1", "Largest size the cluster autoscaler may reach."),
+        "minNodes": ("integer", "0", "Smallest size; 0 lets the pool scale to zero. The "
+                     "dev cluster keeps this many static nodes."),
+        "maxNodes": ("integer", "1", "Largest size the autoscaler may reach (the cluster "
+                     "autoscaler on AKS, Karpenter in the dev cluster)."),
         "pricePerNodeHour": ("number", "0", "Price of one node-hour, for the spawn form."),
         "cpusPerNode": ("integer", "from vmSize", "vCPUs of one node."),
         "memoryPerNode": ("quantity", "from vmSize", "Memory of one node, e.g. `220Gi`."),
-        "consolidateAfter": ("duration", _pool_default("consolidate_after_seconds"), "How long a node must have been empty (no "
-                             "notebook on it) before the autoscaler removes it; `0s` removes "
-                             "it as soon as the autoscaler notices."),
-        "bootTime": ("duration", _pool_default("boot_seconds"), "How long a new node takes to boot and join, e.g. "
-                     "`4m`; the dev cluster waits this long before a node it adds "
-                     "registers."),
+        "consolidateAfter": (
+            "duration", _pool_default("consolidate_after_seconds"),
+            "How long a node must have been empty (no notebook on it) before it is removed; "
+            "`0s`: as soon as the autoscaler notices. The dev cluster's Karpenter NodePool "
+            "uses it; on AKS the cluster autoscaler's `scale_down_unneeded` (10m, in the "
+            "Terraform) applies."),
+        "bootTime": (
+            "duration", _pool_default("boot_seconds"),
+            "How long a new node takes to boot and join, e.g. `4m`; the dev cluster's "
+            "Karpenter waits this long before a node it adds registers."),
     },
     "sharing": {
         "mode": ("string", REQUIRED, "`exclusive`, `mig`, `mps` or `timeslicing`."),
