@@ -101,6 +101,17 @@ class Kube:
                 return wl
         return None
 
+    async def spawner_pod(self, spawner):
+        """The spawner's pod, or None while it is not created yet."""
+        from kubernetes_asyncio.client import ApiException
+
+        try:
+            return await self.core.read_namespaced_pod(spawner.pod_name, spawner.namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
     async def pool_nodes(self, pool: str) -> list:
         """The nodes Karpenter started for ``pool`` (its NodePool has the pool's name)."""
         return (await self.core.list_node(label_selector=f"{NODEPOOL_LABEL}={pool}")).items

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio.client import ApiException
 
 from jupyterhub_gpu.builders import karpenter
 from jupyterhub_gpu.devcluster import demo
@@ -191,12 +190,9 @@ async def test_scale_up_never_passes_max_nodes(spawn, kube, cluster_platform):
 
 
 async def _karpenter_event(kube, spawner, reason):
-    try:
-        pod = await kube.core.read_namespaced_pod(spawner.pod_name, spawner.namespace)
-    except ApiException as e:
-        if e.status == 404:  # not created yet
-            return None
-        raise
+    pod = await kube.spawner_pod(spawner)
+    if pod is None:
+        return None
     events = await kube.core.list_namespaced_event(
         spawner.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}")
     return next((e for e in events.items if e.reason == reason
@@ -235,13 +231,8 @@ async def test_queued_spawn_whose_queue_is_full_starts_no_node(spawn, kube):
 
 
 async def _gated(kube, spawner):
-    try:
-        pod = await kube.core.read_namespaced_pod(spawner.pod_name, spawner.namespace)
-    except ApiException as e:
-        if e.status == 404:  # not created yet
-            return False
-        raise
-    return GATE in [g.name for g in pod.spec.scheduling_gates or []]
+    pod = await kube.spawner_pod(spawner)
+    return pod is not None and GATE in [g.name for g in pod.spec.scheduling_gates or []]
 
 
 def _free_port() -> int:
