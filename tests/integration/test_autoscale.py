@@ -235,6 +235,48 @@ async def _gated(kube, spawner):
     return pod is not None and GATE in [g.name for g in pod.spec.scheduling_gates or []]
 
 
+async def _collect_progress(spawner, into: list[str]) -> None:
+    async for event in spawner.progress():
+        into.append(event["message"])
+
+
+async def _set_boot(kube, node_class: dict) -> None:
+    await kube.custom.patch_cluster_custom_object(
+        karpenter.NODE_CLASS_API_GROUP, "v1alpha1", "kwoknodeclasses",
+        node_class["metadata"]["name"], {"spec": node_class["spec"]},
+        _content_type="application/merge-patch+json")
+
+
+async def test_the_user_reads_what_karpenter_does(spawn, kube, cluster_platform):
+    """From Karpenter's real pod events: first the pool is at its limit (0 nodes
+    allowed), then a machine is starting (its boot slowed to 20 s so the message is
+    seen; the expected wait told is the spec's bootTime)."""
+    pool = cluster_platform.pool("a100spot")
+    await kube.set_node_limit(pool.name, 0)
+    slow = karpenter.node_class(pool)
+    slow["spec"]["nodeRegistrationDelay"] = "20s"
+    await _set_boot(kube, slow)
+    messages: list[str] = []
+    try:
+        await _empty(kube, pool.name)
+        spawner, started = await spawn("noa", ["ml-eng"], "a100-spot", wait=False)
+        await wait_for(lambda: spawner._queue_watch, what="the spawn to start watching")
+        follower = asyncio.create_task(_collect_progress(spawner, messages))
+        at_limit = ("No A100-80GB machine can be added to pool a100spot right now: it is at "
+                    "its maximum size; still waiting for room")
+        await wait_for(lambda: at_limit in messages, timeout=120, what="the at-limit message")
+        await kube.restore_node_limit(pool)
+        starting = ("Starting a new A100-80GB machine for pool a100spot; this usually takes "
+                    f"about {pool.boot_seconds} seconds")
+        await wait_for(lambda: starting in messages, timeout=120, what="the starting message")
+        await asyncio.wait_for(started, 180)
+        await asyncio.wait_for(follower, 10)
+    finally:
+        await kube.restore_node_limit(pool)
+        await _set_boot(kube, karpenter.node_class(pool))
+    assert messages.index(at_limit) < messages.index(starting) < len(messages) - 1
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
