@@ -20,6 +20,7 @@ from jupyterhub_gpu.devcluster import demo
 
 from .conftest import KARPENTER, NODEPOOL_LABEL, PORT_OFFSET, wait_for
 from .test_demo import URL, _hub_server, _login_when_up, _pod_gone, _xsrf
+from .test_queue_lifecycle import _collect_progress
 
 GATE = "kueue.x-k8s.io/admission"
 POOL_LABEL = "kubernetes.azure.com/agentpool"
@@ -233,11 +234,6 @@ async def test_queued_spawn_whose_queue_is_full_starts_no_node(spawn, kube):
 async def _gated(kube, spawner):
     pod = await kube.spawner_pod(spawner)
     return pod is not None and GATE in [g.name for g in pod.spec.scheduling_gates or []]
-
-
-async def _collect_progress(spawner, into: list[str]) -> None:
-    async for event in spawner.progress():
-        into.append(event["message"])
 
 
 async def _set_boot(kube, node_class: dict) -> None:
