@@ -3,7 +3,9 @@
 Builds the control plane if needed, brings the dev cluster up with a platform spec,
 then runs a real JupyterHub with GPUSpawner on http://127.0.0.1:8000 and the pod
 runner that starts a real ``jupyterhub-singleuser`` for every running notebook pod.
-Ctrl-C stops the hub, the notebooks and the cluster, and leaves nothing running.
+Every GPU pool starts at ``minNodes`` (0 in the example); the terminal shows a live
+line per pool as Karpenter adds and removes its machines. Ctrl-C stops the hub, the
+notebooks and the cluster, and leaves nothing running.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Coroutine
 
 from . import build
+from .kubeapi import KubeClient
+from .pki import PkiPaths
 from .podrunner import PodRunner
+from .poolwatch import watch_pools
 
 CHP_VERSION = "5.3.0"
 DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
@@ -73,10 +78,12 @@ async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
 
 async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
                 progress: Callable[[str], None] = print, stop: asyncio.Event | None = None,
-                hub_port: int = 8081, proxy_api_port: int = 8001) -> int:
-    """Run the hub and the pod runner until ``stop`` is set (by default: on Ctrl-C or
-    SIGTERM) or the hub exits."""
+                hub_port: int = 8081, proxy_api_port: int = 8001,
+                watch: Callable[[], Coroutine] | None = None) -> int:
+    """Run the hub and the pod runner (and ``watch()``, e.g. the pools' live lines)
+    until ``stop`` is set (by default: on Ctrl-C or SIGTERM) or the hub exits."""
     runner = asyncio.create_task(PodRunner(kubeconfig, workdir).run())
+    watcher = asyncio.create_task(watch()) if watch else None
     hub = await start_hub(spec, kubeconfig, workdir, url, hub_port, proxy_api_port)
     if stop is None:
         stop = asyncio.Event()
@@ -91,8 +98,10 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
     if hub.returncode is None:
         hub.send_signal(signal.SIGTERM)  # the hub stops its servers on the way out
         await hub.wait()
-    runner.cancel()
-    await asyncio.gather(runner, return_exceptions=True)
+    for task in (runner, watcher):
+        if task:
+            task.cancel()
+    await asyncio.gather(*(t for t in (runner, watcher) if t), return_exceptions=True)
     waiter.cancel()
     return 0 if stop.is_set() else (hub.returncode or 1)
 
@@ -108,9 +117,11 @@ def run_demo(spec: Path, state_dir: Path | None, url: str,
     build.build(progress)
     ensure_chp(progress)
     layout = Layout(state_dir or default_state_dir())
-    cluster.up(platform, layout.root, progress)
+    status = cluster.up(platform, layout.root, progress)
+    client = KubeClient(status["server"], PkiPaths(layout.pki_dir))
     try:
-        return asyncio.run(serve(spec, layout.kubeconfig, layout.root / "demo", url, progress))
+        return asyncio.run(serve(spec, layout.kubeconfig, layout.root / "demo", url, progress,
+                                 watch=lambda: watch_pools(client, platform, progress)))
     finally:
         progress("stopping the dev cluster")
         cluster.down(layout.root, progress)

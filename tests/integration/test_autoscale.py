@@ -304,3 +304,34 @@ async def test_karpenter_that_cannot_read_its_instance_types_fails_to_start(clus
     assert first.startswith("karpenter logged 'failed constructing instance types' while "
                             "starting: {"), message
     assert "could not parse JSON data" in first, message
+
+
+async def test_the_demo_shows_a_pools_machine_come_and_go(spawn, kube, cluster,
+                                                          cluster_platform):
+    """`make demo`'s live line per pool, from the real Nodes, NodeClaims and Pods."""
+    from jupyterhub_gpu.devcluster.kubeapi import KubeClient
+    from jupyterhub_gpu.devcluster.pki import PkiPaths
+    from jupyterhub_gpu.devcluster.poolwatch import watch_pools
+
+    client = KubeClient(cluster["server"], PkiPaths(Path(cluster["state_dir"]) / "pki"))
+    await _empty(kube, "a100mig")
+    shown: list[str] = []
+    watcher = asyncio.create_task(watch_pools(client, cluster_platform, shown.append, 0.5))
+
+    def line(prefix: str):
+        return next((part for lines in shown for part in lines.splitlines()
+                     if part.startswith(prefix)), None)
+
+    try:
+        await wait_for(lambda: line("pool a100mig    0 nodes of at most 1; notebooks: 0 "
+                                    "running"), what="the empty pool's line")
+        spawner = await spawn("pia", ["data-science"], "a100-mig-3g")
+        await wait_for(lambda: line("pool a100mig    1 node of at most 1; notebooks: 1 running"),
+                       what="the pool's line with its new machine")
+        await spawner.stop(now=True)
+        await wait_for(lambda: shown[-1].splitlines()[1] == (
+            "pool a100mig    0 nodes of at most 1; notebooks: 0 running, 0 waiting for a "
+            "node, 0 queued"), timeout=EMPTY_TIMEOUT, what="the machine gone from the line")
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
