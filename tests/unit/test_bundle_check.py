@@ -240,6 +240,11 @@ DRIFTS = {
                      "jupyterhub-gpu/team: \"x\""),
         "helm-values/values.yaml: z2jh values: hub.networkPolicy.ingress: expected "
         "'from namespaces labelled jupyterhub-gpu/managed=true on port 8081'"),
+    "the chart's culler on beside ours": (
+        replace_text("helm-values/values.yaml", "cull:\n  enabled: false", "cull:\n  enabled: true"),
+        "helm-values/values.yaml: z2jh values: cull.enabled: expected False, found True (two "
+        "cullers: the chart's would stop servers after its own cull.timeout, whatever their "
+        "profile's idleTimeout or maxAge)"),
     "a missing file": (
         lambda root: (root / "config/kueue-configuration.yaml").unlink(),
         "config/kueue-configuration.yaml: (file): (file): expected 'readable', "
