@@ -151,3 +151,11 @@ def test_decoder_follows_the_documented_rule():
     assert node["labels"] == {"foo": "bar", "k8s.io/foo": "bar", "cpu_arch": "x86"}
     assert node["taints"] == [{"key": "k8s.io/foo", "value": "bar", "effect": "NoSchedule"}]
     assert node["capacity"] == {"nvidia.com/gpu": 1, "cpu": 3, "example.com/dev/ice": 2}
+
+
+def test_terraform_page_shows_the_generated_tags(repo_root):
+    page = (repo_root / "docs/terraform.md").read_text()
+    rows = re.findall(r"^\| `(k8s\.io_cluster-autoscaler_[^`]+)` \| `([^`]+)` \|", page, re.M)
+    assert rows
+    tags = node_pool_tags(repo_root, "t4dev")
+    assert all(tags.get(tag) == value for tag, value in rows), rows
