@@ -194,8 +194,8 @@ def _sorted_values(items: Mapping[str, Any]) -> list[Any]:
 
 
 def _profile_keys(items: list[Any]) -> dict[str, Any]:
-    """A profile's list as a dict whose keys no admin or z2jh-chart key uses
-    (``jupyterhub-gpu/<index>-<name>``, zero-padded so they sort in list order)."""
+    """A profile's list as a dict keyed ``jupyterhub-gpu/<index>-<name>`` (the index
+    zero-padded, so the keys sort in list order)."""
     width = len(str(len(items)))
     keyed = {}
     for index, item in enumerate(items):
@@ -229,10 +229,13 @@ def merge_traits(base: Mapping[str, Any], settings: SpawnSettings) -> dict[str, 
 
     * dict and dict: merged as ``kubespawner_override`` merges dicts (nested dicts key
       by key, the profile wins on a shared key, ``None`` removes the key);
-    * list and list: the admin's items, then the profile's;
+    * list and list: the admin's items, then the profile's (``kubespawner_override``
+      would replace the list, dropping e.g. the chart's user-pod tolerations);
     * admin dict, profile list: the admin's dict with every entry kept, plus each
       profile item under the key ``jupyterhub-gpu/<index>-<name>`` (``-<name>`` when
-      the item has a ``name``), which collides with no key the chart writes;
+      the item has a ``name``). The chart's keys are volume names (or their
+      templates) and ``<index>-<name>``, which never contain ``/``; an admin's own key
+      is replaced only if it is one of these;
     * admin list, profile dict: the admin's items, then the profile's values sorted by
       key, as KubeSpawner would order them;
     * anything else (scalars such as ``image``, ``cpu_limit``, ``namespace``, or a
