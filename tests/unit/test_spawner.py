@@ -82,6 +82,17 @@ async def test_start_with_forged_options_fails_before_any_api_call(make_spawner)
         await spawner.start()
 
 
+@pytest.mark.parametrize("options", [{}, {"profile": None}])
+async def test_default_profile_is_recorded_as_granted(make_spawner, options):
+    """A REST start with no profile gets the default; its user_options (which
+    JupyterHub reports, stores and the culler reads) name that profile."""
+    spawner = make_spawner(groups=["ml-eng"])
+    spawner.user_options = dict(options)
+    await spawner._run_apply_user_options(spawner.user_options)
+    assert spawner.user_options == {"profile": "t4-shared"}
+    assert spawner.gpu_grant.profile.slug == "t4-shared"
+
+
 async def test_profile_traits_reset_between_spawns(make_spawner):
     """kubespawner#546: the spawner object is reused; nothing leaks between profiles."""
     spawner = make_spawner(groups=["ml-eng"])
