@@ -22,7 +22,7 @@ from .validate import check_platform
 _REQUIRED = object()
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
-TOP_LEVEL = ("pools", "teams", "priorities", "profiles", "checkpointStorage")
+TOP_LEVEL = ("pools", "teams", "priorities", "profiles", "checkpointStorage", "groupIds")
 FIELDS: dict[str, tuple[str, ...]] = {
     "spec": TOP_LEVEL,
     "pool": ("name", "vmSize", "gpu", "gpusPerNode", "sharing", "spot", "minNodes",
@@ -284,13 +284,40 @@ def _storage(errors: list[str], data: Any) -> CheckpointStorage | None:
     return None if claim is None or mount is None else CheckpointStorage(claim, mount)
 
 
+_OBJECT_ID = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+
+
+def _group_ids(errors: list[str], data: Any) -> Mapping[str, str]:
+    """``groupIds``: JupyterHub group name -> the Entra ID group's object ID."""
+    if data is None:
+        return MappingProxyType({})
+    if not isinstance(data, Mapping):
+        errors.append("groupIds: must be a mapping of group name to object ID")
+        return MappingProxyType({})
+    ids: dict[str, str] = {}
+    for name, oid in data.items():
+        if not isinstance(name, str) or not name.strip():
+            errors.append(f"groupIds: {name!r}: a group name must be a non-empty string")
+        elif not isinstance(oid, str) or not _OBJECT_ID.match(oid):
+            errors.append(f"groupIds: {name}: {oid!r} is not an object ID "
+                          "(like 2f1c8a3e-5b7d-4e9f-8a1b-0c2d3e4f5a6b)")
+        elif oid.lower() in ids.values():
+            other = next(n for n, i in ids.items() if i == oid.lower())
+            errors.append(f"groupIds: {name}: object ID {oid} is also {other!r}")
+        else:
+            ids[name] = oid.lower()
+    return MappingProxyType(ids)
+
+
 def _declared(data: Mapping) -> dict[str, set[str]]:
     """Names the admin declared, valid or not: a reference to one is no new error."""
     def names(key: str, field: str) -> set[str]:
         items = data.get(key) if isinstance(data.get(key), list) else []
         return {i.get(field) for i in items if isinstance(i, Mapping) and isinstance(i.get(field), str)}
+    group_ids = data.get("groupIds") if isinstance(data.get("groupIds"), Mapping) else {}
     return {"pools": names("pools", "name"), "priorities": names("priorities", "name"),
-            "teams": names("teams", "name"), "profiles": names("profiles", "slug")}
+            "teams": names("teams", "name"), "profiles": names("profiles", "slug"),
+            "groupIds": {g for g in group_ids if isinstance(g, str)}}
 
 
 def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
@@ -303,6 +330,7 @@ def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
         priorities=_items(errors, top.data, "priorities", _priority),
         profiles=_items(errors, top.data, "profiles", _profile),
         checkpoint_storage=_storage(errors, top.data.get("checkpointStorage")),
+        group_ids=_group_ids(errors, top.data.get("groupIds")),
     )
     errors.extend(check_platform(platform, _declared(top.data)))
     if errors:

@@ -209,6 +209,8 @@ class Platform:
     priorities: tuple[Priority, ...]
     profiles: tuple[Profile, ...]
     checkpoint_storage: CheckpointStorage | None = None
+    # group name -> Entra ID object ID, for tokens whose groups claim carries IDs
+    group_ids: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)

@@ -85,6 +85,20 @@ def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator
         yield from _checkpoint(profile, pool, platform)
 
 
+def _group_refs(platform: Platform, declared: set[str]) -> Iterator[str]:
+    """With ``groupIds``, a group without an object ID could never match a token."""
+    if not declared:
+        return
+    uses = [(f"team {t.name!r}: groups", t.groups) for t in platform.teams]
+    uses += [(f"profile {p.slug!r}: allowedGroups", p.allowed_groups)
+             for p in platform.profiles]
+    for label, groups in uses:
+        for group in groups:
+            if group not in declared:
+                yield (f"{label}: {group!r} has no object ID in groupIds, so no token "
+                       f"can carry it; known: {', '.join(sorted(declared))}")
+
+
 def check_platform(platform: Platform, declared: dict[str, set[str]]) -> list[str]:
     """All cross-field problems of ``platform`` (empty when it is consistent)."""
     errors: list[str] = []
@@ -96,6 +110,7 @@ def check_platform(platform: Platform, declared: dict[str, set[str]]) -> list[st
     errors += _duplicates("team", [t.name for t in platform.teams])
     errors += _duplicates("priority", [p.name for p in platform.priorities])
     errors += _duplicates("profile", [p.slug for p in platform.profiles])
+    errors += _group_refs(platform, declared.get("groupIds", set()))
     errors += _team_refs(platform, {p.name for p in platform.pools} | declared["pools"])
     errors += _profile_refs(platform, declared)
     defaults = [p.slug for p in platform.profiles if p.default]

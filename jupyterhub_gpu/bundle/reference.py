@@ -40,6 +40,10 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
         "priorities": ("list", REQUIRED, "Kueue WorkloadPriorityClasses."),
         "profiles": ("list", REQUIRED, "What users choose on the spawn form."),
         "checkpointStorage": ("mapping", "none", "The ReadWriteMany PVC for checkpoints."),
+        "groupIds": ("group name -> object ID", "none", "Entra ID object IDs of the groups "
+                     "that `teams[].groups` and `allowedGroups` name, for tokens that carry "
+                     "IDs (`groupMembershipClaims=SecurityGroup`); the hub then names the "
+                     "users' groups by these names. With it, every group named needs one."),
     },
     "pool": {
         "name": ("string", REQUIRED, "AKS agent pool name: a-z then a-z0-9, at most 12. "

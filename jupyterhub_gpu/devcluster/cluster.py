@@ -188,7 +188,7 @@ def up(platform: Platform, state_dir: Path | str | None = None, progress: Progre
 
     If the cluster already runs from ``state_dir`` this says so and returns its status.
     """
-    layout = _layout(state_dir)
+    layout, progress = _layout(state_dir), procs.unfailing(progress)
     ports = ports or Ports()
     if _already_running(layout):
         progress(f"The dev cluster is already running (state: {layout.root}).")
@@ -234,7 +234,7 @@ def down(state_dir: Path | str | None = None, progress: Progress = print) -> dic
     Only processes whose /proc cmdline and start time still match their pid file are
     signalled. Logs, certificates and the kubeconfig are kept for the next ``up``.
     """
-    layout = _layout(state_dir)
+    layout, progress = _layout(state_dir), procs.unfailing(progress)
     if not procs.records(layout):
         progress(f"No dev cluster is running from {layout.root}.")
     outcomes = _stop_all(layout, progress)

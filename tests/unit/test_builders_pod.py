@@ -9,15 +9,15 @@ import pytest
 
 from jupyterhub_gpu.builders.pod import (OptionsRejected, SpawnSettings, UserRef, authorize,
                                          merge_traits, spawn_settings)
+from jupyterhub_gpu.checkpoint import PRESTOP_COMMAND
 from tests import z2jh_chart
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
                   "effect": "NoSchedule"}
 SPOT_TOLERATION = {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal",
                    "value": "spot", "effect": "NoSchedule"}
-IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-python-3.12"
-PRESTOP = {"preStop": {"exec": {"command": ["python", "-m", "jupyterhub_gpu.checkpoint",
-                                            "prestop"]}}}
+IMAGE = "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:0.1.0.dev0"  # config/notebook.Dockerfile
+PRESTOP = {"preStop": {"exec": {"command": list(PRESTOP_COMMAND)}}}
 
 
 def _settings(platform, groups, profile):

@@ -1,6 +1,6 @@
 """config/terraform: parsed with python-hcl2, wired to the generated pool variables,
 formatted, and scanned by checkov (every skipped check justified and documented).
-config/Dockerfile is scanned by checkov too."""
+config/Dockerfile and config/notebook.Dockerfile are scanned by checkov too."""
 
 from __future__ import annotations
 
@@ -136,7 +136,8 @@ def test_checkov_finds_nothing_unjustified_in_terraform():
         assert check["check_id"] in documented, f"{check['check_id']} not in {DOCS_PAGE.name}"
 
 
-def test_checkov_finds_nothing_unjustified_in_the_dockerfile():
-    results = _scan("-f", str(REPO / "config" / "Dockerfile"), "--framework", "dockerfile")
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "notebook.Dockerfile"])
+def test_checkov_finds_nothing_unjustified_in_the_dockerfile(dockerfile):
+    results = _scan("-f", str(REPO / "config" / dockerfile), "--framework", "dockerfile")
     assert [c["check_id"] for c in results["failed_checks"]] == []
     assert [c["check_id"] for c in results["skipped_checks"]] == ["CKV_DOCKER_2"]

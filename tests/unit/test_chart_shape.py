@@ -27,7 +27,8 @@ def test_the_chart_shapes_our_values_into_dicts_and_lists():
     assert (ks.storage_pvc_ensure, ks.storage_class, ks.storage_capacity,
             ks.storage_access_modes) == (True, "managed-csi", "20Gi", ["ReadWriteOnce"])
     assert "pvc_name_template" not in ks  # KubeSpawner's default, claim-{user_server}
-    assert ks.image == "quay.io/jupyter/pytorch-notebook:cuda12-python-3.12"
+    image = z2jh_chart.helm_values()["singleuser"]["image"]
+    assert ks.image == f"{image['name']}:{image['tag']}"  # the chart joins name and tag
     assert (ks.cpu_guarantee, ks.cpu_limit, ks.mem_guarantee, ks.mem_limit) == (1, 2, "4G", "8G")
     assert ks.start_timeout == 1500 and ks.namespace == "jupyterhub"
     assert [t["key"] for t in ks.tolerations] == ["hub.jupyter.org/dedicated",
