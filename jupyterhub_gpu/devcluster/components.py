@@ -23,12 +23,13 @@ KWOK_NODE_SELECTOR = "kwok.x-k8s.io/node=fake"
 # Controllers of kube-controller-manager we run: no cloud, volume or eviction ones.
 # node-lifecycle is needed: it lifts the not-ready taint the API server puts on new
 # nodes once kwok reports them Ready (and would mark a node whose heartbeats stop).
+# daemonset: the pools' daemonset-overhead pods (builders.nodes.overhead_daemonset).
 CONTROLLERS = (
     "node-lifecycle-controller", "namespace-controller", "garbage-collector-controller", "serviceaccount-controller",
     "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
     "pod-garbage-collector-controller", "replicaset-controller", "deployment-controller",
     "job-controller", "ttl-after-finished-controller", "endpointslice-controller",
-    "clusterrole-aggregation-controller",
+    "clusterrole-aggregation-controller", "daemonset-controller",
 )
 
 

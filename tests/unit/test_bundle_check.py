@@ -79,7 +79,7 @@ def _add_default_queue(docs):
 def _quota(docs):
     cq = find(docs, "ClusterQueue", "ml-eng")
     flavor = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "a100mig")
-    next(r for r in flavor["resources"] if r["name"] == "nvidia.com/mig-3g.40gb")["nominalQuota"] = "5"
+    next(r for r in flavor["resources"] if r["name"] == "nvidia.com/mig-3g.40gb")["nominalQuota"] = "6"
 
 
 def _flavor_taint(docs):
@@ -141,7 +141,7 @@ DRIFTS = {
     "a quota changed in kueue.yaml": (
         edit_yaml("config/kueue.yaml", _quota),
         "config/kueue.yaml: ClusterQueue ml-eng: spec.resourceGroups[0].flavors[a100mig]."
-        "resources[nvidia.com/mig-3g.40gb].nominalQuota: expected '4', found '5'"),
+        "resources[nvidia.com/mig-3g.40gb].nominalQuota: expected '5', found '6'"),
     "a taint missing from a ResourceFlavor": (
         edit_yaml("config/kueue.yaml", _flavor_taint),
         "config/kueue.yaml: ResourceFlavor a100spot: spec.nodeTaints: expected"),
