@@ -130,6 +130,12 @@ DRIFTS = {
                      'node_taints           = ["nvidia.com/gpu=present:NoSchedule"]'),
         'config/terraform: resource "azurerm_kubernetes_cluster_node_pool": node_taints: '
         "expected 'each.value.node_taints', found '[\"nvidia.com/gpu=present:NoSchedule\"]'"),
+    "a GPU pool's max_pods other than the reservations assume": (
+        replace_text("config/terraform/main.tf", "max_pods              = 110",
+                     "max_pods              = 250"),
+        'config/terraform: resource "azurerm_kubernetes_cluster_node_pool": max_pods: '
+        "expected '110', found '250' (AKS's kube-reserved memory grows with max_pods; "
+        "validate and the Kueue quotas count allocatable for this many)"),
     "a queue missing in kueue.yaml": (
         edit_yaml("config/kueue.yaml", _drop_local_queue),
         "config/kueue.yaml: LocalQueue jhub-ml-eng/ml-eng: (object): expected 'present', "
