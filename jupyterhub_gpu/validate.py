@@ -48,6 +48,14 @@ def _cores(millis: float) -> str:
     return f"{millis / 1000:.3f}".rstrip("0").rstrip(".")
 
 
+def _millis(millis: float) -> str:
+    return format_cpu(millis / 1000)
+
+
+def _bytes(n: float) -> str:
+    return format_memory(int(n))
+
+
 def _fit(profile: Profile, pool: Pool) -> Iterator[str]:
     """A profile's servers must fill a node: every unit of it taken by this profile
     (its share, ``units / units_per_node``, of each resource) fits what the node has
@@ -56,27 +64,23 @@ def _fit(profile: Profile, pool: Pool) -> Iterator[str]:
     per_node = _plural(pool.units_per_node, pool.unit_name) + " per node"
     if profile.units > 1:
         per_node = f"({per_node} / {profile.units} per server)"
-    label = f"profile {profile.slug!r} on pool {pool.name!r}"
-    where = f"on {pool.vm_size}"
-    cpu = round(profile.cpu * 1000)
-    if cpu * pool.units_per_node > node.pods_cpu_millis * profile.units:
-        most = share_of_node(node, profile.units, pool.units_per_node)[0]
-        yield (f"{label}: cpu: {per_node} × cpu {format_cpu(profile.cpu)} = "
-               f"{_cores(cpu * pool.units_per_node / profile.units)} > "
-               f"{_cores(node.pods_cpu_millis)} allocatable vCPU {where} "
-               f"({pool.cpus_per_node} vCPU − {node.kube_reserved_cpu_millis}m kube-reserved − "
-               f"{format_cpu(node.daemonset_cpu_millis / 1000)} daemonsetOverhead); "
-               f"use cpu: {format_cpu(most / 1000)} or less")
-    memory = profile.memory_bytes
-    if memory * pool.units_per_node > node.pods_memory * profile.units:
-        most = share_of_node(node, profile.units, pool.units_per_node)[1]
-        yield (f"{label}: memory: {per_node} × memory {format_memory(memory)} = "
-               f"{format_memory(memory * pool.units_per_node // profile.units)} > "
-               f"{format_memory(node.pods_memory)} allocatable {where} "
-               f"({format_memory(node.memory)} − {format_memory(node.kube_reserved_memory)} "
-               f"kube-reserved − {format_memory(node.eviction_memory)} eviction threshold − "
-               f"{format_memory(node.daemonset_memory)} daemonsetOverhead); "
-               f"use memory: {format_memory(most)} or less")
+    most_cpu, most_memory = share_of_node(node, profile.units, pool.units_per_node)
+    checks = (  # field, request, left for notebooks, most per server, formats, breakdown
+        ("cpu", round(profile.cpu * 1000), node.pods_cpu_millis, most_cpu, _millis, _cores,
+         f"allocatable vCPU on {pool.vm_size} ({pool.cpus_per_node} vCPU − "
+         f"{node.kube_reserved_cpu_millis}m kube-reserved − "
+         f"{_millis(node.daemonset_cpu_millis)} daemonsetOverhead)"),
+        ("memory", profile.memory_bytes, node.pods_memory, most_memory, _bytes, _bytes,
+         f"allocatable on {pool.vm_size} ({_bytes(node.memory)} − "
+         f"{_bytes(node.kube_reserved_memory)} kube-reserved − "
+         f"{_bytes(node.eviction_memory)} eviction threshold − "
+         f"{_bytes(node.daemonset_memory)} daemonsetOverhead)"),
+    )
+    for field, asked, left, most, each, total, breakdown in checks:
+        if asked * pool.units_per_node > left * profile.units:
+            yield (f"profile {profile.slug!r} on pool {pool.name!r}: {field}: {per_node} × "
+                   f"{field} {each(asked)} = {total(asked * pool.units_per_node / profile.units)}"
+                   f" > {total(left)} {breakdown}; use {field}: {each(most)} or less")
 
 
 def _checkpoint(profile: Profile, pool: Pool, platform: Platform) -> Iterator[str]:
