@@ -6,10 +6,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
 from jupyterhub_gpu.allocatable import node_resources, share_of_node
-from jupyterhub_gpu.builders.nodes import OVERHEAD_APP, OVERHEAD_APP_LABEL, node_name
+from jupyterhub_gpu.builders.nodes import (OVERHEAD_APP, OVERHEAD_APP_LABEL, OVERHEAD_NAMESPACE,
+                                           node_name, overhead_daemonset_name)
 from jupyterhub_gpu.quantities import format_cpu, format_memory
 
 from .conftest import wait_for
@@ -22,17 +24,30 @@ async def _node_pods(kube, node: str) -> list:
     return [p for p in listing.items if p.status.phase in ("Pending", "Running")]
 
 
-async def _only_overhead_on(kube, node: str) -> bool:
+async def _settled(kube, pool, node: str) -> bool:
+    """No notebook is left on ``node``, and the pool's daemonset-overhead pod runs
+    there if the pool has that DaemonSet (a node recreated by another test gets its
+    pod a moment later, and the pod would then preempt a notebook)."""
     pods = await _node_pods(kube, node)
-    labels = [(p.metadata.labels or {}).get(OVERHEAD_APP_LABEL) for p in pods]
-    return labels == [OVERHEAD_APP] and pods[0].status.phase == "Running"
+    overhead = [p for p in pods if (p.metadata.labels or {}).get(OVERHEAD_APP_LABEL)
+                == OVERHEAD_APP]
+    if len(overhead) != len(pods) or any(p.status.phase != "Running" for p in pods):
+        return False
+    try:
+        await client.AppsV1Api(kube.api_client).read_namespaced_daemon_set(
+            overhead_daemonset_name(pool), OVERHEAD_NAMESPACE)
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return len(overhead) == 1
 
 
 async def test_four_validated_t4_shares_run_on_one_node(spawn, kube, cluster_platform):
     pool = cluster_platform.pool("t4dev")
     node = node_name(pool, 0)
-    await wait_for(lambda: _only_overhead_on(kube, node), timeout=120,
-                   what=f"{node} to run only its daemonset overhead")
+    await wait_for(lambda: _settled(kube, pool, node), timeout=120,
+                   what=f"{node} to run its daemonset overhead and no notebook")
     # the team quotas of tests/integration/platform.yaml: 2 + 1 + 1 shares
     users = [("fit-a", "data-science"), ("fit-b", "data-science"), ("fit-c", "ml-eng"),
              ("fit-d", "experimentation")]
@@ -95,8 +110,8 @@ async def test_the_node_has_exactly_the_room_validate_counts(kube, cluster_platf
     and the Kueue quotas count, not the VM's 8 vCPUs and 56Gi."""
     pool = cluster_platform.pool("t4dev")
     node = node_name(pool, 0)
-    await wait_for(lambda: _only_overhead_on(kube, node), timeout=120,
-                   what=f"{node} to run only its daemonset overhead")
+    await wait_for(lambda: _settled(kube, pool, node), timeout=120,
+                   what=f"{node} to run its daemonset overhead and no notebook")
     room = node_resources(pool)
     cpu, memory = share_of_node(room, 1, pool.units_per_node)
     for _ in range(pool.units_per_node - 1):
