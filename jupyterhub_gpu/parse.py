@@ -15,8 +15,8 @@ import yaml
 
 from . import quantities as q
 from .gpus import GPU_MODELS, VM_SIZES
-from .spec import (Checkpoint, CheckpointStorage, GpuIdle, Platform, Pool, Priority,
-                   Profile, Sharing, SharingMode, Team)
+from .spec import (Checkpoint, CheckpointStorage, DaemonsetOverhead, GpuIdle, Platform, Pool,
+                   Priority, Profile, Sharing, SharingMode, Team)
 from .validate import check_platform
 
 _REQUIRED = object()
@@ -26,8 +26,10 @@ TOP_LEVEL = ("pools", "teams", "priorities", "profiles", "checkpointStorage", "g
 FIELDS: dict[str, tuple[str, ...]] = {
     "spec": TOP_LEVEL,
     "pool": ("name", "vmSize", "gpu", "gpusPerNode", "sharing", "spot", "minNodes",
-             "maxNodes", "pricePerNodeHour", "cpusPerNode", "memoryPerNode"),
+             "maxNodes", "pricePerNodeHour", "cpusPerNode", "memoryPerNode",
+             "daemonsetOverhead"),
     "sharing": ("mode", "migProfile", "replicas"),
+    "daemonsetOverhead": ("cpu", "memory"),
     "team": ("name", "groups", "namespace", "quota", "cohort", "borrowingLimit",
              "lendingLimit", "fairShareWeight"),
     "priority": ("name", "value", "description", "preemptible"),
@@ -156,6 +158,23 @@ def _sharing(errors: list[str], label: str, data: Any, gpu: Any) -> Sharing | No
     return Sharing(mode, mig, replicas or 1)
 
 
+def _or_zero(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``parse``, but also accepting 0 (a pool without daemonsets)."""
+    def parse_or_zero(v: Any) -> Any:
+        return 0 if not isinstance(v, bool) and str(v).strip() in ("0", "0.0") else parse(v)
+    return parse_or_zero
+
+
+def _overhead(errors: list[str], label: str, data: Any) -> DaemonsetOverhead | None:
+    default = DaemonsetOverhead()
+    if data is None:
+        return default
+    s = _Section(errors, f"{label}: daemonsetOverhead", data, FIELDS["daemonsetOverhead"])
+    cpu = s.get("cpu", _or_zero(q.parse_cpu), default.cpu)
+    memory = s.get("memory", _or_zero(q.parse_memory), default.memory_bytes)
+    return None if cpu is None or memory is None else DaemonsetOverhead(cpu, memory)
+
+
 def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
     name = data.get("name") if isinstance(data, Mapping) else None
     label = f"pool {name!r}" if isinstance(name, str) else f"pools[{index}]"
@@ -178,9 +197,10 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
         s.fail("minNodes", f"{lo} is above maxNodes {hi}")
     spot = s.get("spot", _bool, False)
     price = s.get("pricePerNodeHour", _number, 0.0)
+    overhead = _overhead(errors, label, s.data.get("daemonsetOverhead"))
     if len(errors) > n_errors:
         return None
-    return Pool(name, vm_size, gpu, gpus, sharing, cpus, mem // 2**30, spot, lo, hi, price)
+    return Pool(name, vm_size, gpu, gpus, sharing, cpus, mem, spot, lo, hi, price, overhead)
 
 
 def _team(errors: list[str], data: Any, index: int) -> Team | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from ..allocatable import MAX_PODS
 from ..builders.deviceplugin import config_map
 from ..builders.kueue import kueue_objects
 from ..spec import Platform, Pool, SharingMode
@@ -188,4 +189,10 @@ def check_terraform_tf(file: str, tf: str) -> list[Drift]:
         line = re.search(rf"^\s*{attr}\s*=\s*(.+?)\s*$", block, re.M)
         if line:
             drifts.append(Drift(file, obj, attr, MISSING, line.group(1), why))
+    max_pods = re.search(r"^\s*max_pods\s*=\s*(.+?)\s*$", block, re.M)
+    if max_pods is None or max_pods.group(1) != str(MAX_PODS):
+        drifts.append(Drift(file, obj, "max_pods", str(MAX_PODS),
+                            max_pods.group(1) if max_pods else MISSING,
+                            "AKS's kube-reserved memory grows with max_pods; validate and "
+                            "the Kueue quotas count allocatable for this many"))
     return drifts

@@ -177,8 +177,10 @@ def _populate(client: KubeClient, platform: Platform,
     nodes = bootstrap.create_nodes(client, platform, nodes_per_pool)
     bootstrap.apply_kueue_objects(client, platform)
     bootstrap.wait_nodes_ready(client, nodes)
+    bootstrap.run_node_overhead(client, platform, nodes_per_pool)
     bootstrap.wait_service_accounts(client, namespaces)
-    progress(f"  {len(namespaces)} team namespaces, {len(nodes)} fake nodes Ready, "
+    progress(f"  {len(namespaces)} team namespaces, {len(nodes)} fake nodes Ready with "
+             f"their daemonset overhead, "
              f"Kueue objects applied ({len(platform.teams)} ClusterQueues active)")
 
 

@@ -27,6 +27,7 @@ KWOK_NODE_SELECTOR = "kwok.x-k8s.io/node=fake"
 # PersistentVolume that exists: the scheduler never places a pod whose PVC is unbound.
 # Nothing provisions volumes here; PVs are created by whoever needs them (a test).
 # The two protection controllers let a PVC or PV be deleted once no pod uses it.
+# daemonset: the pools' daemonset-overhead pods (builders.nodes.overhead_daemonset).
 CONTROLLERS = (
     "node-lifecycle-controller", "namespace-controller", "garbage-collector-controller", "serviceaccount-controller",
     "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
@@ -34,6 +35,7 @@ CONTROLLERS = (
     "job-controller", "ttl-after-finished-controller", "endpointslice-controller",
     "clusterrole-aggregation-controller", "persistentvolume-binder-controller",
     "persistentvolumeclaim-protection-controller", "persistentvolume-protection-controller",
+    "daemonset-controller",
 )
 
 

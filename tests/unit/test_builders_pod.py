@@ -69,8 +69,8 @@ def test_time_sliced_profile(platform):
     assert _settings(platform, {"experimentation"}, "t4-shared") == {
         "namespace": "jhub-experimentation",
         "image": IMAGE,
-        "cpu_guarantee": 2.0,
-        "cpu_limit": 2.0,
+        "cpu_guarantee": 1.75,
+        "cpu_limit": 1.75,
         "mem_guarantee": 12 * 2**30,
         "mem_limit": 12 * 2**30,
         "extra_resource_guarantees": {"nvidia.com/gpu.shared": "1"},

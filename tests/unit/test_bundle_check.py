@@ -82,7 +82,7 @@ def _add_default_queue(docs):
 def _quota(docs):
     cq = find(docs, "ClusterQueue", "ml-eng")
     flavor = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "a100mig")
-    next(r for r in flavor["resources"] if r["name"] == "nvidia.com/mig-3g.40gb")["nominalQuota"] = "5"
+    next(r for r in flavor["resources"] if r["name"] == "nvidia.com/mig-3g.40gb")["nominalQuota"] = "6"
 
 
 def _flavor_taint(docs):
@@ -174,6 +174,12 @@ DRIFTS = {
         "config/gpu-operator-values.yaml: GPU Operator values: migManager.env[WITH_REBOOT]."
         "value: expected 'true', found 'false' (an A100 on Azure changes MIG mode only "
         "with a VM reboot)"),
+    "a GPU pool's max_pods other than the reservations assume": (
+        replace_text("config/terraform/main.tf", "max_pods              = 110",
+                     "max_pods              = 250"),
+        'config/terraform: resource "azurerm_kubernetes_cluster_node_pool": max_pods: '
+        "expected '110', found '250' (AKS's kube-reserved memory grows with max_pods; "
+        "validate and the Kueue quotas count allocatable for this many)"),
     "a queue missing in kueue.yaml": (
         edit_yaml("config/kueue.yaml", _drop_local_queue),
         "config/kueue.yaml: LocalQueue jhub-ml-eng/ml-eng: (object): expected 'present', "
@@ -185,7 +191,7 @@ DRIFTS = {
     "a quota changed in kueue.yaml": (
         edit_yaml("config/kueue.yaml", _quota),
         "config/kueue.yaml: ClusterQueue ml-eng: spec.resourceGroups[0].flavors[a100mig]."
-        "resources[nvidia.com/mig-3g.40gb].nominalQuota: expected '4', found '5'"),
+        "resources[nvidia.com/mig-3g.40gb].nominalQuota: expected '5', found '6'"),
     "a taint missing from a ResourceFlavor": (
         edit_yaml("config/kueue.yaml", _flavor_taint),
         "config/kueue.yaml: ResourceFlavor a100spot: spec.nodeTaints: expected"),
