@@ -1,5 +1,6 @@
 """Property: any user_options, however forged, yield exactly the profile (and so the
 queue, priority and GPU resource) the user's groups allow, or a clear rejection."""
+
 from __future__ import annotations
 
 import asyncio
