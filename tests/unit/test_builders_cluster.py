@@ -1,5 +1,6 @@
-"""Golden tests of the cluster-side builders: Kueue objects, device-plugin configs,
-nodes."""
+"""Golden tests of the cluster-side builders where the exact output is the contract:
+the ClusterQueue policy and quotas, the device-plugin configs, the labels of a real
+node. (That flavors, nodes and pods fit together is tested in test_fit.py.)"""
 
 from __future__ import annotations
 
@@ -22,16 +23,6 @@ def _quota(cpu, memory, gpu, shared, mig, limit=None):
             entry["borrowingLimit"] = value
         out.append(entry)
     return out
-
-
-def test_resource_flavor(platform):
-    assert kueue.resource_flavor(platform.pool("a100spot")) == {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ResourceFlavor",
-        "metadata": {"name": "a100spot"},
-        "spec": {"nodeLabels": {"kubernetes.azure.com/agentpool": "a100spot"},
-                 "nodeTaints": SPOT_TAINTS},
-    }
 
 
 def test_cluster_queue(platform):
@@ -70,19 +61,6 @@ def test_quota_shares_of_a_node_round_down(platform):
     # 8 shares of 4-per-node T4 nodes (8 vCPU, 56 GiB) = two nodes' worth
     assert t4 == {"cpu": "16", "memory": "112Gi", "nvidia.com/gpu": "0",
                   "nvidia.com/gpu.shared": "8", "nvidia.com/mig-3g.40gb": "0"}
-
-
-def test_local_queue_and_priority_class(platform):
-    assert kueue.local_queue(platform.teams[0]) == {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-        "metadata": {"name": "data-science", "namespace": "jhub-data-science"},
-        "spec": {"clusterQueue": "data-science"},
-    }
-    assert kueue.workload_priority_class(platform.priority("preemptible")) == {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
-        "metadata": {"name": "preemptible"}, "value": 100,
-        "description": "Runs on borrowed or spot capacity; may be stopped at any time",
-    }
 
 
 def test_kueue_objects_order(platform):
