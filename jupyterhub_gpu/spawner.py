@@ -42,6 +42,9 @@ from .spec import PROFILE_LABEL, QUEUE_LABEL, Platform
 
 _cache: dict[tuple[str, float], Platform] = {}
 
+# with a spec, poll() tells a preempted or evicted server within seconds, not 30
+PLATFORM_POLL_SECONDS = 10
+
 
 def load_platform_cached(path: str) -> Platform:
     """Parse ``path`` once per process (again only when the file changes)."""
@@ -115,7 +118,9 @@ class GPUSpawner(KubeSpawner):
 
     @default("poll_interval")
     def _poll_interval_default(self) -> int:
-        return 10  # notice a preempted or evicted server within seconds, not 30
+        if self.platform is None:  # KubeSpawner's own default
+            return KubeSpawner.class_traits()["poll_interval"].default_value
+        return PLATFORM_POLL_SECONDS
 
     @default("options_form")
     def _options_form_default(self) -> Any:
@@ -207,6 +212,8 @@ class GPUSpawner(KubeSpawner):
     # -- shared watches ---------------------------------------------------------
 
     async def _start_watching_pods(self, replace: bool = False):
+        if self.platform is None:
+            return await super()._start_watching_pods(replace=replace)
         return await self._start_reflector(
             kind="pods", reflector_class=RecordingPodReflector,
             labels={"component": self.component_label},

@@ -133,7 +133,3 @@ class WorkloadReflector(RecordsDeletions, NamespacedResourceReflector):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.api = _WorkloadApi(self.api)
-
-    @property
-    def workloads(self) -> dict[str, dict]:
-        return self.resources

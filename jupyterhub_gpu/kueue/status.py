@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Iterable
 
 from ..checkpoint import UNAVAILABLE
@@ -86,12 +85,6 @@ def queue_position(workload: dict, workloads: Iterable[dict]) -> tuple[int, int]
     names = [w["metadata"]["name"] for w in pending]
     name = workload["metadata"]["name"]
     return (names.index(name) + 1 if name in names else 0), len(names)
-
-
-def parse_time(stamp: str | None) -> datetime | None:
-    if not stamp:
-        return None
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(timezone.utc)
 
 
 ADOPT_LABELS = ("jupyterhub-gpu/profile", "kueue.x-k8s.io/queue-name",

@@ -160,15 +160,19 @@ async def pod_history(kube, cluster_platform):
 
     history: dict[str, list[dict]] = defaultdict(list)
 
-    async def follow(namespace):
+    async def follow(namespace, since):  # every change after the listing
         w = watch.Watch()
-        async with w.stream(kube.core.list_namespaced_pod, namespace=namespace) as events:
+        async with w.stream(kube.core.list_namespaced_pod, namespace=namespace,
+                            resource_version=since) as events:
             async for event in events:
                 pod = event["raw_object"]
                 history[f"{namespace}/{pod['metadata']['name']}"].append(pod)
 
-    tasks = [asyncio.create_task(follow(t.namespace)) for t in cluster_platform.teams]
-    await asyncio.sleep(0.5)  # the watches are established
+    tasks = []
+    for team in cluster_platform.teams:
+        listed = await kube.core.list_namespaced_pod(team.namespace)
+        tasks.append(asyncio.create_task(follow(team.namespace,
+                                                listed.metadata.resource_version)))
     yield history
     for task in tasks:
         task.cancel()

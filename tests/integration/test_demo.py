@@ -250,10 +250,12 @@ async def test_cancelling_a_queued_spawn_from_the_hub_leaves_nothing(hub, kube):
                     and not [w for w in workloads
                              if w["metadata"]["name"].startswith("pod-jupyter-dave-")])
 
+        async def hub_done():
+            return await _hub_server(dave, "dave") is None
+
+        await wait_for(hub_done, timeout=60, what="the hub to finish stopping dave's server")
+        # the stop is over: nothing of dave's spawn is left that could create them again
         await wait_for(nothing_left, timeout=60, what="dave's pod and Workload to go")
-        await asyncio.sleep(3)  # and nothing comes back
-        assert await nothing_left()
-        assert (await _hub_server(dave, "dave")) is None
     finally:
         await alice.close()
         await dave.close()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+from enum import Enum
+from types import MappingProxyType
+
 import pytest
 
 from jupyterhub_gpu.parse import SpecError, load_platform, parse_platform
@@ -21,6 +25,27 @@ def test_example_spec_parses(platform):
     assert platform.profile("a100-mig-3g").queue_patience_seconds == 20 * 60
     assert platform.profile("a100-mig-3g").gpu_idle.window_seconds == 30 * 60
     assert platform.profile("t4-shared").queue_patience_seconds == 600  # the default
+
+
+def _mutable_parts(value, path: str = "platform") -> list[str]:
+    if dataclasses.is_dataclass(value):
+        own = [] if type(value).__dataclass_params__.frozen else [path]
+        return own + [part for f in dataclasses.fields(value)
+                      for part in _mutable_parts(getattr(value, f.name), f"{path}.{f.name}")]
+    if isinstance(value, (tuple, frozenset)):
+        return [part for i, v in enumerate(value) for part in _mutable_parts(v, f"{path}[{i}]")]
+    if isinstance(value, MappingProxyType):
+        return [part for k, v in value.items() for part in _mutable_parts(v, f"{path}[{k!r}]")]
+    if isinstance(value, (str, int, float, bool, Enum)) or value is None:
+        return []
+    return [f"{path} ({type(value).__name__})"]
+
+
+def test_the_parsed_spec_cannot_be_changed(platform):
+    """One Platform is shared by every spawner and builder: nothing in it is mutable,
+    so no builder can change it for the next one."""
+    assert _mutable_parts(platform) == []
+    assert _mutable_parts({"quota": {}}) == ["platform (dict)"]  # the check sees a dict
 
 
 def _set(spec: dict, path: str, value) -> dict:

@@ -3,15 +3,19 @@ and the KubeSpawner behaviours it relies on."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 from importlib.metadata import entry_points
 
 import pytest
+from kubespawner import KubeSpawner
+from kubespawner.spawner import PodReflector
 from tornado import web
 from traitlets.config import Config
 
 from jupyterhub_gpu import SpecError, checkpoint, configure_hub
-from jupyterhub_gpu.spawner import GPUSpawner
+from jupyterhub_gpu.kueue.reflectors import RecordingPodReflector
+from jupyterhub_gpu.spawner import PLATFORM_POLL_SECONDS, GPUSpawner
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
                   "effect": "NoSchedule"}
@@ -148,6 +152,48 @@ async def test_without_a_spec_it_is_kubespawner(make_spawner):
     spawner.user_options = spawner.run_options_from_form({"profile": ["big"]})
     await spawner.load_user_options()
     assert spawner.cpu_limit == 8.0
+
+
+def _same_value(kube: KubeSpawner, gpu: GPUSpawner, name: str) -> bool:
+    ours, theirs = getattr(gpu, name), getattr(kube, name)
+    if inspect.ismethod(ours) and inspect.ismethod(theirs):  # each bound to its spawner
+        return ours.__func__ is theirs.__func__ and (ours.__self__, theirs.__self__) == (gpu, kube)
+    return ours == theirs
+
+
+async def test_without_a_spec_every_kubespawner_setting_keeps_its_default(make_spawner):
+    gpu = make_spawner(spec=False)
+    kube = KubeSpawner(user=gpu.user, hub=gpu.hub, config=Config())
+    names = sorted(KubeSpawner.class_traits(config=True))
+    assert "poll_interval" in names and "profile_list" in names
+    differ = {name: (getattr(kube, name), getattr(gpu, name))
+              for name in names if not _same_value(kube, gpu, name)}
+    assert differ == {}, "KubeSpawner's value, then GPUSpawner's"
+
+
+async def test_with_a_spec_poll_notices_platform_stops_within_seconds(make_spawner, repo_root):
+    assert make_spawner().poll_interval == PLATFORM_POLL_SECONDS
+    assert PLATFORM_POLL_SECONDS < KubeSpawner.class_traits()["poll_interval"].default_value
+    readme = (repo_root / "README.md").read_text()
+    assert f"stopped at the next poll (every {PLATFORM_POLL_SECONDS} s)" in readme
+
+
+async def test_the_pod_watcher_is_kubespawners_without_a_spec(make_spawner, monkeypatch):
+    """The reflector each spawner would start (the unit tier has no API server)."""
+    started = []
+
+    async def start_reflector(self, kind, reflector_class, replace=False, **kwargs):
+        started.append((kind, reflector_class, replace, kwargs))
+
+    monkeypatch.setattr(KubeSpawner, "_start_reflector", start_reflector)
+    plain = make_spawner(spec=False)
+    await KubeSpawner(user=plain.user, hub=plain.hub, config=Config())._start_watching_pods()
+    await plain._start_watching_pods()
+    await make_spawner()._start_watching_pods()
+    kube, without_spec, with_spec = started
+    assert kube[1] is PodReflector and without_spec == kube
+    assert with_spec[1] is RecordingPodReflector  # remembers deleted pods for stop notices
+    assert (with_spec[0], with_spec[3]) == (kube[0], kube[3])
 
 
 async def test_inline_spec_takes_precedence(make_spawner, example_spec):
