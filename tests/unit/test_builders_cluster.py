@@ -58,7 +58,6 @@ def test_cluster_queue(platform):
                      "resources": _quota("24", "220Gi", "1", "0", "0", limit=True)},
                 ],
             }],
-            "fairSharing": {"weight": "20"},
         },
     }
 
