@@ -15,19 +15,21 @@ import yaml
 
 from . import quantities as q
 from .gpus import GPU_MODELS, VM_SIZES
-from .spec import (Checkpoint, CheckpointStorage, GpuIdle, Platform, Pool, Priority,
-                   Profile, Sharing, SharingMode, Team)
+from .spec import (Checkpoint, CheckpointStorage, DaemonsetOverhead, GpuIdle, Platform, Pool,
+                   Priority, Profile, Sharing, SharingMode, Team)
 from .validate import check_platform
 
 _REQUIRED = object()
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
-TOP_LEVEL = ("pools", "teams", "priorities", "profiles", "checkpointStorage")
+TOP_LEVEL = ("pools", "teams", "priorities", "profiles", "checkpointStorage", "groupIds")
 FIELDS: dict[str, tuple[str, ...]] = {
     "spec": TOP_LEVEL,
     "pool": ("name", "vmSize", "gpu", "gpusPerNode", "sharing", "spot", "minNodes",
-             "maxNodes", "pricePerNodeHour", "cpusPerNode", "memoryPerNode"),
+             "maxNodes", "pricePerNodeHour", "cpusPerNode", "memoryPerNode",
+             "daemonsetOverhead"),
     "sharing": ("mode", "migProfile", "replicas"),
+    "daemonsetOverhead": ("cpu", "memory"),
     "team": ("name", "groups", "namespace", "quota", "cohort", "borrowingLimit",
              "lendingLimit"),
     "priority": ("name", "value", "description", "preemptible"),
@@ -163,6 +165,23 @@ def _sharing(errors: list[str], label: str, data: Any, gpu: Any) -> Sharing | No
     return Sharing(mode, mig, replicas or 1)
 
 
+def _or_zero(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``parse``, but also accepting 0 (a pool without daemonsets)."""
+    def parse_or_zero(v: Any) -> Any:
+        return 0 if not isinstance(v, bool) and str(v).strip() in ("0", "0.0") else parse(v)
+    return parse_or_zero
+
+
+def _overhead(errors: list[str], label: str, data: Any) -> DaemonsetOverhead | None:
+    default = DaemonsetOverhead()
+    if data is None:
+        return default
+    s = _Section(errors, f"{label}: daemonsetOverhead", data, FIELDS["daemonsetOverhead"])
+    cpu = s.get("cpu", _or_zero(q.parse_cpu), default.cpu)
+    memory = s.get("memory", _or_zero(q.parse_memory), default.memory_bytes)
+    return None if cpu is None or memory is None else DaemonsetOverhead(cpu, memory)
+
+
 def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
     name = data.get("name") if isinstance(data, Mapping) else None
     label = f"pool {name!r}" if isinstance(name, str) else f"pools[{index}]"
@@ -185,9 +204,10 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
         s.fail("minNodes", f"{lo} is above maxNodes {hi}")
     spot = s.get("spot", _bool, False)
     price = s.get("pricePerNodeHour", _number, 0.0)
+    overhead = _overhead(errors, label, s.data.get("daemonsetOverhead"))
     if len(errors) > n_errors:
         return None
-    return Pool(name, vm_size, gpu, gpus, sharing, cpus, mem // 2**30, spot, lo, hi, price)
+    return Pool(name, vm_size, gpu, gpus, sharing, cpus, mem, spot, lo, hi, price, overhead)
 
 
 def _team(errors: list[str], data: Any, index: int) -> Team | None:
@@ -290,13 +310,40 @@ def _storage(errors: list[str], data: Any) -> CheckpointStorage | None:
     return None if claim is None or mount is None else CheckpointStorage(claim, mount)
 
 
+_OBJECT_ID = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+
+
+def _group_ids(errors: list[str], data: Any) -> Mapping[str, str]:
+    """``groupIds``: JupyterHub group name -> the Entra ID group's object ID."""
+    if data is None:
+        return MappingProxyType({})
+    if not isinstance(data, Mapping):
+        errors.append("groupIds: must be a mapping of group name to object ID")
+        return MappingProxyType({})
+    ids: dict[str, str] = {}
+    for name, oid in data.items():
+        if not isinstance(name, str) or not name.strip():
+            errors.append(f"groupIds: {name!r}: a group name must be a non-empty string")
+        elif not isinstance(oid, str) or not _OBJECT_ID.match(oid):
+            errors.append(f"groupIds: {name}: {oid!r} is not an object ID "
+                          "(like 2f1c8a3e-5b7d-4e9f-8a1b-0c2d3e4f5a6b)")
+        elif oid.lower() in ids.values():
+            other = next(n for n, i in ids.items() if i == oid.lower())
+            errors.append(f"groupIds: {name}: object ID {oid} is also {other!r}")
+        else:
+            ids[name] = oid.lower()
+    return MappingProxyType(ids)
+
+
 def _declared(data: Mapping) -> dict[str, set[str]]:
     """Names the admin declared, valid or not: a reference to one is no new error."""
     def names(key: str, field: str) -> set[str]:
         items = data.get(key) if isinstance(data.get(key), list) else []
         return {i.get(field) for i in items if isinstance(i, Mapping) and isinstance(i.get(field), str)}
+    group_ids = data.get("groupIds") if isinstance(data.get("groupIds"), Mapping) else {}
     return {"pools": names("pools", "name"), "priorities": names("priorities", "name"),
-            "teams": names("teams", "name"), "profiles": names("profiles", "slug")}
+            "teams": names("teams", "name"), "profiles": names("profiles", "slug"),
+            "groupIds": {g for g in group_ids if isinstance(g, str)}}
 
 
 def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
@@ -309,6 +356,7 @@ def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
         priorities=_items(errors, top.data, "priorities", _priority),
         profiles=_items(errors, top.data, "profiles", _profile),
         checkpoint_storage=_storage(errors, top.data.get("checkpointStorage")),
+        group_ids=_group_ids(errors, top.data.get("groupIds")),
     )
     errors.extend(check_platform(platform, _declared(top.data)))
     if errors:

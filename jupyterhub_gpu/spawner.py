@@ -169,11 +169,23 @@ class GPUSpawner(KubeSpawner):
         self.start_timeout = (grant.profile.queue_patience_seconds
                               + grant.profile.start_timeout_seconds)
         self.gpu_grant = grant
-        self._applied_options = copy.deepcopy(user_options)
+        self._record_granted(grant)
         self.log.info("Applying GPU profile %r (queue %s/%s, priority %s) for %s",
                       grant.profile.slug, grant.team.namespace, grant.team.local_queue,
                       grant.priority.name, self._log_name)
         return grant
+
+    def _record_granted(self, grant: Grant) -> None:
+        """Record the profile granted, not what was asked (``{}`` or ``{"profile":
+        null}`` mean the default): JupyterHub reports these ``user_options``, stores
+        them (``orm_spawner``, committed after ``start()`` is called) for the next
+        start, and the culler reads the profile from them."""
+        granted = {"profile": grant.profile.slug}
+        if self.user_options != granted:
+            self.user_options = granted
+            if getattr(self, "orm_spawner", None) is not None:
+                self.orm_spawner.user_options = copy.deepcopy(granted)
+        self._applied_options = copy.deepcopy(granted)
 
     async def load_user_options(self) -> None:
         if self.platform is None:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import math
-
+from ..allocatable import node_resources, share_of_node
 from ..quantities import format_cpu, format_memory
 from ..spec import Platform, Pool, Priority, Team
 from .preemption import cluster_queue_preemption
@@ -33,12 +32,12 @@ def covered_resources(platform: Platform) -> list[str]:
 
 def _amounts(pool: Pool, units: int, covered: list[str]) -> dict[str, str]:
     """``units`` of ``pool`` as quantities of every covered resource: the pool's GPU
-    resource, and the cpu and memory that share of a node carries."""
-    fraction = units / pool.units_per_node
-    cpu_millis = math.floor(pool.cpus_per_node * 1000 * fraction)
-    mem_mib = math.floor(pool.memory_gib_per_node * 1024 * fraction)
+    resource, and the cpu and memory that share of a node leaves for notebooks (its
+    allocatable less the daemonsets, :mod:`jupyterhub_gpu.allocatable`), so that
+    Kueue admits no more than the nodes can run."""
+    cpu_millis, memory = share_of_node(node_resources(pool), units, pool.units_per_node)
     amounts = {r: "0" for r in covered}
-    amounts.update(cpu=format_cpu(cpu_millis / 1000), memory=format_memory(mem_mib * 2**20))
+    amounts.update(cpu=format_cpu(cpu_millis / 1000), memory=format_memory(memory))
     amounts[pool.resource_name] = str(units)
     return amounts
 

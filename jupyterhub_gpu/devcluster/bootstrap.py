@@ -1,5 +1,6 @@
 """What ``up`` puts into the running API server: Kueue's prerequisites, the team
-namespaces, the fake GPU nodes and the platform's Kueue objects, with waits."""
+namespaces, the fake GPU nodes with their daemonsets' requests, and the platform's
+Kueue objects, with waits."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 from typing import Callable, Iterable, TypeVar
 
 from ..builders.kueue import kueue_objects
-from ..builders.nodes import fake_node
+from ..builders.nodes import OVERHEAD_NAMESPACE, fake_node, overhead_daemonset
 from ..spec import Platform, Pool
 from . import kueue_setup as ks
 from .kubeapi import ApiError, KubeClient
@@ -111,6 +112,24 @@ def create_nodes(client: KubeClient, platform: Platform,
                     raise
             names.append(node["metadata"]["name"])
     return names
+
+
+def run_node_overhead(client: KubeClient, platform: Platform,
+                      nodes_per_pool: Callable[[Pool], int], timeout: float = 120) -> None:
+    """Apply each pool's overhead DaemonSet and wait until its pod runs on every node,
+    so that no notebook is placed before a node's daemonsets are."""
+    for pool in platform.pools:
+        client.apply(overhead_daemonset(pool))
+
+    def running(pool: Pool) -> bool:
+        ds = client.get("apps/v1", "DaemonSet", overhead_daemonset(pool)["metadata"]["name"],
+                        OVERHEAD_NAMESPACE)
+        st = (ds or {}).get("status") or {}
+        desired = st.get("desiredNumberScheduled", 0)
+        return desired >= nodes_per_pool(pool) and st.get("numberReady") == desired
+    for pool in platform.pools:
+        poll(lambda p=pool: running(p), timeout,
+             f"the daemonset-overhead pods of pool {pool.name} to run on its nodes")
 
 
 def wait_nodes_ready(client: KubeClient, names: list[str], timeout: float = 60) -> None:

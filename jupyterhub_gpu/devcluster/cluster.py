@@ -177,8 +177,10 @@ def _populate(client: KubeClient, platform: Platform,
     nodes = bootstrap.create_nodes(client, platform, nodes_per_pool)
     bootstrap.apply_kueue_objects(client, platform)
     bootstrap.wait_nodes_ready(client, nodes)
+    bootstrap.run_node_overhead(client, platform, nodes_per_pool)
     bootstrap.wait_service_accounts(client, namespaces)
-    progress(f"  {len(namespaces)} team namespaces, {len(nodes)} fake nodes Ready, "
+    progress(f"  {len(namespaces)} team namespaces, {len(nodes)} fake nodes Ready with "
+             f"their daemonset overhead, "
              f"Kueue objects applied ({len(platform.teams)} ClusterQueues active)")
 
 
@@ -188,7 +190,7 @@ def up(platform: Platform, state_dir: Path | str | None = None, progress: Progre
 
     If the cluster already runs from ``state_dir`` this says so and returns its status.
     """
-    layout = _layout(state_dir)
+    layout, progress = _layout(state_dir), procs.unfailing(progress)
     ports = ports or Ports()
     if _already_running(layout):
         progress(f"The dev cluster is already running (state: {layout.root}).")
@@ -234,7 +236,7 @@ def down(state_dir: Path | str | None = None, progress: Progress = print) -> dic
     Only processes whose /proc cmdline and start time still match their pid file are
     signalled. Logs, certificates and the kubeconfig are kept for the next ``up``.
     """
-    layout = _layout(state_dir)
+    layout, progress = _layout(state_dir), procs.unfailing(progress)
     if not procs.records(layout):
         progress(f"No dev cluster is running from {layout.root}.")
     outcomes = _stop_all(layout, progress)

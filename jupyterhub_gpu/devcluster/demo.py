@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Callable
 
 from . import build
+from .layout import Layout, Ports, default_state_dir
 from .podrunner import PodRunner
+from .procs import unfailing
 
 CHP_VERSION = "5.3.0"
 DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
@@ -71,46 +73,59 @@ async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
             start_new_session=True)
 
 
-async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
-                progress: Callable[[str], None] = print, stop: asyncio.Event | None = None,
-                hub_port: int = 8081, proxy_api_port: int = 8001) -> int:
-    """Run the hub and the pod runner until ``stop`` is set (by default: on Ctrl-C or
-    SIGTERM) or the hub exits."""
-    runner = asyncio.create_task(PodRunner(kubeconfig, workdir).run())
-    hub = await start_hub(spec, kubeconfig, workdir, url, hub_port, proxy_api_port)
-    if stop is None:
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    progress(f"JupyterHub is starting on {url} (log: {workdir / 'hub.log'})\n"
-             f"  log in as {DEMO_USERS}; password: gpu-demo\n  Ctrl-C stops everything.")
-    waiter = asyncio.create_task(stop.wait())
-    await asyncio.wait([waiter, asyncio.create_task(hub.wait()), runner],
-                       return_when=asyncio.FIRST_COMPLETED)
-    progress("stopping the hub and the notebooks")
-    if hub.returncode is None:
+async def _stop(hub: asyncio.subprocess.Process | None, runner: asyncio.Task) -> None:
+    if hub is not None and hub.returncode is None:
         hub.send_signal(signal.SIGTERM)  # the hub stops its servers on the way out
         await hub.wait()
     runner.cancel()
     await asyncio.gather(runner, return_exceptions=True)
-    waiter.cancel()
+
+
+async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
+                progress: Callable[[str], None] = print, stop: asyncio.Event | None = None,
+                hub_port: int = 8081, proxy_api_port: int = 8001) -> int:
+    """Run the hub and the pod runner until ``stop`` is set (by default: on Ctrl-C or
+    SIGTERM) or the hub exits; then stop both, whatever happened meanwhile."""
+    progress = unfailing(progress)
+    if stop is None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    runner = asyncio.create_task(PodRunner(kubeconfig, workdir).run())
+    hub = waiter = None
+    try:
+        hub = await start_hub(spec, kubeconfig, workdir, url, hub_port, proxy_api_port)
+        progress(f"JupyterHub is starting on {url} (log: {workdir / 'hub.log'})\n"
+                 f"  log in as {DEMO_USERS}; password: gpu-demo\n  Ctrl-C stops everything.")
+        waiter = asyncio.create_task(stop.wait())
+        await asyncio.wait([waiter, asyncio.create_task(hub.wait()), runner],
+                           return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        progress("stopping the hub and the notebooks")
+        await _stop(hub, runner)
+        if waiter is not None:
+            waiter.cancel()
     return 0 if stop.is_set() else (hub.returncode or 1)
 
 
 def run_demo(spec: Path, state_dir: Path | None, url: str,
-             progress: Callable[[str], None] = print) -> int:
-    """Build if needed, bring the cluster up, serve until Ctrl-C, bring it down."""
+             progress: Callable[[str], None] = print, ports: Ports | None = None,
+             hub_port: int = 8081, proxy_api_port: int = 8001) -> int:
+    """Build if needed, bring the cluster up (on ``ports``, default: the dev cluster's),
+    serve until Ctrl-C, bring it down. Output that cannot be written (a closed pipe)
+    is dropped: it never keeps anything from being stopped."""
     from ..parse import load_platform
     from . import cluster
-    from .layout import Layout, default_state_dir
 
+    progress = unfailing(progress)
     platform = load_platform(spec)
     build.build(progress)
     ensure_chp(progress)
     layout = Layout(state_dir or default_state_dir())
-    cluster.up(platform, layout.root, progress)
+    cluster.up(platform, layout.root, progress, ports=ports)
     try:
-        return asyncio.run(serve(spec, layout.kubeconfig, layout.root / "demo", url, progress))
+        return asyncio.run(serve(spec, layout.kubeconfig, layout.root / "demo", url, progress,
+                                 hub_port=hub_port, proxy_api_port=proxy_api_port))
     finally:
         progress("stopping the dev cluster")
         cluster.down(layout.root, progress)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable
 
+from ..checkpoint import UNAVAILABLE
+
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 _NO_FIT_CAPACITY = re.compile(
@@ -113,3 +115,16 @@ def adoptable_token(existing: dict, wanted_labels: dict[str, str]) -> str | None
     env = existing["spec"]["containers"][0].get("env") or []
     return next((e.get("value") for e in env if e.get("name") == "JUPYTERHUB_API_TOKEN"
                  and e.get("value")), None)
+
+
+def checkpoint_unavailable(pod: dict) -> tuple[str, str] | None:
+    """(image, message) when a container's termination message says the preStop
+    hook could not checkpoint (:func:`jupyterhub_gpu.checkpoint.prestop_command`)."""
+    containers = pod.get("spec", {}).get("containers") or []
+    images = {c.get("name"): c.get("image", "") for c in containers}
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        for state in (cs.get("state"), cs.get("lastState")):
+            message = ((state or {}).get("terminated") or {}).get("message") or ""
+            if UNAVAILABLE in message:
+                return images.get(cs.get("name")) or cs.get("image", ""), message.strip()
+    return None

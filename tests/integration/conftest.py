@@ -11,8 +11,9 @@ Fixtures:
   a running ``make demo`` does not collide); ``down`` at the end. Its value is the dict ``devcluster status`` prints.
 - ``kube`` (session): kubernetes_asyncio ``CoreV1Api`` and ``CustomObjectsApi`` on it.
 - ``spawn``: starts a real GPUSpawner for (user, groups, profile) and returns it
-  (``wait=False``: returns the spawner and its start task at once). Every server it
-  started is stopped at the end of the test.
+  (``wait=False``: returns the spawner and its start task at once; ``config``: a
+  traitlets Config merged over the defaults). Every server it started is stopped at
+  the end of the test.
 - ``pod_history``: records every state of every pod in the team namespaces from the
   time it is requested, to assert on states that pass quickly (a scheduling gate).
 
@@ -130,10 +131,12 @@ async def spawn(cluster, cluster_spec_path):
 
     started: list[GPUSpawner] = []
 
-    async def start(user, groups, profile, wait=True):
+    async def start(user, groups, profile, wait=True, config=None):
         cfg = Config()
         cfg.GPUSpawner.platform_file = str(cluster_spec_path)
         cfg.GPUSpawner.start_timeout = 300
+        if config is not None:  # e.g. the z2jh chart's (tests/z2jh_chart.py)
+            cfg.merge(config)
         spawner = GPUSpawner(user=OfflineUser(user, [_Group(g) for g in groups]),
                              hub=OfflineHub(), config=cfg)
         spawner.user_options = {"profile": profile}

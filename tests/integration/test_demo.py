@@ -110,6 +110,31 @@ async def test_forged_form_post_shows_why_and_creates_no_pod(hub, kube):
     assert pods.items == []
 
 
+async def test_rest_start_without_a_profile_records_the_default_granted(hub, tmp_path):
+    """``{}`` and ``{"profile": null}`` start the default profile; the server's
+    user_options, as the REST API reports them and as the hub's database keeps them
+    for the next start, name that profile."""
+    import sqlite3
+
+    sessions = {"alice": await _login_session("alice"), "bob": await _login_session("bob")}
+    try:
+        for (user, http), body in zip(sessions.items(), ({}, {"profile": None})):
+            async with http.post(f"{URL}/hub/api/users/{user}/server", json=body,
+                                 headers={"X-XSRFToken": _xsrf(http)}) as r:
+                assert r.status in (201, 202), await r.text()
+            await wait_for(lambda: _lab_up(http, user), timeout=120, what=f"{user}'s lab")
+            server = await _hub_server(http, user)
+            assert server["user_options"] == {"profile": "t4-shared"}, server
+        with sqlite3.connect(tmp_path / "hub" / "jupyterhub.sqlite") as db:
+            stored = dict(db.execute("SELECT users.name, spawners.user_options FROM spawners"
+                                     " JOIN users ON users.id = spawners.user_id"))
+        assert {u: json.loads(stored[u]) for u in sessions} == {
+            "alice": {"profile": "t4-shared"}, "bob": {"profile": "t4-shared"}}
+    finally:
+        for http in sessions.values():
+            await http.close()
+
+
 async def _login_session(user):
     http = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
     await _login(http, user)

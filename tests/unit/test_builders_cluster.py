@@ -51,11 +51,16 @@ def test_cluster_queue(platform):
             "resourceGroups": [{
                 "coveredResources": COVERED,
                 "flavors": [
-                    {"name": "t4dev", "resources": _quota("8", "56Gi", "0", "4", "0")},
-                    {"name": "a100mig",
-                     "resources": _quota("24", "220Gi", "0", "0", "2", limit=True)},
-                    {"name": "a100spot",
-                     "resources": _quota("24", "220Gi", "1", "0", "0", limit=True)},
+                    # one node's worth, less AKS's reservations and the daemonsets
+                    {"name": "t4dev", "resources": _quota("7320m", "53458Mi", "0", "4", "0")},
+                    {"name": "a100mig", "resources": _quota("0", "0", "0", "0", "0")},
+                    {"name": "a100spot", "resources": [
+                        {"name": "cpu", "nominalQuota": "46320m", "borrowingLimit": "23160m"},
+                        {"name": "memory", "nominalQuota": "442788Mi",
+                         "borrowingLimit": "221394Mi"},
+                        {"name": "nvidia.com/gpu", "nominalQuota": "2", "borrowingLimit": "1"},
+                        *({"name": r, "nominalQuota": "0", "borrowingLimit": "0"}
+                          for r in COVERED[3:])]},
                 ],
             }],
         },
@@ -66,8 +71,9 @@ def test_quota_shares_of_a_node_round_down(platform):
     team = next(t for t in platform.teams if t.name == "data-science")
     flavors = kueue.cluster_queue(platform, team)["spec"]["resourceGroups"][0]["flavors"]
     t4 = {r["name"]: r["nominalQuota"] for r in flavors[0]["resources"]}
-    # 8 shares of 4-per-node T4 nodes (8 vCPU, 56 GiB) = two nodes' worth
-    assert t4 == {"cpu": "16", "memory": "112Gi", "nvidia.com/gpu": "0",
+    # 8 shares of 4-per-node T4 nodes = two nodes' worth of what each leaves for
+    # notebooks: 8 vCPU - 180m - 500m, 56Gi - 2250Mi - 100Mi - 1536Mi
+    assert t4 == {"cpu": "14640m", "memory": "106916Mi", "nvidia.com/gpu": "0",
                   "nvidia.com/gpu.shared": "8", "nvidia.com/mig-3g.40gb": "0"}
 
 
@@ -118,6 +124,8 @@ def test_mps_config(example_spec):
 def test_fake_node_of_a_mig_pool(platform):
     name = "aks-a100mig-00000000-vmss000000"
     capacity = {"cpu": "24", "memory": "220Gi", "pods": "110", "nvidia.com/mig-3g.40gb": "2"}
+    # less kube-reserved (340m; 20Mi * 110 + 50Mi) and the 100Mi eviction threshold
+    allocatable = {**capacity, "cpu": "23660m", "memory": "222930Mi"}
     assert nodes.fake_node(platform.pool("a100mig"), 0) == {
         "apiVersion": "v1",
         "kind": "Node",
@@ -144,7 +152,7 @@ def test_fake_node_of_a_mig_pool(platform):
         },
         "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present",
                              "effect": "NoSchedule"}]},
-        "status": {"capacity": capacity, "allocatable": capacity},
+        "status": {"capacity": capacity, "allocatable": allocatable},
     }
 
 

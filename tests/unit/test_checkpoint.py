@@ -164,21 +164,55 @@ def test_a_failing_callback_does_not_stop_the_others_and_handlers_chain(env):
     assert checkpoint.latest("train") is not None
 
 
-def test_prestop_signals_registered_processes_and_waits_for_them(env):
+def _path_with_python(tmp_path: Path, python: str) -> str:
+    """A PATH whose ``python`` is ``python`` (as a notebook image's would be)."""
+    bin_dir = tmp_path / "image-bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {python} "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+    return f"{bin_dir}:/usr/bin:/bin"
+
+
+def run_prestop_hook(tmp_path: Path, env: dict,
+                     python: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """The pod's preStop command, as the kubelet runs it, in the image's working dir."""
+    log = tmp_path / "termination-log"
+    command = checkpoint.prestop_command(str(log))
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)  # not the checkout: its jupyterhub_gpu/ would be importable
+    hook = subprocess.run(list(command), cwd=home, capture_output=True, text=True,
+                          env={**env, "PATH": _path_with_python(tmp_path, python)}, timeout=30)
+    return hook, log
+
+
+def test_prestop_signals_registered_processes_and_waits_for_them(env, tmp_path):
     child = spawn(training(), env)
     wait_for_line(child, "ready")
     bystander = spawn("import time; print('ready', flush=True); time.sleep(30)", env)
     wait_for_line(bystander, "ready")
     started = time.monotonic()
-    hook = subprocess.run([sys.executable, *checkpoint.PRESTOP_COMMAND[1:]],
-                          env=env, capture_output=True, text=True, timeout=30)
+    hook, log = run_prestop_hook(tmp_path, env, sys.executable)
     assert hook.returncode == 0, hook.stderr
+    assert not log.exists() and checkpoint.UNAVAILABLE not in hook.stderr
     assert time.monotonic() - started < 8  # returned once the saver was done
     assert child.wait(timeout=5) == -signal.SIGTERM
     assert checkpoint.latest("train")["step"] > 0
     assert bystander.poll() is None  # only processes that registered are signalled
     bystander.kill()
     bystander.wait()
+
+
+def test_prestop_in_an_image_without_the_package_says_so_and_lets_the_stop_go_on(env,
+                                                                                  tmp_path):
+    """A stock image: the hook exits 0 (the stop goes on) and leaves the message the
+    hub reads in the container's termination message."""
+    bare = tmp_path / "stock-python"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    hook, log = run_prestop_hook(tmp_path, env, str(bare / "bin" / "python"))
+    assert hook.returncode == 0
+    expected = (f"{checkpoint.UNAVAILABLE}: the image has no python with the "
+                "jupyterhub_gpu package\n")
+    assert log.read_text() == expected and hook.stderr == expected
 
 
 # -- a directory that cannot be written ----------------------------------------------------

@@ -14,7 +14,7 @@ def test_example_spec_parses(platform):
     assert (t4.sharing.mode, t4.sharing.replicas, t4.units_per_node) == (
         SharingMode.TIMESLICING, 4, 4)
     assert (mig.sharing.mig_profile, mig.units_per_node, mig.unit_memory_gb) == ("3g.40gb", 2, 40)
-    assert spot.spot and spot.cpus_per_node == 24 and spot.memory_gib_per_node == 220
+    assert spot.spot and spot.cpus_per_node == 24 and spot.memory_per_node == 220 * 2**30
     assert platform.profile("a100-spot").checkpoint.grace_period_seconds == 25
     assert platform.profile("t4-shared").idle_timeout_seconds == 1800
     assert platform.profile("a100-mig-3g").max_age_seconds == 12 * 3600
@@ -66,18 +66,30 @@ BAD_SPECS = [
      "pool 't4dev': pricePerNodeHour: must be a number >= 0, got 'cheap'"),
     ("pools.0.colour", "blue",
      "pool 't4dev': colour: unknown field; allowed: name, vmSize, gpu, gpusPerNode, sharing,"
-     " spot, minNodes, maxNodes, pricePerNodeHour, cpusPerNode, memoryPerNode"),
+     " spot, minNodes, maxNodes, pricePerNodeHour, cpusPerNode, memoryPerNode,"
+     " daemonsetOverhead"),
     ("profiles.0.gpus", 2,
      "profile 't4-shared': gpus: 2 shares of pool 't4dev' (timeslicing) cannot be requested;"
      " the device plugin fails pods that ask for more than 1 nvidia.com/gpu.shared; use 1"),
     ("profiles.1.gpus", 3,
      "profile 'a100-mig-3g': gpus: 3 exceeds the 2 MIG slice(s) one node of pool 'a100mig' has"),
-    ("profiles.0.cpu", 3,
-     "profile 't4-shared': cpu: 3 exceeds the 2 cpus that 1 of the 4 share(s) per node of "
-     "pool 't4dev' carry"),
-    ("profiles.0.memory", "15Gi",
-     "profile 't4-shared': memory: 15Gi exceeds the 14Gi that 1 of the 4 share(s) per node "
-     "of pool 't4dev' carry"),
+    # 8 vCPU - 180m kube-reserved - 500m daemonsets = 7320m for 4 shares
+    ("profiles.0.cpu", 2,
+     "profile 't4-shared' on pool 't4dev': cpu: 4 shares per node × cpu 2 = 8 > 7.32 "
+     "allocatable vCPU on Standard_NC8as_T4_v3 (8 vCPU − 180m kube-reserved − 500m "
+     "daemonsetOverhead); use cpu: 1830m or less"),
+    # 56Gi - (20Mi * 110 pods + 50Mi) - 100Mi eviction - 1536Mi daemonsets = 53458Mi
+    ("profiles.0.memory", "14Gi",
+     "profile 't4-shared' on pool 't4dev': memory: 4 shares per node × memory 14Gi = 56Gi > "
+     "53458Mi allocatable on Standard_NC8as_T4_v3 (56Gi − 2250Mi kube-reserved − 100Mi "
+     "eviction threshold − 1536Mi daemonsetOverhead); use memory: 13364Mi or less"),
+    ("pools.0.daemonsetOverhead", {"cpu": "1"},
+     "profile 't4-shared' on pool 't4dev': cpu: 4 shares per node × cpu 1750m = 7 > 6.82 "
+     "allocatable vCPU on Standard_NC8as_T4_v3 (8 vCPU − 180m kube-reserved − 1 "
+     "daemonsetOverhead); use cpu: 1705m or less"),
+    ("pools.0.daemonsetOverhead", {"cpu": "lots", "disk": "1Gi"},
+     "pool 't4dev': daemonsetOverhead: cpu: 'lots' is not a CPU amount; use e.g. 2, 0.5 or "
+     "500m"),
     ("profiles.0.memory", "lots",
      "profile 't4-shared': memory: 'lots' is not a memory size; use e.g. 512Mi, 12Gi or 16G"),
     ("profiles.0.pool", "h100",
@@ -175,7 +187,7 @@ def test_unknown_top_level_field(example_spec):
         parse_platform(example_spec)
     assert info.value.errors == [
         "spec: profile: unknown field; allowed: pools, teams, priorities, profiles, "
-        "checkpointStorage"]
+        "checkpointStorage, groupIds"]
 
 
 def test_unreadable_and_unparsable_files(tmp_path):
@@ -191,4 +203,4 @@ def test_vm_size_outside_table_needs_explicit_sizes(example_spec):
     example_spec["pools"][0].update(vmSize="Standard_NC_Future", gpusPerNode=1,
                                     cpusPerNode=8, memoryPerNode="56Gi")
     platform = parse_platform(example_spec)
-    assert platform.pool("t4dev").memory_gib_per_node == 56
+    assert platform.pool("t4dev").memory_per_node == 56 * 2**30

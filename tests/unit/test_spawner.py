@@ -10,7 +10,7 @@ import pytest
 from tornado import web
 from traitlets.config import Config
 
-from jupyterhub_gpu import SpecError, configure_hub
+from jupyterhub_gpu import SpecError, checkpoint, configure_hub
 from jupyterhub_gpu.spawner import GPUSpawner
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
@@ -82,6 +82,17 @@ async def test_start_with_forged_options_fails_before_any_api_call(make_spawner)
         await spawner.start()
 
 
+@pytest.mark.parametrize("options", [{}, {"profile": None}])
+async def test_default_profile_is_recorded_as_granted(make_spawner, options):
+    """A REST start with no profile gets the default; its user_options (which
+    JupyterHub reports, stores and the culler reads) name that profile."""
+    spawner = make_spawner(groups=["ml-eng"])
+    spawner.user_options = dict(options)
+    await spawner._run_apply_user_options(spawner.user_options)
+    assert spawner.user_options == {"profile": "t4-shared"}
+    assert spawner.gpu_grant.profile.slug == "t4-shared"
+
+
 async def test_profile_traits_reset_between_spawns(make_spawner):
     """kubespawner#546: the spawner object is reused; nothing leaks between profiles."""
     spawner = make_spawner(groups=["ml-eng"])
@@ -118,7 +129,7 @@ async def test_admin_config_is_the_base_profiles_merge_into(make_spawner):
     assert spawner.environment["ORG"] == "contoso"
     assert spawner.environment["JUPYTERHUB_GPU_TEAM"] == "ml-eng"
     assert spawner.tolerations == [{"key": "team", "operator": "Exists"}, GPU_TOLERATION]
-    assert spawner.image == "quay.io/jupyter/pytorch-notebook:cuda12-python-3.12"
+    assert spawner.image == "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:0.1.0.dev0"
     assert spawner.extra_labels["cost-center"] == "42"
     assert spawner.namespace == "jhub-ml-eng"
     assert spawner.dns_name.endswith(".jhub-ml-eng.svc.cluster.local")
@@ -198,5 +209,5 @@ async def test_env_and_state_carry_the_cull_rules(make_spawner):
     assert env["JUPYTERHUB_GPU_IDLE_GPU_THRESHOLD"] == "5"
     assert spawner.get_state()["gpu_profile"] == "a100-mig-3g"
     pod = await spawner.get_pod_manifest()
-    assert pod.spec.containers[0].lifecycle.pre_stop == {"exec": {"command": [
-        "python", "-m", "jupyterhub_gpu.checkpoint", "prestop"]}}
+    assert pod.spec.containers[0].lifecycle.pre_stop == {"exec": {"command": list(
+        checkpoint.PRESTOP_COMMAND)}}
