@@ -38,6 +38,7 @@ from .kueue.messages import stop_notice
 from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
 from .kueue.visibility import PendingWorkloads
 from .parse import load_platform, parse_platform
+from .resume import KUBE_ENV
 from .spec import PROFILE_LABEL, QUEUE_LABEL, Platform
 
 _cache: dict[tuple[str, float], Platform] = {}
@@ -397,7 +398,8 @@ RESUME_SERVICE = "gpu-resume"
 
 
 def _add_resume_service(c: Any, platform_file: str) -> None:
-    env = {k: os.environ[k] for k in ("KUBECONFIG",) if k in os.environ}
+    # the service gets none of the hub's environment unless passed here
+    env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
     service = {"name": RESUME_SERVICE, "environment": env,
                "command": [sys.executable, "-m", "jupyterhub_gpu.resume",
                            "--spec", os.path.abspath(platform_file)]}
