@@ -322,6 +322,16 @@ class GPUSpawner(KubeSpawner):
                 return
             await asyncio.sleep(1)
 
+    async def stop(self, now: bool = False) -> None:
+        try:
+            await super().stop(now=now)
+        except Exception:
+            # JupyterHub drops a failed stop without a word and forgets the server, so
+            # the pod (and its GPU) would stay with nothing in the log to say why
+            self.log.exception("Stopping %s failed; its pod %s/%s may still be running",
+                               self._log_name, self.namespace, self.pod_name)
+            raise
+
     async def poll(self):
         if self.platform is None:
             return await super().poll()
