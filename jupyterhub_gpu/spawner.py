@@ -323,6 +323,8 @@ class GPUSpawner(KubeSpawner):
             await asyncio.sleep(1)
 
     async def stop(self, now: bool = False) -> None:
+        if self.platform is None:
+            return await super().stop(now=now)
         try:
             await super().stop(now=now)
         except Exception:
@@ -408,7 +410,7 @@ RESUME_SERVICE = "gpu-resume"
 
 
 def _add_resume_service(c: Any, platform_file: str) -> None:
-    # the service gets none of the hub's environment unless passed here
+    # a managed service gets few of the hub's variables (PATH, LANG...): pass these
     env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
     service = {"name": RESUME_SERVICE, "environment": env,
                "command": [sys.executable, "-m", "jupyterhub_gpu.resume",
