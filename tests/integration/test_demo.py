@@ -218,10 +218,15 @@ async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spe
         for http in (alice, dave):
             if http:
                 await http.close()
-        hub.terminate()
-        await hub.wait()
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
+        await _stop_hub(hub, runner)
+
+
+async def _stop_hub(hub, runner) -> None:
+    """Stop a hub the test started (SIGTERM: it stops its servers) and the pod runner."""
+    hub.terminate()
+    await hub.wait()
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)
 
 
 async def _login_when_up(user):
@@ -320,10 +325,7 @@ async def test_idle_gpu_server_is_culled_by_the_real_culler(cluster, cluster_spe
     finally:
         if carol:
             await carol.close()
-        hub.terminate()
-        await hub.wait()
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
+        await _stop_hub(hub, runner)
 
 
 async def _pod_gone(kube, namespace, pod_name):
@@ -365,10 +367,7 @@ async def test_hub_restart_while_admitted_but_not_yet_running(cluster, cluster_s
         await kube.core.patch_node(node, {"spec": {"unschedulable": False}}, **MERGE)
         if bob:
             await bob.close()
-        hub.terminate()
-        await hub.wait()
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
+        await _stop_hub(hub, runner)
 
 
 async def _admitted_unscheduled(kube, pod_name):

@@ -16,7 +16,8 @@ from jupyterhub_gpu.devcluster import demo
 
 from . import hub_rbac
 from .conftest import STATE_DIR, wait_for
-from .test_demo import PORTS, URL, _hub_server, _lab_up, _login_when_up, _xsrf
+from .test_demo import (PORTS, URL, _hub_server, _lab_up, _login_when_up, _stop_hub,
+                        _xsrf)
 
 NAMESPACE = "jhub-experimentation"  # carol's team
 
@@ -105,10 +106,7 @@ async def test_a_verb_missing_from_the_shipped_rbac_fails_with_403(
     finally:
         if carol:
             await carol.close()
-        hub.terminate()
-        await hub.wait()
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
+        await _stop_hub(hub, runner)
         await _remove_pod(kube, "jupyter-carol")
 
 
