@@ -26,6 +26,8 @@ In a notebook (or a script started from its terminal)::
   process exit as SIGTERM would. The pod's preStop hook
   (``python -m jupyterhub_gpu.checkpoint prestop``) sends SIGTERM to every process
   that registered, and waits for them, within ``$JUPYTERHUB_GPU_GRACE_SECONDS``.
+  In an image without this package the hook says so in the container's termination
+  message instead (:func:`prestop_command`), and the hub logs it once per image.
 
 Only the standard library is used (PyTorch is optional). Pickled checkpoints are
 loaded with :mod:`pickle`: only load checkpoints you wrote.
@@ -40,6 +42,7 @@ import json
 import os
 import pickle
 import re
+import shlex
 import signal
 import sys
 import tempfile
@@ -55,8 +58,11 @@ ENV_DIR = "CHECKPOINT_DIR"
 ENV_GRACE = "JUPYTERHUB_GPU_GRACE_SECONDS"
 ENV_RUN_DIR = "JUPYTERHUB_GPU_RUN_DIR"  # where registered processes leave their pid
 DEFAULT_GRACE_SECONDS = 30
-# The pod's preStop hook: {"preStop": {"exec": {"command": list(PRESTOP_COMMAND)}}}
-PRESTOP_COMMAND = ("python", "-m", "jupyterhub_gpu.checkpoint", "prestop")
+# Where the kubelet reads a container's termination message (the Kubernetes default of
+# a container's terminationMessagePath); it appears in the pod's status once it stops.
+TERMINATION_LOG = "/dev/termination-log"
+# What the preStop hook reports when the image cannot run it; the hub looks for it
+UNAVAILABLE = "jupyterhub-gpu: checkpoint-on-stop unavailable"
 MANIFEST = "MANIFEST.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _STALE_TMP_SECONDS = 3600
@@ -366,6 +372,23 @@ def prestop(wait_seconds: float | None = None) -> int:
     while (running := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.1)
     return len(running)
+
+
+def prestop_command(termination_log: str = TERMINATION_LOG) -> tuple[str, ...]:
+    """The pod's preStop hook: ``python -m jupyterhub_gpu.checkpoint prestop`` when the
+    image has this package; else (a stock image) it writes :data:`UNAVAILABLE` to the
+    termination message, where the hub reads it, and exits 0 -- the stop goes on."""
+    message = shlex.quote(f"{UNAVAILABLE}: the image has no python with the "
+                          "jupyterhub_gpu package")
+    return ("sh", "-c",
+            "if python -c 'import jupyterhub_gpu.checkpoint' >/dev/null 2>&1; then "
+            "exec python -m jupyterhub_gpu.checkpoint prestop; fi; "
+            f"m={message}; echo \"$m\" >&2; echo \"$m\" > {shlex.quote(termination_log)}; "
+            "exit 0")
+
+
+# The pod's preStop hook: {"preStop": {"exec": {"command": list(PRESTOP_COMMAND)}}}
+PRESTOP_COMMAND = prestop_command()
 
 
 def main(argv: list[str] | None = None) -> int:

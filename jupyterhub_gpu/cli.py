@@ -17,12 +17,17 @@ from .bundle.cli import add_bundle_parsers
 from .devcluster.cli import add_devcluster_parser
 from .devcluster.build import BuildError
 from .parse import SpecError, load_platform
+from .validate import check_warnings
 
 
 def _validate(args: argparse.Namespace) -> int:
     platform = load_platform(args.spec)
+    warnings = check_warnings(platform)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    noted = f", {len(warnings)} warning(s)" if warnings else ""
     print(f"{args.spec}: OK ({len(platform.pools)} pools, {len(platform.teams)} teams, "
-          f"{len(platform.priorities)} priorities, {len(platform.profiles)} profiles)")
+          f"{len(platform.priorities)} priorities, {len(platform.profiles)} profiles{noted})")
     return 0
 
 
@@ -80,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("validate", help="check a spec and list every error",
-                       description="Parse SPEC and list every error; exit 1 on any.")
+                       description="Parse SPEC and list every error; exit 1 on any. "
+                       "Warnings (valid, but probably not meant) go to stderr and "
+                       "do not change the exit status.")
     p.add_argument("spec", metavar="SPEC", help="path of the platform spec (YAML)")
     p.set_defaults(func=_validate)
 

@@ -15,22 +15,23 @@ import yaml
 
 from . import quantities as q
 from .gpus import GPU_MODELS, VM_SIZES
-from .spec import (Checkpoint, CheckpointStorage, GpuIdle, Platform, Pool, Priority,
-                   Profile, Sharing, SharingMode, Team)
+from .spec import (Checkpoint, CheckpointStorage, DaemonsetOverhead, GpuIdle, Platform, Pool,
+                   Priority, Profile, Sharing, SharingMode, Team)
 from .validate import check_platform
 
 _REQUIRED = object()
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
-TOP_LEVEL = ("pools", "teams", "priorities", "profiles", "checkpointStorage")
+TOP_LEVEL = ("pools", "teams", "priorities", "profiles", "checkpointStorage", "groupIds")
 FIELDS: dict[str, tuple[str, ...]] = {
     "spec": TOP_LEVEL,
     "pool": ("name", "vmSize", "gpu", "gpusPerNode", "sharing", "spot", "minNodes",
              "maxNodes", "pricePerNodeHour", "cpusPerNode", "memoryPerNode",
-             "consolidateAfter", "bootTime"),
+             "consolidateAfter", "bootTime", "daemonsetOverhead"),
     "sharing": ("mode", "migProfile", "replicas"),
+    "daemonsetOverhead": ("cpu", "memory"),
     "team": ("name", "groups", "namespace", "quota", "cohort", "borrowingLimit",
-             "lendingLimit", "fairShareWeight"),
+             "lendingLimit"),
     "priority": ("name", "value", "description", "preemptible"),
     "profile": ("slug", "displayName", "description", "pool", "gpus", "cpu", "memory",
                 "image", "priority", "idleTimeout", "maxAge", "queuePatience",
@@ -40,6 +41,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "checkpointStorage": ("claimName", "mountPath"),
 }
 """The fields each section of the spec accepts, in order (the docs list them)."""
+REMOVED: dict[str, dict[str, str]] = {
+    "team": {"fairShareWeight": "no longer supported: Kueue runs classical preemption, "
+             "where fair-sharing weights do nothing (see the bundle docs, Preemption); "
+             "remove it"},
+}
+"""Fields the spec once accepted, with why they are refused (by section)."""
 
 
 class SpecError(ValueError):
@@ -54,13 +61,14 @@ class SpecError(ValueError):
 class _Section:
     """Typed reads of one mapping; problems go to ``errors`` prefixed by ``label``."""
 
-    def __init__(self, errors: list[str], label: str, data: Any, allowed: tuple[str, ...]):
+    def __init__(self, errors: list[str], label: str, data: Any, allowed: tuple[str, ...],
+                 removed: Mapping[str, str] = MappingProxyType({})):
         self.errors, self.label = errors, label
         self.data: Mapping = data if isinstance(data, Mapping) else {}
         if not isinstance(data, Mapping):
             self.fail(None, f"must be a mapping, got {type(data).__name__}")
         for key in sorted(set(self.data) - set(allowed), key=str):
-            self.fail(key, f"unknown field; allowed: {', '.join(allowed)}")
+            self.fail(key, removed.get(key) or f"unknown field; allowed: {', '.join(allowed)}")
 
     def fail(self, key: str | None, message: str) -> None:
         self.errors.append(f"{self.label}: {key}: {message}" if key else f"{self.label}: {message}")
@@ -165,6 +173,23 @@ def _pool_default(field: str) -> Any:
     return Pool.__dataclass_fields__[field].default
 
 
+def _or_zero(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``parse``, but also accepting 0 (a pool without daemonsets)."""
+    def parse_or_zero(v: Any) -> Any:
+        return 0 if not isinstance(v, bool) and str(v).strip() in ("0", "0.0") else parse(v)
+    return parse_or_zero
+
+
+def _overhead(errors: list[str], label: str, data: Any) -> DaemonsetOverhead | None:
+    default = DaemonsetOverhead()
+    if data is None:
+        return default
+    s = _Section(errors, f"{label}: daemonsetOverhead", data, FIELDS["daemonsetOverhead"])
+    cpu = s.get("cpu", _or_zero(q.parse_cpu), default.cpu)
+    memory = s.get("memory", _or_zero(q.parse_memory), default.memory_bytes)
+    return None if cpu is None or memory is None else DaemonsetOverhead(cpu, memory)
+
+
 def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
     name = data.get("name") if isinstance(data, Mapping) else None
     label = f"pool {name!r}" if isinstance(name, str) else f"pools[{index}]"
@@ -190,16 +215,18 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
     consolidate = s.get("consolidateAfter", _duration_or_zero,
                         _pool_default("consolidate_after_seconds"))
     boot = s.get("bootTime", _duration_or_zero, _pool_default("boot_seconds"))
+    overhead = _overhead(errors, label, s.data.get("daemonsetOverhead"))
     if len(errors) > n_errors:
         return None
-    return Pool(name, vm_size, gpu, gpus, sharing, cpus, mem // 2**30, spot, lo, hi, price,
-                consolidate, boot)
+    return Pool(name, vm_size, gpu, gpus, sharing, cpus, mem, spot, lo, hi, price,
+                consolidate_after_seconds=consolidate, boot_seconds=boot,
+                daemonset_overhead=overhead)
 
 
 def _team(errors: list[str], data: Any, index: int) -> Team | None:
     name = data.get("name") if isinstance(data, Mapping) else None
     label = f"team {name!r}" if isinstance(name, str) else f"teams[{index}]"
-    s = _Section(errors, label, data, FIELDS["team"])
+    s = _Section(errors, label, data, FIELDS["team"], REMOVED["team"])
     n_errors = len(errors)
     team = Team(
         name=s.get("name", _name(_DNS_LABEL, "a DNS label (a-z, 0-9, -)")),
@@ -209,7 +236,6 @@ def _team(errors: list[str], data: Any, index: int) -> Team | None:
         cohort=s.get("cohort", _name(_DNS_LABEL, "a DNS label"), "jupyterhub-gpu"),
         borrowing_limit=s.get("borrowingLimit", _counts, MappingProxyType({})),
         lending_limit=s.get("lendingLimit", _counts, MappingProxyType({})),
-        fair_share_weight=s.get("fairShareWeight", _int(0), None),
     )
     return team if len(errors) == n_errors else None
 
@@ -297,13 +323,40 @@ def _storage(errors: list[str], data: Any) -> CheckpointStorage | None:
     return None if claim is None or mount is None else CheckpointStorage(claim, mount)
 
 
+_OBJECT_ID = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+
+
+def _group_ids(errors: list[str], data: Any) -> Mapping[str, str]:
+    """``groupIds``: JupyterHub group name -> the Entra ID group's object ID."""
+    if data is None:
+        return MappingProxyType({})
+    if not isinstance(data, Mapping):
+        errors.append("groupIds: must be a mapping of group name to object ID")
+        return MappingProxyType({})
+    ids: dict[str, str] = {}
+    for name, oid in data.items():
+        if not isinstance(name, str) or not name.strip():
+            errors.append(f"groupIds: {name!r}: a group name must be a non-empty string")
+        elif not isinstance(oid, str) or not _OBJECT_ID.match(oid):
+            errors.append(f"groupIds: {name}: {oid!r} is not an object ID "
+                          "(like 2f1c8a3e-5b7d-4e9f-8a1b-0c2d3e4f5a6b)")
+        elif oid.lower() in ids.values():
+            other = next(n for n, i in ids.items() if i == oid.lower())
+            errors.append(f"groupIds: {name}: object ID {oid} is also {other!r}")
+        else:
+            ids[name] = oid.lower()
+    return MappingProxyType(ids)
+
+
 def _declared(data: Mapping) -> dict[str, set[str]]:
     """Names the admin declared, valid or not: a reference to one is no new error."""
     def names(key: str, field: str) -> set[str]:
         items = data.get(key) if isinstance(data.get(key), list) else []
         return {i.get(field) for i in items if isinstance(i, Mapping) and isinstance(i.get(field), str)}
+    group_ids = data.get("groupIds") if isinstance(data.get("groupIds"), Mapping) else {}
     return {"pools": names("pools", "name"), "priorities": names("priorities", "name"),
-            "teams": names("teams", "name"), "profiles": names("profiles", "slug")}
+            "teams": names("teams", "name"), "profiles": names("profiles", "slug"),
+            "groupIds": {g for g in group_ids if isinstance(g, str)}}
 
 
 def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
@@ -316,6 +369,7 @@ def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
         priorities=_items(errors, top.data, "priorities", _priority),
         profiles=_items(errors, top.data, "profiles", _profile),
         checkpoint_storage=_storage(errors, top.data.get("checkpointStorage")),
+        group_ids=_group_ids(errors, top.data.get("groupIds")),
     )
     errors.extend(check_platform(platform, _declared(top.data)))
     if errors:

@@ -24,6 +24,8 @@ def parse_memory(value: object) -> int:
 
 def format_memory(n_bytes: int) -> str:
     """bytes -> the shortest exact binary quantity, e.g. ``12884901888`` -> ``"12Gi"``."""
+    if n_bytes == 0:
+        return "0"
     for suffix in ("Ti", "Gi", "Mi", "Ki"):
         if n_bytes % _MEM_SUFFIX[suffix] == 0:
             return f"{n_bytes // _MEM_SUFFIX[suffix]}{suffix}"

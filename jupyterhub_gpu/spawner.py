@@ -38,9 +38,13 @@ from .kueue.messages import stop_notice
 from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
 from .kueue.visibility import PendingWorkloads
 from .parse import load_platform, parse_platform
+from .resume import KUBE_ENV
 from .spec import PROFILE_LABEL, QUEUE_LABEL, Platform
 
 _cache: dict[tuple[str, float], Platform] = {}
+
+# with a spec, poll() tells a preempted or evicted server within seconds, not 30
+PLATFORM_POLL_SECONDS = 10
 
 
 def load_platform_cached(path: str) -> Platform:
@@ -115,7 +119,9 @@ class GPUSpawner(KubeSpawner):
 
     @default("poll_interval")
     def _poll_interval_default(self) -> int:
-        return 10  # notice a preempted or evicted server within seconds, not 30
+        if self.platform is None:  # KubeSpawner's own default
+            return KubeSpawner.class_traits()["poll_interval"].default_value
+        return PLATFORM_POLL_SECONDS
 
     @default("options_form")
     def _options_form_default(self) -> Any:
@@ -169,11 +175,23 @@ class GPUSpawner(KubeSpawner):
         self.start_timeout = (grant.profile.queue_patience_seconds
                               + grant.profile.start_timeout_seconds)
         self.gpu_grant = grant
-        self._applied_options = copy.deepcopy(user_options)
+        self._record_granted(grant)
         self.log.info("Applying GPU profile %r (queue %s/%s, priority %s) for %s",
                       grant.profile.slug, grant.team.namespace, grant.team.local_queue,
                       grant.priority.name, self._log_name)
         return grant
+
+    def _record_granted(self, grant: Grant) -> None:
+        """Record the profile granted, not what was asked (``{}`` or ``{"profile":
+        null}`` mean the default): JupyterHub reports these ``user_options``, stores
+        them (``orm_spawner``, committed after ``start()`` is called) for the next
+        start, and the culler reads the profile from them."""
+        granted = {"profile": grant.profile.slug}
+        if self.user_options != granted:
+            self.user_options = granted
+            if getattr(self, "orm_spawner", None) is not None:
+                self.orm_spawner.user_options = copy.deepcopy(granted)
+        self._applied_options = copy.deepcopy(granted)
 
     async def load_user_options(self) -> None:
         if self.platform is None:
@@ -195,6 +213,8 @@ class GPUSpawner(KubeSpawner):
     # -- shared watches ---------------------------------------------------------
 
     async def _start_watching_pods(self, replace: bool = False):
+        if self.platform is None:
+            return await super()._start_watching_pods(replace=replace)
         return await self._start_reflector(
             kind="pods", reflector_class=RecordingPodReflector,
             labels={"component": self.component_label},
@@ -302,6 +322,18 @@ class GPUSpawner(KubeSpawner):
                 return
             await asyncio.sleep(1)
 
+    async def stop(self, now: bool = False) -> None:
+        if self.platform is None:
+            return await super().stop(now=now)
+        try:
+            await super().stop(now=now)
+        except Exception:
+            # JupyterHub drops a failed stop without a word and forgets the server, so
+            # the pod (and its GPU) would stay with nothing in the log to say why
+            self.log.exception("Stopping %s failed; its pod %s/%s may still be running",
+                               self._log_name, self.namespace, self.pod_name)
+            raise
+
     async def poll(self):
         if self.platform is None:
             return await super().poll()
@@ -378,7 +410,8 @@ RESUME_SERVICE = "gpu-resume"
 
 
 def _add_resume_service(c: Any, platform_file: str) -> None:
-    env = {k: os.environ[k] for k in ("KUBECONFIG",) if k in os.environ}
+    # a managed service gets few of the hub's variables (PATH, LANG...): pass these
+    env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
     service = {"name": RESUME_SERVICE, "environment": env,
                "command": [sys.executable, "-m", "jupyterhub_gpu.resume",
                            "--spec", os.path.abspath(platform_file)]}

@@ -61,6 +61,18 @@ SPOT_TAINT = Taint(SPOT_LABEL, "spot")
 
 
 @dataclass(frozen=True)
+class DaemonsetOverhead:
+    """CPU and memory the daemonset pods request on every node of a pool, before any
+    notebook arrives: on AKS the CNI agent, the CSI node drivers, cloud-node-manager
+    and the monitoring agent, plus the GPU Operator's device plugin, feature discovery
+    and DCGM exporter. The defaults are an estimate; ``kubectl describe node`` shows
+    the real sum (see :mod:`jupyterhub_gpu.allocatable`)."""
+
+    cpu: float = 0.5  # cores
+    memory_bytes: int = 1536 * 2**20
+
+
+@dataclass(frozen=True)
 class Pool:
     """One AKS GPU node pool (an agent pool of one VM size)."""
 
@@ -70,7 +82,7 @@ class Pool:
     gpus_per_node: int
     sharing: Sharing
     cpus_per_node: int
-    memory_gib_per_node: int
+    memory_per_node: int  # bytes
     spot: bool = False
     min_nodes: int = 0
     max_nodes: int = 1
@@ -80,6 +92,7 @@ class Pool:
     # How long a new node takes from the autoscaler's decision until it is Ready (the
     # dev cluster simulates it; users are told to expect it).
     boot_seconds: int = 300
+    daemonset_overhead: DaemonsetOverhead = DaemonsetOverhead()
 
     @property
     def resource_name(self) -> str:
@@ -144,7 +157,6 @@ class Team:
     cohort: str
     borrowing_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     lending_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    fair_share_weight: int | None = None
 
     @property
     def local_queue(self) -> str:
@@ -214,6 +226,8 @@ class Platform:
     priorities: tuple[Priority, ...]
     profiles: tuple[Profile, ...]
     checkpoint_storage: CheckpointStorage | None = None
+    # group name -> Entra ID object ID, for tokens whose groups claim carries IDs
+    group_ids: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterator
 
+from .allocatable import node_resources, share_of_node
 from .quantities import format_cpu, format_memory
-from .spec import Platform, Pool, Profile
+from .spec import Platform, Pool, Profile, Team
 
 AZURE_SPOT_NOTICE_SECONDS = 30
 
@@ -39,18 +40,47 @@ def _units(profile: Profile, pool: Pool) -> Iterator[str]:
                f"{pool.unit_name}(s) one node of pool {pool.name!r} has")
 
 
-def _size(profile: Profile, pool: Pool) -> Iterator[str]:
-    fraction = profile.units / pool.units_per_node
-    cpu_cap = pool.cpus_per_node * fraction
-    mem_cap = int(pool.memory_gib_per_node * 2**30 * fraction)
-    share = f"{profile.units} of the {pool.units_per_node} {pool.unit_name}(s) per node"
-    if profile.cpu > cpu_cap + 1e-9:
-        yield (f"profile {profile.slug!r}: cpu: {format_cpu(profile.cpu)} exceeds the "
-               f"{format_cpu(cpu_cap)} cpus that {share} of pool {pool.name!r} carry")
-    if profile.memory_bytes > mem_cap:
-        yield (f"profile {profile.slug!r}: memory: {format_memory(profile.memory_bytes)} "
-               f"exceeds the {format_memory(mem_cap)} that {share} of pool "
-               f"{pool.name!r} carry")
+def _plural(n: int, unit: str) -> str:
+    return f"{n} {unit}" if n == 1 else f"{n} {unit}s"
+
+
+def _cores(millis: float) -> str:
+    return f"{millis / 1000:.3f}".rstrip("0").rstrip(".")
+
+
+def _millis(millis: float) -> str:
+    return format_cpu(millis / 1000)
+
+
+def _bytes(n: float) -> str:
+    return format_memory(int(n))
+
+
+def _fit(profile: Profile, pool: Pool) -> Iterator[str]:
+    """A profile's servers must fill a node: every unit of it taken by this profile
+    (its share, ``units / units_per_node``, of each resource) fits what the node has
+    left once AKS's reservations and the pool's daemonsets are counted."""
+    node = node_resources(pool)
+    per_node = _plural(pool.units_per_node, pool.unit_name) + " per node"
+    if profile.units > 1:
+        per_node = f"({per_node} / {profile.units} per server)"
+    most_cpu, most_memory = share_of_node(node, profile.units, pool.units_per_node)
+    checks = (  # field, request, left for notebooks, most per server, formats, breakdown
+        ("cpu", round(profile.cpu * 1000), node.pods_cpu_millis, most_cpu, _millis, _cores,
+         f"allocatable vCPU on {pool.vm_size} ({pool.cpus_per_node} vCPU − "
+         f"{node.kube_reserved_cpu_millis}m kube-reserved − "
+         f"{_millis(node.daemonset_cpu_millis)} daemonsetOverhead)"),
+        ("memory", profile.memory_bytes, node.pods_memory, most_memory, _bytes, _bytes,
+         f"allocatable on {pool.vm_size} ({_bytes(node.memory)} − "
+         f"{_bytes(node.kube_reserved_memory)} kube-reserved − "
+         f"{_bytes(node.eviction_memory)} eviction threshold − "
+         f"{_bytes(node.daemonset_memory)} daemonsetOverhead)"),
+    )
+    for field, asked, left, most, each, total, breakdown in checks:
+        if asked * pool.units_per_node > left * profile.units:
+            yield (f"profile {profile.slug!r} on pool {pool.name!r}: {field}: {per_node} × "
+                   f"{field} {each(asked)} = {total(asked * pool.units_per_node / profile.units)}"
+                   f" > {total(left)} {breakdown}; use {field}: {each(most)} or less")
 
 
 def _checkpoint(profile: Profile, pool: Pool, platform: Platform) -> Iterator[str]:
@@ -81,8 +111,22 @@ def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator
                        f"valid: {', '.join(sorted(pools)) or 'none defined'}")
             continue
         yield from _units(profile, pool)
-        yield from _size(profile, pool)
+        yield from _fit(profile, pool)
         yield from _checkpoint(profile, pool, platform)
+
+
+def _group_refs(platform: Platform, declared: set[str]) -> Iterator[str]:
+    """With ``groupIds``, a group without an object ID could never match a token."""
+    if not declared:
+        return
+    uses = [(f"team {t.name!r}: groups", t.groups) for t in platform.teams]
+    uses += [(f"profile {p.slug!r}: allowedGroups", p.allowed_groups)
+             for p in platform.profiles]
+    for label, groups in uses:
+        for group in groups:
+            if group not in declared:
+                yield (f"{label}: {group!r} has no object ID in groupIds, so no token "
+                       f"can carry it; known: {', '.join(sorted(declared))}")
 
 
 def check_platform(platform: Platform, declared: dict[str, set[str]]) -> list[str]:
@@ -96,6 +140,7 @@ def check_platform(platform: Platform, declared: dict[str, set[str]]) -> list[st
     errors += _duplicates("team", [t.name for t in platform.teams])
     errors += _duplicates("priority", [p.name for p in platform.priorities])
     errors += _duplicates("profile", [p.slug for p in platform.profiles])
+    errors += _group_refs(platform, declared.get("groupIds", set()))
     errors += _team_refs(platform, {p.name for p in platform.pools} | declared["pools"])
     errors += _profile_refs(platform, declared)
     defaults = [p.slug for p in platform.profiles if p.default]
@@ -103,3 +148,27 @@ def check_platform(platform: Platform, declared: dict[str, set[str]]) -> list[st
         errors.append(f"profiles: default: only one profile may be the default, got "
                       f"{', '.join(defaults)}")
     return errors
+
+
+def _usable(platform: Platform, team: Team, pool: str) -> list[str]:
+    """Slugs of the profiles on ``pool`` that some member of ``team`` may start."""
+    return [p.slug for p in platform.profiles if p.pool == pool
+            and (not p.allowed_groups or set(p.allowed_groups) & set(team.groups))]
+
+
+def check_warnings(platform: Platform) -> list[str]:
+    """What is valid but probably not meant: quota on a pool the team cannot use."""
+    warnings = []
+    pools = {p.name: p for p in platform.pools}
+    for team in platform.teams:
+        for name, units in team.quota.items():
+            if units == 0 or name not in pools or _usable(platform, team, name):
+                continue
+            on_pool = [p.slug for p in platform.profiles if p.pool == name]
+            why = (f"none of its profiles ({', '.join(on_pool)}) allows the team's groups "
+                   f"({', '.join(team.groups)})" if on_pool else "no profile uses that pool")
+            warnings.append(
+                f"team {team.name!r}: quota: {_plural(units, pools[name].unit_name)} of pool "
+                f"{name!r}, but {why}; the team's users cannot use this quota, it can only "
+                f"be lent to the cohort")
+    return warnings

@@ -102,6 +102,10 @@ resource "azurerm_kubernetes_cluster" "main" {
 
 # One autoscaled pool per GPU pool of the spec. Labels and taints are exactly what
 # GPUSpawner's pods select and tolerate; Kueue's ResourceFlavors name the same pools.
+# AKS installs no NVIDIA driver (gpu_driver = "None") and no MIG layout (no
+# gpu_instance): the GPU Operator owns both (docs/gpu-operator.md). The autoscaler
+# tags tell the cluster autoscaler what a node of an empty pool will offer, so that
+# a pending notebook scales the pool up from 0 (docs/terraform.md).
 resource "azurerm_kubernetes_cluster_node_pool" "gpu" {
   #checkov:skip=CKV_AZURE_227:Encryption at host needs a subscription feature registration and GPU VM size support; see the cluster.
   for_each              = var.gpu_pools
@@ -115,14 +119,13 @@ resource "azurerm_kubernetes_cluster_node_pool" "gpu" {
   node_count            = each.value.min_count
   max_pods              = 110
   os_disk_size_gb       = var.gpu_os_disk_size_gb
-  gpu_instance          = each.value.gpu_instance
-  gpu_driver            = var.gpu_driver
+  gpu_driver            = "None"
   priority              = each.value.spot ? "Spot" : "Regular"
   eviction_policy       = each.value.spot ? "Delete" : null
   spot_max_price        = each.value.spot ? -1 : null
   node_labels           = each.value.node_labels
   node_taints           = each.value.node_taints
-  tags                  = var.tags
+  tags                  = merge(var.tags, each.value.autoscaler_tags)
 
   lifecycle {
     ignore_changes = [node_count]

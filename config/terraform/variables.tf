@@ -46,12 +46,6 @@ variable "api_server_authorized_ip_ranges" {
   default     = []
 }
 
-variable "gpu_driver" {
-  description = "AKS gpu_driver of the GPU pools: null or \"Install\" (AKS installs the NVIDIA driver, the default used by docs/admin-guide.md), or \"None\" (the GPU Operator installs it)."
-  type        = string
-  default     = null
-}
-
 variable "gpu_os_disk_size_gb" {
   description = "OS disk of GPU nodes: CUDA notebook images are large."
   type        = number
@@ -76,12 +70,12 @@ variable "tags" {
 variable "gpu_pools" {
   description = "The GPU node pools of the platform spec, keyed by AKS pool name."
   type = map(object({
-    vm_size      = string
-    min_count    = number
-    max_count    = number
-    spot         = bool
-    gpu_instance = optional(string)
-    node_labels  = map(string)
-    node_taints  = list(string)
+    vm_size         = string
+    min_count       = number
+    max_count       = number
+    spot            = bool
+    node_labels     = map(string)
+    node_taints     = list(string)
+    autoscaler_tags = map(string)
   }))
 }

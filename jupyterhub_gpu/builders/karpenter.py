@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 
+from ..allocatable import node_resources
 from ..quantities import format_go_duration
 from ..spec import Platform, Pool
 from .deviceplugin import node_labels
@@ -62,13 +63,13 @@ def _requirement(key: str, *values: str) -> dict:
 
 
 def _resources(pool: Pool) -> dict[str, str]:
-    # TODO(merge): use the AKS allocatable (capacity minus kube-reserved and eviction
-    # threshold) from the spec once it lands on main; node_capacity is what the static
-    # nodes advertise today, so both kinds of node offer pods the same.
-    allocatable = node_capacity(pool)
-    cpu_millis = pool.cpus_per_node * 1000 + KWOK_RESERVED_MILLICPU
-    memory_mib = pool.memory_gib_per_node * 1024 + KWOK_RESERVED_MIB
-    return {**allocatable, "cpu": f"{cpu_millis}m", "memory": f"{memory_mib}Mi"}
+    # The kwok provider subtracts its own fixed reservation from these to make the
+    # node's allocatable; adding it back gives a Karpenter node exactly the AKS
+    # allocatable a static node reports (capacity less kube-reserved and eviction).
+    node = node_resources(pool)
+    cpu_millis = node.allocatable_cpu_millis + KWOK_RESERVED_MILLICPU
+    memory = node.allocatable_memory + KWOK_RESERVED_MIB * 2**20
+    return {**node_capacity(pool), "cpu": f"{cpu_millis}m", "memory": str(memory)}
 
 
 def instance_type(pool: Pool) -> dict:

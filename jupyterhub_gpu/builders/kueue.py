@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
+from ..allocatable import node_resources, share_of_node
 from ..quantities import format_cpu, format_memory
 from ..spec import Platform, Pool, Priority, Team
+from .preemption import cluster_queue_preemption
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -32,12 +32,12 @@ def covered_resources(platform: Platform) -> list[str]:
 
 def _amounts(pool: Pool, units: int, covered: list[str]) -> dict[str, str]:
     """``units`` of ``pool`` as quantities of every covered resource: the pool's GPU
-    resource, and the cpu and memory that share of a node carries."""
-    fraction = units / pool.units_per_node
-    cpu_millis = math.floor(pool.cpus_per_node * 1000 * fraction)
-    mem_mib = math.floor(pool.memory_gib_per_node * 1024 * fraction)
+    resource, and the cpu and memory that share of a node leaves for notebooks (its
+    allocatable less the daemonsets, :mod:`jupyterhub_gpu.allocatable`), so that
+    Kueue admits no more than the nodes can run."""
+    cpu_millis, memory = share_of_node(node_resources(pool), units, pool.units_per_node)
     amounts = {r: "0" for r in covered}
-    amounts.update(cpu=format_cpu(cpu_millis / 1000), memory=format_memory(mem_mib * 2**20))
+    amounts.update(cpu=format_cpu(cpu_millis / 1000), memory=format_memory(memory))
     amounts[pool.resource_name] = str(units)
     return amounts
 
@@ -57,30 +57,20 @@ def _flavor_quotas(team: Team, pool: Pool, covered: list[str]) -> dict:
     return {"name": pool.name, "resources": resources}
 
 
-def _preemption(platform: Platform) -> dict:
-    policy: dict = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
-    preemptible = [p.value for p in platform.priorities if p.preemptible]
-    if preemptible:
-        policy["borrowWithinCohort"] = {"policy": "LowerPriority",
-                                        "maxPriorityThreshold": max(preemptible)}
-    return policy
-
-
 def cluster_queue(platform: Platform, team: Team) -> dict:
-    """One ClusterQueue per team; every pool is a flavor so quota can be borrowed."""
+    """One ClusterQueue per team; every pool is a flavor so quota can be borrowed.
+    Preemption is classical (:mod:`.preemption`): no fair-sharing weight."""
     covered = covered_resources(platform)
     spec: dict = {
         "cohortName": team.cohort,
         "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: team.namespace}},
         "queueingStrategy": "BestEffortFIFO",
-        "preemption": _preemption(platform),
+        "preemption": cluster_queue_preemption(platform),
         "resourceGroups": [{
             "coveredResources": covered,
             "flavors": [_flavor_quotas(team, pool, covered) for pool in platform.pools],
         }],
     }
-    if team.fair_share_weight is not None:
-        spec["fairSharing"] = {"weight": str(team.fair_share_weight)}
     return {"apiVersion": API_VERSION, "kind": "ClusterQueue",
             "metadata": {"name": team.cluster_queue}, "spec": spec}
 

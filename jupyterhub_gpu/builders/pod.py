@@ -101,6 +101,10 @@ class SpawnSettings:
     volume_mounts: list[dict] = field(default_factory=list)
     extra_pod_config: dict[str, Any] = field(default_factory=dict)
     lifecycle_hooks: dict[str, Any] = field(default_factory=dict)
+    # the grace KubeSpawner's stop() deletes the pod with (its default is 1 s, which
+    # would cut a checkpointing preStop hook short on a cull or a user's stop);
+    # None keeps the admin's value
+    delete_grace_period: int | None = None
 
     @classmethod
     def trait_names(cls) -> tuple[str, ...]:
@@ -165,22 +169,92 @@ def spawn_settings(platform: Platform, grant: Grant) -> SpawnSettings:
         # on any stop (preemption, eviction, cull) first SIGTERM the kernels that
         # registered a checkpoint callback, within the grace period
         lifecycle_hooks={"preStop": {"exec": {"command": list(PRESTOP_COMMAND)}}},
+        delete_grace_period=(profile.checkpoint.grace_period_seconds
+                             if profile.checkpoint.enabled else None),
     )
 
 
-def merge_traits(base: Mapping[str, Any], settings: SpawnSettings) -> dict[str, Any]:
-    """Admin-configured trait values (``base``) combined with a profile's settings.
+PROFILE_KEY_PREFIX = "jupyterhub-gpu/"  # dict keys of a profile's items (see merge_traits)
 
-    Dicts are merged (the profile wins on a shared key), lists are appended to, and
-    everything else is replaced -- KubeSpawner's own ``kubespawner_override`` rules.
-    """
-    merged: dict[str, Any] = {}
-    for name in SpawnSettings.trait_names():
-        mine, theirs = getattr(settings, name), base.get(name)
-        if isinstance(mine, dict) and isinstance(theirs, dict):
-            merged[name] = {**theirs, **mine}
-        elif isinstance(mine, list) and isinstance(theirs, list):
-            merged[name] = [*theirs, *mine]
+
+def _merge_dicts(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``override`` merged into ``base`` as KubeSpawner's ``kubespawner_override``
+    merges a dict into a dict trait (its ``recursive_update``), into a new dict: a
+    nested dict is merged key by key, a ``None`` value removes the key, and any other
+    value replaces the one in ``base``."""
+    merged = dict(base)
+    for key, value in override.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping):
+            below = merged.get(key)
+            merged[key] = _merge_dicts(below if isinstance(below, Mapping) else {}, value)
         else:
-            merged[name] = mine
+            merged[key] = value
+    return merged
+
+
+def _sorted_values(items: Mapping[str, Any]) -> list[Any]:
+    """A dict as KubeSpawner puts it into the pod: its values, sorted by key."""
+    return [items[key] for key in sorted(items)]
+
+
+def _profile_keys(items: list[Any]) -> dict[str, Any]:
+    """A profile's list as a dict keyed ``jupyterhub-gpu/<index>-<name>`` (the index
+    zero-padded, so the keys sort in list order)."""
+    width = len(str(len(items)))
+    keyed = {}
+    for index, item in enumerate(items):
+        name = item.get("name") if isinstance(item, Mapping) else None
+        suffix = f"-{name}" if isinstance(name, str) else ""
+        keyed[f"{PROFILE_KEY_PREFIX}{index:0{width}d}{suffix}"] = item
+    return keyed
+
+
+def _merge_value(base: Any, mine: Any) -> Any:
+    if mine is None:
+        return base
+    if isinstance(mine, Mapping) and isinstance(base, Mapping):
+        return _merge_dicts(base, mine)
+    if isinstance(mine, list) and isinstance(base, list):
+        return [*base, *mine]
+    if isinstance(mine, list) and isinstance(base, Mapping):
+        return {**base, **_profile_keys(mine)}
+    if isinstance(mine, Mapping) and isinstance(base, list):
+        return [*base, *_sorted_values(mine)]
+    return mine
+
+
+def merge_traits(base: Mapping[str, Any], settings: SpawnSettings) -> dict[str, Any]:
+    """The trait values of a spawn: a profile's ``settings`` combined with the values
+    the admin configured (``base``, e.g. what the z2jh chart set), for every trait in
+    :class:`SpawnSettings`. Neither argument is changed; the result shares nothing.
+
+    KubeSpawner takes ``volumes``, ``volume_mounts`` and ``tolerations`` as a list or
+    as a dict, and puts a dict into the pod as its values sorted by key; the keys
+    themselves are dropped. The z2jh 4.x chart sets ``volumes`` and
+    ``volume_mounts`` as dicts (the home volume among them). So, by the two types:
+
+    * dict and dict: merged as ``kubespawner_override`` merges dicts (nested dicts key
+      by key, the profile wins on a shared key, ``None`` removes the key);
+    * list and list: the admin's items, then the profile's (``kubespawner_override``
+      would replace the list, dropping e.g. the chart's user-pod tolerations);
+    * admin dict, profile list: the admin's dict with every entry kept, plus each
+      profile item under the key ``jupyterhub-gpu/<index>-<name>`` (``-<name>`` when
+      the item has a ``name``). The chart's keys are volume names (or their
+      templates) and ``<index>-<name>``, which never contain ``/``; an admin's own key
+      is replaced only if it is one of these;
+    * admin list, profile dict: the admin's items, then the profile's values sorted by
+      key, as KubeSpawner would order them;
+    * a profile value of ``None``: the admin's value (``delete_grace_period`` of a
+      profile without checkpoints);
+    * anything else (scalars such as ``image``, ``cpu_limit``, ``namespace``, or a
+      trait the admin left unset): the profile's value.
+
+    The admin's type is kept, so a ``pre_spawn_hook`` written for the chart's dicts
+    still works. Nothing is de-duplicated: an admin volume with the same name as a
+    profile's makes the pod invalid, and the Kubernetes API says so.
+    """
+    merged = {name: _merge_value(base.get(name), getattr(settings, name))
+              for name in SpawnSettings.trait_names()}
     return copy.deepcopy(merged)

@@ -4,7 +4,8 @@
 Each rendered file is compared with what the builders make from the spec, field by
 field; on top of that, the facts that tie the files together are checked by meaning:
 the resource each pool's device-plugin config advertises is the one Kueue and the
-pods count, and the Terraform node pools are wired from ``var.gpu_pools``.
+pods count, the Kueue objects set no field that Kueue's preemption model ignores, and
+the Terraform node pools are wired from ``var.gpu_pools``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from typing import Any
 
 import yaml
 
+from ..allocatable import MAX_PODS
 from ..builders.deviceplugin import config_map
 from ..builders.kueue import kueue_objects
+from ..builders.preemption import ignored_fields, model_of
 from ..spec import Platform, Pool, SharingMode
 from .diff import MISSING, Drift, compare_objects, field_diffs
+from .gpuoperator import gpu_operator_values
 from .kueueconfig import kueue_configuration
 from .namespaces import MANAGED_LABEL, HubRef, team_objects
 from .terraform import tfvars
@@ -29,13 +33,20 @@ TF_WIRING = {
     "vm_size": r"each\.value\.vm_size",
     "min_count": r"each\.value\.min_count",
     "max_count": r"each\.value\.max_count",
-    "gpu_instance": r"each\.value\.gpu_instance",
     "node_labels": r"each\.value\.node_labels",
     "node_taints": r"each\.value\.node_taints",
+    "tags": r"merge\(var\.tags, each\.value\.autoscaler_tags\)",
+    "gpu_driver": r'"None"',
     "auto_scaling_enabled": r"true",
     "priority": r'each\.value\.spot \? "Spot" : "Regular"',
     "eviction_policy": r'each\.value\.spot \? "Delete" : null',
     "spot_max_price": r"each\.value\.spot \? -1 : null",
+}
+
+#: Node pool attributes ``main.tf`` must not set, and why.
+TF_FORBIDDEN = {
+    "gpu_instance": "the GPU Operator's MIG manager owns the MIG layout "
+                    "(nvidia.com/mig.config); AKS must not partition too",
 }
 
 
@@ -49,11 +60,21 @@ class Bundle:
     team_namespaces: tuple[str, list] | None = None
     terraform_vars: tuple[str, Any] | None = None
     terraform_tf: tuple[str, str] | None = None
+    gpu_operator: tuple[str, Any] | None = None
     helm_values: list[tuple[str, dict]] = field(default_factory=list)
 
 
 def check_kueue(platform: Platform, file: str, docs: list) -> list[Drift]:
     return compare_objects(file, kueue_objects(platform), docs)
+
+
+def check_preemption_model(file: str, docs: list, configuration: Any = None) -> list[Drift]:
+    """Fields of the Kueue objects that Kueue ignores under the preemption model of
+    ``configuration`` (default: the shipped Configuration)."""
+    config = configuration if isinstance(configuration, dict) else kueue_configuration()
+    model = model_of(config)
+    return [Drift(file, obj, path, MISSING, value, f"{why}; Kueue runs {model}")
+            for obj, path, value, why in ignored_fields(config, docs)]
 
 
 def advertised_resource(config: Any, pool: Pool) -> str:
@@ -112,6 +133,28 @@ def check_team_namespaces(platform: Platform, file: str, docs: list,
     return drifts
 
 
+#: Why a GPU Operator value must be what the bundle generates.
+OPERATOR_HINTS = {
+    "driver.enabled": "AKS installs no driver (gpu_driver = \"None\"): the operator must",
+    "toolkit.enabled": "AKS installs no container toolkit either: the operator must",
+    "migManager.enabled": "the MIG manager alone partitions MIG pools (nvidia.com/mig.config)",
+    "migManager.env": "an A100 on Azure changes MIG mode only with a VM reboot",
+    "mig.strategy": "a global MIG_STRATEGY overrides the per-node device-plugin configs",
+}
+
+
+def check_gpu_operator(platform: Platform, file: str, values: Any) -> list[Drift]:
+    """``config/gpu-operator-values.yaml`` field by field, with the reason for each
+    field that decides who owns the driver, the toolkit and the MIG layout."""
+    drifts = []
+    for path, exp, act in field_diffs(gpu_operator_values(platform), values):
+        hint = next((h for key, h in OPERATOR_HINTS.items()
+                     if path == key or path.startswith(key + ".")
+                     or path.startswith(key + "[")), "")
+        drifts.append(Drift(file, "GPU Operator values", path, exp, act, hint))
+    return drifts
+
+
 def check_terraform_vars(platform: Platform, file: str, data: Any) -> list[Drift]:
     expected = tfvars(platform)
     drifts = []
@@ -125,7 +168,8 @@ def check_terraform_vars(platform: Platform, file: str, data: Any) -> list[Drift
                                 "missing" if act is MISSING else "present",
                                 "" if exp is MISSING else "the spec has this pool"))
         else:
-            drifts.append(Drift(file, f'gpu_pools["{parts[1]}"]', ".".join(parts[2:]), exp, act))
+            drifts.append(Drift(file, f'gpu_pools["{parts[1]}"]', ".".join(parts[2:]), exp, act,
+                                TF_FORBIDDEN.get(parts[2], "")))
     return drifts
 
 
@@ -152,4 +196,14 @@ def check_terraform_tf(file: str, tf: str) -> list[Drift]:
         if line is None or not re.fullmatch(pattern, value):
             drifts.append(Drift(file, obj, attr, pattern.replace("\\", ""), value,
                                 "node pools must come from the generated tfvars"))
+    for attr, why in TF_FORBIDDEN.items():
+        line = re.search(rf"^\s*{attr}\s*=\s*(.+?)\s*$", block, re.M)
+        if line:
+            drifts.append(Drift(file, obj, attr, MISSING, line.group(1), why))
+    max_pods = re.search(r"^\s*max_pods\s*=\s*(.+?)\s*$", block, re.M)
+    if max_pods is None or max_pods.group(1) != str(MAX_PODS):
+        drifts.append(Drift(file, obj, "max_pods", str(MAX_PODS),
+                            max_pods.group(1) if max_pods else MISSING,
+                            "AKS's kube-reserved memory grows with max_pods; validate and "
+                            "the Kueue quotas count allocatable for this many"))
     return drifts

@@ -163,9 +163,18 @@ def _image(files: Values, values: dict) -> Iterator[Drift]:
                      name, "the stock hub image lacks jupyterhub-gpu")
 
 
+def _one_culler(files: Values, values: dict) -> Iterator[Drift]:
+    configs = get(values, "hub.extraConfig", {}) or {}
+    ours = any(isinstance(t, str) and "culler_service(" in t for t in configs.values())
+    if ours and get(values, "cull.enabled", True) is not False:
+        yield _drift(files, "cull.enabled", False, get(values, "cull.enabled", True),
+                     "two cullers: the chart's would stop servers after its own "
+                     "cull.timeout, whatever their profile's idleTimeout or maxAge")
+
+
 def check_helm(platform: Platform, files: Values) -> list[Drift]:
     values = merge_values(files)
     return [*_spec_wiring(files, values), *_timeouts(platform, files, values),
             *_scale_to_zero(platform, files, values), *_user_scheduler(platform, files, values),
             *_network(files, values), *_login(platform, files, values),
-            *_image(files, values)]
+            *_image(files, values), *_one_culler(files, values)]

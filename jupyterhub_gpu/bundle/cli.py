@@ -16,12 +16,13 @@ from typing import Any, Callable
 import yaml
 
 from ..parse import load_platform
-from .check import (Bundle, check_device_plugin, check_kueue, check_kueue_configuration,
-                    check_team_namespaces, check_terraform_tf, check_terraform_vars)
+from .check import (Bundle, check_device_plugin, check_gpu_operator, check_kueue,
+                    check_kueue_configuration, check_preemption_model, check_team_namespaces,
+                    check_terraform_tf, check_terraform_vars)
 from .checkhelm import check_helm
 from .diff import Drift
-from .files import (GENERATED, HELM_GENERATED, KUEUE_CONFIGURATION, TEAM_NAMESPACES,
-                    render_file, render_files, write_files)
+from .files import (GENERATED, GPU_OPERATOR_VALUES, HELM_GENERATED, KUEUE_CONFIGURATION,
+                    TEAM_NAMESPACES, render_file, render_files, write_files)
 from .namespaces import HubRef
 from .terraform import BundleError
 
@@ -75,6 +76,7 @@ def _load(args: argparse.Namespace, problems: list[Drift]) -> Bundle:
         terraform_vars=read(str(tf_dir / "pools.auto.tfvars.json"), json.loads)
         if tf_dir else None,
         terraform_tf=tf_text,
+        gpu_operator=read(args.gpu_operator_values, yaml.safe_load),
         helm_values=[h for h in helm if h is not None],
     )
 
@@ -85,17 +87,24 @@ def run_checks(platform, bundle: Bundle, hub: HubRef) -> list[Drift]:
         drifts += check_kueue(platform, *bundle.kueue)
     if bundle.device_plugin:
         drifts += check_device_plugin(platform, *bundle.device_plugin)
-    selector = None
+    selector = config = None
     if bundle.kueue_configuration:
         drifts += check_kueue_configuration(*bundle.kueue_configuration)
         docs = bundle.kueue_configuration[1]
-        selector = (docs[0] or {}).get("managedJobsNamespaceSelector") if docs else None
+        config = docs[0] if docs else None
+        selector = (config or {}).get("managedJobsNamespaceSelector")
+    if bundle.kueue:  # these say why; they replace a plain difference in the same field
+        explained = check_preemption_model(*bundle.kueue, config)
+        keys = {(d.file, d.obj, d.field) for d in explained}
+        drifts = [d for d in drifts if (d.file, d.obj, d.field) not in keys] + explained
     if bundle.team_namespaces:
         drifts += check_team_namespaces(platform, *bundle.team_namespaces, hub, selector)
     if bundle.terraform_vars:
         drifts += check_terraform_vars(platform, *bundle.terraform_vars)
     if bundle.terraform_tf:
         drifts += check_terraform_tf(*bundle.terraform_tf)
+    if bundle.gpu_operator:
+        drifts += check_gpu_operator(platform, *bundle.gpu_operator)
     if bundle.helm_values:
         drifts += check_helm(platform, bundle.helm_values)
     return drifts
@@ -118,7 +127,8 @@ def _check_bundle(args: argparse.Namespace) -> int:
         return 1
     checked = sum(x is not None for x in (bundle.kueue, bundle.device_plugin,
                                           bundle.kueue_configuration, bundle.team_namespaces,
-                                          bundle.terraform_vars, bundle.terraform_tf))
+                                          bundle.terraform_vars, bundle.terraform_tf,
+                                          bundle.gpu_operator))
     print(f"check-bundle: OK: {checked + len(bundle.helm_values)} file(s) agree with "
           f"{args.spec} ({len(platform.pools)} pools, {len(platform.teams)} teams, "
           f"{len(platform.profiles)} profiles)")
@@ -164,8 +174,9 @@ def _add_bundle(sub: argparse._SubParsersAction) -> None:
 def _add_check(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check-bundle", help="prove the deployment bundle agrees with the spec",
                        description="Compare the Helm values, Kueue objects, device-plugin "
-                       "config, team namespaces and Terraform with what SPEC implies: same "
-                       "pools, labels, taints, resource names and queues. Prints every "
+                       "config, team namespaces, Terraform and the GPU Operator's values "
+                       "with what SPEC implies: same pools, labels, taints, resource names, "
+                       "queues and owners of driver and MIG layout. Prints every "
                        "difference (file, object, field) and exits 1 on any.")
     p.add_argument("--spec", default=DEFAULT_SPEC, help=f"(default: {DEFAULT_SPEC})")
     p.add_argument("--helm-values", nargs="*", default=DEFAULT_HELM, metavar="FILE",
@@ -181,6 +192,8 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
                    help=f"Kueue's Configuration (default: {KUEUE_CONFIGURATION})")
     p.add_argument("--team-namespaces", default=TEAM_NAMESPACES, metavar="FILE",
                    help=f"team namespaces and the hub's RBAC (default: {TEAM_NAMESPACES})")
+    p.add_argument("--gpu-operator-values", default=GPU_OPERATOR_VALUES, metavar="FILE",
+                   help=f"the GPU Operator's Helm values (default: {GPU_OPERATOR_VALUES})")
     _hub_namespace(p)
     p.set_defaults(func=_check_bundle)
 

@@ -14,6 +14,7 @@ from typing import Callable
 import yaml
 
 from ..spec import Platform
+from .gpuoperator import gpu_operator_values
 from .helm import generated_values
 from .kueueconfig import kueue_configuration
 from .namespaces import HubRef, team_objects
@@ -23,6 +24,7 @@ KUEUE_CONFIGURATION = "config/kueue-configuration.yaml"
 TEAM_NAMESPACES = "config/team-namespaces.yaml"
 TERRAFORM_POOLS = "config/terraform/pools.auto.tfvars.json"
 HELM_GENERATED = "helm-values/generated.yaml"
+GPU_OPERATOR_VALUES = "config/gpu-operator-values.yaml"
 
 #: --only name -> (path relative to the repository, what it is)
 GENERATED: dict[str, tuple[str, str]] = {
@@ -31,6 +33,7 @@ GENERATED: dict[str, tuple[str, str]] = {
                         "team namespaces, the hub's Role in each, NetworkPolicy, PVC"),
     "terraform-pools": (TERRAFORM_POOLS, "GPU node pools for config/terraform"),
     "helm-values": (HELM_GENERATED, "the spec-derived z2jh Helm values"),
+    "gpu-operator-values": (GPU_OPERATOR_VALUES, "the NVIDIA GPU Operator's Helm values"),
 }
 
 
@@ -49,6 +52,7 @@ def _renderers(platform: Platform, hub: HubRef) -> dict[str, Callable[[], str]]:
         "team-namespaces": lambda: _yaml(team_objects(platform, hub)),
         "terraform-pools": lambda: json.dumps(tfvars(platform), indent=2) + "\n",
         "helm-values": lambda: _yaml([generated_values(platform)]),
+        "gpu-operator-values": lambda: _yaml([gpu_operator_values(platform)]),
     }
 
 

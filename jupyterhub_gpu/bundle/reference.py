@@ -14,16 +14,22 @@ from __future__ import annotations
 
 import inspect
 
+from ..allocatable import (EVICTION_MEMORY, MAX_PODS, kube_reserved_cpu_millis,
+                           kube_reserved_memory)
 from ..gpus import GPU_MODELS, VM_SIZES
 from ..parse import FIELDS as PARSER_FIELDS
-from ..quantities import format_go_duration
-from ..spec import Pool, SharingMode
+from ..quantities import format_cpu, format_go_duration, format_memory
+from ..spec import DaemonsetOverhead, Pool, SharingMode
+
+_OVERHEAD_CPU = format_cpu(DaemonsetOverhead().cpu)
+_OVERHEAD_MEMORY = format_memory(DaemonsetOverhead().memory_bytes)
 
 #: section -> title
 SECTIONS: dict[str, str] = {
     "spec": "Top level",
     "pool": "`pools[]`: GPU node pools",
     "sharing": "`pools[].sharing`",
+    "daemonsetOverhead": "`pools[].daemonsetOverhead`",
     "team": "`teams[]`",
     "priority": "`priorities[]`",
     "profile": "`profiles[]`",
@@ -47,6 +53,10 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
         "priorities": ("list", REQUIRED, "Kueue WorkloadPriorityClasses."),
         "profiles": ("list", REQUIRED, "What users choose on the spawn form."),
         "checkpointStorage": ("mapping", "none", "The ReadWriteMany PVC for checkpoints."),
+        "groupIds": ("group name -> object ID", "none", "Entra ID object IDs of the groups "
+                     "that `teams[].groups` and `allowedGroups` name, for tokens that carry "
+                     "IDs (`groupMembershipClaims=SecurityGroup`); the hub then names the "
+                     "users' groups by these names. With it, every group named needs one."),
     },
     "pool": {
         "name": ("string", REQUIRED, "AKS agent pool name: a-z then a-z0-9, at most 12. "
@@ -62,7 +72,8 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
                      "autoscaler on AKS, Karpenter in the dev cluster)."),
         "pricePerNodeHour": ("number", "0", "Price of one node-hour, for the spawn form."),
         "cpusPerNode": ("integer", "from vmSize", "vCPUs of one node."),
-        "memoryPerNode": ("quantity", "from vmSize", "Memory of one node, e.g. `220Gi`."),
+        "memoryPerNode": ("quantity", "from vmSize", "Memory of one node, e.g. `220Gi`; "
+                          "for the tightest fit, the node's `capacity.memory`."),
         "consolidateAfter": (
             "duration", _pool_default("consolidate_after_seconds"),
             "How long a node must have been empty (no notebook on it) before it is removed; "
@@ -73,6 +84,15 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
             "duration", _pool_default("boot_seconds"),
             "How long a new node takes to boot and join, e.g. `4m`; the dev cluster's "
             "Karpenter waits this long before a node it adds registers."),
+        "daemonsetOverhead": ("mapping", f"{_OVERHEAD_CPU} cpu, {_OVERHEAD_MEMORY}",
+                              "What the daemonsets request on each node (see "
+                              "`daemonsetOverhead`)."),
+    },
+    "daemonsetOverhead": {
+        "cpu": ("cpu quantity or 0", _OVERHEAD_CPU, "CPU the node's daemonset pods request "
+                "(CNI, CSI drivers, monitoring agent, GPU Operator)."),
+        "memory": ("quantity or 0", _OVERHEAD_MEMORY, "Memory they request. Each profile's "
+                   "share of the node must fit in the allocatable less this."),
     },
     "sharing": {
         "mode": ("string", REQUIRED, "`exclusive`, `mig`, `mps` or `timeslicing`."),
@@ -90,14 +110,14 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
                    "borrow each other's unused quota."),
         "borrowingLimit": ("pool -> integer", "unlimited", "Most units borrowed per pool."),
         "lendingLimit": ("pool -> integer", "unlimited", "Most units lent per pool."),
-        "fairShareWeight": ("integer", "Kueue's (1)", "Fair-sharing weight of the team."),
     },
     "priority": {
         "name": ("DNS label", REQUIRED, "WorkloadPriorityClass name."),
         "value": ("integer", REQUIRED, "Higher values preempt lower ones."),
         "description": ("string", "empty", "Shown to admins."),
-        "preemptible": ("boolean", "false", "Workloads at or below it may be preempted "
-                        "when another team reclaims borrowed quota."),
+        "preemptible": ("boolean", "false", "Notebooks at or below it may be preempted "
+                        "by another team's higher-priority notebook that must borrow too "
+                        "(see the bundle docs, Preemption); the form marks them."),
     },
     "profile": {
         "slug": ("DNS label", REQUIRED, "The form value and the pod's profile label."),
@@ -105,8 +125,11 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
         "description": ("string", "empty", "Text on the spawn form."),
         "pool": ("pool name", REQUIRED, "The pool the server runs on."),
         "gpus": ("integer", "1", "Units of the pool's GPU resource (1 on shared pools)."),
-        "cpu": ("cpu quantity", REQUIRED, "CPU guarantee and limit, e.g. `8` or `500m`."),
-        "memory": ("quantity", REQUIRED, "Memory guarantee and limit, e.g. `96Gi`."),
+        "cpu": ("cpu quantity", REQUIRED, "CPU guarantee and limit, e.g. `8` or `500m`. "
+                "The pool's units per node times this, divided by `gpus`, must fit one "
+                "node's allocatable less `daemonsetOverhead`."),
+        "memory": ("quantity", REQUIRED, "Memory guarantee and limit, e.g. `96Gi`; must "
+                   "fit the node like `cpu`."),
         "image": ("string", REQUIRED, "Notebook image."),
         "priority": ("priority name", REQUIRED, "The Kueue priority of the server."),
         "idleTimeout": ("duration", "30m", "Idle time before the culler stops the server."),
@@ -148,12 +171,30 @@ def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
 def _facts() -> str:
     gpus = [(f"`{g.name}`", g.product, ", ".join(p.name for p in g.mig) or "none")
             for g in GPU_MODELS.values()]
-    vms = [(f"`{v.name}`", str(v.gpus), v.gpu, str(v.cpus), f"{v.memory_gib}Gi")
-           for v in VM_SIZES.values()]
+    vms = [(f"`{v.name}`", str(v.gpus), v.gpu, str(v.cpus), f"{v.memory_gib}Gi",
+            *_allocatable(v.cpus, v.memory_gib * 2**30)) for v in VM_SIZES.values()]
     return ("## Known GPU models\n\n" + _table(gpus, ("gpu", "product label", "MIG profiles"))
-            + "\n## Known VM sizes\n\n"
-            + _table(vms, ("vmSize", "GPUs", "gpu", "vCPUs", "memory"))
+            + "\n## Known VM sizes\n\n" + ALLOCATABLE_NOTE
+            + _table(vms, ("vmSize", "GPUs", "gpu", "vCPUs", "memory", "allocatable cpu",
+                           "allocatable memory"))
             + "\nSharing modes: " + ", ".join(f"`{m.value}`" for m in SharingMode) + ".\n")
+
+
+ALLOCATABLE_NOTE = (
+    "*Allocatable* is what AKS's kubelet reports on such a node: the vCPUs less AKS's "
+    "kube-reserved CPU, and the memory less kube-reserved memory (for "
+    f"maxPods {MAX_PODS}) and the {format_memory(EVICTION_MEMORY)} eviction threshold, "
+    "by AKS's rules for AKS 1.29 and later ([node resource reservations]"
+    "(https://learn.microsoft.com/azure/aks/node-resource-reservations); "
+    "`jupyterhub_gpu.allocatable` explains them). Notebooks share it less the pool's "
+    "`daemonsetOverhead`.\n\n")
+
+
+def _allocatable(cpus: int, memory: int) -> tuple[str, str]:
+    """(cpu, memory) allocatable, as cores and GiB rounded down to 0.01 and 0.1."""
+    cpu = (cpus * 1000 - kube_reserved_cpu_millis(cpus)) // 10 / 100
+    left = memory - kube_reserved_memory(memory) - EVICTION_MEMORY
+    return f"{cpu:g}", f"{left * 10 // 2**30 / 10:g}Gi"
 
 
 def spec_reference() -> str:

@@ -11,47 +11,27 @@ the nodes carry exactly the labels and taints GPUSpawner's pods select and toler
 * ``node_taints``: :attr:`~jupyterhub_gpu.spec.Pool.taints` as ``key=value:Effect``,
   the spot taint included for the same reason (AKS adds it to every spot pool and it
   cannot be removed);
-* ``gpu_instance``: AKS's MIG instance profile for MIG pools (``MIG3g`` for
-  ``3g.40gb`` on an A100 80GB). AKS offers one geometry per compute size: the one
-  with the most instances per GPU. A spec MIG profile AKS cannot make is an error.
+* ``autoscaler_tags``: the tags of :mod:`.autoscaler`, from which the Azure
+  cluster-autoscaler learns, while the pool has no node, that a new node will offer
+  :attr:`~jupyterhub_gpu.spec.Pool.resource_name` (``units_per_node`` of it) and carry
+  the node selector, labels and taints above: without them an empty time-sliced or
+  MIG pool never grows. ``main.tf`` merges them into the pool's ``tags``, which AKS
+  copies to the pool's scale set.
+
+No pool sets AKS's ``gpu_instance`` (MIG partitioning at node boot) and ``main.tf``
+sets ``gpu_driver = "None"``: the GPU Operator installs the driver and partitions MIG
+pools from the ``nvidia.com/mig.config`` label (see ``docs/gpu-operator.md``).
 """
 
 from __future__ import annotations
 
 from ..builders.deviceplugin import pool_labels
-from ..spec import SPOT_LABEL, Platform, Pool, SharingMode
-
-AKS_GPU_INSTANCES = ("MIG1g", "MIG2g", "MIG3g", "MIG4g", "MIG7g")
+from ..spec import SPOT_LABEL, Platform, Pool
+from .autoscaler import TagError, template_tags
 
 
 class BundleError(ValueError):
     """The spec asks for something the AKS bundle cannot express."""
-
-
-def gpu_instance(pool: Pool) -> str | None:
-    """AKS's ``gpu_instance`` for ``pool``; None unless it is a MIG pool."""
-    mig = pool.sharing.mig_profile
-    if pool.sharing.mode is not SharingMode.MIG or mig is None:
-        return None
-    compute = mig.split(".", 1)[0]  # "3g"
-    same_size = [p for p in pool.gpu.mig if p.name.split(".", 1)[0] == compute]
-    aks = max(same_size, key=lambda p: p.per_gpu, default=None)
-    value = f"MIG{compute}"
-    if aks is None or aks.name != mig or value not in AKS_GPU_INSTANCES:
-        made = f"{value} makes {aks.name}" if aks else f"AKS has no {value}"
-        raise BundleError(f"pool {pool.name!r}: sharing: migProfile: AKS cannot partition "
-                          f"{pool.gpu.name} into {mig} ({made}); use one of: "
-                          f"{', '.join(_aks_profiles(pool))}")
-    return value
-
-
-def _aks_profiles(pool: Pool) -> list[str]:
-    best: dict[str, tuple[int, str]] = {}
-    for p in pool.gpu.mig:
-        compute = p.name.split(".", 1)[0]
-        if compute not in best or p.per_gpu > best[compute][0]:
-            best[compute] = (p.per_gpu, p.name)
-    return [name for _, name in best.values() if f"MIG{name.split('.')[0]}" in AKS_GPU_INSTANCES]
 
 
 def node_taints(pool: Pool) -> list[str]:
@@ -65,6 +45,15 @@ def node_labels(pool: Pool) -> dict[str, str]:
     return dict(sorted(labels.items()))
 
 
+def autoscaler_tags(pool: Pool) -> dict[str, str]:
+    """What the autoscaler must know of a node of ``pool`` before one exists."""
+    try:
+        return template_tags({pool.resource_name: pool.units_per_node},
+                             {**pool.node_selector, **node_labels(pool)}, pool.taints)
+    except TagError as e:
+        raise BundleError(f"pool {pool.name!r}: {e}") from e
+
+
 def pool_vars(pool: Pool) -> dict:
     """One entry of ``var.gpu_pools`` (see ``config/terraform/variables.tf``)."""
     return {
@@ -72,9 +61,9 @@ def pool_vars(pool: Pool) -> dict:
         "min_count": pool.min_nodes,
         "max_count": pool.max_nodes,
         "spot": pool.spot,
-        "gpu_instance": gpu_instance(pool),
         "node_labels": node_labels(pool),
         "node_taints": node_taints(pool),
+        "autoscaler_tags": autoscaler_tags(pool),
     }
 
 

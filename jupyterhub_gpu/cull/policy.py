@@ -186,9 +186,3 @@ def should_cull(policy: CullPolicy, server: ServerView, now: datetime, gpu: GpuI
     return Decision(False, Reason.ACTIVE, detail, deadline, deadline - warn_before, warnings,
                     state, first)
 
-
-def decide(platform: Platform | None, model: Mapping[str, Any], inactive_limit: int,
-           now: datetime, gpu: GpuInput = None) -> Decision:
-    """:func:`should_cull` straight from a REST API server model."""
-    server = ServerView.from_model(model)
-    return should_cull(policy_for(platform, server.profile, inactive_limit), server, now, gpu)

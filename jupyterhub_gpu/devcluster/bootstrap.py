@@ -1,6 +1,6 @@
 """What ``up`` puts into the running API server: Kueue's and Karpenter's prerequisites,
-the team namespaces, the static fake GPU nodes (``minNodes``), the platform's Kueue
-objects and its Karpenter NodePools, with waits."""
+the team namespaces, the static fake GPU nodes (``minNodes``) with their daemonsets'
+requests, the platform's Kueue objects and its Karpenter NodePools, with waits."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Callable, Iterable, TypeVar
 
 from ..builders.karpenter import API_VERSION as KARPENTER_API, karpenter_objects
 from ..builders.kueue import kueue_objects
-from ..builders.nodes import fake_node
-from ..spec import Platform
+from ..builders.nodes import OVERHEAD_NAMESPACE, fake_node, overhead_daemonset
+from ..spec import Platform, Pool
 from . import kueue_setup as ks
 from .kubeapi import ApiError, KubeClient
 from .layout import Layout, Ports
@@ -113,6 +113,23 @@ def create_static_nodes(client: KubeClient, platform: Platform) -> list[str]:
                     raise
             names.append(node["metadata"]["name"])
     return names
+
+
+def run_node_overhead(client: KubeClient, platform: Platform, timeout: float = 120) -> None:
+    """Apply each pool's overhead DaemonSet and wait until its pod runs on every static
+    node (the DaemonSet controller adds one to each node Karpenter adds later)."""
+    for pool in platform.pools:
+        client.apply(overhead_daemonset(pool))
+
+    def running(pool: Pool) -> bool:
+        ds = client.get("apps/v1", "DaemonSet", overhead_daemonset(pool)["metadata"]["name"],
+                        OVERHEAD_NAMESPACE)
+        st = (ds or {}).get("status") or {}
+        desired = st.get("desiredNumberScheduled", 0)
+        return desired >= pool.min_nodes and st.get("numberReady") == desired
+    for pool in platform.pools:
+        poll(lambda p=pool: running(p), timeout,
+             f"the daemonset-overhead pods of pool {pool.name} to run on its nodes")
 
 
 def wait_nodes_ready(client: KubeClient, names: list[str], timeout: float = 60) -> None:

@@ -183,10 +183,12 @@ def _populate(client: KubeClient, platform: Platform, progress: Progress) -> Non
     bootstrap.apply_kueue_objects(client, platform)
     bootstrap.apply_karpenter_objects(client, platform)
     bootstrap.wait_nodes_ready(client, nodes)
+    bootstrap.run_node_overhead(client, platform)
     bootstrap.wait_service_accounts(client, namespaces)
     progress(f"  {len(namespaces)} team namespaces, {len(nodes)} static GPU nodes Ready "
-             f"(minNodes), Kueue objects applied ({len(platform.teams)} ClusterQueues "
-             f"active), {len(platform.pools)} Karpenter NodePools Ready")
+             f"(minNodes) with their daemonset overhead, Kueue objects applied "
+             f"({len(platform.teams)} ClusterQueues active), {len(platform.pools)} Karpenter "
+             f"NodePools Ready")
 
 
 def up(platform: Platform, state_dir: Path | str | None = None, progress: Progress = print,
@@ -195,7 +197,7 @@ def up(platform: Platform, state_dir: Path | str | None = None, progress: Progre
 
     If the cluster already runs from ``state_dir`` this says so and returns its status.
     """
-    layout = _layout(state_dir)
+    layout, progress = _layout(state_dir), procs.unfailing(progress)
     ports = ports or Ports()
     if _already_running(layout):
         progress(f"The dev cluster is already running (state: {layout.root}).")
@@ -241,7 +243,7 @@ def down(state_dir: Path | str | None = None, progress: Progress = print) -> dic
     Only processes whose /proc cmdline and start time still match their pid file are
     signalled. Logs, certificates and the kubeconfig are kept for the next ``up``.
     """
-    layout = _layout(state_dir)
+    layout, progress = _layout(state_dir), procs.unfailing(progress)
     if not procs.records(layout):
         progress(f"No dev cluster is running from {layout.root}.")
     outcomes = _stop_all(layout, progress)

@@ -21,15 +21,22 @@ SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "127.64.0.1/16"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 KWOK_NODE_SELECTOR = "kwok.x-k8s.io/node=fake"
-# Controllers of kube-controller-manager we run: no cloud, volume or eviction ones.
+# Controllers of kube-controller-manager we run: no cloud, attach/detach or eviction ones.
 # node-lifecycle is needed: it lifts the not-ready taint the API server puts on new
 # nodes once kwok reports them Ready (and would mark a node whose heartbeats stop).
+# The persistent-volume binder binds a PVC (a user's home, the checkpoint PVC) to a
+# PersistentVolume that exists: the scheduler never places a pod whose PVC is unbound.
+# Nothing provisions volumes here; PVs are created by whoever needs them (a test).
+# The two protection controllers let a PVC or PV be deleted once no pod uses it.
+# daemonset: the pools' daemonset-overhead pods (builders.nodes.overhead_daemonset).
 CONTROLLERS = (
     "node-lifecycle-controller", "namespace-controller", "garbage-collector-controller", "serviceaccount-controller",
     "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
     "pod-garbage-collector-controller", "replicaset-controller", "deployment-controller",
     "job-controller", "ttl-after-finished-controller", "endpointslice-controller",
-    "clusterrole-aggregation-controller",
+    "clusterrole-aggregation-controller", "persistentvolume-binder-controller",
+    "persistentvolumeclaim-protection-controller", "persistentvolume-protection-controller",
+    "daemonset-controller",
 )
 
 

@@ -21,9 +21,11 @@ from typing import Callable, Coroutine
 
 from . import build
 from .kubeapi import KubeClient
+from .layout import Layout, Ports, default_state_dir
 from .pki import PkiPaths
 from .podrunner import PodRunner
 from .poolwatch import watch_pools
+from .procs import unfailing
 
 CHP_VERSION = "5.3.0"
 DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
@@ -52,13 +54,21 @@ def ensure_chp(progress: Callable[[str], None] = print) -> Path:
     return command
 
 
-def hub_env(spec: Path, kubeconfig: Path, url: str, hub_port: int = 8081,
+def hub_env(spec: Path, kubeconfig: Path | None, url: str, hub_port: int = 8081,
             proxy_api_port: int = 8001) -> dict[str, str]:
-    """The environment ``demo_config.py`` reads."""
-    return {**os.environ, "JUPYTERHUB_GPU_SPEC": str(spec.resolve()),
-            "KUBECONFIG": str(kubeconfig), "JUPYTERHUB_GPU_CHP": str(chp_command()),
-            "JUPYTERHUB_GPU_DEMO_URL": url, "JUPYTERHUB_GPU_DEMO_HUB_PORT": str(hub_port),
-            "JUPYTERHUB_GPU_DEMO_PROXY_API_PORT": str(proxy_api_port)}
+    """The environment ``demo_config.py`` reads. With no ``kubeconfig`` there is no
+    KUBECONFIG at all: the hub then uses the in-cluster config, as in its pod."""
+    env = {**os.environ, "JUPYTERHUB_GPU_SPEC": str(spec.resolve()),
+           "JUPYTERHUB_GPU_CHP": str(chp_command()),
+           "JUPYTERHUB_GPU_DEMO_URL": url, "JUPYTERHUB_GPU_DEMO_HUB_PORT": str(hub_port),
+           "JUPYTERHUB_GPU_DEMO_PROXY_API_PORT": str(proxy_api_port)}
+    env.pop("KUBECONFIG", None)
+    return {**env, "KUBECONFIG": str(kubeconfig)} if kubeconfig else env
+
+
+def hub_command() -> list[str]:
+    """JupyterHub with the demo config."""
+    return [str(Path(sys.executable).with_name("jupyterhub")), "-f", str(DEMO_CONFIG)]
 
 
 async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
@@ -67,60 +77,78 @@ async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
     """Start JupyterHub (demo config) in ``workdir``; its log is ``workdir/hub.log``."""
     hub_dir = workdir / "hub"
     hub_dir.mkdir(parents=True, exist_ok=True)
-    jupyterhub = Path(sys.executable).with_name("jupyterhub")
     with open(workdir / "hub.log", "ab") as log:
         return await asyncio.create_subprocess_exec(
-            str(jupyterhub), "-f", str(DEMO_CONFIG), cwd=hub_dir, stdout=log, stderr=log,
+            *hub_command(), cwd=hub_dir, stdout=log, stderr=log,
             env={**hub_env(spec, kubeconfig, url, hub_port, proxy_api_port),
                  **(extra_env or {})},
             start_new_session=True)
 
 
+async def _stop(hub: asyncio.subprocess.Process | None, *tasks: asyncio.Task | None) -> None:
+    if hub is not None and hub.returncode is None:
+        hub.send_signal(signal.SIGTERM)  # the hub stops its servers on the way out
+        await hub.wait()
+    running = [t for t in tasks if t is not None]
+    for task in running:
+        task.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
+
+
 async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
                 progress: Callable[[str], None] = print, stop: asyncio.Event | None = None,
                 hub_port: int = 8081, proxy_api_port: int = 8001,
+                hub_kubeconfig: Path | None = None,
                 watch: Callable[[], Coroutine] | None = None) -> int:
     """Run the hub and the pod runner (and ``watch()``, e.g. the pools' live lines)
-    until ``stop`` is set (by default: on Ctrl-C or SIGTERM) or the hub exits."""
-    runner = asyncio.create_task(PodRunner(kubeconfig, workdir).run())
-    watcher = asyncio.create_task(watch()) if watch else None
-    hub = await start_hub(spec, kubeconfig, workdir, url, hub_port, proxy_api_port)
+    until ``stop`` is set (by default: on Ctrl-C or SIGTERM) or the hub exits; then
+    stop them all, whatever happened meanwhile. The pod
+    runner, which plays the kubelet, uses ``kubeconfig``; the hub uses
+    ``hub_kubeconfig`` if given (e.g. a ServiceAccount's, bound by the bundle's RBAC),
+    else the same."""
+    progress = unfailing(progress)
     if stop is None:
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    progress(f"JupyterHub is starting on {url} (log: {workdir / 'hub.log'})\n"
-             f"  log in as {DEMO_USERS}; password: gpu-demo\n  Ctrl-C stops everything.")
-    waiter = asyncio.create_task(stop.wait())
-    await asyncio.wait([waiter, asyncio.create_task(hub.wait()), runner],
-                       return_when=asyncio.FIRST_COMPLETED)
-    progress("stopping the hub and the notebooks")
-    if hub.returncode is None:
-        hub.send_signal(signal.SIGTERM)  # the hub stops its servers on the way out
-        await hub.wait()
-    for task in (runner, watcher):
-        if task:
-            task.cancel()
-    await asyncio.gather(*(t for t in (runner, watcher) if t), return_exceptions=True)
-    waiter.cancel()
+    runner = asyncio.create_task(PodRunner(kubeconfig, workdir).run())
+    watcher = asyncio.create_task(watch()) if watch else None
+    hub = waiter = None
+    try:
+        hub = await start_hub(spec, hub_kubeconfig or kubeconfig, workdir, url, hub_port,
+                              proxy_api_port)
+        progress(f"JupyterHub is starting on {url} (log: {workdir / 'hub.log'})\n"
+                 f"  log in as {DEMO_USERS}; password: gpu-demo\n  Ctrl-C stops everything.")
+        waiter = asyncio.create_task(stop.wait())
+        await asyncio.wait([waiter, asyncio.create_task(hub.wait()), runner],
+                           return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        progress("stopping the hub and the notebooks")
+        await _stop(hub, runner, watcher)
+        if waiter is not None:
+            waiter.cancel()
     return 0 if stop.is_set() else (hub.returncode or 1)
 
 
 def run_demo(spec: Path, state_dir: Path | None, url: str,
-             progress: Callable[[str], None] = print) -> int:
-    """Build if needed, bring the cluster up, serve until Ctrl-C, bring it down."""
+             progress: Callable[[str], None] = print, ports: Ports | None = None,
+             hub_port: int = 8081, proxy_api_port: int = 8001) -> int:
+    """Build if needed, bring the cluster up (on ``ports``, default: the dev cluster's),
+    serve until Ctrl-C, bring it down. Output that cannot be written (a closed pipe)
+    is dropped: it never keeps anything from being stopped."""
     from ..parse import load_platform
     from . import cluster
-    from .layout import Layout, default_state_dir
 
+    progress = unfailing(progress)
     platform = load_platform(spec)
     build.build(progress)
     ensure_chp(progress)
     layout = Layout(state_dir or default_state_dir())
-    status = cluster.up(platform, layout.root, progress)
+    status = cluster.up(platform, layout.root, progress, ports=ports)
     client = KubeClient(status["server"], PkiPaths(layout.pki_dir))
     try:
         return asyncio.run(serve(spec, layout.kubeconfig, layout.root / "demo", url, progress,
+                                 hub_port=hub_port, proxy_api_port=proxy_api_port,
                                  watch=lambda: watch_pools(client, platform, progress)))
     finally:
         progress("stopping the dev cluster")

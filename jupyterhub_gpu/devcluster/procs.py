@@ -13,11 +13,13 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from .components import Component, Health
 from .layout import HOST, Layout
@@ -97,6 +99,38 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:])
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null: later prints, and the flush at exit, then succeed."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def unfailing(progress: Callable[[str], None]) -> Callable[[str], None]:
+    """``progress`` that never raises, so that stopping processes never depends on
+    being able to print: once the output is gone (``make demo | tee log`` whose tee
+    the same Ctrl-C ended, a closed terminal) messages are dropped."""
+    if getattr(progress, "unfailing", False):
+        return progress
+    gone = False
+
+    def report(message: str) -> None:
+        nonlocal gone
+        if gone:
+            return
+        try:
+            progress(message)
+        except (OSError, ValueError):  # BrokenPipeError, EIO, a closed file
+            gone = True
+            _silence_stdout()
+
+    report.unfailing = True  # type: ignore[attr-defined]
+    return report
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:

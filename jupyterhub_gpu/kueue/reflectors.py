@@ -5,10 +5,13 @@ graveyard), so a spawner can still tell *why* its pod went away."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Callable
 
 from kubespawner.reflector import NamespacedResourceReflector
 from kubespawner.spawner import PodReflector
 from traitlets import default, validate
+
+from .status import checkpoint_unavailable
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
@@ -38,11 +41,18 @@ class Graveyard:
 
 
 class _Recorded(dict):
-    """A reflector's ``resources`` that bury what is popped from them."""
+    """A reflector's ``resources`` that bury what is popped from them and show each
+    stored state to ``notice``."""
 
-    def __init__(self, items: dict, graveyard: Graveyard):
+    def __init__(self, items: dict, graveyard: Graveyard, notice: Callable[[dict], None]):
         super().__init__(items)
-        self.graveyard = graveyard
+        self.graveyard, self.notice = graveyard, notice
+        for obj in items.values():
+            notice(obj)
+
+    def __setitem__(self, key, obj) -> None:
+        super().__setitem__(key, obj)
+        self.notice(obj)
 
     def pop(self, key, *default):
         if key in self:
@@ -51,7 +61,11 @@ class _Recorded(dict):
 
 
 class RecordsDeletions:
-    """Mixin for a ResourceReflector: deleted objects go to ``self.graveyard``."""
+    """Mixin for a ResourceReflector: deleted objects go to ``self.graveyard``, and
+    every state the watch delivers goes through :meth:`notice`."""
+
+    def notice(self, obj: dict) -> None:
+        """Called with each object as listed or watched (override to look at it)."""
 
     @property
     def graveyard(self) -> Graveyard:
@@ -65,11 +79,29 @@ class RecordsDeletions:
         new, old = proposal["value"], self._trait_values.get("resources") or {}
         for key in set(old) - set(new):  # gone between two full listings
             self.graveyard.record(key, old[key])
-        return _Recorded(new, self.graveyard)
+        return _Recorded(new, self.graveyard, self.notice)
+
+
+_images_without_checkpoint: set[str] = set()  # reported already, by this hub process
 
 
 class RecordingPodReflector(RecordsDeletions, PodReflector):
-    """KubeSpawner's pod reflector, remembering deleted pods."""
+    """KubeSpawner's pod reflector, remembering deleted pods. It also logs, once per
+    image, that a pod's preStop hook could not checkpoint (a stock image)."""
+
+    def notice(self, obj: dict) -> None:
+        found = checkpoint_unavailable(obj)
+        if found is None or found[0] in _images_without_checkpoint:
+            return
+        image, message = found
+        _images_without_checkpoint.add(image)
+        meta = obj.get("metadata") or {}
+        self.log.warning(
+            "Checkpoint-on-stop is unavailable for image %s (pod %s/%s: %r). Its servers "
+            "stop without their kernels' last save and show no cull notice; build the "
+            "notebook image from config/notebook.Dockerfile (see the admin guide). "
+            "Reported once per image.", image, meta.get("namespace"), meta.get("name"),
+            message)
 
 
 class _WorkloadApi:
@@ -101,7 +133,3 @@ class WorkloadReflector(RecordsDeletions, NamespacedResourceReflector):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.api = _WorkloadApi(self.api)
-
-    @property
-    def workloads(self) -> dict[str, dict]:
-        return self.resources

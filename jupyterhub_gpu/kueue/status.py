@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Iterable
+
+from ..checkpoint import UNAVAILABLE
 
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
@@ -86,12 +87,6 @@ def queue_position(workload: dict, workloads: Iterable[dict]) -> tuple[int, int]
     return (names.index(name) + 1 if name in names else 0), len(names)
 
 
-def parse_time(stamp: str | None) -> datetime | None:
-    if not stamp:
-        return None
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(timezone.utc)
-
-
 ADOPT_LABELS = ("jupyterhub-gpu/profile", "kueue.x-k8s.io/queue-name",
                 "kueue.x-k8s.io/priority-class", "hub.jupyter.org/username")
 
@@ -113,3 +108,16 @@ def adoptable_token(existing: dict, wanted_labels: dict[str, str]) -> str | None
     env = existing["spec"]["containers"][0].get("env") or []
     return next((e.get("value") for e in env if e.get("name") == "JUPYTERHUB_API_TOKEN"
                  and e.get("value")), None)
+
+
+def checkpoint_unavailable(pod: dict) -> tuple[str, str] | None:
+    """(image, message) when a container's termination message says the preStop
+    hook could not checkpoint (:func:`jupyterhub_gpu.checkpoint.prestop_command`)."""
+    containers = pod.get("spec", {}).get("containers") or []
+    images = {c.get("name"): c.get("image", "") for c in containers}
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        for state in (cs.get("state"), cs.get("lastState")):
+            message = ((state or {}).get("terminated") or {}).get("message") or ""
+            if UNAVAILABLE in message:
+                return images.get(cs.get("name")) or cs.get("image", ""), message.strip()
+    return None

@@ -10,16 +10,25 @@ Fixtures:
 - ``cluster`` (session): the dev cluster up with that spec, in a temporary state dir
   and on ports of its own (the defaults + 10000 + $JUPYTERHUB_GPU_TEST_PORT_OFFSET, so
   a running ``make demo`` does not collide); ``down`` at the end. Its value is the dict ``devcluster status`` prints.
+  It also has the hub's ServiceAccount ``hub`` in namespace ``jupyterhub``, bound
+  only by the RBAC we ship plus the z2jh chart's hub Role (:mod:`.hub_rbac`).
+- ``hub_kubeconfig`` (session): a kubeconfig with a token of that ServiceAccount.
+  Everything that plays the hub uses it: the hubs the tests start, their services
+  and the in-process GPUSpawners (``KUBECONFIG`` points at it). The admin
+  kubeconfig (``cluster["kubeconfig"]``) is only for set-up, the pod runner (the
+  stand-in kubelet) and assertions.
 - ``kube`` (session): kubernetes_asyncio ``CoreV1Api`` and ``CustomObjectsApi`` on it,
-  with helpers for Workloads and for a pool's Karpenter nodes and NodeClaims.
+  with the admin kubeconfig, and helpers for Workloads and for a pool's Karpenter nodes
+  and NodeClaims.
 - ``spawn``: starts a real GPUSpawner for (user, groups, profile) and returns it
-  (``wait=False``: returns the spawner and its start task at once). Every server it
-  started is stopped at the end of the test.
+  (``wait=False``: returns the spawner and its start task at once; ``config``: a
+  traitlets Config merged over the defaults). Every server it started is stopped at
+  the end of the test.
 - ``pod_history``: records every state of every pod in the team namespaces from the
   time it is requested, to assert on states that pass quickly (a scheduling gate).
 
 The kubernetes client reads KUBECONFIG once, when first imported, so this tier runs
-in its own pytest process (``make test-cluster``) pointed at the dev cluster's.
+in its own pytest process (``make test-cluster``) pointed at the hub's kubeconfig.
 """
 
 from __future__ import annotations
@@ -33,7 +42,9 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu.devcluster.layout import Layout, Ports
+from jupyterhub_gpu.devcluster.layout import Ports
+
+from . import hub_rbac
 
 if "kubernetes_asyncio" in sys.modules:
     raise pytest.UsageError("run the cluster tier in its own pytest process "
@@ -41,7 +52,10 @@ if "kubernetes_asyncio" in sys.modules:
 
 HERE = Path(__file__).resolve().parent
 STATE_DIR = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-cluster-tests-"))
-os.environ["KUBECONFIG"] = str(Layout(STATE_DIR).kubeconfig)
+# The in-process GPUSpawners play the hub: the hub's identity (the file is written
+# by the `cluster` fixture, before any spawner loads it).
+HUB_KUBECONFIG = STATE_DIR / "hub-kubeconfig"
+os.environ["KUBECONFIG"] = str(HUB_KUBECONFIG)
 # Ports of their own, shifted by JUPYTERHUB_GPU_TEST_PORT_OFFSET (so that two test
 # runs, or a test run and `make demo`, can share a machine).
 PORT_OFFSET = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
@@ -78,9 +92,15 @@ def cluster(cluster_platform):
                     "(make test does)")
     status = devcluster.up(cluster_platform, STATE_DIR, ports=TEST_PORTS)
     try:
+        hub_rbac.give_the_hub_its_identity(STATE_DIR, cluster_platform, HUB_KUBECONFIG)
         yield status
     finally:
         devcluster.down(STATE_DIR, progress=lambda m: None)
+
+
+@pytest.fixture(scope="session")
+def hub_kubeconfig(cluster) -> Path:
+    return HUB_KUBECONFIG
 
 
 class Kube:
@@ -140,7 +160,7 @@ class Kube:
 async def kube(cluster):
     from kubernetes_asyncio import config
 
-    api_client = await config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
+    api_client = await config.new_client_from_config(config_file=cluster["kubeconfig"])
     yield Kube(api_client)
     await api_client.close()
 
@@ -168,10 +188,12 @@ async def spawn(cluster, cluster_spec_path):
 
     started: list[GPUSpawner] = []
 
-    async def start(user, groups, profile, wait=True):
+    async def start(user, groups, profile, wait=True, config=None):
         cfg = Config()
         cfg.GPUSpawner.platform_file = str(cluster_spec_path)
         cfg.GPUSpawner.start_timeout = 300
+        if config is not None:  # e.g. the z2jh chart's (tests/z2jh_chart.py)
+            cfg.merge(config)
         spawner = GPUSpawner(user=OfflineUser(user, [_Group(g) for g in groups]),
                              hub=OfflineHub(), config=cfg)
         spawner.user_options = {"profile": profile}
@@ -195,15 +217,19 @@ async def pod_history(kube, cluster_platform):
 
     history: dict[str, list[dict]] = defaultdict(list)
 
-    async def follow(namespace):
+    async def follow(namespace, since):  # every change after the listing
         w = watch.Watch()
-        async with w.stream(kube.core.list_namespaced_pod, namespace=namespace) as events:
+        async with w.stream(kube.core.list_namespaced_pod, namespace=namespace,
+                            resource_version=since) as events:
             async for event in events:
                 pod = event["raw_object"]
                 history[f"{namespace}/{pod['metadata']['name']}"].append(pod)
 
-    tasks = [asyncio.create_task(follow(t.namespace)) for t in cluster_platform.teams]
-    await asyncio.sleep(0.5)  # the watches are established
+    tasks = []
+    for team in cluster_platform.teams:
+        listed = await kube.core.list_namespaced_pod(team.namespace)
+        tasks.append(asyncio.create_task(follow(team.namespace,
+                                                listed.metadata.resource_version)))
     yield history
     for task in tasks:
         task.cancel()

@@ -63,8 +63,8 @@ async def test_pools_start_at_min_nodes_with_a_node_pool_each(cluster, kube, clu
 
 
 async def test_the_loop_spawn_node_run_idle_cull_node_gone(cluster, cluster_spec_path,
-                                                           cluster_platform, kube, tmp_path,
-                                                           capsys):
+                                                           cluster_platform, kube, hub_kubeconfig,
+                                                           tmp_path, capsys):
     """Spawn; Kueue admits; Karpenter adds a node of the right pool; the server runs,
     goes idle; the real culler (jupyterhub-idle-culler with the jupyterhub_gpu.cull hook,
     as a hub service) stops it; Karpenter removes the node; the pool is back at 0."""
@@ -73,9 +73,8 @@ async def test_the_loop_spawn_node_run_idle_cull_node_gone(cluster, cluster_spec
     pool = cluster_platform.pool("t4dev")
     await _empty(kube, pool.name)
     demo.ensure_chp(progress=lambda m: None)
-    kubeconfig = Path(cluster["kubeconfig"])
-    runner = asyncio.create_task(PodRunner(kubeconfig, tmp_path).run())
-    hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL,
+    runner = asyncio.create_task(PodRunner(Path(cluster["kubeconfig"]), tmp_path).run())
+    hub = await demo.start_hub(cluster_spec_path, hub_kubeconfig, tmp_path, URL,
                                hub_port=18081 + PORT_OFFSET,
                                proxy_api_port=18001 + PORT_OFFSET,
                                extra_env={"JUPYTERHUB_GPU_DEMO_CULL_EVERY": "3"})

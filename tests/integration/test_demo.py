@@ -1,6 +1,11 @@
 """The demo, end to end: a real JupyterHub with GPUSpawner, the pod runner, the dev
 cluster. A user logs in, picks a GPU profile and gets a working Jupyter server whose
-kernel sees the profile's environment; a forged post creates no pod."""
+kernel sees the profile's environment; a forged post creates no pod.
+
+Every hub here runs as the hub's ServiceAccount (bound only by the RBAC we ship):
+with its kubeconfig, or, in the restart tests, as in its pod, with the in-cluster
+config only (:mod:`.hubpod`), which is also all its gpu-resume service gets.
+"""
 
 from __future__ import annotations
 
@@ -14,19 +19,22 @@ import pytest
 
 from jupyterhub_gpu.devcluster import demo
 
-from .conftest import PORT_OFFSET, wait_for
+from . import hub_rbac, hubpod
+from .conftest import PORT_OFFSET, STATE_DIR, wait_for
 
 URL = f"http://127.0.0.1:{18000 + PORT_OFFSET}"
 
 
+PORTS = dict(hub_port=18081 + PORT_OFFSET, proxy_api_port=18001 + PORT_OFFSET)
+
+
 @pytest.fixture
-async def hub(cluster, cluster_spec_path, tmp_path):
+async def hub(cluster, cluster_spec_path, hub_kubeconfig, tmp_path):
     demo.ensure_chp(progress=lambda m: None)
     stop = asyncio.Event()
     task = asyncio.create_task(demo.serve(cluster_spec_path, Path(cluster["kubeconfig"]),
-                                          tmp_path, URL, lambda m: None, stop,
-                                          hub_port=18081 + PORT_OFFSET,
-                                          proxy_api_port=18001 + PORT_OFFSET))
+                                          tmp_path, URL, lambda m: None, stop, **PORTS,
+                                          hub_kubeconfig=hub_kubeconfig))
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
         async def hub_up():
             try:
@@ -39,6 +47,23 @@ async def hub(cluster, cluster_spec_path, tmp_path):
         yield http
     stop.set()
     assert await asyncio.wait_for(task, 60) == 0
+
+
+@pytest.fixture(scope="module")
+def hub_pod(cluster, tmp_path_factory):
+    """Start the hub as in its pod: ``await hub_pod(spec, workdir)``."""
+    reason = hubpod.can_unshare()
+    if reason:
+        pytest.skip(f"cannot make a private mount namespace for the hub pod: {reason}")
+    client, paths = hub_rbac.admin_client(STATE_DIR)
+    sa_dir = hubpod.service_account_dir(
+        tmp_path_factory.mktemp("serviceaccount"), hub_rbac.request_token(client, hub_rbac.HUB),
+        paths.ca_crt.read_bytes(), hub_rbac.HUB)
+
+    def start(spec, workdir):
+        return hubpod.start_hub_in_pod(spec, sa_dir, cluster["server"], workdir, URL, **PORTS)
+
+    return start
 
 
 async def _login(http, user):
@@ -109,6 +134,31 @@ async def test_forged_form_post_shows_why_and_creates_no_pod(hub, kube):
     assert pods.items == []
 
 
+async def test_rest_start_without_a_profile_records_the_default_granted(hub, tmp_path):
+    """``{}`` and ``{"profile": null}`` start the default profile; the server's
+    user_options, as the REST API reports them and as the hub's database keeps them
+    for the next start, name that profile."""
+    import sqlite3
+
+    sessions = {"alice": await _login_session("alice"), "bob": await _login_session("bob")}
+    try:
+        for (user, http), body in zip(sessions.items(), ({}, {"profile": None})):
+            async with http.post(f"{URL}/hub/api/users/{user}/server", json=body,
+                                 headers={"X-XSRFToken": _xsrf(http)}) as r:
+                assert r.status in (201, 202), await r.text()
+            await wait_for(lambda: _lab_up(http, user), timeout=120, what=f"{user}'s lab")
+            server = await _hub_server(http, user)
+            assert server["user_options"] == {"profile": "t4-shared"}, server
+        with sqlite3.connect(tmp_path / "hub" / "jupyterhub.sqlite") as db:
+            stored = dict(db.execute("SELECT users.name, spawners.user_options FROM spawners"
+                                     " JOIN users ON users.id = spawners.user_id"))
+        assert {u: json.loads(stored[u]) for u in sessions} == {
+            "alice": {"profile": "t4-shared"}, "bob": {"profile": "t4-shared"}}
+    finally:
+        for http in sessions.values():
+            await http.close()
+
+
 async def _login_session(user):
     http = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
     await _login(http, user)
@@ -122,18 +172,18 @@ async def _hub_server(http, user):
 
 
 async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spec_path, kube,
-                                                            tmp_path):
+                                                            hub_pod, spawn, tmp_path):
     """Kill the hub (SIGKILL) with one server running and one queued, start it again:
     the running one is still there, the queued one keeps its pod and Workload (its place
-    in the queue), is resumed by the gpu-resume service, and starts when room frees."""
+    in the queue), is resumed by the gpu-resume service, and starts when room frees.
+    The hub runs as in its pod; the hub refuses to resume the queued server of a user
+    it no longer has (ada, listed first), and dave's is resumed all the same."""
     from jupyterhub_gpu.devcluster.podrunner import PodRunner
 
     demo.ensure_chp(progress=lambda m: None)
-    kubeconfig = Path(cluster["kubeconfig"])
-    ports = dict(hub_port=18081 + PORT_OFFSET, proxy_api_port=18001 + PORT_OFFSET)
-    runner = asyncio.create_task(PodRunner(kubeconfig, tmp_path).run())
-    hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
-    alice = dave = None
+    runner = asyncio.create_task(PodRunner(Path(cluster["kubeconfig"]), tmp_path).run())
+    hub = await hub_pod(cluster_spec_path, tmp_path)
+    alice = dave = ada = None
     try:
         alice = await _login_when_up("alice")
         await _spawn_and_wait(alice, "alice", "a100-mig-3g")
@@ -142,12 +192,17 @@ async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spe
                                                        "_xsrf": _xsrf(dave)}) as r:
             assert r.status == 200
         queued = await wait_for(lambda: _queued(kube, "jupyter-dave"), what="dave queued")
+        # queued behind dave: a spawn of a user the hub does not have (since deleted)
+        _, ada = await spawn("ada", ["data-science"], "a100-mig-3g", wait=False)
+        await wait_for(lambda: _queued(kube, "jupyter-ada"), what="ada queued")
         await _kill_hub_pod(hub)  # no clean shutdown: the hub just dies
-        hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
+        hub = await hub_pod(cluster_spec_path, tmp_path)
         await wait_for(lambda: _hub_answers(alice), timeout=60, what="the hub to come back")
         server = await wait_for(lambda: _hub_server(dave, "dave"), timeout=60,
                                 what="gpu-resume to restart dave's spawn")
         assert server["pending"] == "spawn"
+        assert "not resuming ada's server '': the hub refused it: POST /users/ada/servers/: " \
+               "HTTP 404" in (tmp_path / "hub.log").read_text()
         again = await _queued(kube, "jupyter-dave")
         assert again == queued, "same pod and same Workload: the queue place is kept"
         async with alice.get(f"{URL}/user/alice/api/status") as r:
@@ -157,13 +212,20 @@ async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spe
             assert r.status in (202, 204)
         await wait_for(lambda: _lab_up(dave, "dave"), timeout=120, what="dave's JupyterLab")
     finally:
+        if ada:
+            ada.cancel()  # the spawn fixture removes its pod
         for http in (alice, dave):
             if http:
                 await http.close()
-        hub.terminate()
-        await hub.wait()
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
+        await _stop_hub(hub, runner)
+
+
+async def _stop_hub(hub, runner) -> None:
+    """Stop a hub the test started (SIGTERM: it stops its servers) and the pod runner."""
+    hub.terminate()
+    await hub.wait()
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)
 
 
 async def _login_when_up(user):
@@ -224,10 +286,12 @@ async def test_cancelling_a_queued_spawn_from_the_hub_leaves_nothing(hub, kube):
                     and not [w for w in workloads
                              if w["metadata"]["name"].startswith("pod-jupyter-dave-")])
 
+        async def hub_done():
+            return await _hub_server(dave, "dave") is None
+
+        await wait_for(hub_done, timeout=60, what="the hub to finish stopping dave's server")
+        # the stop is over: nothing of dave's spawn is left that could create them again
         await wait_for(nothing_left, timeout=60, what="dave's pod and Workload to go")
-        await asyncio.sleep(3)  # and nothing comes back
-        assert await nothing_left()
-        assert (await _hub_server(dave, "dave")) is None
     finally:
         await alice.close()
         await dave.close()
@@ -241,21 +305,20 @@ async def _pod_gone(kube, namespace, pod_name):
 
 
 async def test_hub_restart_while_admitted_but_not_yet_running(cluster, cluster_spec_path,
-                                                              cluster_platform, kube, tmp_path):
+                                                              cluster_platform, kube, hub_pod,
+                                                              tmp_path):
     """Kueue admitted the pod but no node can take it yet (the pool is empty and
     Karpenter may add no node to it): kill the hub, start it again; the spawn is resumed
     on the same pod and runs once Karpenter may add the node."""
     from jupyterhub_gpu.devcluster.podrunner import PodRunner
 
     demo.ensure_chp(progress=lambda m: None)
-    kubeconfig = Path(cluster["kubeconfig"])
-    ports = dict(hub_port=18081 + PORT_OFFSET, proxy_api_port=18001 + PORT_OFFSET)
     pool = cluster_platform.pool("a100spot")
     await kube.set_node_limit(pool.name, 0)
     await wait_for(lambda: kube.pool_is_empty(pool.name), timeout=180,
                    what="pool a100spot to have no node left")
-    runner = asyncio.create_task(PodRunner(kubeconfig, tmp_path).run())
-    hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
+    runner = asyncio.create_task(PodRunner(Path(cluster["kubeconfig"]), tmp_path).run())
+    hub = await hub_pod(cluster_spec_path, tmp_path)
     bob = None
     try:
         bob = await _login_when_up("bob")  # ml-eng
@@ -265,7 +328,7 @@ async def test_hub_restart_while_admitted_but_not_yet_running(cluster, cluster_s
         admitted = await wait_for(lambda: _admitted_unscheduled(kube, "jupyter-bob"),
                                   what="bob's pod admitted but unscheduled")
         await _kill_hub_pod(hub)
-        hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
+        hub = await hub_pod(cluster_spec_path, tmp_path)
         await wait_for(lambda: _hub_answers(bob), timeout=60, what="the hub to come back")
         await wait_for(lambda: _hub_server(bob, "bob"), timeout=60,
                        what="gpu-resume to restart bob's spawn")
@@ -276,10 +339,7 @@ async def test_hub_restart_while_admitted_but_not_yet_running(cluster, cluster_s
         await kube.restore_node_limit(pool)
         if bob:
             await bob.close()
-        hub.terminate()
-        await hub.wait()
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
+        await _stop_hub(hub, runner)
 
 
 async def _admitted_unscheduled(kube, pod_name):

@@ -1,5 +1,6 @@
-"""Golden tests of the cluster-side builders: Kueue objects, device-plugin configs,
-nodes."""
+"""Golden tests of the cluster-side builders where the exact output is the contract:
+the ClusterQueue policy and quotas, the device-plugin configs, the labels of a real
+node. (That flavors, nodes and pods fit together is tested in test_fit.py.)"""
 
 from __future__ import annotations
 
@@ -24,16 +25,6 @@ def _quota(cpu, memory, gpu, shared, mig, limit=None):
     return out
 
 
-def test_resource_flavor(platform):
-    assert kueue.resource_flavor(platform.pool("a100spot")) == {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ResourceFlavor",
-        "metadata": {"name": "a100spot"},
-        "spec": {"nodeLabels": {"kubernetes.azure.com/agentpool": "a100spot"},
-                 "nodeTaints": SPOT_TAINTS},
-    }
-
-
 def test_cluster_queue(platform):
     team = next(t for t in platform.teams if t.name == "experimentation")
     assert kueue.cluster_queue(platform, team) == {
@@ -51,14 +42,18 @@ def test_cluster_queue(platform):
             "resourceGroups": [{
                 "coveredResources": COVERED,
                 "flavors": [
-                    {"name": "t4dev", "resources": _quota("8", "56Gi", "0", "4", "0")},
-                    {"name": "a100mig",
-                     "resources": _quota("24", "220Gi", "0", "0", "2", limit=True)},
-                    {"name": "a100spot",
-                     "resources": _quota("24", "220Gi", "1", "0", "0", limit=True)},
+                    # one node's worth, less AKS's reservations and the daemonsets
+                    {"name": "t4dev", "resources": _quota("7320m", "53458Mi", "0", "4", "0")},
+                    {"name": "a100mig", "resources": _quota("0", "0", "0", "0", "0")},
+                    {"name": "a100spot", "resources": [
+                        {"name": "cpu", "nominalQuota": "46320m", "borrowingLimit": "23160m"},
+                        {"name": "memory", "nominalQuota": "442788Mi",
+                         "borrowingLimit": "221394Mi"},
+                        {"name": "nvidia.com/gpu", "nominalQuota": "2", "borrowingLimit": "1"},
+                        *({"name": r, "nominalQuota": "0", "borrowingLimit": "0"}
+                          for r in COVERED[3:])]},
                 ],
             }],
-            "fairSharing": {"weight": "20"},
         },
     }
 
@@ -67,22 +62,10 @@ def test_quota_shares_of_a_node_round_down(platform):
     team = next(t for t in platform.teams if t.name == "data-science")
     flavors = kueue.cluster_queue(platform, team)["spec"]["resourceGroups"][0]["flavors"]
     t4 = {r["name"]: r["nominalQuota"] for r in flavors[0]["resources"]}
-    # 8 shares of 4-per-node T4 nodes (8 vCPU, 56 GiB) = two nodes' worth
-    assert t4 == {"cpu": "16", "memory": "112Gi", "nvidia.com/gpu": "0",
+    # 8 shares of 4-per-node T4 nodes = two nodes' worth of what each leaves for
+    # notebooks: 8 vCPU - 180m - 500m, 56Gi - 2250Mi - 100Mi - 1536Mi
+    assert t4 == {"cpu": "14640m", "memory": "106916Mi", "nvidia.com/gpu": "0",
                   "nvidia.com/gpu.shared": "8", "nvidia.com/mig-3g.40gb": "0"}
-
-
-def test_local_queue_and_priority_class(platform):
-    assert kueue.local_queue(platform.teams[0]) == {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-        "metadata": {"name": "data-science", "namespace": "jhub-data-science"},
-        "spec": {"clusterQueue": "data-science"},
-    }
-    assert kueue.workload_priority_class(platform.priority("preemptible")) == {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
-        "metadata": {"name": "preemptible"}, "value": 100,
-        "description": "Runs on borrowed or spot capacity; may be stopped at any time",
-    }
 
 
 def test_kueue_objects_order(platform):
@@ -119,6 +102,8 @@ def test_mps_config(example_spec):
 def test_fake_node_of_a_mig_pool(platform):
     name = "aks-a100mig-00000000-vmss000000"
     capacity = {"cpu": "24", "memory": "220Gi", "pods": "110", "nvidia.com/mig-3g.40gb": "2"}
+    # less kube-reserved (340m; 20Mi * 110 + 50Mi) and the 100Mi eviction threshold
+    allocatable = {**capacity, "cpu": "23660m", "memory": "222930Mi"}
     assert nodes.fake_node(platform.pool("a100mig"), 0) == {
         "apiVersion": "v1",
         "kind": "Node",
@@ -145,7 +130,7 @@ def test_fake_node_of_a_mig_pool(platform):
         },
         "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present",
                              "effect": "NoSchedule"}]},
-        "status": {"capacity": capacity, "allocatable": capacity},
+        "status": {"capacity": capacity, "allocatable": allocatable},
     }
 
 
@@ -159,13 +144,10 @@ def test_spot_time_sliced_node_labels(platform):
     assert nodes.fake_node(platform.pool("a100spot"), 1)["spec"]["taints"] == SPOT_TAINTS
 
 
-def test_builders_do_not_mutate_the_platform(platform):
-    before = repr(platform)
-    kueue.kueue_objects(platform)
-    deviceplugin.config_map(platform)
+def test_each_fake_node_is_a_fresh_object(platform):
     for pool in platform.pools:
         node = nodes.fake_node(pool, 0)
         node["metadata"]["labels"].clear()
         node["status"]["capacity"].clear()
-    assert repr(platform) == before
-    assert nodes.fake_node(platform.pools[0], 0)["metadata"]["labels"]
+        again = nodes.fake_node(pool, 0)
+        assert again["metadata"]["labels"] and again["status"]["capacity"]

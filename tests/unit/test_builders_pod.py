@@ -1,41 +1,41 @@
-"""Golden tests of authorization and the pod settings a profile yields."""
+"""Authorization, and golden tests of the pod settings that are a contract: the labels
+Kueue reads, the environment the notebook and the culler read, the checkpoint volume
+and the stop hook. (That the pod's resources, selector and tolerations fit the pool is
+tested as a property in test_fit.py.)"""
 
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 
 from jupyterhub_gpu.builders.pod import (OptionsRejected, SpawnSettings, UserRef, authorize,
                                          merge_traits, spawn_settings)
+from jupyterhub_gpu.checkpoint import PRESTOP_COMMAND
+from tests import z2jh_chart
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
                   "effect": "NoSchedule"}
 SPOT_TOLERATION = {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal",
                    "value": "spot", "effect": "NoSchedule"}
-IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-python-3.12"
-PRESTOP = {"preStop": {"exec": {"command": ["python", "-m", "jupyterhub_gpu.checkpoint",
-                                            "prestop"]}}}
+IMAGE = "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:0.1.0.dev0"  # config/notebook.Dockerfile
+PRESTOP = {"preStop": {"exec": {"command": list(PRESTOP_COMMAND)}}}
+
+
+CONTRACT = ("namespace", "extra_labels", "environment", "volumes", "volume_mounts",
+            "extra_pod_config", "lifecycle_hooks")
 
 
 def _settings(platform, groups, profile):
     grant = authorize(platform, UserRef("alice", frozenset(groups)), {"profile": profile})
-    return asdict(spawn_settings(platform, grant))
+    settings = asdict(spawn_settings(platform, grant))
+    return {name: settings[name] for name in CONTRACT}
 
 
 def test_spot_profile_with_checkpoints(platform):
     assert _settings(platform, {"ml-eng"}, "a100-spot") == {
         "namespace": "jhub-ml-eng",
-        "image": IMAGE,
-        "cpu_guarantee": 20.0,
-        "cpu_limit": 20.0,
-        "mem_guarantee": 200 * 2**30,
-        "mem_limit": 200 * 2**30,
-        "extra_resource_guarantees": {"nvidia.com/gpu": "1"},
-        "extra_resource_limits": {"nvidia.com/gpu": "1"},
-        "node_selector": {"kubernetes.azure.com/agentpool": "a100spot"},
-        "tolerations": [GPU_TOLERATION, SPOT_TOLERATION],
         "extra_labels": {
             "kueue.x-k8s.io/queue-name": "ml-eng",
             "kueue.x-k8s.io/priority-class": "preemptible",
@@ -67,15 +67,6 @@ def test_spot_profile_with_checkpoints(platform):
 def test_time_sliced_profile(platform):
     assert _settings(platform, {"experimentation"}, "t4-shared") == {
         "namespace": "jhub-experimentation",
-        "image": IMAGE,
-        "cpu_guarantee": 2.0,
-        "cpu_limit": 2.0,
-        "mem_guarantee": 12 * 2**30,
-        "mem_limit": 12 * 2**30,
-        "extra_resource_guarantees": {"nvidia.com/gpu.shared": "1"},
-        "extra_resource_limits": {"nvidia.com/gpu.shared": "1"},
-        "node_selector": {"kubernetes.azure.com/agentpool": "t4dev"},
-        "tolerations": [GPU_TOLERATION],
         "extra_labels": {
             "kueue.x-k8s.io/queue-name": "experimentation",
             "kueue.x-k8s.io/priority-class": "interactive",
@@ -99,12 +90,10 @@ def test_time_sliced_profile(platform):
     }
 
 
-def test_mig_profile_resource_and_memory(platform):
+def test_mig_profile_memory(platform):
     settings = _settings(platform, {"data-science"}, "a100-mig-3g")
-    assert settings["extra_resource_limits"] == {"nvidia.com/mig-3g.40gb": "1"}
     assert settings["environment"]["JUPYTERHUB_GPU_MEMORY"] == "40GB"
     assert settings["environment"]["JUPYTERHUB_GPU_SHARING"] == "mig"
-    assert settings["node_selector"] == {"kubernetes.azure.com/agentpool": "a100mig"}
 
 
 def test_empty_options_give_the_default_profile(platform):
@@ -147,7 +136,7 @@ def test_rejections_name_the_problem(platform, groups, options, message, detail)
     assert info.value.log_detail.startswith("user 'mallory' (groups: ")
 
 
-def test_merge_traits_follows_kubespawner_override_rules(platform):
+def test_merge_traits_merges_dicts_appends_lists_replaces_scalars(platform):
     grant = authorize(platform, UserRef("alice", frozenset({"ml-eng"})), {"profile": "a100-spot"})
     settings = spawn_settings(platform, grant)
     base = {"image": "admin/image", "node_selector": {"team": "x",
@@ -166,3 +155,114 @@ def test_merge_traits_follows_kubespawner_override_rules(platform):
     assert set(merged) == set(SpawnSettings.trait_names())
     merged["tolerations"].append("x")
     assert len(settings.tolerations) == 2, "the result shares no containers with its inputs"
+
+
+def _only(settings: SpawnSettings, **traits) -> SpawnSettings:
+    """``settings`` with the given traits replaced (to test one shape at a time)."""
+    return replace(settings, **traits)
+
+
+@pytest.fixture
+def spot_settings(platform):
+    grant = authorize(platform, UserRef("alice", frozenset({"ml-eng"})), {"profile": "a100-spot"})
+    return spawn_settings(platform, grant)
+
+
+def test_dicts_merge_recursively_like_kubespawner_override(spot_settings):
+    base = {"extra_pod_config": {"securityContext": {"runAsUser": 1000, "fsGroup": 100},
+                                 "enableServiceLinks": False, "hostIPC": False}}
+    settings = _only(spot_settings, extra_pod_config={
+        "securityContext": {"fsGroup": 0}, "hostIPC": None, "priority": 5})
+    assert merge_traits(base, settings)["extra_pod_config"] == {
+        "securityContext": {"runAsUser": 1000, "fsGroup": 0},  # nested: key by key
+        "enableServiceLinks": False,
+        "priority": 5,  # and hostIPC removed by the profile's None
+    }
+
+
+def test_admin_dict_and_profile_list_keep_every_admin_entry(spot_settings):
+    home = {"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}
+    data = {"name": "data", "emptyDir": {}}
+    base = {"volumes": {"home": home, "jupyterhub-gpu": data}}
+    merged = merge_traits(base, spot_settings)["volumes"]
+    (checkpoints,) = spot_settings.volumes
+    assert merged == {"home": home, "jupyterhub-gpu": data,
+                      "jupyterhub-gpu/0-checkpoints": checkpoints}
+
+
+def test_profile_items_keep_their_order_and_unnamed_items_get_an_index(spot_settings):
+    items = [{"key": f"t{i}", "operator": "Exists"} for i in range(11)]
+    merged = merge_traits({"tolerations": {"a": {"key": "admin"}}},
+                          _only(spot_settings, tolerations=items))["tolerations"]
+    assert merged["a"] == {"key": "admin"}
+    assert [merged[k] for k in sorted(merged) if k != "a"] == items  # 00 .. 10
+    assert "jupyterhub-gpu/00" in merged and "jupyterhub-gpu/10" in merged
+
+
+def test_admin_list_and_profile_dict_append_the_values_in_key_order(spot_settings):
+    base = {"volume_mounts": [{"name": "home", "mountPath": "/home/jovyan"}]}
+    settings = _only(spot_settings, volume_mounts={
+        "b": {"name": "b", "mountPath": "/b"}, "a": {"name": "a", "mountPath": "/a"}})
+    assert merge_traits(base, settings)["volume_mounts"] == [
+        {"name": "home", "mountPath": "/home/jovyan"},
+        {"name": "a", "mountPath": "/a"}, {"name": "b", "mountPath": "/b"}]
+
+
+def test_scalars_and_unset_admin_traits_take_the_profile_value(spot_settings):
+    merged = merge_traits({"cpu_limit": 2, "namespace": "jupyterhub"}, spot_settings)
+    assert merged["cpu_limit"] == 20.0 and merged["namespace"] == "jhub-ml-eng"
+    assert merged["volumes"] == spot_settings.volumes  # the admin set no volumes
+    settings = _only(spot_settings, node_selector={"pool": "a"})
+    assert merge_traits({"node_selector": None}, settings)["node_selector"] == {"pool": "a"}
+
+
+def test_a_dict_and_a_scalar_give_the_profile_value(spot_settings):
+    settings = _only(spot_settings, environment={"A": "1"})
+    assert merge_traits({"environment": "not-a-dict"}, settings)["environment"] == {"A": "1"}
+    assert merge_traits({"image": {"odd": 1}}, spot_settings)["image"] == spot_settings.image
+
+
+def _sorted_values(value):
+    """How KubeSpawner puts a list-or-dict trait into the pod (values by sorted key)."""
+    return [value[k] for k in sorted(value)] if isinstance(value, dict) else value
+
+
+@pytest.fixture(scope="module")
+def chart_base():
+    """The trait values the z2jh 4.4.0 chart sets from our Helm values."""
+    if not z2jh_chart.REFERENCE.is_dir():
+        pytest.skip(f"z2jh reference data not found at {z2jh_chart.REFERENCE}: the "
+                    f"chart's default values are needed beside the checkout")
+    config = z2jh_chart.kubespawner_config(z2jh_chart.helm_values())
+    return dict(config.KubeSpawner)
+
+
+def _grant_for_anyone(platform, profile):
+    """``profile`` granted to a user in a group that may start it."""
+    group = (profile.allowed_groups or platform.teams[0].groups)[0]
+    return authorize(platform, UserRef("alice", frozenset({group})), {"profile": profile.slug})
+
+
+def _by_name(items):
+    return sorted(items, key=lambda item: item["name"])
+
+
+def test_chart_home_volume_and_tolerations_survive_every_profile(platform, chart_base):
+    home = {"name": "volume-{user_server}",
+            "persistentVolumeClaim": {"claimName": "{pvc_name}"}}
+    home_mount = {"name": "volume-{user_server}", "mountPath": "/home/jovyan",
+                  "subPath": None}
+    chart_tolerations = chart_base["tolerations"]
+    assert [t["key"] for t in chart_tolerations] == ["hub.jupyter.org/dedicated",
+                                                     "hub.jupyter.org_dedicated"]
+    assert any(p.checkpoint.enabled for p in platform.profiles)
+    for profile in platform.profiles:
+        settings = spawn_settings(platform, _grant_for_anyone(platform, profile))
+        merged = merge_traits(chart_base, settings)
+        assert _by_name(_sorted_values(merged["volumes"])) == _by_name(
+            [home, *settings.volumes]), profile.slug
+        assert _by_name(_sorted_values(merged["volume_mounts"])) == _by_name(
+            [home_mount, *settings.volume_mounts]), profile.slug
+        assert merged["tolerations"] == [*chart_tolerations, *settings.tolerations]
+        assert merged["extra_labels"] == {"hub.jupyter.org/network-access-hub": "true",
+                                          **settings.extra_labels}

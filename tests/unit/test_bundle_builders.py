@@ -1,5 +1,6 @@
 """Golden tests of the bundle's pure builders: team namespaces and the hub's RBAC,
-Kueue's Configuration, the Terraform pool variables and the generated Helm values."""
+Kueue's Configuration, the Terraform pool variables (with the autoscaler's tags) and
+the generated Helm values."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ import pytest
 import yaml
 
 from jupyterhub_gpu.builders.deviceplugin import pool_labels
-from jupyterhub_gpu.bundle import helm, kueueconfig, namespaces, terraform
+from jupyterhub_gpu.bundle import autoscaler, helm, kueueconfig, namespaces, terraform
+from jupyterhub_gpu.bundle.autoscaler import LABEL, RESOURCES, TAINT
 from jupyterhub_gpu.devcluster import kueue_setup
 from jupyterhub_gpu.devcluster.build import K8S_VERSION, PINS
+from jupyterhub_gpu.gpus import GPU_MODELS
 from jupyterhub_gpu.parse import parse_platform
+from jupyterhub_gpu.spec import Taint
 
 SCHEMA_VERSION = K8S_VERSION.lstrip("v").rsplit(".", 1)[0]
 READ = ["get", "list", "watch"]
@@ -92,13 +96,23 @@ def test_kueue_configuration_golden():
     assert config["manageJobsWithoutQueueName"] is False
     assert config["managedJobsNamespaceSelector"] == {
         "matchLabels": {"jupyterhub-gpu/managed": "true"}}
-    assert config["fairSharing"] == {
-        "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+    assert "fairSharing" not in config  # classical preemption (see builders.preemption)
     assert "namespace" not in config  # the chart's release namespace applies
 
 
 def test_dev_cluster_manages_the_same_namespaces():
     assert namespaces.MANAGED_LABEL == kueue_setup.MANAGED_LABEL
+
+
+def test_dev_cluster_runs_kueue_with_the_shipped_policy(tmp_path):
+    """What Kueue manages and how it preempts on the dev cluster is what the bundle ships."""
+    from jupyterhub_gpu.devcluster.layout import Ports
+
+    dev = kueue_setup.configuration(Ports(), str(tmp_path))
+    shipped = kueueconfig.kueue_configuration()
+    assert {k: dev.get(k) for k in kueueconfig.POLICY_KEYS} == \
+        {k: shipped.get(k) for k in kueueconfig.POLICY_KEYS}
+    assert "fairSharing" not in dev
 
 
 def _go_json_fields(source: str) -> set[str]:
@@ -123,20 +137,30 @@ def test_kueue_configuration_fields_exist_in_kueue(kueue_crds):
                     yield from keys(value)
     unknown = sorted(set(keys(kueueconfig.kueue_configuration())) - known)
     assert unknown == [], f"not fields of Kueue {pin.version}'s Configuration: {unknown}"
+    assert set(kueueconfig.POLICY_KEYS) <= known
 
 
 def test_tfvars_golden(platform):
     assert terraform.tfvars(platform)["gpu_pools"]["a100spot"] == {
         "vm_size": "Standard_NC24ads_A100_v4", "min_count": 0, "max_count": 5,
-        "spot": True, "gpu_instance": None,
+        "spot": True,
         "node_labels": {"kubernetes.azure.com/scalesetpriority": "spot",
                         "nvidia.com/device-plugin.config": "default",
                         "nvidia.com/mig.config": "all-disabled"},
         "node_taints": ["nvidia.com/gpu=present:NoSchedule",
-                        "kubernetes.azure.com/scalesetpriority=spot:NoSchedule"]}
+                        "kubernetes.azure.com/scalesetpriority=spot:NoSchedule"],
+        "autoscaler_tags": {
+            f"{LABEL}kubernetes.azure.com_agentpool": "a100spot",
+            f"{LABEL}kubernetes.azure.com_scalesetpriority": "spot",
+            f"{LABEL}nvidia.com_device-plugin.config": "default",
+            f"{LABEL}nvidia.com_mig.config": "all-disabled",
+            f"{RESOURCES}nvidia.com_gpu": "1",
+            f"{TAINT}kubernetes.azure.com_scalesetpriority": "spot:NoSchedule",
+            f"{TAINT}nvidia.com_gpu": "present:NoSchedule"}}
     mig = terraform.tfvars(platform)["gpu_pools"]["a100mig"]
-    assert mig["gpu_instance"] == "MIG3g" and mig["spot"] is False
+    assert "gpu_instance" not in mig and mig["spot"] is False
     assert mig["node_labels"]["nvidia.com/mig.config"] == "all-3g.40gb"
+    assert mig["autoscaler_tags"][f"{RESOURCES}nvidia.com_mig-3g.40gb"] == "2"
 
 
 def test_tfvars_taints_and_labels_are_what_the_spawner_selects(platform):
@@ -147,24 +171,39 @@ def test_tfvars_taints_and_labels_are_what_the_spawner_selects(platform):
         assert pool_labels(pool).items() <= entry["node_labels"].items()
 
 
-@pytest.mark.parametrize("mig, expected", [
-    ("1g.10gb", "MIG1g"), ("2g.20gb", "MIG2g"), ("3g.40gb", "MIG3g"),
-    ("4g.40gb", "MIG4g"), ("7g.80gb", "MIG7g")])
-def test_gpu_instance_for_each_aks_mig_profile(platform, mig, expected):
+@pytest.mark.parametrize("mig", [p.name for p in GPU_MODELS["A100-80GB"].mig])
+def test_every_mig_profile_is_left_to_the_mig_manager(platform, mig):
+    """AKS's gpu_instance made one geometry per compute size; the GPU Operator's MIG
+    manager makes each profile from its config ``all-<profile>``."""
     pool = platform.pool("a100mig")
     pool = dataclasses.replace(pool, sharing=dataclasses.replace(pool.sharing, mig_profile=mig))
-    assert terraform.gpu_instance(pool) == expected
+    entry = terraform.pool_vars(pool)
+    assert entry["node_labels"]["nvidia.com/mig.config"] == f"all-{mig}"
+    assert entry["autoscaler_tags"][f"{RESOURCES}nvidia.com_mig-{mig}"] == str(
+        pool.units_per_node)
+    assert "gpu_instance" not in entry
 
 
-def test_a_mig_profile_aks_cannot_make_is_an_error_naming_the_pool(platform):
-    pool = platform.pool("a100mig")
-    pool = dataclasses.replace(pool, sharing=dataclasses.replace(pool.sharing,
-                                                                 mig_profile="1g.20gb"))
-    with pytest.raises(terraform.BundleError) as e:
-        terraform.gpu_instance(pool)
-    assert str(e.value) == (
-        "pool 'a100mig': sharing: migProfile: AKS cannot partition A100-80GB into 1g.20gb "
-        "(MIG1g makes 1g.10gb); use one of: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb")
+def test_tags_escape_underscores_in_labels_and_taints():
+    tags = autoscaler.template_tags({}, {"example.com/cpu_arch": "x86"},
+                                    [Taint("example.com/dedi_cated", "yes", "NoExecute")])
+    assert tags == {f"{LABEL}example.com_cpu~2arch": "x86",
+                    f"{TAINT}example.com_dedi~2cated": "yes:NoExecute"}
+
+
+@pytest.mark.parametrize("resources, labels, taints, error", [
+    ({"example.com/a_b": 1}, {}, [],
+     "resource 'example.com/a_b': the autoscaler reads '_' in a resource tag as '/'"),
+    ({}, {"example.com/Zone": "a"}, [],
+     "label 'example.com/Zone': AKS lower-cases node pool tag names, so the autoscaler "
+     "would read 'example.com/zone'"),
+    ({}, {}, [Taint("k", "a"), Taint("k", "b", "NoExecute")],
+     "taint 'k': one tag per taint key"),
+])
+def test_names_the_tags_cannot_carry_are_refused(resources, labels, taints, error):
+    with pytest.raises(autoscaler.TagError) as e:
+        autoscaler.template_tags(resources, labels, taints)
+    assert str(e.value) == error
 
 
 def test_generated_helm_values_golden(platform):
@@ -189,14 +228,9 @@ def test_start_timeout_is_the_longest_wait(example_spec):
     assert helm.start_timeout(parse_platform(example_spec)) == 4200
 
 
-def test_builders_do_not_mutate_the_platform(platform):
-    before = repr(platform)  # frozen dataclasses and mapping proxies: repr says it all
-    namespaces.team_objects(platform)
-    terraform.tfvars(platform)
-    helm.generated_values(platform)
-    assert repr(platform) == before
+def test_callers_get_fresh_objects(platform):
     objs = namespaces.team_objects(platform)
-    objs[1]["rules"][0]["verbs"].append("patch")  # callers get fresh lists
+    objs[1]["rules"][0]["verbs"].append("patch")
     assert "patch" not in namespaces.HUB_RULES[0]["verbs"]
     assert yaml.safe_dump(namespaces.team_objects(platform)) == yaml.safe_dump(
         namespaces.team_objects(platform))

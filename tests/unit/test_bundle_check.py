@@ -16,7 +16,10 @@ import yaml
 CLI = [sys.executable, "-m", "jupyterhub_gpu.cli", "check-bundle"]
 BUNDLE = ["config/platform.yaml", "config/kueue.yaml", "config/device-plugin.yaml",
           "config/kueue-configuration.yaml", "config/team-namespaces.yaml",
-          "config/terraform", "helm-values"]
+          "config/gpu-operator-values.yaml", "config/terraform", "helm-values"]
+TAG = "k8s.io_cluster-autoscaler_node-template_"
+OWNER = ("the GPU Operator's MIG manager owns the MIG layout (nvidia.com/mig.config); "
+         "AKS must not partition too")
 
 
 @pytest.fixture
@@ -79,7 +82,7 @@ def _add_default_queue(docs):
 def _quota(docs):
     cq = find(docs, "ClusterQueue", "ml-eng")
     flavor = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "a100mig")
-    next(r for r in flavor["resources"] if r["name"] == "nvidia.com/mig-3g.40gb")["nominalQuota"] = "5"
+    next(r for r in flavor["resources"] if r["name"] == "nvidia.com/mig-3g.40gb")["nominalQuota"] = "6"
 
 
 def _flavor_taint(docs):
@@ -99,6 +102,14 @@ def _unscore_shared(docs):
     fit = docs[0]["scheduling"]["userScheduler"]["pluginConfig"][0]
     resources = fit["args"]["scoringStrategy"]["resources"]
     resources[:] = [r for r in resources if r["name"] != "nvidia.com/gpu.shared"]
+
+
+def _fair_share_weight(docs):
+    find(docs, "ClusterQueue", "ml-eng")["spec"]["fairSharing"] = {"weight": "40"}
+
+
+def _fair_sharing_on(docs):
+    docs[0]["fairSharing"] = {"preemptionStrategies": ["LessThanInitialShare"]}
 
 
 def _role_verbs(docs):
@@ -130,6 +141,53 @@ DRIFTS = {
                      'node_taints           = ["nvidia.com/gpu=present:NoSchedule"]'),
         'config/terraform: resource "azurerm_kubernetes_cluster_node_pool": node_taints: '
         "expected 'each.value.node_taints', found '[\"nvidia.com/gpu=present:NoSchedule\"]'"),
+    "a scale-from-zero resource tag dropped": (
+        edit_json("config/terraform/pools.auto.tfvars.json", lambda d: d["gpu_pools"]["t4dev"][
+            "autoscaler_tags"].pop(f"{TAG}resources_nvidia.com_gpu.shared")),
+        f'config/terraform/pools.auto.tfvars.json: gpu_pools["t4dev"]: autoscaler_tags.'
+        f"{TAG}resources_nvidia.com_gpu.shared: expected '4', found <missing>"),
+    "the autoscaler tags not on the node pool": (
+        replace_text("config/terraform/main.tf",
+                     "tags                  = merge(var.tags, each.value.autoscaler_tags)",
+                     "tags                  = var.tags"),
+        'config/terraform: resource "azurerm_kubernetes_cluster_node_pool": tags: expected '
+        "'merge(var.tags, each.value.autoscaler_tags)', found 'var.tags'"),
+    "AKS installs its GPU driver": (
+        replace_text("config/terraform/main.tf", 'gpu_driver            = "None"',
+                     'gpu_driver            = "Install"'),
+        'config/terraform: resource "azurerm_kubernetes_cluster_node_pool": gpu_driver: '
+        """expected '"None"', found '"Install"'"""),
+    "AKS partitions MIG as well": (
+        replace_text("config/terraform/main.tf", 'gpu_driver            = "None"',
+                     'gpu_driver            = "None"\n  gpu_instance          = "MIG3g"'),
+        'config/terraform: resource "azurerm_kubernetes_cluster_node_pool": gpu_instance: '
+        f"""expected <missing>, found '"MIG3g"' ({OWNER})"""),
+    "a MIG instance profile in the tfvars": (
+        edit_json("config/terraform/pools.auto.tfvars.json",
+                  lambda d: d["gpu_pools"]["a100mig"].__setitem__("gpu_instance", "MIG3g")),
+        'config/terraform/pools.auto.tfvars.json: gpu_pools["a100mig"]: gpu_instance: '
+        f"expected <missing>, found 'MIG3g' ({OWNER})"),
+    "a global MIG strategy for the device plugin": (
+        replace_text("config/gpu-operator-values.yaml", "strategy: ''", "strategy: mixed"),
+        "config/gpu-operator-values.yaml: GPU Operator values: mig.strategy: expected '', "
+        "found 'mixed' (a global MIG_STRATEGY overrides the per-node device-plugin configs)"),
+    "the operator's driver off": (
+        replace_text("config/gpu-operator-values.yaml", "driver:\n  enabled: true",
+                     "driver:\n  enabled: false"),
+        "config/gpu-operator-values.yaml: GPU Operator values: driver.enabled: expected "
+        """True, found False (AKS installs no driver (gpu_driver = "None"): the operator """
+        "must)"),
+    "the MIG manager without reboots": (
+        replace_text("config/gpu-operator-values.yaml", "value: 'true'", "value: 'false'"),
+        "config/gpu-operator-values.yaml: GPU Operator values: migManager.env[WITH_REBOOT]."
+        "value: expected 'true', found 'false' (an A100 on Azure changes MIG mode only "
+        "with a VM reboot)"),
+    "a GPU pool's max_pods other than the reservations assume": (
+        replace_text("config/terraform/main.tf", "max_pods              = 110",
+                     "max_pods              = 250"),
+        'config/terraform: resource "azurerm_kubernetes_cluster_node_pool": max_pods: '
+        "expected '110', found '250' (AKS's kube-reserved memory grows with max_pods; "
+        "validate and the Kueue quotas count allocatable for this many)"),
     "a queue missing in kueue.yaml": (
         edit_yaml("config/kueue.yaml", _drop_local_queue),
         "config/kueue.yaml: LocalQueue jhub-ml-eng/ml-eng: (object): expected 'present', "
@@ -141,7 +199,7 @@ DRIFTS = {
     "a quota changed in kueue.yaml": (
         edit_yaml("config/kueue.yaml", _quota),
         "config/kueue.yaml: ClusterQueue ml-eng: spec.resourceGroups[0].flavors[a100mig]."
-        "resources[nvidia.com/mig-3g.40gb].nominalQuota: expected '4', found '5'"),
+        "resources[nvidia.com/mig-3g.40gb].nominalQuota: expected '5', found '6'"),
     "a taint missing from a ResourceFlavor": (
         edit_yaml("config/kueue.yaml", _flavor_taint),
         "config/kueue.yaml: ResourceFlavor a100spot: spec.nodeTaints: expected"),
@@ -155,6 +213,17 @@ DRIFTS = {
                   lambda d: d[0]["integrations"]["frameworks"].append("batch/job")),
         "config/kueue-configuration.yaml: Configuration: integrations.frameworks: "
         "expected ['pod'], found ['pod', 'batch/job']"),
+    "a fair-sharing weight under classical preemption": (
+        edit_yaml("config/kueue.yaml", _fair_share_weight),
+        "config/kueue.yaml: ClusterQueue ml-eng: spec.fairSharing: expected <missing>, found "
+        "{'weight': '40'} (a fair-sharing weight; Kueue reads it only with fair sharing on; "
+        "Kueue runs classical preemption)"),
+    "fair sharing turned on under ClusterQueues built for classical preemption": (
+        edit_yaml("config/kueue-configuration.yaml", _fair_sharing_on),
+        "config/kueue.yaml: ClusterQueue ml-eng: spec.preemption.borrowWithinCohort: expected "
+        "<missing>, found {'policy': 'LowerPriority', 'maxPriorityThreshold': 100} (Kueue "
+        "documents borrowWithinCohort as valid only with classical preemption, not with fair "
+        "sharing; Kueue runs fair sharing)"),
     "a team namespace without Kueue's label": (
         edit_yaml("config/team-namespaces.yaml", _unlabel_namespace),
         "config/team-namespaces.yaml: Namespace jhub-ml-eng: metadata.labels."
@@ -196,6 +265,11 @@ DRIFTS = {
                      "jupyterhub-gpu/team: \"x\""),
         "helm-values/values.yaml: z2jh values: hub.networkPolicy.ingress: expected "
         "'from namespaces labelled jupyterhub-gpu/managed=true on port 8081'"),
+    "the chart's culler on beside ours": (
+        replace_text("helm-values/values.yaml", "cull:\n  enabled: false", "cull:\n  enabled: true"),
+        "helm-values/values.yaml: z2jh values: cull.enabled: expected False, found True (two "
+        "cullers: the chart's would stop servers after its own cull.timeout, whatever their "
+        "profile's idleTimeout or maxAge)"),
     "a missing file": (
         lambda root: (root / "config/kueue-configuration.yaml").unlink(),
         "config/kueue-configuration.yaml: (file): (file): expected 'readable', "
@@ -206,7 +280,7 @@ DRIFTS = {
 def test_committed_bundle_passes(repo_root):
     result = check(repo_root)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout == ("check-bundle: OK: 8 file(s) agree with config/platform.yaml "
+    assert result.stdout == ("check-bundle: OK: 9 file(s) agree with config/platform.yaml "
                              "(3 pools, 3 teams, 4 profiles)\n")
 
 

@@ -46,7 +46,9 @@ def test_bundle_write_writes_every_file(repo_root, tmp_path):
     assert binding["subjects"][0]["namespace"] == "hubs"
 
 
-def test_bundle_refuses_a_mig_profile_aks_cannot_make(tmp_path, example_spec):
+def test_bundle_makes_a_mig_profile_aks_alone_could_not(tmp_path, example_spec):
+    """AKS's gpu_instance offers only MIG1g (1g.10gb) for one compute slice; the MIG
+    manager, which owns the layout, makes 1g.20gb too."""
     example_spec["pools"][1]["sharing"]["migProfile"] = "1g.20gb"
     for profile in example_spec["profiles"]:  # keep the spec valid: 1 slice fits
         profile["cpu"], profile["memory"] = 1, "4Gi"
@@ -54,9 +56,10 @@ def test_bundle_refuses_a_mig_profile_aks_cannot_make(tmp_path, example_spec):
     spec.write_text(yaml.safe_dump(example_spec))
     result = subprocess.run([*BUNDLE_CLI, "bundle", str(spec), "--only", "terraform-pools"],
                             capture_output=True, text=True)
-    assert result.returncode == 1 and result.stdout == ""
-    assert f"error: {spec}: pool 'a100mig': sharing: migProfile: AKS cannot partition" \
-        in result.stderr
+    assert result.returncode == 0, result.stderr
+    pool = json.loads(result.stdout)["gpu_pools"]["a100mig"]
+    assert pool["node_labels"]["nvidia.com/mig.config"] == "all-1g.20gb"
+    assert "gpu_instance" not in pool
 
 
 def test_main_cli_wires_the_bundle_commands():

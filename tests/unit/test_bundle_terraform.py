@@ -1,6 +1,6 @@
 """config/terraform: parsed with python-hcl2, wired to the generated pool variables,
 formatted, and scanned by checkov (every skipped check justified and documented).
-config/Dockerfile is scanned by checkov too."""
+config/Dockerfile and config/notebook.Dockerfile are scanned by checkov too."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from pathlib import Path
 
 import hcl2
 import pytest
-
-from jupyterhub_gpu.bundle.terraform import AKS_GPU_INSTANCES
 
 REPO = Path(__file__).resolve().parents[2]
 TF = REPO / "config" / "terraform"
@@ -50,9 +48,12 @@ def _variable(tf: dict, name: str) -> dict:
     return next(v[name] for v in tf["variable"] if name in v)
 
 
-def test_provider_is_azurerm_v4(tf):
+def test_provider_is_azurerm_v4_with_gpu_driver(tf):
+    """gpu_driver on node pools appeared in azurerm 4.40.0 (its CHANGELOG: "add
+    support for gpu_profile"): an older v4 provider rejects main.tf."""
     providers = tf["terraform"][0]["required_providers"][0]
-    assert providers["azurerm"] == {"source": "hashicorp/azurerm", "version": "~> 4.0"}
+    assert providers["azurerm"] == {"source": "hashicorp/azurerm",
+                                    "version": ">= 4.40, < 5.0"}
 
 
 def test_gpu_pools_come_from_the_generated_variables(tf):
@@ -60,13 +61,23 @@ def test_gpu_pools_come_from_the_generated_variables(tf):
     assert pool["for_each"] == "${var.gpu_pools}"
     assert pool["name"] == "${each.key}"
     assert pool["auto_scaling_enabled"] is True
-    for attr in ("vm_size", "min_count", "max_count", "gpu_instance", "node_labels",
-                 "node_taints"):
+    for attr in ("vm_size", "min_count", "max_count", "node_labels", "node_taints"):
         assert pool[attr] == f"${{each.value.{attr}}}", attr
+    assert pool["tags"] == "${merge(var.tags, each.value.autoscaler_tags)}"
     assert pool["priority"] == '${each.value.spot ? "Spot" : "Regular"}'
     assert pool["eviction_policy"] == '${each.value.spot ? "Delete" : null}'
     assert pool["spot_max_price"] == "${each.value.spot ? -1 : null}"
     assert pool["mode"] == "User"
+
+
+def test_aks_installs_nothing_on_gpu_pools(tf):
+    """One owner per job: the GPU Operator installs the driver and partitions MIG, so
+    AKS skips its driver on every GPU pool and partitions no pool itself."""
+    pool = _resource(tf, "azurerm_kubernetes_cluster_node_pool", "gpu")
+    assert pool["gpu_driver"] == "None"
+    assert "gpu_instance" not in pool
+    assert not any(v in _variable(tf, "gpu_pools")["type"] for v in ("gpu_instance",
+                                                                    "gpu_driver"))
 
 
 def test_tfvars_match_the_variable_type(tf):
@@ -74,7 +85,6 @@ def test_tfvars_match_the_variable_type(tf):
     fields = set(re.findall(r"(\w+) = (?:optional\()?\w+", declared))
     pools = json.loads((TF / "pools.auto.tfvars.json").read_text())["gpu_pools"]
     assert pools and all(set(p) == fields for p in pools.values())
-    assert all(p["gpu_instance"] in (None, *AKS_GPU_INSTANCES) for p in pools.values())
     assert all(p["min_count"] == 0 for p in pools.values())  # the example scales to zero
 
 
@@ -126,7 +136,8 @@ def test_checkov_finds_nothing_unjustified_in_terraform():
         assert check["check_id"] in documented, f"{check['check_id']} not in {DOCS_PAGE.name}"
 
 
-def test_checkov_finds_nothing_unjustified_in_the_dockerfile():
-    results = _scan("-f", str(REPO / "config" / "Dockerfile"), "--framework", "dockerfile")
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "notebook.Dockerfile"])
+def test_checkov_finds_nothing_unjustified_in_the_dockerfile(dockerfile):
+    results = _scan("-f", str(REPO / "config" / dockerfile), "--framework", "dockerfile")
     assert [c["check_id"] for c in results["failed_checks"]] == []
     assert [c["check_id"] for c in results["skipped_checks"]] == ["CKV_DOCKER_2"]

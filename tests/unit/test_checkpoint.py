@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -124,9 +123,10 @@ def training(setup: str = "") -> str:
         def on_stop():
             checkpoint.save(state, "train")
 
-        print("ready", flush=True)
         while True:
             state["step"] += 1
+            if state["step"] == 1:  # a SIGTERM from now on saves some progress
+                print("ready", flush=True)
             time.sleep(0.01)
         """
     return textwrap.dedent(head) + textwrap.dedent(setup) + textwrap.dedent(loop)
@@ -137,7 +137,6 @@ def test_sigterm_saves_then_the_process_exits(env):
     wait_for_line(child, "ready")
     pid_file = Path(env["JUPYTERHUB_GPU_RUN_DIR"]) / "checkpoint-pids" / str(child.pid)
     assert pid_file.exists()
-    time.sleep(0.3)
     child.send_signal(signal.SIGTERM)
     _, err = child.communicate(timeout=10)
     assert child.returncode == -signal.SIGTERM, err
@@ -164,21 +163,83 @@ def test_a_failing_callback_does_not_stop_the_others_and_handlers_chain(env):
     assert checkpoint.latest("train") is not None
 
 
-def test_prestop_signals_registered_processes_and_waits_for_them(env):
+def _path_with_python(tmp_path: Path, python: str) -> str:
+    """A PATH whose ``python`` is ``python`` (as a notebook image's would be)."""
+    bin_dir = tmp_path / "image-bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {python} "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+    return f"{bin_dir}:/usr/bin:/bin"
+
+
+def run_prestop_hook(tmp_path: Path, env: dict,
+                     python: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """The pod's preStop command, as the kubelet runs it, in the image's working dir."""
+    log = tmp_path / "termination-log"
+    command = checkpoint.prestop_command(str(log))
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)  # not the checkout: its jupyterhub_gpu/ would be importable
+    hook = subprocess.run(list(command), cwd=home, capture_output=True, text=True,
+                          env={**env, "PATH": _path_with_python(tmp_path, python)}, timeout=30)
+    return hook, log
+
+
+def test_prestop_signals_registered_processes_and_returns_once_they_saved(env, tmp_path):
+    env = {**env, "JUPYTERHUB_GPU_GRACE_SECONDS": "3600"}  # far longer than the hook's timeout
     child = spawn(training(), env)
     wait_for_line(child, "ready")
-    bystander = spawn("import time; print('ready', flush=True); time.sleep(30)", env)
+    bystander = spawn("import time; print('ready', flush=True); time.sleep(600)", env)
     wait_for_line(bystander, "ready")
-    started = time.monotonic()
-    hook = subprocess.run([sys.executable, *checkpoint.PRESTOP_COMMAND[1:]],
-                          env=env, capture_output=True, text=True, timeout=30)
+    hook, log = run_prestop_hook(tmp_path, env, sys.executable)  # once saved, not at grace end
     assert hook.returncode == 0, hook.stderr
-    assert time.monotonic() - started < 8  # returned once the saver was done
-    assert child.wait(timeout=5) == -signal.SIGTERM
+    assert not log.exists() and checkpoint.UNAVAILABLE not in hook.stderr
+    assert "still saving" not in hook.stderr
+    assert child.poll() == -signal.SIGTERM
     assert checkpoint.latest("train")["step"] > 0
     assert bystander.poll() is None  # only processes that registered are signalled
     bystander.kill()
     bystander.wait()
+
+
+def test_prestop_in_an_image_without_the_package_says_so_and_lets_the_stop_go_on(env,
+                                                                                  tmp_path):
+    """A stock image: the hook exits 0 (the stop goes on) and leaves the message the
+    hub reads in the container's termination message."""
+    bare = tmp_path / "stock-python"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    hook, log = run_prestop_hook(tmp_path, env, str(bare / "bin" / "python"))
+    assert hook.returncode == 0
+    expected = (f"{checkpoint.UNAVAILABLE}: the image has no python with the "
+                "jupyterhub_gpu package\n")
+    assert log.read_text() == expected and hook.stderr == expected
+
+
+def test_prestop_waits_for_a_slow_saver_until_the_grace_period_ends(env, tmp_path):
+    env = {**env, "JUPYTERHUB_GPU_GRACE_SECONDS": "1"}
+    saver = spawn("""
+        import time
+        from jupyterhub_gpu import checkpoint
+
+        @checkpoint.register
+        def on_stop():  # a save that never ends
+            print("saving", flush=True)
+            while True:
+                time.sleep(0.05)
+
+        print("ready", flush=True)
+        while True:
+            time.sleep(0.05)
+        """, env)
+    wait_for_line(saver, "ready")
+    try:
+        hook, _ = run_prestop_hook(tmp_path, env, sys.executable)
+        assert hook.returncode == 0, hook.stderr
+        assert "1 process(es) still saving when the grace period ran out" in hook.stderr
+        wait_for_line(saver, "saving")  # it was signalled, and is saving still
+        assert saver.poll() is None
+    finally:
+        saver.kill()
+        saver.wait()
 
 
 # -- a directory that cannot be written ----------------------------------------------------

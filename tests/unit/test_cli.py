@@ -22,6 +22,20 @@ def test_validate_example(example_spec_path):
         "OK (3 pools, 3 teams, 3 priorities, 4 profiles)")
 
 
+def test_validate_warns_about_quota_the_team_cannot_use(tmp_path, example_spec):
+    example_spec["teams"][0]["quota"]["a100spot"] = 1  # no a100spot profile allows it
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(example_spec))
+    result = run("validate", spec)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        "warning: team 'data-science': quota: 1 GPU of pool 'a100spot', but none of its "
+        "profiles (a100-training, a100-spot) allows the team's groups (data-science); the "
+        "team's users cannot use this quota, it can only be lent to the cohort\n")
+    assert result.stdout.strip().endswith(
+        "OK (3 pools, 3 teams, 3 priorities, 4 profiles, 1 warning(s))")
+
+
 def test_validate_lists_every_error(tmp_path, example_spec):
     example_spec["pools"][1]["sharing"]["migProfile"] = "3g.20gb"
     example_spec["profiles"][0]["gpus"] = 2

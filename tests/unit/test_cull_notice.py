@@ -181,10 +181,19 @@ async def test_status_api_reports_the_deadlines(jupyter):
         timedelta(minutes=30)
     assert status["max_age_deadline"] == deadline.isoformat(timespec="seconds")
     assert status["checkpoint_problem"] is None
-    for _ in range(2):  # asking is not activity: the last activity stays where it was
-        await asyncio.sleep(1.1)
+    # asking is not activity. The API gives whole seconds: once the clock is past the
+    # reported second, any activity would show as a later one
+    while datetime.now(timezone.utc) < last + timedelta(seconds=1):
+        await asyncio.sleep(0.05)
+
+    async def last_activity():
         async with http.get(f"{base}/jupyterhub-gpu/api/cull") as r:
-            assert (await r.json())["last_activity"] == status["last_activity"]
+            return (await r.json())["last_activity"]
+
+    assert [await last_activity(), await last_activity()] == [status["last_activity"]] * 2
+    async with http.get(f"{base}/api/contents") as r:  # real activity (the control)
+        assert r.status == 200
+    assert datetime.fromisoformat(await last_activity()) > last
     async with aiohttp.ClientSession() as anonymous:
         async with anonymous.get(f"{base}/jupyterhub-gpu/api/cull") as r:
             assert r.status == 403

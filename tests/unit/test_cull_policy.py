@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from jupyterhub_gpu.cull.gpu_window import GpuSeries, GpuState, GpuUnknown, gpu_verdict
-from jupyterhub_gpu.cull.policy import (CullPolicy, PodRef, Reason, ServerView, decide,
-                                        policy_for, should_cull)
+from jupyterhub_gpu.cull.policy import (CullPolicy, PodRef, Reason, ServerView, policy_for,
+                                        should_cull)
 from jupyterhub_gpu.spec import GpuIdle
 
 NOW = datetime(2025, 3, 4, 12, 0, tzinfo=timezone.utc)
@@ -23,6 +23,12 @@ def model(profile=None, started=NOW - 60 * MIN, idle=5 * MIN, state=None, **extr
     if state is not None:
         m["state"] = state
     return m
+
+
+def decide(platform, server_model, inactive_limit, now, gpu=None):
+    """The decision for a REST API server model, composed as the cull hook does."""
+    view = ServerView.from_model(server_model)
+    return should_cull(policy_for(platform, view.profile, inactive_limit), view, now, gpu)
 
 
 def series(values, step=60, end=NOW, every=1):

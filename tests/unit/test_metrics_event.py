@@ -6,23 +6,64 @@ import io
 import json
 import logging
 
+import jsonschema
+import pytest
 from jupyter_events.logger import EventLogger
 
 from jupyterhub_gpu.metrics import PLATFORM_STOP_SCHEMA, emit_platform_stop
 
+EVENT = dict(username="quin", servername="", profile="a100-spot", reason="preempted",
+             message="Your server was preempted ...", at="2026-12-02T14:02:00+00:00")
+
+
+def _eventlog() -> tuple[EventLogger, io.StringIO]:
+    out = io.StringIO()
+    return EventLogger(handlers=[logging.StreamHandler(out)]), out
+
+
+def _records(out: io.StringIO) -> list[dict]:
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
 
 def test_platform_stop_event_is_valid_and_recorded():
-    out = io.StringIO()
-    eventlog = EventLogger(handlers=[logging.StreamHandler(out)])
-    event = dict(username="quin", servername="", profile="a100-spot", reason="preempted",
-                 message="Your server was preempted ...", at="2026-12-02T14:02:00+00:00")
-    emit_platform_stop(eventlog, **event)
-    emit_platform_stop(eventlog, **event)  # the schema is registered once
-    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    eventlog, out = _eventlog()
+    emit_platform_stop(eventlog, **EVENT)
+    emit_platform_stop(eventlog, **EVENT)  # the schema is registered once
+    records = _records(out)
     assert len(records) == 2
     assert records[0]["__schema__"] == PLATFORM_STOP_SCHEMA
-    assert {k: records[0][k] for k in event} == event
+    assert {k: records[0][k] for k in EVENT} == EVENT
 
 
-def test_no_eventlog_is_fine():
-    emit_platform_stop(None, username="x")
+@pytest.mark.parametrize("bad", [{"reason": "culled"}, {"at": None}])
+def test_the_schema_rejects_an_event_it_does_not_describe(bad):
+    eventlog, out = _eventlog()
+    with pytest.raises(jsonschema.ValidationError):
+        emit_platform_stop(eventlog, **{**EVENT, **bad})
+    assert _records(out) == []
+
+
+GONE_WITH_ITS_NODE = {
+    "metadata": {"name": "jupyter-una", "uid": "u1", "namespace": "jhub-experimentation",
+                 "labels": {"jupyterhub-gpu/profile": "t4-shared",
+                            "kueue.x-k8s.io/queue-name": "experimentation"}},
+    "spec": {"nodeName": "aks-t4dev-0"},
+    "status": {"phase": "Running", "conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"}]}}
+
+
+@pytest.mark.parametrize("with_eventlog", [True, False])
+async def test_the_spawner_reports_a_platform_stop_on_the_hubs_event_log(make_spawner,
+                                                                        with_eventlog):
+    """What poll() does with the last state of a pod the platform took away."""
+    spawner = make_spawner(user="una", groups=["experimentation"])
+    eventlog, out = _eventlog()
+    spawner.user.settings = {"eventlog": eventlog if with_eventlog else None}
+    assert spawner._notice_platform_stop(GONE_WITH_ITS_NODE)
+    notice = spawner.get_state()["gpu_stop_notice"]
+    assert notice["reason"] == "evicted"
+    assert notice["message"].startswith("Your server was stopped because its node went away")
+    expected = [{"username": "una", "servername": "", "profile": "t4-shared", **notice}]
+    fields = ["username", "servername", "profile", "reason", "message", "at"]
+    assert [{k: r[k] for k in fields} for r in _records(out)] == (
+        expected if with_eventlog else [])

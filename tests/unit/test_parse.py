@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+from enum import Enum
+from types import MappingProxyType
+
 import pytest
 
 from jupyterhub_gpu.parse import SpecError, load_platform, parse_platform
@@ -14,7 +18,7 @@ def test_example_spec_parses(platform):
     assert (t4.sharing.mode, t4.sharing.replicas, t4.units_per_node) == (
         SharingMode.TIMESLICING, 4, 4)
     assert (mig.sharing.mig_profile, mig.units_per_node, mig.unit_memory_gb) == ("3g.40gb", 2, 40)
-    assert spot.spot and spot.cpus_per_node == 24 and spot.memory_gib_per_node == 220
+    assert spot.spot and spot.cpus_per_node == 24 and spot.memory_per_node == 220 * 2**30
     assert platform.profile("a100-spot").checkpoint.grace_period_seconds == 25
     assert platform.profile("t4-shared").idle_timeout_seconds == 1800
     assert platform.profile("a100-mig-3g").max_age_seconds == 12 * 3600
@@ -29,6 +33,27 @@ def test_autoscaling_fields_default_and_accept_zero(example_spec):
     example_spec["pools"][0].update(consolidateAfter="0s", bootTime="1m30s")
     t4 = parse_platform(example_spec).pool("t4dev")
     assert (t4.consolidate_after_seconds, t4.boot_seconds) == (0, 90)
+
+
+def _mutable_parts(value, path: str = "platform") -> list[str]:
+    if dataclasses.is_dataclass(value):
+        own = [] if type(value).__dataclass_params__.frozen else [path]
+        return own + [part for f in dataclasses.fields(value)
+                      for part in _mutable_parts(getattr(value, f.name), f"{path}.{f.name}")]
+    if isinstance(value, (tuple, frozenset)):
+        return [part for i, v in enumerate(value) for part in _mutable_parts(v, f"{path}[{i}]")]
+    if isinstance(value, MappingProxyType):
+        return [part for k, v in value.items() for part in _mutable_parts(v, f"{path}[{k!r}]")]
+    if isinstance(value, (str, int, float, bool, Enum)) or value is None:
+        return []
+    return [f"{path} ({type(value).__name__})"]
+
+
+def test_the_parsed_spec_cannot_be_changed(platform):
+    """One Platform is shared by every spawner and builder: nothing in it is mutable,
+    so no builder can change it for the next one."""
+    assert _mutable_parts(platform) == []
+    assert _mutable_parts({"quota": {}}) == ["platform (dict)"]  # the check sees a dict
 
 
 def _set(spec: dict, path: str, value) -> dict:
@@ -75,7 +100,7 @@ BAD_SPECS = [
     ("pools.0.colour", "blue",
      "pool 't4dev': colour: unknown field; allowed: name, vmSize, gpu, gpusPerNode, sharing,"
      " spot, minNodes, maxNodes, pricePerNodeHour, cpusPerNode, memoryPerNode,"
-     " consolidateAfter, bootTime"),
+     " consolidateAfter, bootTime, daemonsetOverhead"),
     ("pools.0.consolidateAfter", "whenever",
      "pool 't4dev': consolidateAfter: 'whenever' is not a duration; use e.g. 90s, 30m, 8h "
      "or 1h30m"),
@@ -85,12 +110,23 @@ BAD_SPECS = [
      " the device plugin fails pods that ask for more than 1 nvidia.com/gpu.shared; use 1"),
     ("profiles.1.gpus", 3,
      "profile 'a100-mig-3g': gpus: 3 exceeds the 2 MIG slice(s) one node of pool 'a100mig' has"),
-    ("profiles.0.cpu", 3,
-     "profile 't4-shared': cpu: 3 exceeds the 2 cpus that 1 of the 4 share(s) per node of "
-     "pool 't4dev' carry"),
-    ("profiles.0.memory", "15Gi",
-     "profile 't4-shared': memory: 15Gi exceeds the 14Gi that 1 of the 4 share(s) per node "
-     "of pool 't4dev' carry"),
+    # 8 vCPU - 180m kube-reserved - 500m daemonsets = 7320m for 4 shares
+    ("profiles.0.cpu", 2,
+     "profile 't4-shared' on pool 't4dev': cpu: 4 shares per node × cpu 2 = 8 > 7.32 "
+     "allocatable vCPU on Standard_NC8as_T4_v3 (8 vCPU − 180m kube-reserved − 500m "
+     "daemonsetOverhead); use cpu: 1830m or less"),
+    # 56Gi - (20Mi * 110 pods + 50Mi) - 100Mi eviction - 1536Mi daemonsets = 53458Mi
+    ("profiles.0.memory", "14Gi",
+     "profile 't4-shared' on pool 't4dev': memory: 4 shares per node × memory 14Gi = 56Gi > "
+     "53458Mi allocatable on Standard_NC8as_T4_v3 (56Gi − 2250Mi kube-reserved − 100Mi "
+     "eviction threshold − 1536Mi daemonsetOverhead); use memory: 13364Mi or less"),
+    ("pools.0.daemonsetOverhead", {"cpu": "1"},
+     "profile 't4-shared' on pool 't4dev': cpu: 4 shares per node × cpu 1750m = 7 > 6.82 "
+     "allocatable vCPU on Standard_NC8as_T4_v3 (8 vCPU − 180m kube-reserved − 1 "
+     "daemonsetOverhead); use cpu: 1705m or less"),
+    ("pools.0.daemonsetOverhead", {"cpu": "lots", "disk": "1Gi"},
+     "pool 't4dev': daemonsetOverhead: cpu: 'lots' is not a CPU amount; use e.g. 2, 0.5 or "
+     "500m"),
     ("profiles.0.memory", "lots",
      "profile 't4-shared': memory: 'lots' is not a memory size; use e.g. 512Mi, 12Gi or 16G"),
     ("profiles.0.pool", "h100",
@@ -127,6 +163,10 @@ BAD_SPECS = [
      "priority 'interactive': value: must be an integer >= -2147483648, got 'high'"),
     ("checkpointStorage", None,
      "profile 'a100-training': checkpoint: enabled, but the spec has no checkpointStorage"),
+    ("teams.2.fairShareWeight", 20,
+     "team 'experimentation': fairShareWeight: no longer supported: Kueue runs classical "
+     "preemption, where fair-sharing weights do nothing (see the bundle docs, Preemption); "
+     "remove it"),
 ]
 
 
@@ -184,7 +224,7 @@ def test_unknown_top_level_field(example_spec):
         parse_platform(example_spec)
     assert info.value.errors == [
         "spec: profile: unknown field; allowed: pools, teams, priorities, profiles, "
-        "checkpointStorage"]
+        "checkpointStorage, groupIds"]
 
 
 def test_unreadable_and_unparsable_files(tmp_path):
@@ -200,4 +240,4 @@ def test_vm_size_outside_table_needs_explicit_sizes(example_spec):
     example_spec["pools"][0].update(vmSize="Standard_NC_Future", gpusPerNode=1,
                                     cpusPerNode=8, memoryPerNode="56Gi")
     platform = parse_platform(example_spec)
-    assert platform.pool("t4dev").memory_gib_per_node == 56
+    assert platform.pool("t4dev").memory_per_node == 56 * 2**30

@@ -3,15 +3,19 @@ and the KubeSpawner behaviours it relies on."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 from importlib.metadata import entry_points
 
 import pytest
+from kubespawner import KubeSpawner
+from kubespawner.spawner import PodReflector
 from tornado import web
 from traitlets.config import Config
 
-from jupyterhub_gpu import SpecError, configure_hub
-from jupyterhub_gpu.spawner import GPUSpawner
+from jupyterhub_gpu import SpecError, checkpoint, configure_hub
+from jupyterhub_gpu.kueue.reflectors import RecordingPodReflector
+from jupyterhub_gpu.spawner import PLATFORM_POLL_SECONDS, GPUSpawner
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
                   "effect": "NoSchedule"}
@@ -82,6 +86,17 @@ async def test_start_with_forged_options_fails_before_any_api_call(make_spawner)
         await spawner.start()
 
 
+@pytest.mark.parametrize("options", [{}, {"profile": None}])
+async def test_default_profile_is_recorded_as_granted(make_spawner, options):
+    """A REST start with no profile gets the default; its user_options (which
+    JupyterHub reports, stores and the culler reads) name that profile."""
+    spawner = make_spawner(groups=["ml-eng"])
+    spawner.user_options = dict(options)
+    await spawner._run_apply_user_options(spawner.user_options)
+    assert spawner.user_options == {"profile": "t4-shared"}
+    assert spawner.gpu_grant.profile.slug == "t4-shared"
+
+
 async def test_profile_traits_reset_between_spawns(make_spawner):
     """kubespawner#546: the spawner object is reused; nothing leaks between profiles."""
     spawner = make_spawner(groups=["ml-eng"])
@@ -118,7 +133,7 @@ async def test_admin_config_is_the_base_profiles_merge_into(make_spawner):
     assert spawner.environment["ORG"] == "contoso"
     assert spawner.environment["JUPYTERHUB_GPU_TEAM"] == "ml-eng"
     assert spawner.tolerations == [{"key": "team", "operator": "Exists"}, GPU_TOLERATION]
-    assert spawner.image == "quay.io/jupyter/pytorch-notebook:cuda12-python-3.12"
+    assert spawner.image == "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:0.1.0.dev0"
     assert spawner.extra_labels["cost-center"] == "42"
     assert spawner.namespace == "jhub-ml-eng"
     assert spawner.dns_name.endswith(".jhub-ml-eng.svc.cluster.local")
@@ -137,6 +152,48 @@ async def test_without_a_spec_it_is_kubespawner(make_spawner):
     spawner.user_options = spawner.run_options_from_form({"profile": ["big"]})
     await spawner.load_user_options()
     assert spawner.cpu_limit == 8.0
+
+
+def _same_value(kube: KubeSpawner, gpu: GPUSpawner, name: str) -> bool:
+    ours, theirs = getattr(gpu, name), getattr(kube, name)
+    if inspect.ismethod(ours) and inspect.ismethod(theirs):  # each bound to its spawner
+        return ours.__func__ is theirs.__func__ and (ours.__self__, theirs.__self__) == (gpu, kube)
+    return ours == theirs
+
+
+async def test_without_a_spec_every_kubespawner_setting_keeps_its_default(make_spawner):
+    gpu = make_spawner(spec=False)
+    kube = KubeSpawner(user=gpu.user, hub=gpu.hub, config=Config())
+    names = sorted(KubeSpawner.class_traits(config=True))
+    assert "poll_interval" in names and "profile_list" in names
+    differ = {name: (getattr(kube, name), getattr(gpu, name))
+              for name in names if not _same_value(kube, gpu, name)}
+    assert differ == {}, "KubeSpawner's value, then GPUSpawner's"
+
+
+async def test_with_a_spec_poll_notices_platform_stops_within_seconds(make_spawner, repo_root):
+    assert make_spawner().poll_interval == PLATFORM_POLL_SECONDS
+    assert PLATFORM_POLL_SECONDS < KubeSpawner.class_traits()["poll_interval"].default_value
+    readme = (repo_root / "README.md").read_text()
+    assert f"stopped at the next poll (every {PLATFORM_POLL_SECONDS} s)" in readme
+
+
+async def test_the_pod_watcher_is_kubespawners_without_a_spec(make_spawner, monkeypatch):
+    """The reflector each spawner would start (the unit tier has no API server)."""
+    started = []
+
+    async def start_reflector(self, kind, reflector_class, replace=False, **kwargs):
+        started.append((kind, reflector_class, replace, kwargs))
+
+    monkeypatch.setattr(KubeSpawner, "_start_reflector", start_reflector)
+    plain = make_spawner(spec=False)
+    await KubeSpawner(user=plain.user, hub=plain.hub, config=Config())._start_watching_pods()
+    await plain._start_watching_pods()
+    await make_spawner()._start_watching_pods()
+    kube, without_spec, with_spec = started
+    assert kube[1] is PodReflector and without_spec == kube
+    assert with_spec[1] is RecordingPodReflector  # remembers deleted pods for stop notices
+    assert (with_spec[0], with_spec[3]) == (kube[0], kube[3])
 
 
 async def test_inline_spec_takes_precedence(make_spawner, example_spec):
@@ -198,5 +255,19 @@ async def test_env_and_state_carry_the_cull_rules(make_spawner):
     assert env["JUPYTERHUB_GPU_IDLE_GPU_THRESHOLD"] == "5"
     assert spawner.get_state()["gpu_profile"] == "a100-mig-3g"
     pod = await spawner.get_pod_manifest()
-    assert pod.spec.containers[0].lifecycle.pre_stop == {"exec": {"command": [
-        "python", "-m", "jupyterhub_gpu.checkpoint", "prestop"]}}
+    assert pod.spec.containers[0].lifecycle.pre_stop == {"exec": {"command": list(
+        checkpoint.PRESTOP_COMMAND)}}
+
+
+async def test_a_stop_gives_a_checkpointing_profile_its_grace_period(make_spawner, platform):
+    """KubeSpawner deletes the pod with ``delete_grace_period`` (default 1 s) on a cull
+    or a user's stop; a checkpointing profile's preStop needs its whole grace."""
+    spawner = make_spawner("dana", ("ml-eng",), config={"KubeSpawner": {"delete_grace_period": 7}})
+    for profile in platform.profiles_for(frozenset({"ml-eng"})):
+        spawner.apply_profile({"profile": profile.slug})
+        if profile.checkpoint.enabled:
+            grace = profile.checkpoint.grace_period_seconds
+            assert spawner.extra_pod_config["terminationGracePeriodSeconds"] == grace
+            assert spawner.delete_grace_period == grace, profile.slug
+        else:
+            assert spawner.delete_grace_period == 7, profile.slug  # the admin's value

@@ -1,0 +1,215 @@
+"""GPUSpawner under the hub config of the z2jh 4.4.0 chart (tests/z2jh_chart.py),
+built from our Helm values: for every profile of the cluster spec, the running pod
+mounts the user's home PVC -- which KubeSpawner creates as the chart asks -- and the
+checkpoint PVC, and keeps every other setting the chart made.
+
+The dev cluster has no storage provisioner: for each PVC a test-made PersistentVolume
+stands in for the Azure disk or file share, and kube-controller-manager's real binder
+binds the two (the scheduler places no pod whose PVC is unbound)."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+import yaml
+from kubernetes_asyncio.client import ApiException
+
+from jupyterhub_gpu.bundle.namespaces import CheckpointVolume, checkpoint_claim
+from jupyterhub_gpu.parse import load_platform
+from jupyterhub_gpu.quantities import parse_cpu, parse_memory
+from jupyterhub_gpu.spawner import configure_hub
+from tests import z2jh_chart
+
+from .conftest import HERE, wait_for
+
+pytestmark = pytest.mark.skipif(
+    not z2jh_chart.REFERENCE.is_dir(),
+    reason=f"z2jh reference data not found at {z2jh_chart.REFERENCE}: the chart's "
+           f"default values are needed beside the checkout")
+
+# More of what an admin may put in their own values file (one more `helm -f`), so
+# that every dict and list the chart sets has something of the admin's to keep.
+ADMIN_VALUES = yaml.safe_load("""
+singleuser:
+  extraEnv: {TZ: Europe/Amsterdam}
+  extraPodConfig: {enableServiceLinks: false}
+  lifecycleHooks: {postStart: {exec: {command: ["true"]}}}
+  extraTolerations: [{key: example.com/maintenance, operator: Exists, effect: NoSchedule}]
+  storage:
+    extraVolumes: [{name: datasets, emptyDir: {}}]
+    extraVolumeMounts: [{name: datasets, mountPath: /home/jovyan/datasets}]
+""")
+PROFILES = [p["slug"] for p in yaml.safe_load((HERE / "platform.yaml").read_text())["profiles"]]
+
+
+@pytest.fixture(scope="module")
+def checkpointed_spec(cluster_spec_path, example_spec_path, tmp_path_factory):
+    """The cluster spec with the example's checkpointStorage, and checkpoints on (as
+    the example's checkpointing profiles have them) for every profile."""
+    spec = yaml.safe_load(cluster_spec_path.read_text())
+    example = yaml.safe_load(example_spec_path.read_text())
+    checkpoint = next(p["checkpoint"] for p in example["profiles"] if "checkpoint" in p)
+    spec["checkpointStorage"] = example["checkpointStorage"]
+    for profile in spec["profiles"]:
+        profile["checkpoint"] = copy.deepcopy(checkpoint)
+    path = tmp_path_factory.mktemp("chart") / "platform.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture(scope="module")
+def chart_values():
+    return z2jh_chart.helm_values(ADMIN_VALUES)
+
+
+@pytest.fixture(scope="module")
+def hub_config(chart_values, checkpointed_spec):
+    c = z2jh_chart.kubespawner_config(chart_values)
+    configure_hub(c, str(checkpointed_spec))  # our hub.extraConfig, after the chart's
+    return c
+
+
+@dataclass
+class Storage:
+    """Pre-bound PersistentVolumes for PVCs; everything made is deleted at the end."""
+
+    kube: object
+    volumes: list[str] = field(default_factory=list)
+    claims: list[tuple[str, str]] = field(default_factory=list)
+
+    async def volume_for(self, namespace: str, claim: str, storage_class: str, size: str,
+                         modes: list[str]) -> None:
+        name = f"pv-{uuid.uuid4().hex[:12]}"
+        await self.kube.core.create_persistent_volume({
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {"capacity": {"storage": size}, "accessModes": modes,
+                     "storageClassName": storage_class,
+                     "persistentVolumeReclaimPolicy": "Retain",
+                     "hostPath": {"path": f"/tmp/jupyterhub-gpu-tests/{name}"},
+                     "claimRef": {"namespace": namespace, "name": claim}}})
+        self.volumes.append(name)
+
+    async def claim(self, pvc: dict) -> None:
+        """Create ``pvc`` (unless it exists) and a volume for it."""
+        namespace, name = pvc["metadata"]["namespace"], pvc["metadata"]["name"]
+        try:
+            await self.kube.core.create_namespaced_persistent_volume_claim(namespace, pvc)
+            self.claims.append((namespace, name))
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        spec = pvc["spec"]
+        await self.volume_for(namespace, name, spec["storageClassName"],
+                              spec["resources"]["requests"]["storage"], spec["accessModes"])
+
+    async def home(self, namespace: str, claim: str, storage: dict) -> None:
+        """A volume for the home PVC KubeSpawner will create (``singleuser.storage``),
+        made first so that the binder binds the PVC as soon as it appears."""
+        dynamic = storage["dynamic"]
+        await self.volume_for(namespace, claim, dynamic["storageClass"], storage["capacity"],
+                              dynamic["storageAccessModes"])
+        self.claims.append((namespace, claim))
+
+    async def delete_all(self) -> None:
+        for namespace, name in self.claims:
+            await self.kube.core.delete_namespaced_persistent_volume_claim(name, namespace)
+        for name in self.volumes:
+            await self.kube.core.delete_persistent_volume(name)
+
+
+@pytest.fixture(scope="module")
+async def checkpoint_claims(kube, checkpointed_spec):
+    """The checkpoint PVC the bundle ships (config/team-namespaces.yaml) in every team
+    namespace, each bound to a volume."""
+    platform = load_platform(checkpointed_spec)
+    storage = Storage(kube)
+    for team in platform.teams:
+        await storage.claim(checkpoint_claim(platform, team, CheckpointVolume()))
+    yield platform
+    await storage.delete_all()
+
+
+@pytest.fixture
+async def home_storage(kube):
+    storage = Storage(kube)
+    yield storage
+    await storage.delete_all()  # the pods are gone or going: the PVCs follow them
+
+
+async def _quota_free(kube, namespace: str) -> bool:
+    """No Workload of an earlier test still holds quota in the team's queue."""
+    def holds(wl):
+        conds = {c["type"]: c["status"] for c in wl.get("status", {}).get("conditions", [])}
+        return conds.get("QuotaReserved") == "True" and conds.get("Finished") != "True"
+    return not any(holds(wl) for wl in await kube.workloads(namespace))
+
+
+def _by_name(items: list[dict]) -> dict[str, dict]:
+    return {item["name"]: item for item in items}
+
+
+@pytest.mark.parametrize("slug", PROFILES)
+async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
+        slug, spawn, kube, hub_config, chart_values, checkpoint_claims, home_storage):
+    platform = checkpoint_claims
+    profile = platform.profile(slug)
+    group = (profile.allowed_groups or platform.teams[0].groups)[0]
+    team, pool = platform.team_for({group}), platform.pool(profile.pool)
+    user, storage = f"home-{slug}", z2jh_chart.get(chart_values, "singleuser.storage")
+    claim_name = f"claim-{user}"  # KubeSpawner's pvc_name_template, claim-{user_server}
+    await home_storage.home(team.namespace, claim_name, storage)
+    await wait_for(lambda: _quota_free(kube, team.namespace), timeout=120,
+                   what=f"earlier tests' quota in {team.namespace} to be released")
+    spawner = await spawn(user, [group], slug, config=hub_config)
+
+    raw = await kube.core.read_namespaced_pod(spawner.pod_name, team.namespace)
+    pod = kube.api_client.sanitize_for_serialization(raw)
+    assert pod["status"]["phase"] == "Running"
+    volumes = _by_name(pod["spec"]["volumes"])
+    (notebook,) = pod["spec"]["containers"]
+    mounts = _by_name(notebook["volumeMounts"])
+    home = f"volume-{user}"  # the chart's volumeNameTemplate, volume-{user_server}
+    assert spawner.pvc_name == claim_name
+    assert volumes[home]["persistentVolumeClaim"] == {"claimName": spawner.pvc_name}
+    assert mounts[home]["mountPath"] == storage["homeMountPath"]
+    assert "subPath" not in mounts[home]
+    ckpt = platform.checkpoint_storage
+    assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": ckpt.claim_name}
+    assert (mounts["checkpoints"]["mountPath"], mounts["checkpoints"]["subPath"]) == (
+        ckpt.mount_path, user)
+    assert volumes["datasets"] == {"name": "datasets", "emptyDir": {}}
+    assert mounts["datasets"]["mountPath"] == "/home/jovyan/datasets"
+
+    claim = await kube.core.read_namespaced_persistent_volume_claim(spawner.pvc_name,
+                                                                    team.namespace)
+    assert claim.status.phase == "Bound"  # KubeSpawner made it as the chart asked
+    assert (claim.spec.storage_class_name, claim.spec.access_modes,
+            claim.spec.resources.requests["storage"]) == (
+        "managed-csi", ["ReadWriteOnce"], storage["capacity"])
+
+    # every other trait the chart set and a profile touches: the chart's part is kept
+    tolerations = pod["spec"]["tolerations"]
+    chart_tolerations = [*z2jh_chart.get(chart_values, "scheduling.userPods.tolerations"),
+                         *ADMIN_VALUES["singleuser"]["extraTolerations"]]
+    assert tolerations[:3] == chart_tolerations
+    assert all(t.toleration() in tolerations for t in pool.taints)
+    labels = pod["metadata"]["labels"]
+    assert labels["hub.jupyter.org/network-access-hub"] == "true"
+    assert labels["kueue.x-k8s.io/queue-name"] == team.local_queue
+    assert pod["spec"]["nodeSelector"] == pool.node_selector
+    env = {e["name"]: e.get("value") for e in notebook["env"]}
+    assert (env["TZ"], env["JUPYTERHUB_GPU_PROFILE"], env["CHECKPOINT_DIR"]) == (
+        "Europe/Amsterdam", slug, ckpt.mount_path)
+    assert set(notebook["lifecycle"]) == {"postStart", "preStop"}
+    assert pod["spec"]["enableServiceLinks"] is False
+    assert pod["spec"]["terminationGracePeriodSeconds"] == (
+        profile.checkpoint.grace_period_seconds)
+    resources = notebook["resources"]
+    assert parse_cpu(resources["requests"]["cpu"]) == profile.cpu  # not the chart's 1
+    assert parse_memory(resources["limits"]["memory"]) == profile.memory_bytes
+    assert resources["limits"][pool.resource_name] == str(profile.units)
+    assert notebook["image"] == profile.image
+    assert pod["metadata"]["namespace"] == team.namespace

@@ -1,0 +1,106 @@
+"""Ctrl-C on ``make demo 2>&1 | tee demo.log`` ends tee too, so the demo's output is a
+closed pipe by the time it reports that it is stopping. It must stop everything anyway:
+the hub, the proxy, the hub's services and the whole control plane."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import aiohttp
+
+from jupyterhub_gpu.devcluster import cluster as devcluster
+from jupyterhub_gpu.devcluster import procs
+
+from .conftest import PORT_OFFSET, TEST_PORTS, wait_for
+from .test_demo import _descendants
+
+SHIFT = 50  # ports of their own: the session's cluster and hub may be running too
+URL = f"http://127.0.0.1:{18000 + SHIFT + PORT_OFFSET}"
+DEMO = """
+import sys
+from pathlib import Path
+from jupyterhub_gpu.devcluster.demo import run_demo
+from jupyterhub_gpu.devcluster.layout import Ports
+spec, state, url, ports, hub, proxy = sys.argv[1:]
+sys.exit(run_demo(Path(spec), Path(state), url, ports=Ports.from_dict(eval(ports)),
+                  hub_port=int(hub), proxy_api_port=int(proxy)))
+"""
+
+
+def _read_until(fd: int, text: str, timeout: float) -> str:
+    """Read the demo's output until ``text`` appears (or fail, showing what came)."""
+    seen, deadline = b"", time.monotonic() + timeout
+    while text.encode() not in seen:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 65536) if ready else b""
+        if not chunk:
+            raise AssertionError(f"the demo never printed {text!r}; it printed:\n"
+                                 f"{seen.decode(errors='replace')}")
+        seen += chunk
+    return seen.decode(errors="replace")
+
+
+async def _hub_answers() -> bool:
+    try:
+        async with aiohttp.ClientSession() as http, http.get(f"{URL}/hub/api/") as r:
+            return r.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
+EVERYTHING = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+              "kueue", "demo_config.py", "configurable-http-proxy", "jupyterhub_gpu.resume",
+              "jupyterhub_idle_culler")
+
+
+def _all_up(pid: int) -> bool:
+    lines = [" ".join(procs.cmdline(p) or []) for p in _descendants(pid)]
+    return all(any(name in line for line in lines) for name in EVERYTHING)
+
+
+def _running(pids: dict[int, int | None]) -> list[str]:
+    """The recorded processes still running (same pid and start time)."""
+    return [f"{pid} ({' '.join(procs.cmdline(pid) or [])[:100]})" for pid, ticks in pids.items()
+            if procs.alive(pid) and procs.start_ticks(pid) == ticks]
+
+
+async def test_ctrl_c_with_output_into_a_closed_pipe_stops_everything(cluster_spec_path,
+                                                                       tmp_path):
+    ports = {k: v + SHIFT for k, v in TEST_PORTS.as_dict().items()}
+    state = tmp_path / "state"
+    read_end, write_end = os.pipe()
+    demo = subprocess.Popen(
+        [sys.executable, "-c", DEMO, str(cluster_spec_path), str(state), URL, repr(ports),
+         str(18081 + SHIFT + PORT_OFFSET), str(18001 + SHIFT + PORT_OFFSET)],
+        stdout=write_end, stderr=write_end, stdin=subprocess.DEVNULL,
+        start_new_session=True)  # as `make demo | tee` run in a terminal of its own
+    os.close(write_end)
+    started: dict[int, int | None] = {}
+    try:
+        await asyncio.to_thread(_read_until, read_end, "Ctrl-C stops everything.", 600)
+        await wait_for(_hub_answers, timeout=120, what="the demo's JupyterHub to answer")
+        await wait_for(lambda: _all_up(demo.pid), timeout=60,
+                       what="the control plane, the hub, its proxy and its services")
+        started = {pid: procs.start_ticks(pid) for pid in _descendants(demo.pid)}
+        os.close(read_end)  # tee is gone
+        read_end = -1
+        demo.send_signal(signal.SIGINT)
+        code = await asyncio.to_thread(demo.wait, 300)
+        assert _running(started) == [], "left running after Ctrl-C"
+        assert code == 0
+    finally:
+        if read_end >= 0:
+            os.close(read_end)
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+        for pid in started:  # whatever the demo left, so the next tests start clean
+            if procs.alive(pid) and procs.start_ticks(pid) == started[pid]:
+                os.kill(pid, signal.SIGKILL)
+        devcluster.down(state, progress=lambda m: None)

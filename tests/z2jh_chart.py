@@ -1,0 +1,166 @@
+"""The z2jh 4.4.0 chart's configuration of KubeSpawner, reproduced for tests.
+
+The chart's hub (jupyterhub/zero-to-jupyterhub-k8s, release 4.4.0:
+``jupyterhub/files/hub/jupyterhub_config.py`` with its ``z2jh.py`` helpers) turns the
+Helm values into ``c.KubeSpawner`` traits, and only then runs ``hub.extraConfig``
+(where ``configure_hub`` adds GPUSpawner). This module does what that config does, for
+
+* every trait GPUSpawner sets on a spawn (:class:`SpawnSettings`, and
+  ``start_timeout``), and
+* the storage traits behind the user's home volume (``storage_pvc_ensure``,
+  ``pvc_name_template``, ``storage_class``, ``storage_access_modes``,
+  ``storage_capacity``, ``storage_extra_labels``),
+
+so that tests hold GPUSpawner against the shapes the chart really produces: e.g.
+``volumes`` and ``volume_mounts`` as dicts, ``tolerations`` as a list. Written from
+reading the chart; none of its code is copied. What the chart sets that GPUSpawner
+never touches (scheduler name, affinities, uid, image pull secrets, the
+cloud-metadata init container, ...) is left out: the dev cluster has no
+user-scheduler, and none of it changes how a profile merges. ``singleuser.extraFiles``
+(a volume of a Secret the chart makes) is refused rather than reproduced.
+
+Values are read the way the chart's ``get_config`` reads them (a dotted path; a
+missing or null level gives the default), after Helm has merged the ``-f`` files
+over the chart's defaults (:func:`helm_values`).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from traitlets.config import Config
+
+from jupyterhub_gpu.bundle.namespaces import HubRef
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE = REPO.parent / "shared" / "reference" / "z2jh-4.4.0"
+DEFAULT_VALUES = REFERENCE / "values.yaml"
+# Our values files, in the order the admin guide passes them to `helm upgrade -f`
+# (auth-azuread.yaml holds only the authenticator: nothing KubeSpawner reads).
+OUR_VALUES = (REPO / "helm-values" / "values.yaml", REPO / "helm-values" / "generated.yaml")
+RELEASE_NAMESPACE = HubRef().namespace  # the chart sets KubeSpawner.namespace to the hub's
+
+# (trait, key under `singleuser`) that the chart copies when the value is not null
+COPIED = (
+    ("start_timeout", "startTimeout"),
+    ("extra_labels", "extraLabels"),
+    ("node_selector", "nodeSelector"),
+    ("lifecycle_hooks", "lifecycleHooks"),
+    ("mem_limit", "memory.limit"),
+    ("mem_guarantee", "memory.guarantee"),
+    ("cpu_limit", "cpu.limit"),
+    ("cpu_guarantee", "cpu.guarantee"),
+    ("extra_resource_limits", "extraResource.limits"),
+    ("extra_resource_guarantees", "extraResource.guarantees"),
+    ("environment", "extraEnv"),
+    ("extra_pod_config", "extraPodConfig"),
+    ("storage_extra_labels", "storage.extraLabels"),
+)
+# traits GPUSpawner sets that the chart's hub config (4.4.0) leaves at KubeSpawner's
+# default: no singleuser value maps to them
+CHART_LEAVES_UNSET = frozenset({"delete_grace_period"})
+# every trait kubespawner_config may set
+TRAITS = frozenset({name for name, _ in COPIED} | {
+    "namespace", "image", "tolerations", "volumes", "volume_mounts", "storage_pvc_ensure",
+    "pvc_name_template", "storage_class", "storage_access_modes", "storage_capacity"})
+
+
+def coalesce(defaults: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``override`` over ``defaults`` as Helm merges a values file: maps key by key,
+    a null removes the key, anything else (lists too) replaces."""
+    merged = copy.deepcopy(dict(defaults))
+    for key, value in override.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = coalesce(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def helm_values(*overlays: Mapping[str, Any]) -> dict[str, Any]:
+    """The chart's defaults, then our values files, then ``overlays`` (like more ``-f``)."""
+    values = yaml.safe_load(DEFAULT_VALUES.read_text())
+    for layer in [*(yaml.safe_load(p.read_text()) for p in OUR_VALUES), *overlays]:
+        values = coalesce(values, layer or {})
+    return values
+
+
+def get(values: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """A dotted key, as the chart's ``get_config`` resolves it."""
+    value: Any = values
+    for level in key.split("."):
+        if not isinstance(value, Mapping) or level not in value:
+            return default
+        value = value[level]
+    return value
+
+
+def _image(values: Mapping[str, Any]) -> str | None:
+    name, tag = get(values, "singleuser.image.name"), get(values, "singleuser.image.tag")
+    return f"{name}:{tag}" if name and tag else name
+
+
+def _home(values: Mapping[str, Any], ks: Any) -> tuple[dict, dict]:
+    """The home volume and its mount, keyed by volume name as the chart keys them."""
+    storage = get(values, "singleuser.storage") or {}
+    home_path = storage.get("homeMountPath")
+    if storage.get("type") == "dynamic":
+        dynamic = storage.get("dynamic") or {}
+        if dynamic.get("pvcNameTemplate"):
+            ks.pvc_name_template = dynamic["pvcNameTemplate"]
+        ks.storage_pvc_ensure = True
+        for trait, value in (("storage_class", dynamic.get("storageClass")),
+                             ("storage_access_modes", dynamic.get("storageAccessModes")),
+                             ("storage_capacity", storage.get("capacity"))):
+            if value is not None:
+                ks[trait] = value
+        name, claim, sub_path = dynamic.get("volumeNameTemplate"), "{pvc_name}", dynamic.get(
+            "subPath")
+    elif storage.get("type") == "static":
+        static = storage.get("static") or {}
+        name, claim, sub_path = "home", static.get("pvcName"), static.get("subPath")
+    else:
+        return {}, {}
+    return ({name: {"name": name, "persistentVolumeClaim": {"claimName": claim}}},
+            {name: {"mountPath": home_path, "name": name, "subPath": sub_path}})
+
+
+def _extra_volumes(values: Mapping[str, Any], volumes: dict, mounts: dict) -> None:
+    """storage.extraVolumes / extraVolumeMounts, each a dict or a list: a list of
+    volumes is keyed by name, a list of mounts by "<index>-<name>"."""
+    extra = get(values, "singleuser.storage.extraVolumes", {}) or {}
+    volumes.update(extra if isinstance(extra, Mapping) else {v["name"]: v for v in extra})
+    extra = get(values, "singleuser.storage.extraVolumeMounts", {}) or {}
+    mounts.update(extra if isinstance(extra, Mapping)
+                  else {f"{i}-{m['name']}": m for i, m in enumerate(extra)})
+
+
+def kubespawner_config(values: Mapping[str, Any],
+                       namespace: str = RELEASE_NAMESPACE) -> Config:
+    """``c.KubeSpawner`` as the chart's hub config leaves it for these ``values``,
+    before ``hub.extraConfig`` runs."""
+    c = Config()
+    ks = c.KubeSpawner
+    ks.namespace = namespace
+    for trait, key in COPIED:
+        value = get(values, f"singleuser.{key}")
+        if value is not None:
+            ks[trait] = copy.deepcopy(value)
+    if _image(values):
+        ks.image = _image(values)
+    tolerations = [*get(values, "scheduling.userPods.tolerations", []),
+                   *get(values, "singleuser.extraTolerations", [])]
+    if tolerations:
+        ks.tolerations = copy.deepcopy(tolerations)
+    if get(values, "singleuser.extraFiles"):
+        raise NotImplementedError("singleuser.extraFiles (a volume of the chart's own "
+                                  "Secret) is not reproduced here")
+    volumes, mounts = _home(values, ks)
+    _extra_volumes(values, volumes, mounts)
+    ks.volumes, ks.volume_mounts = copy.deepcopy(volumes), copy.deepcopy(mounts)
+    return c
