@@ -13,7 +13,7 @@ import pytest
 
 from jupyterhub_gpu.builders import karpenter, kueue, nodes
 from jupyterhub_gpu.parse import parse_platform
-from jupyterhub_gpu.quantities import format_go_duration, parse_memory
+from jupyterhub_gpu.quantities import format_go_duration, parse_cpu, parse_memory
 
 from .test_schemas import _crd_schema
 
@@ -82,10 +82,11 @@ def test_node_karpenter_starts_offers_what_a_static_node_offers(platform):
     """The provider subtracts a fixed 100m / 10Mi from the instance type's resources."""
     for pool in platform.pools:
         resources = karpenter.instance_type(pool)["resources"]
-        capacity = nodes.node_capacity(pool)
-        assert int(resources["cpu"].removesuffix("m")) - 100 == int(capacity["cpu"]) * 1000
-        assert parse_memory(resources["memory"]) - 10 * 2**20 == parse_memory(capacity["memory"])
-        assert resources[pool.resource_name] == capacity[pool.resource_name]
+        static = nodes.node_allocatable(pool)  # what a static node's kubelet reports
+        assert (int(resources["cpu"].removesuffix("m")) - 100
+                == round(parse_cpu(static["cpu"]) * 1000))
+        assert parse_memory(resources["memory"]) - 10 * 2**20 == parse_memory(static["memory"])
+        assert resources[pool.resource_name] == static[pool.resource_name]
 
 
 def test_node_pool_selects_what_the_flavor_and_the_pod_select(platform):
