@@ -27,7 +27,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "spec": TOP_LEVEL,
     "pool": ("name", "vmSize", "gpu", "gpusPerNode", "sharing", "spot", "minNodes",
              "maxNodes", "pricePerNodeHour", "cpusPerNode", "memoryPerNode",
-             "daemonsetOverhead"),
+             "consolidateAfter", "bootTime", "daemonsetOverhead"),
     "sharing": ("mode", "migProfile", "replicas"),
     "daemonsetOverhead": ("cpu", "memory"),
     "team": ("name", "groups", "namespace", "quota", "cohort", "borrowingLimit",
@@ -105,6 +105,10 @@ def _number(v: Any) -> float:
     return float(v)
 
 
+def _duration_or_zero(v: Any) -> int:
+    return q.parse_duration(v, allow_zero=True)
+
+
 def _bool(v: Any) -> bool:
     if not isinstance(v, bool):
         raise ValueError(f"must be true or false, got {v!r}")
@@ -165,6 +169,10 @@ def _sharing(errors: list[str], label: str, data: Any, gpu: Any) -> Sharing | No
     return Sharing(mode, mig, replicas or 1)
 
 
+def _pool_default(field: str) -> Any:
+    return Pool.__dataclass_fields__[field].default
+
+
 def _or_zero(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``parse``, but also accepting 0 (a pool without daemonsets)."""
     def parse_or_zero(v: Any) -> Any:
@@ -204,10 +212,15 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
         s.fail("minNodes", f"{lo} is above maxNodes {hi}")
     spot = s.get("spot", _bool, False)
     price = s.get("pricePerNodeHour", _number, 0.0)
+    consolidate = s.get("consolidateAfter", _duration_or_zero,
+                        _pool_default("consolidate_after_seconds"))
+    boot = s.get("bootTime", _duration_or_zero, _pool_default("boot_seconds"))
     overhead = _overhead(errors, label, s.data.get("daemonsetOverhead"))
     if len(errors) > n_errors:
         return None
-    return Pool(name, vm_size, gpu, gpus, sharing, cpus, mem, spot, lo, hi, price, overhead)
+    return Pool(name, vm_size, gpu, gpus, sharing, cpus, mem, spot, lo, hi, price,
+                consolidate_after_seconds=consolidate, boot_seconds=boot,
+                daemonset_overhead=overhead)
 
 
 def _team(errors: list[str], data: Any, index: int) -> Team | None:

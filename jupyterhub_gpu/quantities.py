@@ -49,8 +49,9 @@ def format_cpu(cores: float) -> str:
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
 
 
-def parse_duration(value: object) -> int:
-    """``"30m"``, ``"1h30m"``, ``"90s"`` or a number of seconds -> seconds (> 0)."""
+def parse_duration(value: object, allow_zero: bool = False) -> int:
+    """``"30m"``, ``"1h30m"``, ``"90s"`` or a number of seconds -> seconds (> 0, or
+    >= 0 with ``allow_zero``: ``"0s"`` or ``0``)."""
     if isinstance(value, int) and not isinstance(value, bool):
         seconds = value
     else:
@@ -59,6 +60,15 @@ def parse_duration(value: object) -> int:
             raise ValueError(f"{value!r} is not a duration; use e.g. 90s, 30m, 8h or 1h30m")
         d, h, mi, s = (int(g or 0) for g in m.groups())
         seconds = ((d * 24 + h) * 60 + mi) * 60 + s
-    if seconds <= 0:
-        raise ValueError(f"{value!r} is not a positive duration")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        kind = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{value!r} is not a {kind} duration")
     return seconds
+
+
+def format_go_duration(seconds: int) -> str:
+    """Seconds as a Go/Kubernetes duration string: ``600`` -> ``"10m"``, ``0`` -> ``"0s"``."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n]
+    return "".join(parts) or "0s"

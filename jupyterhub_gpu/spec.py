@@ -87,6 +87,11 @@ class Pool:
     min_nodes: int = 0
     max_nodes: int = 1
     price_per_node_hour: float = 0.0
+    # How long a node must have been empty before the autoscaler removes it.
+    consolidate_after_seconds: int = 600
+    # How long a new node takes from the autoscaler's decision until it is Ready (the
+    # dev cluster simulates it; users are told to expect it).
+    boot_seconds: int = 300
     daemonset_overhead: DaemonsetOverhead = DaemonsetOverhead()
 
     @property

@@ -16,6 +16,8 @@ Fixtures (all read-only for tests; copy before changing):
 - ``kueue_crds``: Kueue's CRDs by kind, from the ``sigs.k8s.io/kueue`` Go module at
   the pinned version (downloaded through the Go module proxy; skipped, with the reason,
   when no ``go`` is installed).
+- ``karpenter_module`` / ``karpenter_crds``: the pinned ``sigs.k8s.io/karpenter``
+  module's directory, and its CRDs (NodePool, NodeClaim, KWOKNodeClass...) by kind.
 - ``make_spawner``: builds a GPUSpawner for a user and groups, with optional config.
 
 Integration fixtures live in ``tests/integration/conftest.py``.
@@ -81,18 +83,40 @@ def offline_kubeconfig() -> Path:
     return _OFFLINE_KUBECONFIG
 
 
-@pytest.fixture(scope="session")
-def kueue_crds() -> dict[str, dict]:
+def _module_dir(binary: str) -> Path:
+    """The pinned Go module of a dev-cluster binary, downloaded through the proxy."""
     from jupyterhub_gpu.devcluster.build import PINS
 
+    pin = PINS[binary]
     if shutil.which("go") is None:
-        pytest.skip("no `go` on PATH: Kueue's CRDs come from the sigs.k8s.io/kueue Go module")
-    pin = PINS["kueue"]
+        pytest.skip(f"no `go` on PATH: this test reads the {pin.module} Go module")
     out = subprocess.run(["go", "mod", "download", "-json", f"{pin.module}@{pin.version}"],
                          capture_output=True, text=True, check=True)
-    bases = Path(json.loads(out.stdout)["Dir"]) / "config" / "components" / "crd" / "bases"
-    crds = (yaml.safe_load(p.read_text()) for p in sorted(bases.glob("*.yaml")))
+    return Path(json.loads(out.stdout)["Dir"])
+
+
+def _crds_by_kind(binary: str) -> dict[str, dict]:
+    from jupyterhub_gpu.devcluster.build import PINS
+
+    module = _module_dir(binary)
+    files = sorted(f for d in PINS[binary].crd_dirs for f in (module / d).glob("*.yaml"))
+    crds = (yaml.safe_load(p.read_text()) for p in files)
     return {crd["spec"]["names"]["kind"]: crd for crd in crds}
+
+
+@pytest.fixture(scope="session")
+def kueue_crds() -> dict[str, dict]:
+    return _crds_by_kind("kueue")
+
+
+@pytest.fixture(scope="session")
+def karpenter_module() -> Path:
+    return _module_dir("karpenter-kwok")
+
+
+@pytest.fixture(scope="session")
+def karpenter_crds() -> dict[str, dict]:
+    return _crds_by_kind("karpenter-kwok")
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ from ..allocatable import (EVICTION_MEMORY, MAX_PODS, kube_reserved_cpu_millis,
                            kube_reserved_memory)
 from ..gpus import GPU_MODELS, VM_SIZES
 from ..parse import FIELDS as PARSER_FIELDS
-from ..quantities import format_cpu, format_memory
-from ..spec import DaemonsetOverhead, SharingMode
+from ..quantities import format_cpu, format_go_duration, format_memory
+from ..spec import DaemonsetOverhead, Pool, SharingMode
 
 _OVERHEAD_CPU = format_cpu(DaemonsetOverhead().cpu)
 _OVERHEAD_MEMORY = format_memory(DaemonsetOverhead().memory_bytes)
@@ -39,6 +39,12 @@ SECTIONS: dict[str, str] = {
 }
 
 REQUIRED = "required"
+
+
+def _pool_default(field: str) -> str:
+    return format_go_duration(Pool.__dataclass_fields__[field].default)
+
+
 #: section -> field -> (type, default, description)
 FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
     "spec": {
@@ -60,12 +66,24 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
         "gpusPerNode": ("integer", "from vmSize", "Required for VM sizes not listed below."),
         "sharing": ("mapping", REQUIRED, "How one GPU is shared (see `sharing`)."),
         "spot": ("boolean", "false", "An Azure Spot pool: cheaper, may be evicted."),
-        "minNodes": ("integer", "0", "Smallest size; 0 lets the pool scale to zero."),
-        "maxNodes": ("integer", "1", "Largest size the cluster autoscaler may reach."),
+        "minNodes": ("integer", "0", "Smallest size; 0 lets the pool scale to zero. The "
+                     "dev cluster keeps this many static nodes."),
+        "maxNodes": ("integer", "1", "Largest size the autoscaler may reach (the cluster "
+                     "autoscaler on AKS, Karpenter in the dev cluster)."),
         "pricePerNodeHour": ("number", "0", "Price of one node-hour, for the spawn form."),
         "cpusPerNode": ("integer", "from vmSize", "vCPUs of one node."),
         "memoryPerNode": ("quantity", "from vmSize", "Memory of one node, e.g. `220Gi`; "
                           "for the tightest fit, the node's `capacity.memory`."),
+        "consolidateAfter": (
+            "duration", _pool_default("consolidate_after_seconds"),
+            "How long a node must have been empty (no notebook on it) before it is removed; "
+            "`0s`: as soon as the autoscaler notices. The dev cluster's Karpenter NodePool "
+            "uses it; on AKS the cluster autoscaler's `scale_down_unneeded` (10m, in the "
+            "Terraform) applies."),
+        "bootTime": (
+            "duration", _pool_default("boot_seconds"),
+            "How long a new node takes to boot and join, e.g. `4m`; the dev cluster's "
+            "Karpenter waits this long before a node it adds registers."),
         "daemonsetOverhead": ("mapping", f"{_OVERHEAD_CPU} cpu, {_OVERHEAD_MEMORY}",
                               "What the daemonsets request on each node (see "
                               "`daemonsetOverhead`)."),

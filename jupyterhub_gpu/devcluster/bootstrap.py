@@ -1,12 +1,13 @@
-"""What ``up`` puts into the running API server: Kueue's prerequisites, the team
-namespaces, the fake GPU nodes with their daemonsets' requests, and the platform's
-Kueue objects, with waits."""
+"""What ``up`` puts into the running API server: Kueue's and Karpenter's prerequisites,
+the team namespaces, the static fake GPU nodes (``minNodes``) with their daemonsets'
+requests, the platform's Kueue objects and its Karpenter NodePools, with waits."""
 
 from __future__ import annotations
 
 import time
 from typing import Callable, Iterable, TypeVar
 
+from ..builders.karpenter import API_VERSION as KARPENTER_API, karpenter_objects
 from ..builders.kueue import kueue_objects
 from ..builders.nodes import OVERHEAD_NAMESPACE, fake_node, overhead_daemonset
 from ..spec import Platform, Pool
@@ -47,12 +48,11 @@ def _condition(obj: dict | None, kind: str) -> bool:
     return any(c.get("type") == kind and c.get("status") == "True" for c in conds)
 
 
-def install_crds(client: KubeClient, src: KueueSources, base_url: str, ca_pem: bytes,
-                 timeout: float = 60) -> None:
-    plurals = ks.conversion_crds(src.crd_kustomization)
+def install_crds(client: KubeClient, crds: Iterable[dict], timeout: float = 60) -> None:
+    """Apply the CRDs and wait until every one is established."""
     names = []
-    for crd in src.crds:
-        client.apply(ks.with_conversion(crd, plurals, base_url, ca_pem))
+    for crd in crds:
+        client.apply(crd)
         names.append(crd["metadata"]["name"])
     for name in names:
         poll(lambda n=name: _condition(client.get(
@@ -66,7 +66,8 @@ def install_kueue_prereqs(client: KubeClient, src: KueueSources, layout: Layout,
     base_url = ks.webhook_base_url(ports)
     ca_pem = pki.webhook_ca_crt.read_bytes()
     client.apply(ks.namespace(ks.NAMESPACE))
-    install_crds(client, src, base_url, ca_pem)
+    plurals = ks.conversion_crds(src.crd_kustomization)
+    install_crds(client, (ks.with_conversion(c, plurals, base_url, ca_pem) for c in src.crds))
     client.apply(ks.webhook_secret(ca_pem, pki.webhook_ca_key.read_bytes(),
                                    pki.webhook_crt.read_bytes(), pki.webhook_key.read_bytes()))
     for name, source in (("tls.crt", pki.webhook_crt), ("tls.key", pki.webhook_key)):
@@ -98,12 +99,12 @@ def wait_service_accounts(client: KubeClient, namespaces: Iterable[str],
              f"the default ServiceAccount in namespace {ns}")
 
 
-def create_nodes(client: KubeClient, platform: Platform,
-                 nodes_per_pool: Callable[[Pool], int]) -> list[str]:
-    """Create ``nodes_per_pool(pool)`` fake nodes per pool (existing ones are kept)."""
+def create_static_nodes(client: KubeClient, platform: Platform) -> list[str]:
+    """Create every pool's ``minNodes`` fake nodes (existing ones are kept); Karpenter
+    adds the rest on demand."""
     names = []
     for pool in platform.pools:
-        for index in range(nodes_per_pool(pool)):
+        for index in range(pool.min_nodes):
             node = fake_node(pool, index)
             try:
                 client.create(node)
@@ -114,10 +115,9 @@ def create_nodes(client: KubeClient, platform: Platform,
     return names
 
 
-def run_node_overhead(client: KubeClient, platform: Platform,
-                      nodes_per_pool: Callable[[Pool], int], timeout: float = 120) -> None:
-    """Apply each pool's overhead DaemonSet and wait until its pod runs on every node,
-    so that no notebook is placed before a node's daemonsets are."""
+def run_node_overhead(client: KubeClient, platform: Platform, timeout: float = 120) -> None:
+    """Apply each pool's overhead DaemonSet and wait until its pod runs on every static
+    node (the DaemonSet controller adds one to each node Karpenter adds later)."""
     for pool in platform.pools:
         client.apply(overhead_daemonset(pool))
 
@@ -126,7 +126,7 @@ def run_node_overhead(client: KubeClient, platform: Platform,
                         OVERHEAD_NAMESPACE)
         st = (ds or {}).get("status") or {}
         desired = st.get("desiredNumberScheduled", 0)
-        return desired >= nodes_per_pool(pool) and st.get("numberReady") == desired
+        return desired >= pool.min_nodes and st.get("numberReady") == desired
     for pool in platform.pools:
         poll(lambda p=pool: running(p), timeout,
              f"the daemonset-overhead pods of pool {pool.name} to run on its nodes")
@@ -136,7 +136,7 @@ def wait_nodes_ready(client: KubeClient, names: list[str], timeout: float = 60) 
     def ready() -> bool:
         nodes = {n["metadata"]["name"]: n for n in client.list("v1", "Node")}
         return all(_condition(nodes.get(name), "Ready") for name in names)
-    poll(ready, timeout, f"{len(names)} fake nodes to become Ready (kwok)")
+    poll(ready, timeout, f"{len(names)} static fake nodes to become Ready (kwok)")
 
 
 def apply_kueue_objects(client: KubeClient, platform: Platform, timeout: float = 60) -> None:
@@ -149,3 +149,24 @@ def apply_kueue_objects(client: KubeClient, platform: Platform, timeout: float =
             name = obj["metadata"]["name"]
             poll(lambda n=name: _condition(client.get(ks.API_VERSION, "ClusterQueue", n),
                                            "Active"), timeout, f"ClusterQueue {name} to be Active")
+
+
+def _conditions(obj: dict) -> str:
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return ", ".join(f"{c.get('type')}={c.get('status')} ({c.get('message') or c.get('reason')})"
+                     for c in conds) or "none yet"
+
+
+def apply_karpenter_objects(client: KubeClient, platform: Platform, timeout: float = 60) -> None:
+    """Apply every pool's KWOKNodeClass and NodePool; wait until Karpenter reports each
+    NodePool Ready (its template validated and its node class found)."""
+    objects = karpenter_objects(platform)
+    for obj in objects:
+        client.apply(obj)
+    for name in (o["metadata"]["name"] for o in objects if o["kind"] == "NodePool"):
+        try:
+            poll(lambda n=name: _condition(client.get(KARPENTER_API, "NodePool", n), "Ready"),
+                 timeout, f"Karpenter to report NodePool {name} Ready")
+        except BootstrapError as e:
+            pool = client.get(KARPENTER_API, "NodePool", name)
+            raise BootstrapError(f"{e}; its conditions: {_conditions(pool)}") from None

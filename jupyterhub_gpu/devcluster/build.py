@@ -2,9 +2,10 @@
 
 Every component is compiled with the ordinary ``go`` toolchain at a pinned
 version inside a small generated wrapper module (``go.mod`` and, for etcd, a
-``main.go``) under the cache, and the binaries land in a directory keyed by a
-hash of the pins and of the Go version, so a rebuild happens only when one of
-them changes.  Nothing prebuilt is downloaded.
+``main.go``) under the cache. Each binary lands in a directory of its own keyed by
+a hash of its pin, the Go version and the build recipe, so changing or adding one
+pin rebuilds only that binary. The CRDs a component ships (Kueue's, Karpenter's)
+are copied from its module next to its binary.  Nothing prebuilt is downloaded.
 
 Run ``python -m jupyterhub_gpu.devcluster.build`` to build (a cold build takes
 tens of minutes on two cores).
@@ -37,6 +38,7 @@ __all__ = [
     "cache_root",
     "check_go",
     "is_built",
+    "crd_dir",
     "kueue_crd_dir",
 ]
 
@@ -45,7 +47,6 @@ MIN_GO = "1.26"
 # Bump when the way binaries are built changes (ldflags, wrapper layout...).
 RECIPE = "1"
 GO_PARALLELISM = "2"
-KUEUE_CRD_SUBDIR = "config/components/crd/bases"
 LOG_TAIL_LINES = 40
 
 
@@ -63,6 +64,8 @@ class Pin:
     # Generate a main.go calling ``<package>.Main(os.Args)`` (etcd ships no
     # importable main package outside its own multi-module repository).
     wrap_main: bool = False
+    # Directories of the module whose CRD YAMLs are copied next to the binary.
+    crd_dirs: tuple[str, ...] = ()
 
 
 # Kueue v0.17.0 requires k8s.io/* v0.35.3, so the control plane is 1.35.
@@ -76,7 +79,12 @@ PINS: Mapping[str, Pin] = MappingProxyType(
         ),
         "kube-scheduler": Pin("k8s.io/kubernetes", K8S_VERSION, "k8s.io/kubernetes/cmd/kube-scheduler"),
         "kwok": Pin("sigs.k8s.io/kwok", "v0.8.0", "sigs.k8s.io/kwok/cmd/kwok"),
-        "kueue": Pin("sigs.k8s.io/kueue", "v0.17.0", "sigs.k8s.io/kueue/cmd/kueue"),
+        "kueue": Pin("sigs.k8s.io/kueue", "v0.17.0", "sigs.k8s.io/kueue/cmd/kueue",
+                     crd_dirs=("config/components/crd/bases",)),
+        # The newest Karpenter whose go.mod accepts Go 1.26.8 (v1.14.3 needs 1.26.10,
+        # v1.15 k8s.io/* v0.36). Its kwok provider's binary is called `kwok` upstream.
+        "karpenter-kwok": Pin("sigs.k8s.io/karpenter", "v1.14.1", "sigs.k8s.io/karpenter/kwok",
+                              crd_dirs=("kwok/charts/crds", "kwok/apis/crds")),
     }
 )
 
@@ -142,35 +150,39 @@ def check_go(min_version: str = MIN_GO) -> str:
     return version
 
 
-def bin_dir() -> Path:
-    """Directory of the binaries, keyed by the pins, the Go version and the build recipe."""
-    key = json.dumps([RECIPE, _go_version(), {k: asdict(v) for k, v in PINS.items()}], sort_keys=True)
-    return cache_root() / "bin" / hashlib.sha256(key.encode()).hexdigest()[:12]
+def bin_dir(name: str) -> Path:
+    """Directory of one binary, keyed by its pin, the Go version and the build recipe."""
+    key = json.dumps([RECIPE, _go_version(), asdict(PINS[name])], sort_keys=True)
+    return cache_root() / "bin" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
 def binaries() -> dict[str, Path]:
     """Expected path of every binary (whether built or not)."""
-    directory = bin_dir()
-    return {name: directory / name for name in PINS}
+    return {name: bin_dir(name) / name for name in PINS}
+
+
+def crd_dir(name: str) -> Path:
+    """Directory holding the CRD manifests copied from the module of binary ``name``."""
+    return bin_dir(name) / "crds"
 
 
 def kueue_crd_dir() -> Path:
-    """Directory holding Kueue's CRD manifests copied from its module."""
-    return bin_dir() / "kueue-crds"
+    return crd_dir("kueue")
 
 
-def _crds_present() -> bool:
-    crd_dir = kueue_crd_dir()
-    return crd_dir.is_dir() and any(crd_dir.glob("*.yaml"))
+def _crds_present(name: str) -> bool:
+    directory = crd_dir(name)
+    return not PINS[name].crd_dirs or (directory.is_dir() and any(directory.glob("*.yaml")))
 
 
 def is_built() -> bool:
-    """True when every binary and the Kueue CRDs are in place."""
+    """True when every binary and every component's CRDs are in place."""
     try:
         paths = binaries()
     except BuildError:
         return False
-    return all(os.access(p, os.X_OK) for p in paths.values()) and _crds_present()
+    return (all(os.access(p, os.X_OK) for p in paths.values())
+            and all(_crds_present(name) for name in PINS))
 
 
 def _download(pin: Pin) -> dict[str, str]:
@@ -237,6 +249,8 @@ def _stamps(pin: Pin, build_date: str) -> dict[str, str]:
     if pin.module == "sigs.k8s.io/kueue":
         pkg = "sigs.k8s.io/kueue/pkg/version"
         return {f"{pkg}.GitVersion": pin.version, f"{pkg}.GitCommit": "", f"{pkg}.BuildDate": build_date}
+    if pin.module == "sigs.k8s.io/karpenter":
+        return {"sigs.k8s.io/karpenter/pkg/operator.Version": pin.version}
     return {}
 
 
@@ -252,7 +266,7 @@ def _log_tail(log: Path) -> str:
 
 def _go_build(name: str, pin: Pin, wrapper: Path, info: Mapping[str, str]) -> Path:
     """Compile one binary into a temporary file, then rename it into place atomically."""
-    target = bin_dir() / name
+    target = bin_dir(name) / name
     partial = target.with_name(f".{name}.partial-{os.getpid()}")
     ldflags = " ".join(["-s", "-w", *(f"-X {k}={v}" for k, v in _stamps(pin, _build_date(info)).items())])
     package = "." if pin.wrap_main else pin.package
@@ -270,14 +284,14 @@ def _go_build(name: str, pin: Pin, wrapper: Path, info: Mapping[str, str]) -> Pa
     return target
 
 
-def _install_crds(info: Mapping[str, str]) -> Path:
-    """Copy Kueue's CRD YAMLs from its module next to the binaries (swap in atomically)."""
-    source = Path(info["Dir"]) / KUEUE_CRD_SUBDIR
-    files = sorted(source.glob("*.yaml"))
+def _install_crds(name: str, pin: Pin, info: Mapping[str, str]) -> Path:
+    """Copy the CRD YAMLs of the pin's module next to its binary (swap in atomically)."""
+    sources = [Path(info["Dir"]) / sub for sub in pin.crd_dirs]
+    files = sorted(f for source in sources for f in source.glob("*.yaml"))
     if not files:
-        raise BuildError(f"no Kueue CRDs found under {source}")
-    dest = kueue_crd_dir()
-    staging = dest.with_name(f".kueue-crds.partial-{os.getpid()}")
+        raise BuildError(f"no CRDs found for {name} under {', '.join(map(str, sources))}")
+    dest = crd_dir(name)
+    staging = dest.with_name(f".crds.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     for file in files:
@@ -288,8 +302,9 @@ def _install_crds(info: Mapping[str, str]) -> Path:
 
 
 def _build_one(step: str, name: str, pin: Pin, force: bool, progress: Callable[[str], None]) -> None:
-    target = bin_dir() / name
-    needs_crds = name == "kueue" and (force or not _crds_present())
+    target = bin_dir(name) / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    needs_crds = bool(pin.crd_dirs) and (force or not _crds_present(name))
     if target.is_file() and not force and not needs_crds:
         progress(f"{step} {name} {pin.version} already built")
         return
@@ -299,16 +314,14 @@ def _build_one(step: str, name: str, pin: Pin, force: bool, progress: Callable[[
         started = time.monotonic()
         _go_build(name, pin, _prepare_wrapper(name, pin, info), info)
         progress(f"{step} {name} done in {time.monotonic() - started:.0f}s")
-    if name == "kueue":
-        progress(f"{step} Kueue CRDs copied to {_install_crds(info)}")
+    if needs_crds:
+        progress(f"{step} {name} CRDs copied to {_install_crds(name, pin, info)}")
 
 
 def build(progress: Callable[[str], None] = print, force: bool = False) -> dict[str, Path]:
     """Build every missing binary (all of them with force=True) and return their paths."""
     version = check_go()
-    directory = bin_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    progress(f"building dev-cluster binaries with {version} into {directory}")
+    progress(f"building dev-cluster binaries with {version} into {cache_root() / 'bin'}")
     with (cache_root() / "build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if force:
@@ -327,7 +340,8 @@ def main() -> int:
         return 1
     for name, path in paths.items():
         print(f"{name}: {path}")
-    print(f"kueue-crds: {kueue_crd_dir()}")
+        if PINS[name].crd_dirs:
+            print(f"{name} CRDs: {crd_dir(name)}")
     return 0
 
 

@@ -93,8 +93,9 @@ def _status(args: argparse.Namespace) -> int:
 def _add_build(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("build", help="build the control-plane binaries with go",
                        description="Build etcd, kube-apiserver, kube-controller-manager, "
-                       "kube-scheduler, kwok and Kueue from the Go module proxy into the "
-                       "cache (~/.cache/jupyterhub-gpu). Cold builds take tens of minutes.")
+                       "kube-scheduler, kwok, Kueue and Karpenter (kwok provider) from the Go "
+                       "module proxy into the cache (~/.cache/jupyterhub-gpu). Cold builds "
+                       "take tens of minutes.")
     p.add_argument("--force", action="store_true", help="rebuild even if already built")
     p.set_defaults(func=_build)
 
@@ -102,9 +103,11 @@ def _add_build(sub: argparse._SubParsersAction) -> None:
 def _add_up(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("up", help="start the dev cluster for a platform spec",
                        description="Start etcd, kube-apiserver, kube-controller-manager, "
-                       "kube-scheduler, kwok and Kueue on 127.0.0.1; create the team "
-                       "namespaces, maxNodes fake nodes per pool and the spec's Kueue "
-                       "objects. Prints the kubeconfig path when ready.")
+                       "kube-scheduler, kwok, Kueue and Karpenter on 127.0.0.1; create the "
+                       "team namespaces, minNodes static fake nodes per pool, the spec's "
+                       "Kueue objects and a Karpenter NodePool per pool, which adds nodes "
+                       "up to maxNodes when notebooks need them and removes them once "
+                       "empty. Prints the kubeconfig path when ready.")
     p.add_argument("--spec", default=DEFAULT_SPEC, metavar="PATH",
                    help=f"platform spec (YAML; default: {DEFAULT_SPEC} in the current directory)")
     _state_arg(p)
@@ -128,8 +131,9 @@ def _add_down_status(sub: argparse._SubParsersAction) -> None:
 def add_devcluster_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``devcluster`` with its build/up/down/status subcommands to ``subparsers``."""
     parser = subparsers.add_parser(
-        "devcluster", help="run a local GPU dev cluster (kwok fake nodes, Kueue)",
-        description="A local Kubernetes control plane with fake GPU nodes and Kueue, "
+        "devcluster", help="run a local GPU dev cluster (kwok fake nodes, Kueue, Karpenter)",
+        description="A local Kubernetes control plane with fake GPU nodes that Karpenter "
+        "adds and removes, and Kueue, "
         "run as plain processes on 127.0.0.1 from binaries built with `go`.")
     sub = parser.add_subparsers(dest="devcluster_command", required=True, metavar="ACTION")
     _add_build(sub)

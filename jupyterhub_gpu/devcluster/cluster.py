@@ -1,12 +1,16 @@
 """``up``, ``down`` and ``status`` of the local GPU dev cluster.
 
-Real local processes from the built binaries, all bound to 127.0.0.1: etcd,
+Real local processes from the built binaries, bound to 127.0.0.1: etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler, kwok (fake nodes and
-kubelets) and Kueue's manager. ``up`` starts etcd and the API server waiting for
-each, installs Kueue's CRDs, webhooks and certs, starts the rest and waits for each
-to be healthy, then creates the team namespaces, the fake GPU nodes and the
-platform's Kueue objects. If anything fails (or on Ctrl-C / SIGTERM), everything
-``up`` started is stopped and the failing component's log tail is reported.
+kubelets), Kueue's manager and Karpenter with its kwok provider (which adds a pool's
+node when an admitted notebook needs one and removes it once empty). ``up`` starts
+etcd and the API server waiting for each, installs Kueue's CRDs, webhooks and certs
+and Karpenter's CRDs, writes Karpenter's instance types, starts the rest and waits
+for each to be healthy, then creates the team namespaces, each pool's ``minNodes``
+static GPU nodes, the platform's Kueue objects and its NodePools. A pool starts at
+``minNodes`` (0 in the example). If anything fails (or on Ctrl-C / SIGTERM),
+everything ``up`` started is stopped and the failing component's log tail is
+reported.
 """
 
 from __future__ import annotations
@@ -23,20 +27,22 @@ from typing import Callable, Iterator
 
 import yaml
 
-from ..spec import Platform, Pool
+from ..builders.karpenter import instance_types_json
+from ..spec import Platform
 from . import bootstrap, components, kueue_setup, pki as pkimod, procs, sources, stages
 from .components import Component
 from .kubeapi import KubeClient
-from .layout import COMPONENTS, Layout, Ports, default_state_dir
+from .layout import ALL_INTERFACES, COMPONENTS, HOST, Layout, Ports, default_state_dir
 
 Progress = Callable[[str], None]
-HEALTH_TIMEOUTS = {"etcd": 30, "kube-apiserver": 120, "kueue": 120}
+HEALTH_TIMEOUTS = {"etcd": 30, "kube-apiserver": 120, "kueue": 120, "karpenter": 120}
 DEFAULT_HEALTH_TIMEOUT = 60
 PORT_OWNERS = {"etcd_client": "etcd", "etcd_peer": "etcd (peer)",
                "apiserver": "kube-apiserver", "controller_manager": "kube-controller-manager",
                "scheduler": "kube-scheduler", "kwok": "kwok",
                "kueue_webhook": "Kueue webhook", "kueue_metrics": "Kueue metrics",
-               "kueue_health": "Kueue health probe"}
+               "kueue_health": "Kueue health probe", "karpenter_metrics": "Karpenter metrics",
+               "karpenter_health": "Karpenter health probe"}
 
 
 class DevClusterError(RuntimeError):
@@ -45,10 +51,6 @@ class DevClusterError(RuntimeError):
 
 def _layout(state_dir: Path | str | None) -> Layout:
     return Layout(Path(state_dir).expanduser() if state_dir else default_state_dir())
-
-
-def _max_nodes(pool: Pool) -> int:
-    return pool.max_nodes
 
 
 # -- before starting -------------------------------------------------------------------
@@ -92,9 +94,10 @@ def _clean_stale(layout: Layout, progress: Progress) -> None:
 def _check_ports(ports: Ports) -> None:
     busy = []
     for field, port in ports.as_dict().items():
-        if not procs.port_free(port):
+        host = "" if field in ALL_INTERFACES else HOST
+        if not procs.port_free(port, host):
             holder = procs.port_holder(port) or "another process"
-            busy.append(f"port {port} on 127.0.0.1 (for {PORT_OWNERS[field]}) "
+            busy.append(f"port {port} on {host or 'any interface'} (for {PORT_OWNERS[field]}) "
                         f"is in use by {holder}")
     if busy:
         raise DevClusterError(
@@ -103,10 +106,11 @@ def _check_ports(ports: Ports) -> None:
             "DIR`), or start this one with other ports (cluster.up(..., ports=Ports(...))).")
 
 
-def _write_configs(layout: Layout, ports: Ports, pki: pkimod.PkiPaths,
+def _write_configs(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.PkiPaths,
                    bins: dict[str, Path]) -> None:
     server = components.apiserver_url(ports)
     pkimod.write_kubeconfig(layout.kubeconfig, server, pki)
+    layout.karpenter_instance_types.write_text(instance_types_json(platform))
     layout.kwok_config.write_text(yaml.safe_dump_all(stages.stages(), sort_keys=False))
     layout.kueue_config.write_text(yaml.safe_dump(
         kueue_setup.configuration(ports, str(layout.kueue_cert_dir)), sort_keys=False))
@@ -142,50 +146,53 @@ def _wait(comp: Component, proc: subprocess.Popen, layout: Layout, pki: pkimod.P
 
 
 def _start_all(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.PkiPaths,
-               bins: dict[str, Path], nodes_per_pool: Callable[[Pool], int],
-               progress: Progress) -> None:
+               bins: dict[str, Path], progress: Progress) -> None:
     """etcd, then the API server, each waited for; then the rest.
 
-    kube-scheduler and kwok start while Kueue's CRDs go in; kube-controller-manager
-    only after them, so its garbage collector knows Workloads from the start (else a
-    deleted pod's Workload keeps its quota until the collector's next discovery
-    refresh, up to 30 s later). Kueue starts last but is not waited on before the
-    others are healthy, since nothing else depends on it.
+    kube-scheduler and kwok start while Kueue's and Karpenter's CRDs go in;
+    kube-controller-manager only after them, so its garbage collector knows Workloads
+    from the start (else a deleted pod's Workload keeps its quota until the
+    collector's next discovery refresh, up to 30 s later). Kueue and Karpenter start
+    last but are not waited on before the others are healthy, since nothing else
+    depends on them.
     """
     comps = {c.name: c for c in components.control_plane(bins, layout, ports, pki)}
     started = {"etcd": procs.launch(comps["etcd"], layout)}
     kueue_src = sources.kueue_sources()  # parse the CRDs while etcd starts
+    karpenter_crds = sources.crds("karpenter-kwok")
     _wait(comps["etcd"], started["etcd"], layout, pki, progress)
     started["kube-apiserver"] = procs.launch(comps["kube-apiserver"], layout)
     _wait(comps["kube-apiserver"], started["kube-apiserver"], layout, pki, progress)
     client = KubeClient(components.apiserver_url(ports), pki)
     for name in ("kube-scheduler", "kwok"):
         started[name] = procs.launch(comps[name], layout)
-    progress("  installing Kueue CRDs, webhook configurations and certificates")
+    progress("  installing Kueue CRDs, webhook configurations and certificates; Karpenter CRDs")
     bootstrap.install_kueue_prereqs(client, kueue_src, layout, ports, pki)
-    for name in ("kube-controller-manager", "kueue"):
+    bootstrap.install_crds(client, karpenter_crds)
+    for name in ("kube-controller-manager", "kueue", "karpenter"):
         started[name] = procs.launch(comps[name], layout)
-    for name in ("kube-controller-manager", "kube-scheduler", "kwok", "kueue"):
+    for name in ("kube-controller-manager", "kube-scheduler", "kwok", "kueue", "karpenter"):
         _wait(comps[name], started[name], layout, pki, progress)
     bootstrap.wait_kueue_webhooks(client)
-    _populate(client, platform, nodes_per_pool, progress)
+    _populate(client, platform, progress)
 
 
-def _populate(client: KubeClient, platform: Platform,
-              nodes_per_pool: Callable[[Pool], int], progress: Progress) -> None:
+def _populate(client: KubeClient, platform: Platform, progress: Progress) -> None:
     namespaces = bootstrap.create_namespaces(client, platform)
-    nodes = bootstrap.create_nodes(client, platform, nodes_per_pool)
+    nodes = bootstrap.create_static_nodes(client, platform)
     bootstrap.apply_kueue_objects(client, platform)
+    bootstrap.apply_karpenter_objects(client, platform)
     bootstrap.wait_nodes_ready(client, nodes)
-    bootstrap.run_node_overhead(client, platform, nodes_per_pool)
+    bootstrap.run_node_overhead(client, platform)
     bootstrap.wait_service_accounts(client, namespaces)
-    progress(f"  {len(namespaces)} team namespaces, {len(nodes)} fake nodes Ready with "
-             f"their daemonset overhead, "
-             f"Kueue objects applied ({len(platform.teams)} ClusterQueues active)")
+    progress(f"  {len(namespaces)} team namespaces, {len(nodes)} static GPU nodes Ready "
+             f"(minNodes) with their daemonset overhead, Kueue objects applied "
+             f"({len(platform.teams)} ClusterQueues active), {len(platform.pools)} Karpenter "
+             f"NodePools Ready")
 
 
 def up(platform: Platform, state_dir: Path | str | None = None, progress: Progress = print,
-       nodes_per_pool: Callable[[Pool], int] = _max_nodes, ports: Ports | None = None) -> dict:
+       ports: Ports | None = None) -> dict:
     """Start the dev cluster for ``platform``; return :func:`status`.
 
     If the cluster already runs from ``state_dir`` this says so and returns its status.
@@ -201,11 +208,11 @@ def up(platform: Platform, state_dir: Path | str | None = None, progress: Progre
     started = time.monotonic()
     layout.make_dirs()
     pki = pkimod.generate(layout.pki_dir, webhook_dns=(kueue_setup.service_dns(),))
-    _write_configs(layout, ports, pki, bins)
+    _write_configs(platform, layout, ports, pki, bins)
     progress(f"Starting the dev cluster in {layout.root}")
     try:
         with _sigterm_as_exit():
-            _start_all(platform, layout, ports, pki, bins, nodes_per_pool, progress)
+            _start_all(platform, layout, ports, pki, bins, progress)
     except BaseException:
         progress("Start failed; stopping every component this run started.")
         _stop_all(layout, progress=lambda m: None)

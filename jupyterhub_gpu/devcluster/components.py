@@ -1,8 +1,9 @@
 """Command lines of the dev cluster's processes (pure: paths and ports in, argv out).
 
-Every listener is bound to 127.0.0.1. The control plane is deliberately small:
-RBAC with an admin client cert, the controllers a notebook platform needs, and no
-kubelet (kwok plays every node's kubelet).
+Every listener is bound to 127.0.0.1, except Karpenter's two (see :func:`karpenter`).
+The control plane is deliberately small: RBAC with an admin client cert, the
+controllers a notebook platform needs, no kubelet (kwok plays every node's kubelet),
+and Karpenter's kwok provider adding and removing the GPU nodes.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class Component:
     argv: tuple[str, ...]
     health: Health
     env: Mapping[str, str] = field(default_factory=dict)
+    # Log lines (substrings) that mean the component cannot do its job although it
+    # answers its health check.
+    fatal_log: tuple[str, ...] = ()
 
     @property
     def binary(self) -> str:
@@ -150,9 +154,29 @@ def kueue(bin_: Path, layout: Layout, ports: Ports) -> Component:
                      env={"TMPDIR": str(layout.kueue_tmp)})
 
 
+# Karpenter's kwok provider only logs a bad INSTANCE_TYPES_FILE_PATH and runs on with
+# no instance types (kwok/main.go).
+KARPENTER_BAD_INSTANCE_TYPES = "failed constructing instance types"
+
+
+def karpenter(bin_: Path, layout: Layout, ports: Ports) -> Component:
+    """Karpenter with its kwok cloud provider: adds and removes the GPU nodes.
+
+    Configured by environment only (it rejects ``--kubeconfig``); out of a cluster it
+    needs leader election off. Its metrics and health ports bind every interface.
+    """
+    env = {"KUBECONFIG": str(layout.kubeconfig), "DISABLE_LEADER_ELECTION": "true",
+           "METRICS_PORT": str(ports.karpenter_metrics),
+           "HEALTH_PROBE_PORT": str(ports.karpenter_health),
+           "INSTANCE_TYPES_FILE_PATH": str(layout.karpenter_instance_types)}
+    return Component("karpenter", (str(bin_),),
+                     Health(f"http://{HOST}:{ports.karpenter_health}/readyz"), env=env,
+                     fatal_log=(KARPENTER_BAD_INSTANCE_TYPES,))
+
+
 def control_plane(bins: Mapping[str, Path], layout: Layout, ports: Ports,
                   pki: PkiPaths) -> list[Component]:
-    """Every component, in start order (Kueue last)."""
+    """Every component, in start order (Kueue and Karpenter last)."""
     return [
         etcd(bins["etcd"], layout, ports),
         kube_apiserver(bins["kube-apiserver"], layout, ports, pki),
@@ -160,4 +184,5 @@ def control_plane(bins: Mapping[str, Path], layout: Layout, ports: Ports,
         kube_scheduler(bins["kube-scheduler"], layout, ports, pki),
         kwok(bins["kwok"], layout, ports),
         kueue(bins["kueue"], layout, ports),
+        karpenter(bins["karpenter-kwok"], layout, ports),
     ]

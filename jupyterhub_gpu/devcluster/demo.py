@@ -3,7 +3,9 @@
 Builds the control plane if needed, brings the dev cluster up with a platform spec,
 then runs a real JupyterHub with GPUSpawner on http://127.0.0.1:8000 and the pod
 runner that starts a real ``jupyterhub-singleuser`` for every running notebook pod.
-Ctrl-C stops the hub, the notebooks and the cluster, and leaves nothing running.
+Every GPU pool starts at ``minNodes`` (0 in the example); the terminal shows a live
+line per pool as Karpenter adds and removes its machines. Ctrl-C stops the hub, the
+notebooks and the cluster, and leaves nothing running.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Coroutine
 
 from . import build
+from .kubeapi import KubeClient
 from .layout import Layout, Ports, default_state_dir
+from .pki import PkiPaths
 from .podrunner import PodRunner
+from .poolwatch import watch_pools
 from .procs import unfailing
 
 CHP_VERSION = "5.3.0"
@@ -80,20 +85,24 @@ async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
             start_new_session=True)
 
 
-async def _stop(hub: asyncio.subprocess.Process | None, runner: asyncio.Task) -> None:
+async def _stop(hub: asyncio.subprocess.Process | None, *tasks: asyncio.Task | None) -> None:
     if hub is not None and hub.returncode is None:
         hub.send_signal(signal.SIGTERM)  # the hub stops its servers on the way out
         await hub.wait()
-    runner.cancel()
-    await asyncio.gather(runner, return_exceptions=True)
+    running = [t for t in tasks if t is not None]
+    for task in running:
+        task.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
 
 
 async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
                 progress: Callable[[str], None] = print, stop: asyncio.Event | None = None,
                 hub_port: int = 8081, proxy_api_port: int = 8001,
-                hub_kubeconfig: Path | None = None) -> int:
-    """Run the hub and the pod runner until ``stop`` is set (by default: on Ctrl-C or
-    SIGTERM) or the hub exits; then stop both, whatever happened meanwhile. The pod
+                hub_kubeconfig: Path | None = None,
+                watch: Callable[[], Coroutine] | None = None) -> int:
+    """Run the hub and the pod runner (and ``watch()``, e.g. the pools' live lines)
+    until ``stop`` is set (by default: on Ctrl-C or SIGTERM) or the hub exits; then
+    stop them all, whatever happened meanwhile. The pod
     runner, which plays the kubelet, uses ``kubeconfig``; the hub uses
     ``hub_kubeconfig`` if given (e.g. a ServiceAccount's, bound by the bundle's RBAC),
     else the same."""
@@ -103,6 +112,7 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     runner = asyncio.create_task(PodRunner(kubeconfig, workdir).run())
+    watcher = asyncio.create_task(watch()) if watch else None
     hub = waiter = None
     try:
         hub = await start_hub(spec, hub_kubeconfig or kubeconfig, workdir, url, hub_port,
@@ -114,7 +124,7 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
                            return_when=asyncio.FIRST_COMPLETED)
     finally:
         progress("stopping the hub and the notebooks")
-        await _stop(hub, runner)
+        await _stop(hub, runner, watcher)
         if waiter is not None:
             waiter.cancel()
     return 0 if stop.is_set() else (hub.returncode or 1)
@@ -134,10 +144,12 @@ def run_demo(spec: Path, state_dir: Path | None, url: str,
     build.build(progress)
     ensure_chp(progress)
     layout = Layout(state_dir or default_state_dir())
-    cluster.up(platform, layout.root, progress, ports=ports)
+    status = cluster.up(platform, layout.root, progress, ports=ports)
+    client = KubeClient(status["server"], PkiPaths(layout.pki_dir))
     try:
         return asyncio.run(serve(spec, layout.kubeconfig, layout.root / "demo", url, progress,
-                                 hub_port=hub_port, proxy_api_port=proxy_api_port))
+                                 hub_port=hub_port, proxy_api_port=proxy_api_port,
+                                 watch=lambda: watch_pools(client, platform, progress)))
     finally:
         progress("stopping the dev cluster")
         cluster.down(layout.root, progress)

@@ -8,14 +8,16 @@ Everything lives under one state directory (default
     cluster.json          ports and binaries of the running cluster (for status/down)
     pki/                  CAs, serving/client certs, service-account keys
     etcd/                 etcd data (wiped on every ``up``)
-    config/               kwok stages, Kueue Configuration
+    config/               kwok stages, Kueue Configuration, Karpenter instance types
     kueue/certs/          Kueue webhook serving cert (tls.crt, tls.key)
     logs/<component>.log  each component's stdout and stderr
     pids/<component>.pid  JSON: pid, binary, argv, start time of what ``up`` started
 
-Ports are fixed (so the kubeconfig stays valid across restarts) and all bound to
-127.0.0.1; the defaults sit outside the usual 2379/6443/10257/10259 so a kind or
-minikube cluster on the same machine does not collide.
+Ports are fixed (so the kubeconfig stays valid across restarts) and bound to
+127.0.0.1, except Karpenter's metrics and health ports (:data:`ALL_INTERFACES`), which
+it binds on every interface; the defaults sit outside the usual
+2379/6443/10257/10259 so a kind or minikube cluster on the same machine does not
+collide.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from pathlib import Path
 
 HOST = "127.0.0.1"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-              "kwok", "kueue")
+              "kwok", "kueue", "karpenter")
+# Ports Karpenter binds on every interface (it takes no bind address).
+ALL_INTERFACES = ("karpenter_metrics", "karpenter_health")
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,8 @@ class Ports:
     kueue_webhook: int = 29443
     kueue_metrics: int = 28443
     kueue_health: int = 28081
+    karpenter_metrics: int = 28090
+    karpenter_health: int = 28091
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -85,6 +91,10 @@ class Layout:
     @property
     def kwok_config(self) -> Path:
         return self.config_dir / "kwok.yaml"
+
+    @property
+    def karpenter_instance_types(self) -> Path:
+        return self.config_dir / "karpenter-instance-types.json"
 
     @property
     def kwok_workdir(self) -> Path:

@@ -190,17 +190,33 @@ def _failure(component: Component, layout: Layout, what: str) -> ComponentError:
                           f"{log_tail(log)}")
 
 
+def _check_log(component: Component, layout: Layout) -> None:
+    try:
+        text = layout.log(component.name).read_text(errors="replace")
+    except OSError:
+        return
+    # what the component wrote, after the command line launch() logged first
+    text = text.partition(" ".join(component.argv) + "\n")[2]
+    for fatal in component.fatal_log:
+        found = next((line for line in text.splitlines() if fatal in line), None)
+        if found is not None:
+            raise _failure(component, layout, f"logged {fatal!r} while starting: {found.strip()}")
+
+
 def wait_healthy(component: Component, proc: subprocess.Popen, layout: Layout,
                  pki: PkiPaths, timeout: float) -> float:
-    """Wait until the health URL answers 200; return seconds waited."""
+    """Wait until the health URL answers 200; return seconds waited. A component that
+    exits, or logs one of its ``fatal_log`` lines, fails at once."""
     start = time.monotonic()
     reason = "no answer"
     while time.monotonic() - start < timeout:
         code = proc.poll()
         if code is not None:
             raise _failure(component, layout, f"exited with code {code} while starting")
+        _check_log(component, layout)
         reason = probe(component.health, pki) or ""
         if not reason:
+            _check_log(component, layout)
             return time.monotonic() - start
         time.sleep(0.2)
     raise _failure(component, layout,
@@ -239,11 +255,12 @@ def stop(rec: PidRecord, layout: Layout, timeout: float = 10.0) -> str:
     return outcome
 
 
-def port_free(port: int) -> bool:
+def port_free(port: int, host: str = HOST) -> bool:
+    """Nothing listens on ``port`` of ``host`` (``""``: of every interface)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((HOST, port))
+            s.bind((host, port))
         except OSError:
             return False
     return True

@@ -1,4 +1,5 @@
-"""Inputs read from disk: the built binaries, Kueue's CRDs and its webhook manifests.
+"""Inputs read from disk: the built binaries, Kueue's and Karpenter's CRDs and Kueue's
+webhook manifests.
 
 The binaries and CRDs come from :mod:`jupyterhub_gpu.devcluster.build`. Kueue's
 webhook manifests are read from the ``sigs.k8s.io/kueue`` module the build
@@ -80,14 +81,19 @@ def _yaml_docs(path: Path) -> list[dict]:
         raise SourceError(f"cannot read {path}: {e}") from e
 
 
+def crds(component: str) -> list[dict]:
+    """The CRDs the build copied from the module of binary ``component``."""
+    directory = build.crd_dir(component)
+    files = sorted(directory.glob("*.yaml"))
+    if not files:
+        raise SourceError(f"no {component} CRDs in {directory}; run `devcluster build`")
+    return [d for f in files for d in _yaml_docs(f)]
+
+
 def kueue_sources() -> KueueSources:
     module = kueue_module_dir()
-    crd_files = sorted(build.kueue_crd_dir().glob("*.yaml"))
-    if not crd_files:
-        raise SourceError(f"no Kueue CRDs in {build.kueue_crd_dir()}; run `devcluster build`")
-    crds = [d for f in crd_files for d in _yaml_docs(f)]
     return KueueSources(
-        crds=crds,
+        crds=crds("kueue"),
         crd_kustomization=_yaml_docs(module / CRD_DIR / "kustomization.yaml")[0],
         webhook_manifests=_yaml_docs(module / WEBHOOK_DIR / "manifests.yaml"),
         webhook_kustomization=_yaml_docs(module / WEBHOOK_DIR / "kustomization.yaml")[0],

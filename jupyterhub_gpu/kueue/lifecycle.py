@@ -39,7 +39,7 @@ def wanted(grant: Grant) -> Wanted:
     what = f"{count}{pool.gpu.name} {unit[pool.sharing.mode]}"
     return Wanted(profile=profile.display_name, what=what if count else indefinite(what),
                   queue=grant.team.local_queue, pool=pool.name, gpu=pool.gpu.name,
-                  image=profile.image)
+                  image=profile.image, boot_seconds=pool.boot_seconds)
 
 
 @dataclass

@@ -7,6 +7,9 @@ from datetime import datetime
 
 from . import status as st
 
+# The event source (component) of Karpenter, AKS's node auto-provisioner as well.
+KARPENTER = "karpenter"
+
 
 @dataclass(frozen=True)
 class Wanted:
@@ -18,6 +21,7 @@ class Wanted:
     pool: str
     gpu: str
     image: str
+    boot_seconds: int | None = None  # how long a new node of the pool usually takes
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,38 @@ def _waiting(w: Wanted, workload: dict, position: tuple[int, int] | None) -> Sta
     return Stage("queued", where, 20)
 
 
+def _about(seconds: int | None) -> str:
+    if seconds is None:
+        return "a few minutes"
+    if seconds < 90:
+        return f"about {seconds} second{'s' if seconds != 1 else ''}"
+    minutes = round(seconds / 60)
+    return f"about {minutes} minute{'s' if minutes != 1 else ''}"
+
+
+def _by_karpenter(event: dict) -> bool:
+    source = (event.get("source") or {}).get("component") or event.get("reportingComponent")
+    return source == KARPENTER
+
+
+def _karpenter(w: Wanted, event: dict) -> Stage | None:
+    """Karpenter's pod events (AKS Node Auto Provisioning and the dev cluster)."""
+    if event["reason"] == "Nominated":  # "Pod should schedule on: nodeclaim/..."
+        return Stage("scale-up", f"Starting a new {w.gpu} machine for pool {w.pool}; this "
+                     f"usually takes {_about(w.boot_seconds)}", 50)
+    if f"limits have been exhausted for nodepool (NodePool={w.pool})" in event.get("message", ""):
+        return Stage("no-scale-up", f"No {w.gpu} machine can be added to pool {w.pool} right "
+                     "now: it is at its maximum size; still waiting for room", 50)
+    return None
+
+
 def _scheduling(w: Wanted, events: list[dict]) -> Stage:
+    # Karpenter's word beats the scheduler's "no room" it keeps repeating meanwhile.
+    from_karpenter = _latest_event([e for e in events if _by_karpenter(e)],
+                                   "Nominated", "FailedScheduling")
+    stage = _karpenter(w, from_karpenter) if from_karpenter else None
+    if stage:
+        return stage
     event = _latest_event(events, "TriggeredScaleUp", "NotTriggerScaleUp", "FailedScheduling")
     reason = (event or {}).get("reason")
     if reason == "TriggeredScaleUp":

@@ -1,11 +1,12 @@
 """Cluster-tier fixtures: a real kube-apiserver, etcd, controller-manager, scheduler,
-kwok GPU nodes and the Kueue manager, started once per session from the binaries
-``jupyterhub-gpu devcluster build`` made.
+kwok, the Kueue manager and Karpenter (kwok provider) adding and removing the GPU
+nodes, started once per session from the binaries ``jupyterhub-gpu devcluster build``
+made.
 
 Fixtures:
 
 - ``cluster_spec_path`` / ``cluster_platform``: ``tests/integration/platform.yaml``
-  (one node per pool, small quotas without borrowing) and its parsed Platform.
+  (pools from 0 nodes, small quotas without borrowing) and its parsed Platform.
 - ``cluster`` (session): the dev cluster up with that spec, in a temporary state dir
   and on ports of its own (the defaults + 10000 + $JUPYTERHUB_GPU_TEST_PORT_OFFSET, so
   a running ``make demo`` does not collide); ``down`` at the end. Its value is the dict ``devcluster status`` prints.
@@ -17,7 +18,8 @@ Fixtures:
   kubeconfig (``cluster["kubeconfig"]``) is only for set-up, the pod runner (the
   stand-in kubelet) and assertions.
 - ``kube`` (session): kubernetes_asyncio ``CoreV1Api`` and ``CustomObjectsApi`` on it,
-  with the admin kubeconfig.
+  with the admin kubeconfig, and helpers for Workloads and for a pool's Karpenter nodes
+  and NodeClaims.
 - ``spawn``: starts a real GPUSpawner for (user, groups, profile) and returns it
   (``wait=False``: returns the spawner and its start task at once; ``config``: a
   traitlets Config merged over the defaults). Every server it started is stopped at
@@ -60,6 +62,8 @@ PORT_OFFSET = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
 TEST_PORTS = Ports(**{name: port + 10000 + PORT_OFFSET
                       for name, port in Ports().as_dict().items()})
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
+KARPENTER = ("karpenter.sh", "v1")
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
 
 
 def pytest_collection_modifyitems(items):
@@ -116,6 +120,40 @@ class Kube:
             if wl["metadata"].get("labels", {}).get("kueue.x-k8s.io/job-uid") == pod.metadata.uid:
                 return wl
         return None
+
+    async def spawner_pod(self, spawner):
+        """The spawner's pod, or None while it is not created yet."""
+        from kubernetes_asyncio.client import ApiException
+
+        try:
+            return await self.core.read_namespaced_pod(spawner.pod_name, spawner.namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def pool_nodes(self, pool: str) -> list:
+        """The nodes Karpenter started for ``pool`` (its NodePool has the pool's name)."""
+        return (await self.core.list_node(label_selector=f"{NODEPOOL_LABEL}={pool}")).items
+
+    async def node_claims(self, pool: str) -> list[dict]:
+        listing = await self.custom.list_cluster_custom_object(
+            *KARPENTER, "nodeclaims", label_selector=f"{NODEPOOL_LABEL}={pool}")
+        return listing["items"]
+
+    async def pool_is_empty(self, pool: str) -> bool:
+        return not await self.pool_nodes(pool) and not await self.node_claims(pool)
+
+    async def set_node_limit(self, pool: str, nodes: int | str) -> None:
+        await self.custom.patch_cluster_custom_object(
+            *KARPENTER, "nodepools", pool, {"spec": {"limits": {"nodes": str(nodes)}}},
+            _content_type="application/merge-patch+json")
+
+    async def restore_node_limit(self, pool) -> None:
+        """Back to the limit ``devcluster up`` gave the pool's NodePool."""
+        from jupyterhub_gpu.builders.karpenter import node_pool
+
+        await self.set_node_limit(pool.name, node_pool(pool)["spec"]["limits"]["nodes"])
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,6 @@ from . import hub_rbac, hubpod
 from .conftest import PORT_OFFSET, STATE_DIR, wait_for
 
 URL = f"http://127.0.0.1:{18000 + PORT_OFFSET}"
-MERGE = {"_content_type": "application/merge-patch+json"}
 
 
 PORTS = dict(hub_port=18081 + PORT_OFFSET, proxy_api_port=18001 + PORT_OFFSET)
@@ -298,36 +297,6 @@ async def test_cancelling_a_queued_spawn_from_the_hub_leaves_nothing(hub, kube):
         await dave.close()
 
 
-async def test_idle_gpu_server_is_culled_by_the_real_culler(cluster, cluster_spec_path, kube,
-                                                           hub_kubeconfig, tmp_path):
-    """jupyterhub-idle-culler 2.x with the jupyterhub_gpu.cull hook, as a hub service,
-    stops a server idle past its profile's idleTimeout (10 s here); pod and Workload
-    go, so the node could be drained."""
-    from jupyterhub_gpu.devcluster.podrunner import PodRunner
-
-    demo.ensure_chp(progress=lambda m: None)
-    runner = asyncio.create_task(PodRunner(Path(cluster["kubeconfig"]), tmp_path).run())
-    hub = await demo.start_hub(cluster_spec_path, hub_kubeconfig, tmp_path, URL, **PORTS,
-                               extra_env={"JUPYTERHUB_GPU_DEMO_CULL_EVERY": "3"})
-    carol = None
-    try:
-        carol = await _login_when_up("carol")  # experimentation
-        await _spawn_and_wait(carol, "carol", "t4-quick")
-
-        async def culled():
-            return (await _hub_server(carol, "carol")) is None
-
-        await wait_for(culled, timeout=90, what="the culler to stop carol's server")
-        await wait_for(lambda: _pod_gone(kube, "jhub-experimentation", "jupyter-carol"),
-                       timeout=60, what="carol's pod and Workload to go")
-        log = (tmp_path / "hub.log").read_text()
-        assert "Culling user=carol server='' profile=t4-quick reason=idle" in log
-    finally:
-        if carol:
-            await carol.close()
-        await _stop_hub(hub, runner)
-
-
 async def _pod_gone(kube, namespace, pod_name):
     pods = await kube.core.list_namespaced_pod(namespace)
     workloads = await kube.workloads(namespace)
@@ -336,15 +305,18 @@ async def _pod_gone(kube, namespace, pod_name):
 
 
 async def test_hub_restart_while_admitted_but_not_yet_running(cluster, cluster_spec_path,
-                                                              kube, hub_pod, tmp_path):
-    """Kueue admitted the pod but no node can take it yet (the pool's only node is
-    cordoned): kill the hub, start it again; the spawn is resumed on the same pod and
-    runs once the node is back."""
+                                                              cluster_platform, kube, hub_pod,
+                                                              tmp_path):
+    """Kueue admitted the pod but no node can take it yet (the pool is empty and
+    Karpenter may add no node to it): kill the hub, start it again; the spawn is resumed
+    on the same pod and runs once Karpenter may add the node."""
     from jupyterhub_gpu.devcluster.podrunner import PodRunner
 
     demo.ensure_chp(progress=lambda m: None)
-    node = "aks-a100spot-00000000-vmss000000"
-    await kube.core.patch_node(node, {"spec": {"unschedulable": True}}, **MERGE)
+    pool = cluster_platform.pool("a100spot")
+    await kube.set_node_limit(pool.name, 0)
+    await wait_for(lambda: kube.pool_is_empty(pool.name), timeout=180,
+                   what="pool a100spot to have no node left")
     runner = asyncio.create_task(PodRunner(Path(cluster["kubeconfig"]), tmp_path).run())
     hub = await hub_pod(cluster_spec_path, tmp_path)
     bob = None
@@ -361,10 +333,10 @@ async def test_hub_restart_while_admitted_but_not_yet_running(cluster, cluster_s
         await wait_for(lambda: _hub_server(bob, "bob"), timeout=60,
                        what="gpu-resume to restart bob's spawn")
         assert await _admitted_unscheduled(kube, "jupyter-bob") == admitted, "same pod"
-        await kube.core.patch_node(node, {"spec": {"unschedulable": False}}, **MERGE)
+        await kube.restore_node_limit(pool)
         await wait_for(lambda: _lab_up(bob, "bob"), timeout=120, what="bob's JupyterLab")
     finally:
-        await kube.core.patch_node(node, {"spec": {"unschedulable": False}}, **MERGE)
+        await kube.restore_node_limit(pool)
         if bob:
             await bob.close()
         await _stop_hub(hub, runner)

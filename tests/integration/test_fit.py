@@ -1,17 +1,15 @@
-"""A profile that validates fits all its shares on one node, on nodes that report
-AKS's allocatable and run the pool's daemonset overhead (issue 9, item 4)."""
+"""A profile that validates fits all its shares on one node, on nodes (added by
+Karpenter) that report AKS's allocatable and run the pool's daemonset overhead."""
 
 from __future__ import annotations
 
 import uuid
 
 import pytest
-from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
 from jupyterhub_gpu.allocatable import node_resources, share_of_node
-from jupyterhub_gpu.builders.nodes import (OVERHEAD_APP, OVERHEAD_APP_LABEL, OVERHEAD_NAMESPACE,
-                                           node_name, overhead_daemonset_name)
+from jupyterhub_gpu.builders.nodes import OVERHEAD_APP, OVERHEAD_APP_LABEL
 from jupyterhub_gpu.quantities import format_cpu, format_memory
 
 from .conftest import wait_for
@@ -24,31 +22,18 @@ async def _node_pods(kube, node: str) -> list:
     return [p for p in listing.items if p.status.phase in ("Pending", "Running")]
 
 
-async def _settled(kube, pool, node: str) -> bool:
-    """No notebook is left on ``node``, and the pool's daemonset-overhead pod runs
-    there if the pool has that DaemonSet (a node recreated by another test gets its
-    pod a moment later, and the pod would then preempt a notebook)."""
-    pods = await _node_pods(kube, node)
-    overhead = [p for p in pods if (p.metadata.labels or {}).get(OVERHEAD_APP_LABEL)
-                == OVERHEAD_APP]
-    if len(overhead) != len(pods) or any(p.status.phase != "Running" for p in pods):
-        return False
-    try:
-        await client.AppsV1Api(kube.api_client).read_namespaced_daemon_set(
-            overhead_daemonset_name(pool), OVERHEAD_NAMESPACE)
-    except ApiException as e:
-        if e.status == 404:
-            return True
-        raise
-    return len(overhead) == 1
+async def _overhead_running(kube, node: str) -> bool:
+    return any((p.metadata.labels or {}).get(OVERHEAD_APP_LABEL) == OVERHEAD_APP
+               and p.status.phase == "Running" for p in await _node_pods(kube, node))
 
 
 async def test_four_validated_t4_shares_run_on_one_node(spawn, kube, cluster_platform):
+    """Four servers of validate's largest share, one after another: Karpenter's one
+    new T4 node (or one already there) takes them all."""
     pool = cluster_platform.pool("t4dev")
-    node = node_name(pool, 0)
-    await wait_for(lambda: _settled(kube, pool, node), timeout=120,
-                   what=f"{node} to run its daemonset overhead and no notebook")
-    # the team quotas of tests/integration/platform.yaml: 2 + 1 + 1 shares
+    await wait_for(lambda: kube.pool_is_empty(pool.name), timeout=180,
+                   what="pool t4dev to have no node left from earlier tests")
+    # the team quotas of tests/integration/platform.yaml
     users = [("fit-a", "data-science"), ("fit-b", "data-science"), ("fit-c", "ml-eng"),
              ("fit-d", "experimentation")]
     spawners = [await spawn(user, [group], "t4-shared") for user, group in users]
@@ -57,7 +42,8 @@ async def test_four_validated_t4_shares_run_on_one_node(spawn, kube, cluster_pla
         pod = await kube.core.read_namespaced_pod(spawner.pod_name, spawner.namespace)
         assert pod.status.phase == "Running"
         nodes.add(pod.spec.node_name)
-    assert nodes == {node}
+    assert len(nodes) == 1, nodes
+    assert [n.metadata.name for n in await kube.pool_nodes(pool.name)] == list(nodes)
 
 
 def _pod(pool, cpu_millis: int, memory: int) -> dict:
@@ -109,12 +95,28 @@ async def test_the_node_has_exactly_the_room_validate_counts(kube, cluster_platf
     not 1m of CPU or 1Mi of memory more: the node leaves notebooks what ``validate``
     and the Kueue quotas count, not the VM's 8 vCPUs and 56Gi."""
     pool = cluster_platform.pool("t4dev")
-    node = node_name(pool, 0)
-    await wait_for(lambda: _settled(kube, pool, node), timeout=120,
-                   what=f"{node} to run its daemonset overhead and no notebook")
+    await wait_for(lambda: kube.pool_is_empty(pool.name), timeout=180,
+                   what="pool t4dev to have no node left from earlier tests")
+    await kube.set_node_limit(pool.name, 1)  # a pod that does not fit gets no 2nd node
+    try:
+        await _fill_one_node(kube, pool, bare_pods)
+    finally:
+        await kube.restore_node_limit(pool)
+
+
+async def _fill_one_node(kube, pool, bare_pods) -> None:
     room = node_resources(pool)
     cpu, memory = share_of_node(room, 1, pool.units_per_node)
-    for _ in range(pool.units_per_node - 1):
+    first = _pod(pool, cpu, memory)
+    await bare_pods(first)  # unschedulable until Karpenter's node is there
+
+    async def bound():
+        placed = await _placement(kube, first["metadata"]["name"])
+        return placed[1] if placed and placed[0] == "bound" else None
+    node = await wait_for(bound, timeout=120, what="Karpenter's t4dev node to take a pod")
+    await wait_for(lambda: _overhead_running(kube, node), timeout=120,
+                   what=f"{node} to run its daemonset overhead")
+    for _ in range(pool.units_per_node - 2):
         assert await bare_pods(_pod(pool, cpu, memory)) == ("bound", node)
     cpu_left = room.pods_cpu_millis - (pool.units_per_node - 1) * cpu
     memory_left = room.pods_memory - (pool.units_per_node - 1) * memory

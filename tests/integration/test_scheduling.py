@@ -60,12 +60,9 @@ async def test_full_quota_keeps_the_next_user_gated_until_the_first_stops(spawn,
     second, started = await spawn("gus", ["data-science"], "a100-mig-3g", wait=False)
 
     async def pending_workload():
-        try:
-            pod = await kube.core.read_namespaced_pod(second.pod_name, second.namespace)
-        except ApiException as e:
-            if e.status == 404:  # not created yet
-                return None
-            raise
+        pod = await kube.spawner_pod(second)
+        if pod is None:
+            return None
         workload = await kube.workload_for(pod)
         reserved = workload and _condition(workload, "QuotaReserved")
         return (pod, workload) if reserved and reserved["status"] == "False" else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -47,3 +48,95 @@ def test_too_old_go_is_refused_with_the_version_needed(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == ("Go >= 1.26 is needed to build the dev cluster (kwok/etcd "
                                   "require it); found go1.20.14"), out.stderr
+
+
+def test_port_karpenter_binds_on_every_interface_is_checked_there():
+    """Karpenter listens on 0.0.0.0: a port held on another address of the machine
+    would stop it, so its ports are checked on every interface."""
+    from jupyterhub_gpu.devcluster.cluster import DevClusterError, _check_ports
+
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        ports = Ports(**{**Ports().as_dict(), "karpenter_health": port})
+        with pytest.raises(DevClusterError) as info:
+            _check_ports(ports)
+    assert f"port {port} on any interface (for Karpenter health probe) is in use" \
+        in str(info.value)
+
+
+def test_karpenter_is_configured_by_environment(tmp_path):
+    from jupyterhub_gpu.devcluster.components import karpenter
+    from jupyterhub_gpu.devcluster.layout import Layout
+
+    layout = Layout(tmp_path)
+    comp = karpenter(tmp_path / "karpenter-kwok", layout, Ports())
+    assert comp.argv == (str(tmp_path / "karpenter-kwok"),), "it rejects --kubeconfig"
+    assert comp.env == {"KUBECONFIG": str(layout.kubeconfig), "DISABLE_LEADER_ELECTION": "true",
+                        "METRICS_PORT": "28090", "HEALTH_PROBE_PORT": "28091",
+                        "INSTANCE_TYPES_FILE_PATH": str(layout.karpenter_instance_types)}
+    assert comp.health.url == "http://127.0.0.1:28091/readyz"
+
+
+SERVE_AFTER_LOGGING = """
+import http.server, sys
+print({line!r}, flush=True)
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Ok).serve_forever()
+"""
+
+
+@pytest.mark.parametrize("logged", ["all good", "failed constructing instance types"])
+def test_a_healthy_component_that_logged_a_fatal_line_is_a_start_failure(tmp_path, logged):
+    """Karpenter only logs an instance-types file it cannot parse and answers its health
+    check; `up` must fail on it, naming the component and showing its log."""
+    from jupyterhub_gpu.devcluster import procs
+    from jupyterhub_gpu.devcluster.components import (KARPENTER_BAD_INSTANCE_TYPES, Component,
+                                                      Health)
+    from jupyterhub_gpu.devcluster.layout import Layout
+
+    layout = Layout(tmp_path)
+    layout.make_dirs()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    comp = Component("karpenter", (sys.executable, "-c", SERVE_AFTER_LOGGING.format(line=logged),
+                                   str(port)),
+                     Health(f"http://127.0.0.1:{port}/readyz"),
+                     fatal_log=(KARPENTER_BAD_INSTANCE_TYPES,))
+    proc = procs.launch(comp, layout)
+    try:
+        if logged == "all good":
+            procs.wait_healthy(comp, proc, layout, None, timeout=30)
+            return
+        with pytest.raises(procs.ComponentError) as info:
+            procs.wait_healthy(comp, proc, layout, None, timeout=30)
+        message = str(info.value)
+        assert message.startswith("karpenter logged 'failed constructing instance types' "
+                                  "while starting: failed constructing instance types. "
+                                  f"Last lines of {layout.log('karpenter')}:")
+        assert message.endswith("\nfailed constructing instance types"), "the log tail is shown"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_new_pin_rebuilds_only_its_own_binary(monkeypatch):
+    from jupyterhub_gpu.devcluster import build
+
+    if not shutil.which("go"):
+        pytest.skip("no `go` on PATH")
+    before = build.binaries()
+    pins = dict(build.PINS)
+    pins["karpenter-kwok"] = build.Pin("sigs.k8s.io/karpenter", "v9.9.9", "sigs.k8s.io/karpenter/kwok")
+    pins["extra"] = build.Pin("example.invalid/extra", "v1.0.0", "example.invalid/extra")
+    monkeypatch.setattr(build, "PINS", pins)
+    after = build.binaries()
+    assert after["karpenter-kwok"] != before["karpenter-kwok"]
+    assert {k: v for k, v in after.items() if k not in ("karpenter-kwok", "extra")} == {
+        k: v for k, v in before.items() if k != "karpenter-kwok"}

@@ -93,6 +93,53 @@ def test_describe_stages(the_pod, the_workload, position, events, key, message):
     assert (stage.key, stage.message, stage.failure) == (key, message, None)
 
 
+# Events as the dev cluster's kube-scheduler and Karpenter 1.14 wrote them for a pod of
+# pool t4dev (kubectl get events -o json), while its NodePool was at its limit, then not.
+SCHEDULER_NO_ROOM = {"reason": "FailedScheduling", "message": "no nodes available to schedule "
+                     "pods", "source": {}, "reportingComponent": "default-scheduler",
+                     "lastTimestamp": None, "eventTime": "2026-12-02T17:39:45.224609Z"}
+KARPENTER_AT_LIMIT = {
+    "reason": "FailedScheduling", "source": {"component": "karpenter"},
+    "reportingComponent": "karpenter", "lastTimestamp": "2026-12-02T17:39:46Z",
+    "message": "Failed to schedule pod, node limits have been exhausted for nodepool "
+               "(NodePool=t4dev); did not tolerate taint (taint=kubernetes.azure.com/"
+               "scalesetpriority=spot:NoSchedule); incompatible requirements, key kubernetes."
+               "azure.com/agentpool, kubernetes.azure.com/agentpool In [t4dev] not in "
+               "kubernetes.azure.com/agentpool In [a100mig]"}
+KARPENTER_NOMINATED = {"reason": "Nominated", "message": "Pod should schedule on: "
+                       "nodeclaim/t4dev-cxtl8", "source": {"component": "karpenter"},
+                       "reportingComponent": "karpenter", "lastTimestamp": "2026-12-02T17:40:06Z"}
+T4 = Wanted(profile="T4 shared (dev)", what="a T4 time-sliced share", queue="experimentation",
+            pool="t4dev", gpu="T4", image="img:1", boot_seconds=300)
+
+
+@pytest.mark.parametrize("events,key,message", [
+    ([SCHEDULER_NO_ROOM, KARPENTER_AT_LIMIT,
+      dict(SCHEDULER_NO_ROOM, eventTime="2026-12-02T17:39:47.003286Z")],
+     "no-scale-up", "No T4 machine can be added to pool t4dev right now: it is at its maximum "
+     "size; still waiting for room"),
+    ([SCHEDULER_NO_ROOM, KARPENTER_AT_LIMIT, KARPENTER_NOMINATED], "scale-up",
+     "Starting a new T4 machine for pool t4dev; this usually takes about 5 minutes"),
+    ([SCHEDULER_NO_ROOM], "scheduling", "Waiting for room on a T4 node of pool t4dev"),
+    # at the limit of another pool only: no claim about this one
+    ([dict(KARPENTER_AT_LIMIT, message="Failed to schedule pod, node limits have been "
+           "exhausted for nodepool (NodePool=a100mig)")], "scheduling",
+     "Waiting for room on a T4 node of pool t4dev"),
+])
+def test_karpenter_events_in_plain_words(events, key, message):
+    stage = describe(T4, pod(gated=False), workload("w", reserved=True), None, events)
+    assert (stage.key, stage.message) == (key, message)
+
+
+@pytest.mark.parametrize("seconds,words", [(None, "a few minutes"), (2, "about 2 seconds"),
+                                           (1, "about 1 second"), (60, "about 60 seconds"),
+                                           (300, "about 5 minutes"), (90, "about 2 minutes")])
+def test_expected_boot_in_words(seconds, words):
+    stage = describe(Wanted(**{**T4.__dict__, "boot_seconds": seconds}), pod(gated=False),
+                     None, None, [KARPENTER_NOMINATED])
+    assert stage.message.endswith(f"this usually takes {words}")
+
+
 def test_describe_never_fits_is_a_failure():
     stage = describe(W, pod(), workload("w", reserved=False, message=NO_FIT_MSG), None, [])
     assert stage.key == "never-fits"

@@ -27,6 +27,14 @@ def test_example_spec_parses(platform):
     assert platform.profile("t4-shared").queue_patience_seconds == 600  # the default
 
 
+def test_autoscaling_fields_default_and_accept_zero(example_spec):
+    t4 = parse_platform(example_spec).pool("t4dev")
+    assert (t4.consolidate_after_seconds, t4.boot_seconds) == (600, 300)
+    example_spec["pools"][0].update(consolidateAfter="0s", bootTime="1m30s")
+    t4 = parse_platform(example_spec).pool("t4dev")
+    assert (t4.consolidate_after_seconds, t4.boot_seconds) == (0, 90)
+
+
 def _mutable_parts(value, path: str = "platform") -> list[str]:
     if dataclasses.is_dataclass(value):
         own = [] if type(value).__dataclass_params__.frozen else [path]
@@ -92,7 +100,11 @@ BAD_SPECS = [
     ("pools.0.colour", "blue",
      "pool 't4dev': colour: unknown field; allowed: name, vmSize, gpu, gpusPerNode, sharing,"
      " spot, minNodes, maxNodes, pricePerNodeHour, cpusPerNode, memoryPerNode,"
-     " daemonsetOverhead"),
+     " consolidateAfter, bootTime, daemonsetOverhead"),
+    ("pools.0.consolidateAfter", "whenever",
+     "pool 't4dev': consolidateAfter: 'whenever' is not a duration; use e.g. 90s, 30m, 8h "
+     "or 1h30m"),
+    ("pools.0.bootTime", -1, "pool 't4dev': bootTime: -1 is not a non-negative duration"),
     ("profiles.0.gpus", 2,
      "profile 't4-shared': gpus: 2 shares of pool 't4dev' (timeslicing) cannot be requested;"
      " the device plugin fails pods that ask for more than 1 nvidia.com/gpu.shared; use 1"),
