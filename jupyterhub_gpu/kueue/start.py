@@ -78,11 +78,18 @@ class QueuedStart:
             await withdraw()  # deletes the pod and so its Workload
             raise refused
         if refused:
-            self.log.error("Queue watch of %s failed (%r); the spawn goes on without it",
-                           self.who, refused)
+            self._watch_failed(refused)
         url = await started
-        self.watch.observe()  # the last word: started (and the wait it took)
+        if not refused:
+            try:
+                self.watch.observe()  # the last word: started (and the wait it took)
+            except Exception as e:  # noqa: BLE001 - the server runs: do not fail it now
+                self._watch_failed(e)
         return url
+
+    def _watch_failed(self, error: BaseException) -> None:
+        self.log.error("Queue watch of %s failed (%r); the spawn goes on without it",
+                       self.who, error)
 
     async def _refresh_positions(self) -> None:
         """Ask Kueue's visibility API (shared, rate-limited) while we are queued."""
