@@ -15,6 +15,8 @@ from jupyterhub_gpu.parse import SpecError
 from jupyterhub_gpu.spec import PROFILE_LABEL, QUEUE_LABEL
 from jupyterhub_gpu.specsource import LOGGER_NAME, SpecMetrics, SpecSource
 
+from ..configmap import write_configmap
+
 T4_IDLE = "idleTimeout: 30m\n    default: true"
 
 
@@ -89,30 +91,16 @@ def test_an_unreadable_file_keeps_the_last_good_spec(spec_file, registry):
     assert idle_timeout(spec) == 1800 and ok(registry) == 1
 
 
-def _configmap_volume(root: Path, version: str, content: str, mtime: float) -> None:
-    """What the kubelet's atomic writer does for a ConfigMap volume: the content in a
-    new timestamped directory, then ``..data`` swapped to it by one rename; the key's
-    file is a symlink through ``..data``."""
-    target = root / f"..{version}"
-    target.mkdir()
-    (target / "platform.yaml").write_text(content)
-    os.utime(target / "platform.yaml", (mtime, mtime))
-    (root / "..data_tmp").symlink_to(target.name)
-    os.replace(root / "..data_tmp", root / "..data")
-    if not (root / "platform.yaml").is_symlink():
-        (root / "platform.yaml").symlink_to("..data/platform.yaml")
-
-
 def test_a_configmap_update_is_noticed_even_with_the_same_size_and_mtime(
         tmp_path, example_spec_path, registry):
     good = example_spec_path.read_text()
     edited = good.replace(T4_IDLE, T4_IDLE.replace("30m", "45m"))
     assert len(edited) == len(good)
     mtime = 1_700_000_000.0
-    _configmap_volume(tmp_path, "2026_01_01_10_00_00.1", good, mtime)
+    write_configmap(tmp_path, {"platform.yaml": good}, mtime)
     spec = source(tmp_path / "platform.yaml", registry)
     assert idle_timeout(spec) == 1800
-    _configmap_volume(tmp_path, "2026_01_01_10_05_00.2", edited, mtime)
+    write_configmap(tmp_path, {"platform.yaml": edited}, mtime)
     assert os.stat(tmp_path / "platform.yaml").st_mtime == mtime
     assert idle_timeout(spec) == 2700
 
