@@ -52,7 +52,7 @@ def ensure_chp(progress: Callable[[str], None] = print) -> Path:
 def hub_env(spec: Path, kubeconfig: Path, url: str, hub_port: int = 8081,
             proxy_api_port: int = 8001) -> dict[str, str]:
     """The environment ``demo_config.py`` reads."""
-    return {**os.environ, "JUPYTERHUB_GPU_SPEC": str(spec.resolve()),
+    return {**os.environ, "JUPYTERHUB_GPU_SPEC": str(spec.absolute()),
             "KUBECONFIG": str(kubeconfig), "JUPYTERHUB_GPU_CHP": str(chp_command()),
             "JUPYTERHUB_GPU_DEMO_URL": url, "JUPYTERHUB_GPU_DEMO_HUB_PORT": str(hub_port),
             "JUPYTERHUB_GPU_DEMO_PROXY_API_PORT": str(proxy_api_port)}
