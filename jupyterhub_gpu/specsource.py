@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import weakref
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
@@ -31,9 +32,9 @@ LOGGER_NAME = "jupyterhub_gpu.spec"
 
 class SpecMetrics:
     """The spec source's metrics, one set per Prometheus registry (the hub serves its
-    default registry on ``/hub/metrics``; the culler has its own)."""
+    default registry on ``/hub/metrics``, the culler the one of its ``CullMetrics``)."""
 
-    _by_registry: dict[int, "SpecMetrics"] = {}
+    _by_registry: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def __init__(self, registry: CollectorRegistry):
         self.reload_errors = Counter(
@@ -45,9 +46,9 @@ class SpecMetrics:
 
     @classmethod
     def of(cls, registry: CollectorRegistry = REGISTRY) -> "SpecMetrics":
-        if id(registry) not in cls._by_registry:
-            cls._by_registry[id(registry)] = cls(registry)
-        return cls._by_registry[id(registry)]
+        if registry not in cls._by_registry:
+            cls._by_registry[registry] = cls(registry)
+        return cls._by_registry[registry]
 
 
 class SpecSource:
