@@ -31,7 +31,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "sharing": ("mode", "migProfile", "replicas"),
     "daemonsetOverhead": ("cpu", "memory"),
     "team": ("name", "groups", "namespace", "quota", "cohort", "borrowingLimit",
-             "lendingLimit", "fairShareWeight"),
+             "lendingLimit"),
     "priority": ("name", "value", "description", "preemptible"),
     "profile": ("slug", "displayName", "description", "pool", "gpus", "cpu", "memory",
                 "image", "priority", "idleTimeout", "maxAge", "queuePatience",
@@ -41,6 +41,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "checkpointStorage": ("claimName", "mountPath"),
 }
 """The fields each section of the spec accepts, in order (the docs list them)."""
+REMOVED: dict[str, dict[str, str]] = {
+    "team": {"fairShareWeight": "no longer supported: Kueue runs classical preemption, "
+             "where fair-sharing weights do nothing (see the bundle docs, Preemption); "
+             "remove it"},
+}
+"""Fields the spec once accepted, with why they are refused (by section)."""
 
 
 class SpecError(ValueError):
@@ -55,13 +61,14 @@ class SpecError(ValueError):
 class _Section:
     """Typed reads of one mapping; problems go to ``errors`` prefixed by ``label``."""
 
-    def __init__(self, errors: list[str], label: str, data: Any, allowed: tuple[str, ...]):
+    def __init__(self, errors: list[str], label: str, data: Any, allowed: tuple[str, ...],
+                 removed: Mapping[str, str] = MappingProxyType({})):
         self.errors, self.label = errors, label
         self.data: Mapping = data if isinstance(data, Mapping) else {}
         if not isinstance(data, Mapping):
             self.fail(None, f"must be a mapping, got {type(data).__name__}")
         for key in sorted(set(self.data) - set(allowed), key=str):
-            self.fail(key, f"unknown field; allowed: {', '.join(allowed)}")
+            self.fail(key, removed.get(key) or f"unknown field; allowed: {', '.join(allowed)}")
 
     def fail(self, key: str | None, message: str) -> None:
         self.errors.append(f"{self.label}: {key}: {message}" if key else f"{self.label}: {message}")
@@ -206,7 +213,7 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
 def _team(errors: list[str], data: Any, index: int) -> Team | None:
     name = data.get("name") if isinstance(data, Mapping) else None
     label = f"team {name!r}" if isinstance(name, str) else f"teams[{index}]"
-    s = _Section(errors, label, data, FIELDS["team"])
+    s = _Section(errors, label, data, FIELDS["team"], REMOVED["team"])
     n_errors = len(errors)
     team = Team(
         name=s.get("name", _name(_DNS_LABEL, "a DNS label (a-z, 0-9, -)")),
@@ -216,7 +223,6 @@ def _team(errors: list[str], data: Any, index: int) -> Team | None:
         cohort=s.get("cohort", _name(_DNS_LABEL, "a DNS label"), "jupyterhub-gpu"),
         borrowing_limit=s.get("borrowingLimit", _counts, MappingProxyType({})),
         lending_limit=s.get("lendingLimit", _counts, MappingProxyType({})),
-        fair_share_weight=s.get("fairShareWeight", _int(0), None),
     )
     return team if len(errors) == n_errors else None
 

@@ -74,6 +74,7 @@ from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
 from .kueue.start import QueuedStart
 from .kueue.start import progress as queue_progress
 from .parse import parse_platform
+from .resume import KUBE_ENV
 from .spec import PROFILE_LABEL, QUEUE_LABEL, Platform
 from .specsource import FixedSpec, SpecSource
 
@@ -342,6 +343,17 @@ class GPUSpawner(KubeSpawner):
         return await super()._make_create_pod_request(pod, request_timeout)
 
     @spec_only
+    async def stop(self, now: bool = False) -> None:
+        try:
+            await super().stop(now=now)
+        except Exception:
+            # JupyterHub drops a failed stop without a word and forgets the server, so
+            # the pod (and its GPU) would stay with nothing in the log to say why
+            self.log.exception("Stopping %s failed; its pod %s/%s may still be running",
+                               self._log_name, self.namespace, self.pod_name)
+            raise
+
+    @spec_only
     async def poll(self):
         pods = await self._start_watching_pods()
         key = f"{self.namespace}/{self.pod_name}"
@@ -427,7 +439,8 @@ RESUME_SERVICE = "gpu-resume"
 
 
 def _add_resume_service(c: Any, platform_file: str) -> None:
-    env = {k: os.environ[k] for k in ("KUBECONFIG",) if k in os.environ}
+    # a managed service gets few of the hub's variables (PATH, LANG...): pass these
+    env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
     service = {"name": RESUME_SERVICE, "environment": env,
                "command": [sys.executable, "-m", "jupyterhub_gpu.resume",
                            "--spec", os.path.abspath(platform_file)]}

@@ -152,7 +152,6 @@ class Team:
     cohort: str
     borrowing_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     lending_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    fair_share_weight: int | None = None
 
     @property
     def local_queue(self) -> str:

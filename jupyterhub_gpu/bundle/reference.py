@@ -92,14 +92,14 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
                    "borrow each other's unused quota."),
         "borrowingLimit": ("pool -> integer", "unlimited", "Most units borrowed per pool."),
         "lendingLimit": ("pool -> integer", "unlimited", "Most units lent per pool."),
-        "fairShareWeight": ("integer", "Kueue's (1)", "Fair-sharing weight of the team."),
     },
     "priority": {
         "name": ("DNS label", REQUIRED, "WorkloadPriorityClass name."),
         "value": ("integer", REQUIRED, "Higher values preempt lower ones."),
         "description": ("string", "empty", "Shown to admins."),
-        "preemptible": ("boolean", "false", "Workloads at or below it may be preempted "
-                        "when another team reclaims borrowed quota."),
+        "preemptible": ("boolean", "false", "Notebooks at or below it may be preempted "
+                        "by another team's higher-priority notebook that must borrow too "
+                        "(see the bundle docs, Preemption); the form marks them."),
     },
     "profile": {
         "slug": ("DNS label", REQUIRED, "The form value and the pod's profile label."),

@@ -27,15 +27,15 @@ from typing import Iterable, Mapping
 
 import yaml
 
+from ..bundle.kueueconfig import CONFIG_API_VERSION, POLICY_KEYS, kueue_configuration
+from ..bundle.namespaces import MANAGED_LABEL
 from .layout import HOST, Ports
 
 NAMESPACE = "kueue-system"
 SERVICE_NAME = "kueue-webhook-service"
 SECRET_NAME = "kueue-webhook-server-cert"
 WEBHOOK_CONFIG_PREFIX = "kueue"  # Kueue's rotator derives "<prefix>-mutating-..." names
-MANAGED_LABEL = "jupyterhub-gpu/managed"
 KUEUE_GROUP = "kueue.x-k8s.io"
-CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 PROBE_FLAVOR = "jupyterhub-gpu-devcluster-probe"
 
@@ -50,7 +50,9 @@ def webhook_base_url(ports: Ports) -> str:
 
 
 def configuration(ports: Ports, cert_dir: str) -> dict:
-    """Kueue's ``Configuration``: pod integration only, on loopback, no leader election."""
+    """Kueue's ``Configuration`` on loopback, without leader election; what Kueue
+    manages and how it admits and preempts is the bundle's (:data:`POLICY_KEYS`)."""
+    shipped = kueue_configuration()
     return {
         "apiVersion": CONFIG_API_VERSION,
         "kind": "Configuration",
@@ -62,11 +64,7 @@ def configuration(ports: Ports, cert_dir: str) -> dict:
         "internalCertManagement": {"enable": True, "webhookServiceName": SERVICE_NAME,
                                    "webhookSecretName": SECRET_NAME},
         "clientConnection": {"qps": 50, "burst": 100},
-        "manageJobsWithoutQueueName": False,
-        "managedJobsNamespaceSelector": {"matchLabels": {MANAGED_LABEL: "true"}},
-        "integrations": {"frameworks": ["pod"]},
-        "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare",
-                                                 "LessThanInitialShare"]},
+        **{key: shipped[key] for key in POLICY_KEYS if key in shipped},
         "featureGates": {"VisibilityOnDemand": False},
     }
 

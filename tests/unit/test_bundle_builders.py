@@ -96,13 +96,23 @@ def test_kueue_configuration_golden():
     assert config["manageJobsWithoutQueueName"] is False
     assert config["managedJobsNamespaceSelector"] == {
         "matchLabels": {"jupyterhub-gpu/managed": "true"}}
-    assert config["fairSharing"] == {
-        "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+    assert "fairSharing" not in config  # classical preemption (see builders.preemption)
     assert "namespace" not in config  # the chart's release namespace applies
 
 
 def test_dev_cluster_manages_the_same_namespaces():
     assert namespaces.MANAGED_LABEL == kueue_setup.MANAGED_LABEL
+
+
+def test_dev_cluster_runs_kueue_with_the_shipped_policy(tmp_path):
+    """What Kueue manages and how it preempts on the dev cluster is what the bundle ships."""
+    from jupyterhub_gpu.devcluster.layout import Ports
+
+    dev = kueue_setup.configuration(Ports(), str(tmp_path))
+    shipped = kueueconfig.kueue_configuration()
+    assert {k: dev.get(k) for k in kueueconfig.POLICY_KEYS} == \
+        {k: shipped.get(k) for k in kueueconfig.POLICY_KEYS}
+    assert "fairSharing" not in dev
 
 
 def _go_json_fields(source: str) -> set[str]:
@@ -127,6 +137,7 @@ def test_kueue_configuration_fields_exist_in_kueue(kueue_crds):
                     yield from keys(value)
     unknown = sorted(set(keys(kueueconfig.kueue_configuration())) - known)
     assert unknown == [], f"not fields of Kueue {pin.version}'s Configuration: {unknown}"
+    assert set(kueueconfig.POLICY_KEYS) <= known
 
 
 def test_tfvars_golden(platform):
