@@ -377,13 +377,20 @@ def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
     return platform
 
 
+def parse_platform_text(text: str | bytes, source: str) -> Platform:
+    """Parse a spec's YAML text; ``source`` (e.g. its file) names it in the errors."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpecError([f"not valid YAML: {e}"], source) from e
+    return parse_platform(data, source=source)
+
+
 def load_platform(path: str | Path) -> Platform:
     """Read and parse a spec file (YAML)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except OSError as e:
         raise SpecError([f"cannot read the file: {e.strerror}"], str(path)) from e
-    except yaml.YAMLError as e:
-        raise SpecError([f"not valid YAML: {e}"], str(path)) from e
-    return parse_platform(data, source=str(path))
+    return parse_platform_text(text, str(path))

@@ -70,10 +70,12 @@ async def render_pod(platform_file: str, user: str, groups: list[str], profile: 
     from kubernetes_asyncio.client import ApiClient
 
     from .builders.pod import UserRef, authorize
-    from .spawner import GPUSpawner, load_platform_cached
+    from .spawner import GPUSpawner
+    from .specsource import SpecSource
 
     options = {"profile": profile}
-    authorize(load_platform_cached(platform_file), UserRef(user, frozenset(groups)), options)
+    authorize(SpecSource.shared(platform_file).current(), UserRef(user, frozenset(groups)),
+              options)
 
     spawner = GPUSpawner(user=OfflineUser(user, [_Group(g) for g in groups]),
                          hub=OfflineHub(), platform_file=platform_file)

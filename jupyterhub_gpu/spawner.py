@@ -1,31 +1,67 @@
 """GPUSpawner: KubeSpawner whose profiles come from the GPU platform spec.
 
-All decisions are made by pure code (:mod:`jupyterhub_gpu.builders.pod`); this class
-only wires them into KubeSpawner's life cycle:
+All decisions are made elsewhere -- the pod by pure code
+(:mod:`jupyterhub_gpu.builders.pod`), the queue-aware start by
+:mod:`jupyterhub_gpu.kueue.start`, the spec by the hub's shared live source
+(:mod:`jupyterhub_gpu.specsource`); this class wires them into KubeSpawner's life cycle:
 
 * the form lists the profiles the user's groups allow (``options_form``);
 * a form post or REST ``user_options`` is authorized before ``start()`` is called,
   so a forged or stale request never reaches the Kubernetes API;
 * applying a profile first restores every trait an earlier profile set
-  (the spawner object is reused across spawns, kubespawner#546).
+  (the spawner object is reused across spawns, kubespawner#546); each spawn reads
+  the spec as it is then, and a running server keeps the grant it started with;
+* ``start()`` goes through the team's queue, ``poll()`` tells why the platform
+  stopped a server.
 
-Without a platform spec, GPUSpawner is exactly KubeSpawner.
+Without a platform spec, GPUSpawner is exactly KubeSpawner: each override is marked
+:func:`spec_only` or :func:`spec_default`, the one place that decides, and without a
+spec KubeSpawner's own method or default applies.
+
+Upstream internals the package relies on, checked against kubespawner 7.0.0 (the
+oldest pin, ``.ci/oldest-constraints.txt``) and 7.1.0, and JupyterHub 5.3.0 and
+6.1.1 (``tests/unit/test_spawner.py`` checks that each exists in the installed ones):
+
+- ``KubeSpawner._start_reflector``: starts the shared Workload watch, and the pod
+  watch that remembers deleted pods (:mod:`jupyterhub_gpu.kueue.reflectors`).
+- ``KubeSpawner._start_watching_pods``: overridden to start that pod watch.
+- ``KubeSpawner._get_reflector_key``: finds the namespace's shared Workload watch.
+- ``KubeSpawner._make_create_pod_request``: overridden to adopt a pod left queued by
+  a hub that died.
+- ``KubeSpawner._options_form_default``: KubeSpawner's own form, without a spec
+  (traitlets' ``_<trait>_default`` naming of dynamic defaults).
+- ``KubeSpawner.pod_id``: the uid of the pod the last start created.
+- ``Spawner._log_name``: how JupyterHub names a server in its log.
+- ``Spawner.orm_spawner``: ``started`` (the max-age deadline counts from it) and
+  ``user_options`` (where the granted profile is stored for the next start).
+- ``Spawner._run_apply_user_options``: tests only, to do what the hub does before
+  ``start()``.
+- ``ResourceReflector.resources``: replaced on each full listing, set and popped
+  per watch event (how the reflectors keep a graveyard of deleted objects).
+
+Public API took the place of ``KubeSpawner._start`` and ``_start_future`` (GPUSpawner
+overrides ``start()`` and keeps its own future), ``_options_from_form`` and
+``_options_from_form_default`` (``run_options_from_form()`` and
+``options_from_query()``), ``_get_reflector_key("pods")`` (``pod_reflector``) and
+traitlets' ``_trait_values`` (``trait_has_value()``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import functools
+import inspect
 import os
 import sys
 from dataclasses import asdict
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from kubespawner import KubeSpawner
-from kubespawner.clients import shared_client
 from tornado import web
-from traitlets import Dict, Instance, Unicode, default, validate
+from traitlets import Any as AnyTrait
+from traitlets import Dict, Unicode, default, validate
 
 from . import metrics
 from .builders.pod import (Grant, OptionsRejected, SpawnSettings, UserRef, authorize,
@@ -33,26 +69,17 @@ from .builders.pod import (Grant, OptionsRejected, SpawnSettings, UserRef, autho
 from .cull.notice import deadline_env
 from .form import render_form
 from .kueue import status as kstatus
-from .kueue.lifecycle import QueueWatch, SpawnRefused, wanted
-from .kueue.messages import stop_notice
+from .kueue.messages import Stage, stop_notice
 from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
-from .kueue.visibility import PendingWorkloads
-from .parse import load_platform, parse_platform
+from .kueue.start import QueuedStart
+from .kueue.start import progress as queue_progress
+from .parse import parse_platform
 from .resume import KUBE_ENV
 from .spec import PROFILE_LABEL, QUEUE_LABEL, Platform
-
-_cache: dict[tuple[str, float], Platform] = {}
+from .specsource import FixedSpec, SpecSource
 
 # with a spec, poll() tells a preempted or evicted server within seconds, not 30
 PLATFORM_POLL_SECONDS = 10
-
-
-def load_platform_cached(path: str) -> Platform:
-    """Parse ``path`` once per process (again only when the file changes)."""
-    key = (os.path.abspath(path), os.stat(path).st_mtime)
-    if key not in _cache:
-        _cache[key] = load_platform(path)
-    return _cache[key]
 
 
 def _apply_user_options(spawner: "GPUSpawner", user_options: dict) -> None:
@@ -63,16 +90,50 @@ def _apply_user_options(spawner: "GPUSpawner", user_options: dict) -> None:
         raise web.HTTPError(400, str(e), reason=str(e)) from None
 
 
+def spec_only(method: Callable) -> Callable:
+    """Override ``method`` only when there is a spec; without one, KubeSpawner's
+    method of the same name runs."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def with_or_without_spec(self: "GPUSpawner", *args: Any, **kwargs: Any) -> Any:
+        if self.spec_source is None:
+            return getattr(super(GPUSpawner, self), name)(*args, **kwargs)
+        return method(self, *args, **kwargs)
+
+    return with_or_without_spec
+
+
+def spec_default(trait: str) -> Callable:
+    """``@default(trait)`` when there is a spec; without one, KubeSpawner's default."""
+    def decorate(method: Callable) -> Any:
+        @functools.wraps(method)
+        def with_or_without_spec(self: "GPUSpawner") -> Any:
+            if self.spec_source is None:
+                kube = getattr(super(GPUSpawner, self), f"_{trait}_default", None)
+                return kube() if kube else KubeSpawner.class_traits()[trait].default()
+            return method(self)
+
+        return default(trait)(with_or_without_spec)
+
+    return decorate
+
+
 class GPUSpawner(KubeSpawner):
     gpu_grant: Grant | None = None  # the profile grant of the current/last spawn
     gpu_stop_notice: dict | None = None  # why the platform stopped the last server
+    _grant_platform: Platform | None = None  # the spec gpu_grant came from
+    _state_profile: str | None = None  # gpu_profile of the state loaded (hub restart)
     _gpu_base_traits: dict[str, Any] | None = None  # admin values, before any profile
     _applied_options: Any = None  # the user_options the traits were last set from
-    _queue_watch: QueueWatch | None = None
+    _queued: QueuedStart | None = None  # the current/last start through the queue
+    _gpu_start: asyncio.Future | None = None  # what start() returned
 
     platform_file = Unicode(
         "",
-        help="""Path of the GPU platform spec (YAML).
+        help="""Path of the GPU platform spec (YAML). The hub reads it again when it
+        changes (e.g. a ConfigMap update): new spawns use the new spec, running
+        servers keep theirs, and a broken edit is logged and ignored.
 
         Example::
 
@@ -95,20 +156,26 @@ class GPUSpawner(KubeSpawner):
         """,
     ).tag(config=True)
 
-    platform = Instance(
-        Platform,
+    spec_source = AnyTrait(
         allow_none=True,
-        help="""The parsed spec; None when neither platform_spec nor platform_file is
-        set, and GPUSpawner then behaves exactly like KubeSpawner.""",
+        help="""Where the spec comes from: the hub's shared live source of
+        ``platform_file`` (:class:`jupyterhub_gpu.specsource.SpecSource`), or
+        ``platform_spec``. None when neither is set: GPUSpawner is then KubeSpawner.""",
     )
 
-    @default("platform")
-    def _platform_default(self) -> Platform | None:
+    @default("spec_source")
+    def _spec_source_default(self) -> SpecSource | FixedSpec | None:
         if self.platform_spec:
-            return parse_platform(self.platform_spec, "c.GPUSpawner.platform_spec")
+            return FixedSpec(parse_platform(self.platform_spec, "c.GPUSpawner.platform_spec"))
         if self.platform_file:
-            return load_platform_cached(self.platform_file)
+            return SpecSource.shared(self.platform_file, self.log)
         return None
+
+    @property
+    def platform(self) -> Platform | None:
+        """The spec now (while an edit is broken, the last good one); None without."""
+        source = self.spec_source
+        return None if source is None else source.current()
 
     @validate("platform_file")
     def _validate_platform_file(self, proposal: dict) -> str:
@@ -117,43 +184,48 @@ class GPUSpawner(KubeSpawner):
             raise ValueError(f"c.GPUSpawner.platform_file: no such file: {path}")
         return path
 
-    @default("poll_interval")
-    def _poll_interval_default(self) -> int:
-        if self.platform is None:  # KubeSpawner's own default
-            return KubeSpawner.class_traits()["poll_interval"].default_value
+    @spec_default("poll_interval")
+    def _platform_poll_interval(self) -> int:
         return PLATFORM_POLL_SECONDS
 
-    @default("options_form")
-    def _options_form_default(self) -> Any:
-        if self.platform is None:
-            return super()._options_form_default()
+    @spec_default("options_form")
+    def _platform_form(self) -> Any:
         return lambda spawner: render_form(
             spawner.platform, spawner.user_ref.groups, spawner.user_options.get("profile"),
             (spawner.gpu_stop_notice or {}).get("message"))
 
-    @default("options_from_form")
-    def _options_from_form_default(self) -> Any:
-        if self.platform is None:
-            return super()._options_from_form_default()
-        return self._gpu_options_from_form
-
-    @default("apply_user_options")
-    def _apply_user_options_default(self) -> Any:
-        return None if self.platform is None else _apply_user_options
+    @spec_default("apply_user_options")
+    def _platform_apply_user_options(self) -> Any:
+        return _apply_user_options
 
     @property
     def user_ref(self) -> UserRef:
         return UserRef(self.user.name, frozenset(g.name for g in self.user.groups))
 
-    def _gpu_options_from_form(self, formdata: dict) -> dict:
-        options = self._options_from_form(formdata)
-        self.authorize(options)  # show a clear error on the form, create nothing
+    # -- authorization and profiles ---------------------------------------------
+
+    @spec_only
+    def run_options_from_form(self, form_data: dict) -> Any:
+        return self._authorized(super().run_options_from_form(form_data))
+
+    @spec_only
+    def options_from_query(self, query_data: dict) -> Any:
+        return self._authorized(super().options_from_query(query_data))
+
+    def _authorized(self, options: Any) -> Any:
+        """``options`` once authorized: a forged or stale choice shows its error on
+        the form, and nothing is created."""
+        if inspect.isawaitable(options):  # an admin's async options_from_form
+            async def later() -> Any:
+                return self._authorized(await options)
+            return later()
+        self.authorize(options)
         return options
 
-    def authorize(self, user_options: Any) -> Grant:
+    def authorize(self, user_options: Any, platform: Platform | None = None) -> Grant:
         """The grant for ``user_options``, or :class:`OptionsRejected` (logged)."""
         try:
-            return authorize(self.platform, self.user_ref, user_options)
+            return authorize(platform or self.platform, self.user_ref, user_options)
         except OptionsRejected as e:
             self.log.warning("Rejected GPU spawn options for %s: %s",
                              self._log_name, e.log_detail)
@@ -161,11 +233,12 @@ class GPUSpawner(KubeSpawner):
 
     def apply_profile(self, user_options: Any) -> Grant:
         """Authorize ``user_options``, reset what an earlier profile set, apply."""
-        grant = self.authorize(user_options)
+        platform = self.platform  # one spec for the whole spawn
+        grant = self.authorize(user_options, platform)
         if self._gpu_base_traits is None:
             self._gpu_base_traits = {name: copy.deepcopy(getattr(self, name))
                                      for name in SpawnSettings.trait_names()}
-        traits = merge_traits(self._gpu_base_traits, spawn_settings(self.platform, grant))
+        traits = merge_traits(self._gpu_base_traits, spawn_settings(platform, grant))
         for name, value in traits.items():
             setattr(self, name, value)
         self.dns_name = self.dns_name_template.format(namespace=self.namespace,
@@ -174,7 +247,7 @@ class GPUSpawner(KubeSpawner):
         # may wait its profile's queue patience, then start within startTimeout
         self.start_timeout = (grant.profile.queue_patience_seconds
                               + grant.profile.start_timeout_seconds)
-        self.gpu_grant = grant
+        self.gpu_grant, self._grant_platform = grant, platform
         self._record_granted(grant)
         self.log.info("Applying GPU profile %r (queue %s/%s, priority %s) for %s",
                       grant.profile.slug, grant.team.namespace, grant.team.local_queue,
@@ -193,9 +266,8 @@ class GPUSpawner(KubeSpawner):
                 self.orm_spawner.user_options = copy.deepcopy(granted)
         self._applied_options = copy.deepcopy(granted)
 
+    @spec_only
     async def load_user_options(self) -> None:
-        if self.platform is None:
-            return await super().load_user_options()
         if self.profile_list:
             self.log.warning("profile_list is ignored: profiles come from the GPU spec")
         try:
@@ -212,92 +284,56 @@ class GPUSpawner(KubeSpawner):
 
     # -- shared watches ---------------------------------------------------------
 
+    @spec_only
     async def _start_watching_pods(self, replace: bool = False):
-        if self.platform is None:
-            return await super()._start_watching_pods(replace=replace)
         return await self._start_reflector(
             kind="pods", reflector_class=RecordingPodReflector,
             labels={"component": self.component_label},
             omit_namespace=self.enable_user_namespaces, replace=replace)
 
-    async def _start_watching_workloads(self):
-        return await self._start_reflector(kind="workloads",
-                                           reflector_class=WorkloadReflector)
-
-    def _shared(self, kind: str):
-        return self.__class__.reflectors.get(self._get_reflector_key(kind))
-
     def _my_pod(self) -> dict | None:
-        pods = self._shared("pods")
+        pods = self.pod_reflector
         return pods.resources.get(f"{self.namespace}/{self.pod_name}") if pods else None
 
+    def _workload_reflector(self):
+        return self.reflectors.get(self._get_reflector_key("workloads"))
+
     def _namespace_workloads(self) -> list[dict]:
-        workloads = self._shared("workloads")
+        workloads = self._workload_reflector()
         return list(workloads.resources.values()) if workloads else []
 
     # -- start, progress, poll ----------------------------------------------------
 
-    async def _start(self):
-        if self.platform is None:
-            return await super()._start()
+    @spec_only
+    def start(self) -> asyncio.Future:
+        self._queued = None
+        self._gpu_start = asyncio.ensure_future(self._start_queued())
+        return self._gpu_start
+
+    async def _start_queued(self) -> Any:
         grant = self._profile_for_start()  # sets the namespace, if the hook did not
         self.gpu_stop_notice = None
-        await self._start_watching_workloads()
-        pending = PendingWorkloads.shared(self.namespace, grant.team.local_queue)
-        watch = self._queue_watch = QueueWatch(
-            wanted(grant), grant.profile.queue_patience_seconds, pod=self._my_pod,
-            workloads=self._namespace_workloads, events=lambda: self.events,
-            visible_position=pending.position)
-        start = asyncio.ensure_future(super()._start())
-        guard = asyncio.ensure_future(watch.guard(
-            lambda: self._refresh_positions(pending, watch)))
-        try:
-            await asyncio.wait([start, guard], return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:  # the hub cancelled the spawn (the user stopped it)
-            start.cancel()
-            metrics.SPAWNS.labels(grant.profile.slug, "cancelled").inc()
-            raise
-        finally:
-            guard.cancel()
-        return await self._finish_start(grant, start, guard)
+        await self._start_reflector(kind="workloads", reflector_class=WorkloadReflector)
+        self._queued = QueuedStart(
+            grant, self.namespace, pod=self._my_pod, workloads=self._namespace_workloads,
+            events=lambda: self.events, log=self.log, who=self._log_name)
+        return await self._queued.run(super().start, lambda: self.stop(now=True))
 
-    async def _refresh_positions(self, pending: PendingWorkloads, watch: QueueWatch) -> None:
-        """Ask Kueue's visibility API (shared, rate-limited) while we are queued."""
-        if watch.stage.key == "queued":
-            try:
-                await pending.refresh_if_stale(shared_client("CustomObjectsApi"))
-            except Exception as e:  # noqa: BLE001 - the watch still gives a position
-                self.log.warning("Kueue visibility API failed: %s", e)
+    @property
+    def queue_stage(self) -> Stage | None:
+        """Where the current (or last) start is in the queue; None before one."""
+        return self._queued.stage if self._queued is not None else None
 
-    async def _finish_start(self, grant: Grant, start: asyncio.Future,
-                            guard: asyncio.Future) -> Any:
-        slug = grant.profile.slug
-        refused = guard.done() and not guard.cancelled() and guard.exception()
-        if refused and not isinstance(refused, SpawnRefused):
-            self.log.error("Queue watch of %s failed (%r); the spawn goes on without it",
-                           self._log_name, refused)
-        if isinstance(refused, SpawnRefused):
-            start.cancel()
-            self.log.warning("Spawn of %s refused: %s", self._log_name, refused)
-            metrics.SPAWNS.labels(slug, refused.outcome).inc()
-            await self.stop(now=True)  # withdraws the pod and so its Workload
-            raise refused
-        try:
-            url = await start
-        except BaseException:
-            metrics.SPAWNS.labels(slug, "failed").inc()
-            raise
-        self._queue_watch.observe()  # the last word: started (and the wait it took)
-        waited = self._queue_watch.waited
-        if waited is not None:
-            metrics.QUEUE_WAIT.labels(slug, grant.team.local_queue).observe(waited)
-        metrics.SPAWNS.labels(slug, "started").inc()
-        return url
+    @spec_only
+    def progress(self):
+        return queue_progress(lambda: self._queued,
+                              lambda: self._gpu_start is not None and self._gpu_start.done())
 
+    @spec_only
     async def _make_create_pod_request(self, pod, request_timeout):
         """Adopt our own pod left queued by a hub that died, keeping its place in the
         queue (and its API token, which JupyterHub then re-registers); else create."""
-        existing = self._my_pod() if self.platform is not None else None
+        existing = self._my_pod()
         token = existing and kstatus.adoptable_token(existing, pod.metadata.labels or {})
         if token:
             self.api_token = token
@@ -306,25 +342,8 @@ class GPUSpawner(KubeSpawner):
             return True
         return await super()._make_create_pod_request(pod, request_timeout)
 
-    async def progress(self):
-        if self.platform is None:
-            async for event in super().progress():
-                yield event
-            return
-        last = None
-        while True:
-            watch, future = self._queue_watch, self._start_future
-            finished = future is not None and future.done()
-            if watch is not None and (watch.stage.key, watch.stage.message) != last:
-                last = (watch.stage.key, watch.stage.message)
-                yield {"progress": watch.stage.progress, "message": watch.stage.message}
-            if finished:
-                return
-            await asyncio.sleep(1)
-
+    @spec_only
     async def stop(self, now: bool = False) -> None:
-        if self.platform is None:
-            return await super().stop(now=now)
         try:
             await super().stop(now=now)
         except Exception:
@@ -334,12 +353,10 @@ class GPUSpawner(KubeSpawner):
                                self._log_name, self.namespace, self.pod_name)
             raise
 
+    @spec_only
     async def poll(self):
-        if self.platform is None:
-            return await super().poll()
-        await self._start_watching_pods()
+        pods = await self._start_watching_pods()
         key = f"{self.namespace}/{self.pod_name}"
-        pods = self._shared("pods")
         uid = getattr(self, "pod_id", None)  # KubeSpawner sets it once a start succeeded
         pod = pods.resources.get(key) or pods.graveyard.get(key, uid)
         if pod is not None and self._notice_platform_stop(pod):
@@ -348,11 +365,23 @@ class GPUSpawner(KubeSpawner):
 
     def _workload_of(self, pod: dict) -> dict | None:
         """The pod's Workload, live or (just deleted) from the graveyard."""
-        reflector = self._shared("workloads")
+        reflector = self._workload_reflector()
         if reflector is None:
             return None
         candidates = [*reflector.resources.values(), *reflector.graveyard.buried()]
         return kstatus.workload_for(pod, candidates)
+
+    def _checkpoint_dir(self, slug: str) -> str | None:
+        """Where a stopped server of profile ``slug`` keeps its checkpoints: by the
+        spec it started with, or (started before the hub restarted) by today's,
+        where the profile may be gone."""
+        if self.gpu_grant is not None and self.gpu_grant.profile.slug == slug:
+            platform, profile = self._grant_platform, self.gpu_grant.profile
+        else:
+            platform = self.platform
+            profile = platform.profile(slug)
+        storage = platform.checkpoint_storage
+        return storage.mount_path if storage and profile and profile.checkpoint.enabled else None
 
     def _notice_platform_stop(self, pod: dict) -> bool:
         """Record why the platform stopped our server, if it did."""
@@ -361,11 +390,8 @@ class GPUSpawner(KubeSpawner):
             return False
         labels = pod["metadata"].get("labels") or {}
         slug = labels.get(PROFILE_LABEL, "")
-        profile = self.platform.profile(slug)
-        storage = self.platform.checkpoint_storage
-        kept = storage.mount_path if storage and profile and profile.checkpoint.enabled else None
         notice = stop_notice(pod, self._workload_of(pod), labels.get(QUEUE_LABEL, ""),
-                             datetime.now(timezone.utc), kept)
+                             datetime.now(timezone.utc), self._checkpoint_dir(slug))
         if notice is None:
             return False
         if self.gpu_stop_notice is None:
@@ -393,17 +419,20 @@ class GPUSpawner(KubeSpawner):
         state = super().get_state()
         if self.gpu_stop_notice:
             state["gpu_stop_notice"] = self.gpu_stop_notice
-        if self.gpu_grant is not None:  # the culler reads it (admin:server_state)
-            state["gpu_profile"] = self.gpu_grant.profile.slug
+        profile = self.gpu_grant.profile.slug if self.gpu_grant else self._state_profile
+        if profile:  # the culler reads it (admin:server_state)
+            state["gpu_profile"] = profile
         return state
 
     def clear_state(self) -> None:
         super().clear_state()
         self._applied_options = None  # the next spawn applies its profile afresh
+        self._state_profile = None
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
         self.gpu_stop_notice = state.get("gpu_stop_notice")
+        self._state_profile = state.get("gpu_profile")
 
 
 RESUME_SERVICE = "gpu-resume"
@@ -430,11 +459,12 @@ def configure_hub(c: Any, platform_file: str, resume: bool = True) -> Platform:
         configure_hub(c, "/etc/jupyterhub-gpu/platform.yaml")
 
     A bad spec raises :class:`~jupyterhub_gpu.parse.SpecError` listing every error,
-    which stops the hub at start-up. With ``resume`` (the default) it also adds the
+    which stops the hub at start-up. Later edits of the file are picked up by new
+    spawns, and a broken one is logged and ignored (:mod:`jupyterhub_gpu.specsource`). With ``resume`` (the default) it also adds the
     hub service ``gpu-resume`` (:mod:`jupyterhub_gpu.resume`), which restarts the
     spawns that were queued when the hub last stopped, keeping their queue place.
     """
-    platform = load_platform_cached(platform_file)
+    platform = SpecSource.shared(platform_file).current()
     c.JupyterHub.spawner_class = GPUSpawner
     c.GPUSpawner.platform_file = platform_file
     if resume:

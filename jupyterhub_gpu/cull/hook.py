@@ -11,7 +11,8 @@ server), or use :func:`jupyterhub_gpu.cull.service.culler_service`.
 
 Settings (environment of the culler service):
 
-``JUPYTERHUB_GPU_PLATFORM_FILE``           the platform spec (required; re-read when it changes)
+``JUPYTERHUB_GPU_PLATFORM_FILE``           the platform spec (required; read again when it
+                                           changes, :mod:`jupyterhub_gpu.specsource`)
 ``JUPYTERHUB_GPU_PROMETHEUS_URL``          e.g. ``http://prometheus.monitoring:9090``;
                                            unset: no GPU-idle culling
 ``JUPYTERHUB_GPU_CULL_DRY_RUN``            ``true``: log "would cull", stop nothing
@@ -50,8 +51,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Mapping
 
-from ..parse import SpecError, load_platform
 from ..spec import Platform, SharingMode
+from ..specsource import SpecMetrics, SpecSource
 from .gpu_window import GpuState, GpuUnknown
 from .metrics import CullMetrics, serve
 from .policy import (DEFAULT_WARN_BEFORE, Clock, CullPolicy, Decision, GpuInput, ServerView,
@@ -93,30 +94,6 @@ class HookSettings:
                    get("PROMETHEUS_TOKEN_FILE", str, None),
                    get("CULLER_METRICS_PORT", int, None),
                    get("CULL_WARN_BEFORE", int, cls.warn_before_seconds))
-
-
-class SpecSource:
-    """The spec file, parsed again when it changes; a broken edit keeps the last good."""
-
-    def __init__(self, path: str, log: logging.Logger):
-        self.path, self.log = path, log
-        self._mtime = os.stat(path).st_mtime
-        self._platform = load_platform(path)  # a bad spec at start-up stops the culler
-
-    def current(self) -> Platform:
-        try:
-            mtime = os.stat(self.path).st_mtime
-        except OSError as e:
-            self.log.error("Keeping the previous GPU platform spec: %s", e)
-            return self._platform
-        if mtime != self._mtime:
-            self._mtime = mtime
-            try:
-                self._platform = load_platform(self.path)
-                self.log.info("Reloaded the GPU platform spec %s", self.path)
-            except SpecError as e:
-                self.log.error("Keeping the previous GPU platform spec: %s", e)
-        return self._platform
 
 
 class UsageCache:
@@ -235,7 +212,8 @@ def make_arbiter(settings: HookSettings, *, clock: Clock = utcnow,
                  metrics: CullMetrics | None = None) -> CullArbiter:
     """The hook for ``settings``; logs what it will do and serves metrics if asked."""
     log = logging.getLogger(LOGGER_NAME)
-    spec = SpecSource(settings.platform_file, log)
+    metrics = metrics or CullMetrics()
+    spec = SpecSource(settings.platform_file, log, SpecMetrics.of(metrics.registry))
     usage = None
     if settings.prometheus_url:
         client = PrometheusClient(settings.prometheus_url, metric=settings.gpu_metric,
@@ -247,7 +225,6 @@ def make_arbiter(settings: HookSettings, *, clock: Clock = utcnow,
     elif longest_gpu_window(spec.current()):
         log.warning("Profiles have gpuIdle but JUPYTERHUB_GPU_PROMETHEUS_URL is not set: "
                     "no GPU-idle culling, only idle timeouts and max age")
-    metrics = metrics or CullMetrics()
     if settings.metrics_port:
         serve(settings.metrics_port, metrics.registry)
     log.info("GPU cull rules from %s%s%s", settings.platform_file,

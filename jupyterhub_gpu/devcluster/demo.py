@@ -58,7 +58,7 @@ def hub_env(spec: Path, kubeconfig: Path | None, url: str, hub_port: int = 8081,
             proxy_api_port: int = 8001) -> dict[str, str]:
     """The environment ``demo_config.py`` reads. With no ``kubeconfig`` there is no
     KUBECONFIG at all: the hub then uses the in-cluster config, as in its pod."""
-    env = {**os.environ, "JUPYTERHUB_GPU_SPEC": str(spec.resolve()),
+    env = {**os.environ, "JUPYTERHUB_GPU_SPEC": str(spec.absolute()),
            "JUPYTERHUB_GPU_CHP": str(chp_command()),
            "JUPYTERHUB_GPU_DEMO_URL": url, "JUPYTERHUB_GPU_DEMO_HUB_PORT": str(hub_port),
            "JUPYTERHUB_GPU_DEMO_PROXY_API_PORT": str(proxy_api_port)}

@@ -7,21 +7,34 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Callable
 
 from ..builders.pod import Grant
 from ..spec import SharingMode
 from . import status as st
-from .messages import Stage, Wanted, describe, indefinite
+from .messages import Stage, Step, Wanted, describe, indefinite
 
 POLL_SECONDS = 1.0
+QUEUED_STEPS = (Step.SUBMITTING, Step.QUEUED)  # the queue clock runs
+BEFORE_ADMISSION = (Step.CREATING, *QUEUED_STEPS)
+
+
+class Outcome(StrEnum):
+    """How a spawn ended: the ``outcome`` label of ``jupyterhub_gpu_spawns_total``."""
+
+    STARTED = "started"
+    QUEUE_TIMEOUT = "queue-timeout"
+    NEVER_FITS = "never-fits"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
 
 
 class SpawnRefused(Exception):
     """The spawn cannot succeed. ``str()`` is shown to the user; ``outcome`` labels
     the spawn metric."""
 
-    def __init__(self, message: str, outcome: str):
+    def __init__(self, message: str, outcome: Outcome):
         super().__init__(message)
         self.outcome = outcome
 
@@ -73,28 +86,28 @@ class QueueWatch:
         self._time(self.stage.key)
         return self.stage
 
-    def _time(self, key: str) -> None:
+    def _time(self, key: Step) -> None:
         now = self.clock()
-        if key in ("submitting", "queued") and self.queued_since is None:
+        if key in QUEUED_STEPS and self.queued_since is None:
             self.queued_since = now
-        elif key not in ("creating", "submitting", "queued") and self.waited is None:
+        elif key not in BEFORE_ADMISSION and self.waited is None:
             self.waited = now - (now if self.queued_since is None else self.queued_since)
 
     def check(self) -> None:
         """Raise :class:`SpawnRefused` when the spawn cannot or should not go on."""
         if self.stage.failure:
-            raise SpawnRefused(self.stage.failure, "never-fits")
-        if self.stage.key not in ("submitting", "queued") or self.queued_since is None:
+            raise SpawnRefused(self.stage.failure, Outcome.NEVER_FITS)
+        if self.stage.key not in QUEUED_STEPS or self.queued_since is None:
             return
         waited = self.clock() - self.queued_since
         if waited >= self.patience_seconds:
-            where = self.stage.message.rpartition(": ")[2]
-            where = f" (you were at {where})" if where.startswith("position") else ""
+            position = self.stage.position
+            where = f" (you were at {position})" if position else ""
             raise SpawnRefused(
                 f"You waited {_duration(waited)} in queue {self.wanted.queue} for "
                 f"{self.wanted.what}{where}, and none came free within this profile's "
                 "queue patience. Your request was withdrawn: try again later or choose "
-                "another profile.", "queue-timeout")
+                "another profile.", Outcome.QUEUE_TIMEOUT)
 
     async def guard(self, before_each: Callable[[], Any] | None = None) -> None:
         """Observe until refused (raises) or cancelled by the caller; ``before_each``

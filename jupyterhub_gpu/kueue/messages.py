@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
+from typing import NamedTuple
 
 from . import status as st
 
@@ -24,12 +26,41 @@ class Wanted:
     boot_seconds: int | None = None  # how long a new node of the pool usually takes
 
 
+class Step(StrEnum):
+    """Where a spawn is (:func:`describe`)."""
+
+    CREATING = "creating"  # no pod yet
+    SUBMITTING = "submitting"  # gated, no Workload yet
+    QUEUED = "queued"  # waiting for quota
+    NEVER_FITS = "never-fits"  # Kueue says no quota can ever hold it
+    ADMITTED = "admitted"
+    SCHEDULING = "scheduling"
+    SCALE_UP = "scale-up"
+    NO_SCALE_UP = "no-scale-up"
+    STARTING = "starting"  # on a node
+    PULLING = "pulling"
+    PULL_FAILED = "pull-failed"
+    PULLED = "pulled"
+    STARTED = "started"  # running
+
+
+class Position(NamedTuple):
+    """A Workload's place among the pending Workloads of its LocalQueue."""
+
+    place: int  # 1-based; 0: not among them
+    total: int
+
+    def __str__(self) -> str:
+        return f"position {self.place} of {self.total}"
+
+
 @dataclass(frozen=True)
 class Stage:
-    key: str
+    key: Step
     message: str
     progress: int
     failure: str | None = None  # set: the spawn cannot succeed
+    position: Position | None = None  # set while queued, when known
 
 
 def indefinite(noun: str) -> str:
@@ -42,16 +73,16 @@ def _latest_event(events: list[dict], *reasons: str) -> dict | None:
     return matching[-1] if matching else None
 
 
-def _waiting(w: Wanted, workload: dict, position: tuple[int, int] | None) -> Stage:
+def _waiting(w: Wanted, workload: dict, position: Position | None) -> Stage:
     no_fit = st.never_fits(workload)
     if no_fit:
         failure = (f"The profile '{w.profile}' cannot start in queue {w.queue}: "
                    f"{no_fit.message}. Choose another profile or ask your JupyterHub admin.")
-        return Stage("never-fits", failure, 100, failure)
+        return Stage(Step.NEVER_FITS, failure, 100, failure)
     where = f"Waiting for {w.what} in queue {w.queue}"
-    if position and position[0]:
-        where += f": position {position[0]} of {position[1]}"
-    return Stage("queued", where, 20)
+    if position and position.place:
+        return Stage(Step.QUEUED, f"{where}: {position}", 20, position=position)
+    return Stage(Step.QUEUED, where, 20)
 
 
 def _about(seconds: int | None) -> str:
@@ -89,43 +120,44 @@ def _scheduling(w: Wanted, events: list[dict]) -> Stage:
     event = _latest_event(events, "TriggeredScaleUp", "NotTriggerScaleUp", "FailedScheduling")
     reason = (event or {}).get("reason")
     if reason == "TriggeredScaleUp":
-        return Stage("scale-up", f"Adding {indefinite(w.gpu)} node to pool {w.pool} (node scale-up); "
+        return Stage(Step.SCALE_UP, f"Adding {indefinite(w.gpu)} node to pool {w.pool} (node scale-up); "
                      "this usually takes a few minutes", 50)
     if reason == "NotTriggerScaleUp":
-        return Stage("no-scale-up", f"No {w.gpu} node can be added to pool {w.pool} right "
+        return Stage(Step.NO_SCALE_UP, f"No {w.gpu} node can be added to pool {w.pool} right "
                      "now (it may be at its maximum size); still waiting", 50)
     if reason == "FailedScheduling":
-        return Stage("scheduling", f"Waiting for room on {indefinite(w.gpu)} node of pool {w.pool}", 45)
-    return Stage("scheduling", f"Finding {indefinite(w.gpu)} node in pool {w.pool}", 45)
+        return Stage(Step.SCHEDULING, f"Waiting for room on {indefinite(w.gpu)} node of pool {w.pool}", 45)
+    return Stage(Step.SCHEDULING, f"Finding {indefinite(w.gpu)} node in pool {w.pool}", 45)
 
 
 def _on_node(w: Wanted, pod: dict, events: list[dict]) -> Stage:
     event = _latest_event(events, "Pulling", "Pulled", "Failed", "BackOff")
     reason = (event or {}).get("reason")
     if reason == "Pulling":
-        return Stage("pulling", f"Downloading the image {w.image} (the first start on a new "
+        return Stage(Step.PULLING, f"Downloading the image {w.image} (the first start on a new "
                      "node can take several minutes)", 70)
     if reason in ("Failed", "BackOff"):
-        return Stage("pull-failed", f"Problem starting the image: {event.get('message', '')}",
+        return Stage(Step.PULL_FAILED, f"Problem starting the image: {event.get('message', '')}",
                      70)
     if reason == "Pulled":
-        return Stage("pulled", "Image ready; starting your server", 80)
-    return Stage("starting", f"Starting on node {pod['spec']['nodeName']}", 60)
+        return Stage(Step.PULLED, "Image ready; starting your server", 80)
+    return Stage(Step.STARTING, f"Starting on node {pod['spec']['nodeName']}", 60)
 
 
 def describe(w: Wanted, pod: dict | None, workload: dict | None,
              position: tuple[int, int] | None, events: list[dict]) -> Stage:
-    """Where a spawn is, from the pod, its Workload and the pod's events."""
+    """Where a spawn is, from the pod, its Workload, its queue position (place, total)
+    and the pod's events."""
     if pod is None:
-        return Stage("creating", f"Requesting {w.what} ({w.profile})", 5)
+        return Stage(Step.CREATING, f"Requesting {w.what} ({w.profile})", 5)
     if pod.get("status", {}).get("phase") == "Running":
-        return Stage("started", "Your server is running; connecting", 95)
+        return Stage(Step.STARTED, "Your server is running; connecting", 95)
     if st.is_gated(pod):
         if workload is None:
-            return Stage("submitting", f"Submitting your request to queue {w.queue}", 10)
+            return Stage(Step.SUBMITTING, f"Submitting your request to queue {w.queue}", 10)
         if not st.is_true(workload, "QuotaReserved"):
-            return _waiting(w, workload, position)
-        return Stage("admitted", f"Admitted by queue {w.queue}; {w.what} is reserved for you",
+            return _waiting(w, workload, position and Position(*position))
+        return Stage(Step.ADMITTED, f"Admitted by queue {w.queue}; {w.what} is reserved for you",
                      40)
     if not pod.get("spec", {}).get("nodeName"):
         return _scheduling(w, events)

@@ -76,7 +76,8 @@ class RecordsDeletions:
 
     @validate("resources")
     def _bury_vanished(self, proposal) -> dict:
-        new, old = proposal["value"], self._trait_values.get("resources") or {}
+        new = proposal["value"]
+        old = (self.resources if self.trait_has_value("resources") else None) or {}
         for key in set(old) - set(new):  # gone between two full listings
             self.graveyard.record(key, old[key])
         return _Recorded(new, self.graveyard, self.notice)

@@ -10,15 +10,18 @@ config only (:mod:`.hubpod`), which is also all its gpu-resume service gets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from pathlib import Path
 
 import aiohttp
 import pytest
+import yaml
 
 from jupyterhub_gpu.devcluster import demo
 
+from ..configmap import write_configmap
 from . import hub_rbac, hubpod
 from .conftest import PORT_OFFSET, STATE_DIR, wait_for
 
@@ -28,25 +31,26 @@ URL = f"http://127.0.0.1:{18000 + PORT_OFFSET}"
 PORTS = dict(hub_port=18081 + PORT_OFFSET, proxy_api_port=18001 + PORT_OFFSET)
 
 
-@pytest.fixture
-async def hub(cluster, cluster_spec_path, hub_kubeconfig, tmp_path):
+@contextlib.asynccontextmanager
+async def _serving(cluster, spec: Path, hub_kubeconfig: Path, workdir: Path):
+    """The demo's hub (as the hub's ServiceAccount) and pod runner on ``spec``; a
+    logged-out session to it."""
     demo.ensure_chp(progress=lambda m: None)
     stop = asyncio.Event()
-    task = asyncio.create_task(demo.serve(cluster_spec_path, Path(cluster["kubeconfig"]),
-                                          tmp_path, URL, lambda m: None, stop, **PORTS,
+    task = asyncio.create_task(demo.serve(spec, Path(cluster["kubeconfig"]), workdir, URL,
+                                          lambda m: None, stop, **PORTS,
                                           hub_kubeconfig=hub_kubeconfig))
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
-        async def hub_up():
-            try:
-                async with http.get(f"{URL}/hub/api/") as r:
-                    return r.status == 200
-            except aiohttp.ClientError:
-                return False
-
-        await wait_for(hub_up, timeout=60, what="JupyterHub to answer")
+        await wait_for(lambda: _hub_answers(http), timeout=60, what="JupyterHub to answer")
         yield http
     stop.set()
     assert await asyncio.wait_for(task, 60) == 0
+
+
+@pytest.fixture
+async def hub(cluster, cluster_spec_path, hub_kubeconfig, tmp_path):
+    async with _serving(cluster, cluster_spec_path, hub_kubeconfig, tmp_path) as http:
+        yield http
 
 
 @pytest.fixture(scope="module")
@@ -389,3 +393,30 @@ async def _kill_hub_pod(hub) -> None:
         except ProcessLookupError:
             pass
     await hub.wait()
+
+
+async def test_a_spec_update_reaches_the_next_spawn_without_a_hub_restart(
+        cluster, kube, cluster_spec_path, hub_kubeconfig, tmp_path):
+    """The spec is mounted as a ConfigMap (as z2jh mounts it) and updated under the
+    running hub: the form and the next spawn use the new spec; a broken update after
+    it is logged and ignored, and spawns go on with the last good one."""
+    spec = yaml.safe_load(cluster_spec_path.read_text())
+    volume = tmp_path / "etc-jupyterhub-gpu"
+    write_configmap(volume, {"platform.yaml": cluster_spec_path.read_text()})
+    async with _serving(cluster, volume / "platform.yaml", hub_kubeconfig, tmp_path) as carol:
+        assert "T4 shared (dev)" in await _login(carol, "carol")  # experimentation
+        t4 = next(p for p in spec["profiles"] if p["slug"] == "t4-shared")
+        t4.update(displayName="T4 shared (updated)", cpu=1)
+        write_configmap(volume, {"platform.yaml": yaml.safe_dump(spec, sort_keys=False)})
+        async with carol.get(f"{URL}/hub/spawn") as r:
+            assert "T4 shared (updated)" in await r.text()
+        write_configmap(volume, {"platform.yaml": "pools: ["})  # a broken update
+        await _spawn_and_wait(carol, "carol", "t4-shared")
+        pod = await kube.core.read_namespaced_pod("jupyter-carol", "jhub-experimentation")
+        assert float(pod.spec.containers[0].resources.limits["cpu"]) == 1.0
+        assert "Keeping the last good GPU platform spec" in (tmp_path / "hub.log").read_text()
+        async with carol.delete(f"{URL}/hub/api/users/carol/server",
+                                headers={"X-XSRFToken": _xsrf(carol)}) as r:
+            assert r.status in (202, 204), await r.text()
+        await wait_for(lambda: _pod_gone(kube, "jhub-experimentation", "jupyter-carol"),
+                       timeout=60, what="carol's pod and Workload to go")

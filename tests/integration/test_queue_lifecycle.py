@@ -96,7 +96,7 @@ async def test_start_timeout_leaves_room_for_queue_patience(spawn):
 async def test_cancel_while_queued_removes_pod_and_workload(spawn, kube):
     await spawn("ola", ["data-science"], "a100-mig-3g")
     spawner, started = await spawn("pam", ["data-science"], "a100-mig-3g", wait=False)
-    await wait_for(lambda: spawner._queue_watch and spawner._queue_watch.stage.key == "queued",
+    await wait_for(lambda: spawner.queue_stage and spawner.queue_stage.key == "queued",
                    what="the second request to be queued")
     before = _sample("jupyterhub_gpu_spawns_total", profile="a100-mig-3g", outcome="cancelled")
     started.cancel()  # what the hub does when a pending spawn is cancelled: cancel, stop

@@ -71,7 +71,7 @@ async def test_full_quota_keeps_the_next_user_gated_until_the_first_stops(spawn,
     assert GATE in [g.name for g in pod.spec.scheduling_gates]
     assert pod.spec.node_name is None
     assert "insufficient unused quota" in _condition(workload, "QuotaReserved")["message"]
-    await wait_for(lambda: second._queue_watch and second._queue_watch.stage.key == "queued",
+    await wait_for(lambda: second.queue_stage and second.queue_stage.key == "queued",
                    what="the second spawner to see its request queued")
     assert not started.done(), "the second server must wait while the quota is used"
     await first.stop(now=True)

@@ -181,13 +181,13 @@ async def test_spec_edits_are_picked_up_and_broken_ones_ignored(example_spec_pat
     assert await ask(hook, idle_45) is True
     spec.write_text(spec.read_text().replace("idleTimeout: 30m\n    default: true",
                                              "idleTimeout: 1h\n    default: true"))
-    os.utime(spec, (time.time() + 5, time.time() + 5))
     assert await ask(hook, idle_45) is False
     spec.write_text("pools: [")
-    os.utime(spec, (time.time() + 10, time.time() + 10))
     caplog.set_level(logging.ERROR, logger=LOGGER_NAME)
     assert await ask(hook, idle_45) is False  # still the 1 h of the last good spec
-    assert "Keeping the previous GPU platform spec" in caplog.text
+    assert "Keeping the last good GPU platform spec" in caplog.text
+    assert registry.get_sample_value("jupyterhub_gpu_spec_reload_errors_total") == 1
+    assert registry.get_sample_value("jupyterhub_gpu_spec_ok") == 0
 
 
 async def test_one_query_for_concurrent_callers_and_reuse_within_the_ttl(prom):

@@ -240,5 +240,6 @@ def test_queue_watch_prefers_the_visibility_position(platform):
     watch = QueueWatch(wanted(grant), 600, pod=pod, workloads=lambda: [mine], events=list,
                        visible_position={"pod-mine": (4, 9)}.get)
     assert watch.observe().message.endswith("position 4 of 9")
+    assert watch.stage.position == (4, 9)  # as data too: the patience message uses it
     fallback = QueueWatch(wanted(grant), 600, pod=pod, workloads=lambda: [mine], events=list)
     assert fallback.observe().message.endswith("position 1 of 1")

@@ -271,3 +271,44 @@ async def test_a_stop_gives_a_checkpointing_profile_its_grace_period(make_spawne
             assert spawner.delete_grace_period == grace, profile.slug
         else:
             assert spawner.delete_grace_period == 7, profile.slug  # the admin's value
+
+
+def _listed_internals() -> list[tuple[str, str]]:
+    import re
+
+    from jupyterhub_gpu import spawner as module
+
+    return re.findall(r"^- ``(\w+)\.(\w+)``", module.__doc__, re.M)
+
+
+def test_the_upstream_internals_listed_exist_in_the_installed_versions():
+    """CI runs the unit tier against the oldest pins and the newest: each private
+    attribute the package relies on must exist in both."""
+    from jupyterhub.spawner import Spawner
+    from kubespawner.reflector import ResourceReflector
+
+    owners = {"KubeSpawner": KubeSpawner, "Spawner": Spawner,
+              "ResourceReflector": ResourceReflector}
+    listed = _listed_internals()
+    assert ("KubeSpawner", "_start_reflector") in listed
+    for owner, name in listed:
+        cls = owners[owner]
+        assert hasattr(cls, name) or f"self.{name} =" in inspect.getsource(cls), \
+            f"{owner}.{name} is gone"
+
+
+def test_every_private_upstream_attribute_the_spawner_uses_is_listed(repo_root):
+    """A private KubeSpawner/JupyterHub attribute that spawner.py uses or overrides
+    must be in the module docstring's list."""
+    import re
+
+    source = (repo_root / "jupyterhub_gpu" / "spawner.py").read_text()
+    code = source[source.index('"""', 3) + 3:]  # after the module docstring
+    used = set(re.findall(r"(?:self|super\(\)|spawner)\.(_[a-z]\w*)", code))
+    used |= set(re.findall(r"def (_[a-z]\w*)", code))  # overrides
+    upstream = inspect.getsource(KubeSpawner)
+    inherited = {name for name in used
+                 if hasattr(KubeSpawner, name) or f"self.{name} =" in upstream}
+    listed = {name for _, name in _listed_internals()}
+    assert inherited - listed == set()
+    assert {"_start_reflector", "_log_name", "_make_create_pod_request"} <= inherited

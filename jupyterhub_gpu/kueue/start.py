@@ -1,0 +1,122 @@
+"""The queue-aware start of one spawn, from the grant to the outcome.
+
+KubeSpawner's ``start()`` creates the pod and waits for it to run; beside it a
+:class:`~jupyterhub_gpu.kueue.lifecycle.QueueWatch` follows the pod and its Workload
+in the shared caches and refuses the spawn when waiting cannot help (the request
+never fits) or the profile's queue patience runs out. The watch's stage is what
+:func:`progress` shows the user, and every spawn's outcome (and, once started, its
+wait in the queue) is counted here and only here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from kubespawner.clients import shared_client
+
+from .. import metrics
+from ..builders.pod import Grant
+from .lifecycle import POLL_SECONDS, Outcome, QueueWatch, SpawnRefused, wanted
+from .messages import Stage, Step
+from .visibility import PendingWorkloads
+
+
+class QueuedStart:
+    """One spawn through the team's queue. ``pod``, ``workloads`` and ``events`` read
+    the shared reflectors (the spawn's pod, its namespace's Workloads, the pod's
+    events); ``who`` names the server in the log."""
+
+    def __init__(self, grant: Grant, namespace: str, *, pod: Callable[[], dict | None],
+                 workloads: Callable[[], list[dict]], events: Callable[[], list[dict]],
+                 log: logging.Logger, who: str):
+        self.grant, self.log, self.who = grant, log, who
+        self.pending = PendingWorkloads.shared(namespace, grant.team.local_queue)
+        self.watch = QueueWatch(wanted(grant), grant.profile.queue_patience_seconds,
+                                pod=pod, workloads=workloads, events=events,
+                                visible_position=self.pending.position)
+
+    @property
+    def stage(self) -> Stage:
+        return self.watch.stage
+
+    async def run(self, start: Callable[[], Awaitable[Any]],
+                  withdraw: Callable[[], Awaitable[Any]]) -> Any:
+        """``start()`` (KubeSpawner's) guarded by the watch; a refused spawn is
+        withdrawn with ``withdraw()`` (the spawner's stop) and raises
+        :class:`SpawnRefused`. Returns what ``start()`` does."""
+        outcome = Outcome.FAILED
+        try:
+            url = await self._guarded(start, withdraw)
+            outcome = Outcome.STARTED
+            return url
+        except SpawnRefused as e:
+            outcome = e.outcome
+            raise
+        except asyncio.CancelledError:  # the hub cancelled the spawn (the user stopped it)
+            outcome = Outcome.CANCELLED
+            raise
+        finally:
+            self._record(outcome)
+
+    async def _guarded(self, start: Callable[[], Awaitable[Any]],
+                       withdraw: Callable[[], Awaitable[Any]]) -> Any:
+        started = asyncio.ensure_future(start())
+        guard = asyncio.ensure_future(self.watch.guard(self._refresh_positions))
+        try:
+            await asyncio.wait([started, guard], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            started.cancel()
+            raise
+        finally:
+            guard.cancel()
+        refused = guard.done() and not guard.cancelled() and guard.exception()
+        if isinstance(refused, SpawnRefused):
+            started.cancel()
+            self.log.warning("Spawn of %s refused: %s", self.who, refused)
+            await withdraw()  # deletes the pod and so its Workload
+            raise refused
+        if refused:
+            self._watch_failed(refused)
+        url = await started
+        if not refused:
+            try:
+                self.watch.observe()  # the last word: started (and the wait it took)
+            except Exception as e:  # noqa: BLE001 - the server runs: do not fail it now
+                self._watch_failed(e)
+        return url
+
+    def _watch_failed(self, error: BaseException) -> None:
+        self.log.error("Queue watch of %s failed (%r); the spawn goes on without it",
+                       self.who, error)
+
+    async def _refresh_positions(self) -> None:
+        """Ask Kueue's visibility API (shared, rate-limited) while we are queued."""
+        if self.watch.stage.key == Step.QUEUED:
+            try:
+                await self.pending.refresh_if_stale(shared_client("CustomObjectsApi"))
+            except Exception as e:  # noqa: BLE001 - the watch still gives a position
+                self.log.warning("Kueue visibility API failed: %s", e)
+
+    def _record(self, outcome: Outcome) -> None:
+        slug = self.grant.profile.slug
+        if outcome is Outcome.STARTED and self.watch.waited is not None:
+            metrics.QUEUE_WAIT.labels(slug, self.grant.team.local_queue).observe(
+                self.watch.waited)
+        metrics.SPAWNS.labels(slug, outcome.value).inc()
+
+
+async def progress(current: Callable[[], QueuedStart | None],
+                   finished: Callable[[], bool]) -> AsyncIterator[dict]:
+    """JupyterHub's progress events: each new stage of ``current()`` once, until
+    ``finished()`` (the spawn's start is done)."""
+    last = None
+    while True:
+        queued, done = current(), finished()
+        if queued is not None and (queued.stage.key, queued.stage.message) != last:
+            last = (queued.stage.key, queued.stage.message)
+            yield {"progress": queued.stage.progress, "message": queued.stage.message}
+        if done:
+            return
+        await asyncio.sleep(POLL_SECONDS)

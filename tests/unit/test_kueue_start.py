@@ -1,0 +1,183 @@
+"""The queue-aware start (kueue/start.py) around a start coroutine, with the pod and
+Workloads as the shared caches would hold them: each outcome is counted once, a
+refused spawn is withdrawn, progress shows each stage."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from prometheus_client import REGISTRY
+
+from jupyterhub_gpu.builders.pod import UserRef, authorize
+from jupyterhub_gpu.kueue.lifecycle import Outcome, SpawnRefused
+from jupyterhub_gpu.kueue.messages import Position, Step
+from jupyterhub_gpu.kueue.start import QueuedStart, progress
+
+from .test_kueue_messages import NO_FIT_MSG, WAIT_MSG, pod, workload
+
+PROFILE = "a100-mig-3g"
+
+
+def spawns(outcome: Outcome) -> float:
+    return REGISTRY.get_sample_value("jupyterhub_gpu_spawns_total",
+                                     {"profile": PROFILE, "outcome": outcome.value}) or 0
+
+
+def waits() -> float:
+    return REGISTRY.get_sample_value("jupyterhub_gpu_queue_wait_seconds_count",
+                                     {"profile": PROFILE, "queue": "data-science"}) or 0
+
+
+@pytest.fixture
+def cache():
+    """What the shared reflectors hold for the spawn: its pod and the Workloads."""
+    return {"pod": None, "workloads": []}
+
+
+@pytest.fixture
+def queued(platform, cache):
+    grant = authorize(platform, UserRef("ann", frozenset({"data-science"})),
+                      {"profile": PROFILE})
+    return QueuedStart(grant, "jhub-data-science", pod=lambda: cache["pod"],
+                       workloads=lambda: cache["workloads"], events=list,
+                       log=logging.getLogger("test"), who="ann")
+
+
+async def until(check, timeout=30):
+    """Wait (generously) for ``check()`` to hold."""
+    async def poll():
+        while not check():
+            await asyncio.sleep(0.05)
+    await asyncio.wait_for(poll(), timeout)
+
+
+class Withdraw:
+    def __init__(self):
+        self.calls = 0
+
+    async def __call__(self):
+        self.calls += 1
+
+
+async def test_a_start_counts_started_and_the_queue_wait(queued, cache):
+    before, waits_before = spawns(Outcome.STARTED), waits()
+
+    async def start():
+        cache["pod"] = pod(gated=False, node="n1", phase="Running")
+        return "http://10.0.0.5:8888"
+
+    withdraw = Withdraw()
+    assert await queued.run(start, withdraw) == "http://10.0.0.5:8888"
+    assert queued.stage.key is Step.STARTED and withdraw.calls == 0
+    assert spawns(Outcome.STARTED) == before + 1 and waits() == waits_before + 1
+
+
+async def test_a_request_that_never_fits_is_withdrawn_and_counted(queued, cache):
+    cache["pod"] = pod()
+    cache["workloads"] = [workload("w", reserved=False, message=NO_FIT_MSG)]
+    before, started_before = spawns(Outcome.NEVER_FITS), spawns(Outcome.STARTED)
+    start_cancelled = asyncio.Event()
+
+    async def start():
+        try:
+            await asyncio.Event().wait()  # KubeSpawner waits for the pod to run
+        except asyncio.CancelledError:
+            start_cancelled.set()
+            raise
+
+    withdraw = Withdraw()
+    with pytest.raises(SpawnRefused, match="cannot start in queue data-science") as info:
+        await queued.run(start, withdraw)
+    assert info.value.outcome is Outcome.NEVER_FITS
+    await asyncio.wait_for(start_cancelled.wait(), 10)
+    assert withdraw.calls == 1
+    assert spawns(Outcome.NEVER_FITS) == before + 1
+    assert spawns(Outcome.STARTED) == started_before
+
+
+async def test_a_cancelled_spawn_cancels_the_start_and_is_counted(queued):
+    before = spawns(Outcome.CANCELLED)
+    running, start_cancelled = asyncio.Event(), asyncio.Event()
+
+    async def start():
+        running.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            start_cancelled.set()
+            raise
+
+    task = asyncio.ensure_future(queued.run(start, Withdraw()))
+    await asyncio.wait_for(running.wait(), 10)
+    task.cancel()  # what the hub does when the user stops a pending spawn
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.wait_for(start_cancelled.wait(), 10)
+    assert spawns(Outcome.CANCELLED) == before + 1
+
+
+async def test_a_failed_start_is_counted_as_failed_without_a_queue_wait(queued):
+    before, waits_before = spawns(Outcome.FAILED), waits()
+
+    async def start():
+        raise RuntimeError("the pod never became ready")
+
+    with pytest.raises(RuntimeError, match="never became ready"):
+        await queued.run(start, Withdraw())
+    assert spawns(Outcome.FAILED) == before + 1 and waits() == waits_before
+
+
+async def test_the_spawn_goes_on_when_the_watch_fails(platform, caplog):
+    """The watch fails on every look: logged, and the server still starts."""
+    grant = authorize(platform, UserRef("ann", frozenset({"data-science"})),
+                      {"profile": PROFILE})
+
+    def broken_cache():
+        raise KeyError("metadata")
+
+    queued = QueuedStart(grant, "jhub-data-science", pod=broken_cache, workloads=list,
+                         events=list, log=logging.getLogger("test"), who="ann")
+    before = spawns(Outcome.STARTED)
+    started = asyncio.Event()
+
+    async def start():
+        await started.wait()
+        return "http://10.0.0.5:8888"
+
+    caplog.set_level(logging.ERROR, logger="test")
+    task = asyncio.ensure_future(queued.run(start, Withdraw()))
+    # until the watch has observed once, and failed
+    await until(lambda: "Queue watch of ann failed (KeyError('metadata'))" in caplog.text)
+    started.set()
+    assert await asyncio.wait_for(task, 10) == "http://10.0.0.5:8888"
+    assert spawns(Outcome.STARTED) == before + 1
+
+
+async def test_progress_shows_each_stage_once_until_the_start_is_done(queued, cache):
+    messages: list[str] = []
+    done = asyncio.Event()
+
+    async def follow():
+        async for event in progress(lambda: queued, done.is_set):
+            messages.append(event["message"])
+
+    follower = asyncio.ensure_future(follow())
+
+    async def start():
+        cache["pod"] = pod()
+        cache["workloads"] = [workload("w", reserved=False, message=WAIT_MSG)]
+        await until(lambda: any("position" in m for m in messages))
+        assert queued.stage.position == Position(1, 1)  # the position, as data
+        cache["pod"] = pod(gated=False, node="n1", phase="Running")
+        return "http://10.0.0.5:8888"
+
+    await queued.run(start, Withdraw())
+    done.set()
+    await asyncio.wait_for(follower, 10)
+    assert messages[0] == "Requesting an A100-80GB MIG 3g.40gb slice (A100 MIG 3g.40gb slice)"
+    assert ("Waiting for an A100-80GB MIG 3g.40gb slice in queue data-science: "
+            "position 1 of 1") in messages
+    assert messages[-1] == "Your server is running; connecting"
+    assert len(messages) == len(set(messages))
