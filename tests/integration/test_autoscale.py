@@ -255,7 +255,7 @@ async def test_the_user_reads_what_karpenter_does(spawn, kube, cluster_platform)
     try:
         await _empty(kube, pool.name)
         spawner, started = await spawn("noa", ["ml-eng"], "a100-spot", wait=False)
-        await wait_for(lambda: spawner._queue_watch, what="the spawn to start watching")
+        await wait_for(lambda: spawner.queue_stage, what="the spawn to start watching")
         follower = asyncio.create_task(_collect_progress(spawner, messages))
         at_limit = ("No A100-80GB machine can be added to pool a100spot right now: it is at "
                     "its maximum size; still waiting for room")
