@@ -27,6 +27,7 @@ from typing import Iterable, Mapping
 
 import yaml
 
+from ..builders.kueue import API_VERSION
 from ..bundle.kueueconfig import CONFIG_API_VERSION, POLICY_KEYS, kueue_configuration
 from ..bundle.namespaces import MANAGED_LABEL
 from .layout import HOST, Ports
@@ -35,8 +36,7 @@ NAMESPACE = "kueue-system"
 SERVICE_NAME = "kueue-webhook-service"
 SECRET_NAME = "kueue-webhook-server-cert"
 WEBHOOK_CONFIG_PREFIX = "kueue"  # Kueue's rotator derives "<prefix>-mutating-..." names
-KUEUE_GROUP = "kueue.x-k8s.io"
-API_VERSION = "kueue.x-k8s.io/v1beta2"
+KUEUE_GROUP = API_VERSION.split("/")[0]
 PROBE_FLAVOR = "jupyterhub-gpu-devcluster-probe"
 
 

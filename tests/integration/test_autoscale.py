@@ -18,12 +18,13 @@ import pytest
 from jupyterhub_gpu.builders import karpenter
 from jupyterhub_gpu.devcluster import demo
 
+from jupyterhub_gpu.kueue.status import ADMISSION_GATE
+from jupyterhub_gpu.spec import AGENTPOOL_LABEL
+
 from .conftest import KARPENTER, NODEPOOL_LABEL, PORT_OFFSET, wait_for
 from .test_demo import URL, _hub_server, _login_when_up, _pod_gone, _xsrf
 from .test_queue_lifecycle import _collect_progress
 
-GATE = "kueue.x-k8s.io/admission"
-POOL_LABEL = "kubernetes.azure.com/agentpool"
 EMPTY_TIMEOUT = 240  # Karpenter needs >= ~25-40 s to remove an empty node
 
 
@@ -92,7 +93,7 @@ async def test_the_loop_spawn_node_run_idle_cull_node_gone(cluster, cluster_spec
                               what="Karpenter to add a Ready t4dev node")
         node_ready = time.monotonic()
         labels = node.metadata.labels
-        assert labels[POOL_LABEL] == "t4dev" and labels[NODEPOOL_LABEL] == "t4dev"
+        assert labels[AGENTPOOL_LABEL] == "t4dev" and labels[NODEPOOL_LABEL] == "t4dev"
         assert labels[karpenter.CAPACITY_TYPE_LABEL] == "on-demand"
         assert labels[karpenter.INSTANCE_TYPE_LABEL] == karpenter.instance_type_name(pool)
         assert node.status.allocatable[pool.resource_name] == "4"
@@ -205,7 +206,7 @@ async def test_spot_profile_lands_on_a_spot_node(spawn, kube, cluster_platform):
     node = await kube.core.read_node(await _node_of(kube, spawner))
     labels = node.metadata.labels
     assert labels[karpenter.CAPACITY_TYPE_LABEL] == "spot"
-    assert labels[NODEPOOL_LABEL] == labels[POOL_LABEL] == "a100spot"
+    assert labels[NODEPOOL_LABEL] == labels[AGENTPOOL_LABEL] == "a100spot"
     assert karpenter.template_labels(pool).items() <= labels.items()
     assert labels[karpenter.PRICE_LABEL] == f"{pool.price_per_node_hour:f}", "the spec's price"
     taints = {(t.key, t.value, t.effect) for t in node.spec.taints or []}
@@ -232,7 +233,7 @@ async def test_queued_spawn_whose_queue_is_full_starts_no_node(spawn, kube):
 
 async def _gated(kube, spawner):
     pod = await kube.spawner_pod(spawner)
-    return pod is not None and GATE in [g.name for g in pod.spec.scheduling_gates or []]
+    return pod is not None and ADMISSION_GATE in [g.name for g in pod.spec.scheduling_gates or []]
 
 
 async def _set_boot(kube, node_class: dict) -> None:

@@ -9,14 +9,15 @@ import pytest
 import yaml
 from kubernetes_asyncio.client import ApiException
 
+from jupyterhub_gpu.kueue.status import ADMISSION_GATE
+from jupyterhub_gpu.spec import AGENTPOOL_LABEL
+
 from .conftest import KUEUE, wait_for
 
-GATE = "kueue.x-k8s.io/admission"
-POOL_LABEL = "kubernetes.azure.com/agentpool"
 
 
 def _gated(pod: dict) -> bool:
-    return any(g["name"] == GATE for g in pod["spec"].get("schedulingGates") or [])
+    return any(g["name"] == ADMISSION_GATE for g in pod["spec"].get("schedulingGates") or [])
 
 
 def _condition(obj: dict, kind: str) -> dict | None:
@@ -27,7 +28,7 @@ def _condition(obj: dict, kind: str) -> dict | None:
 async def _pool_of(kube, spawner) -> str:
     pod = await kube.core.read_namespaced_pod(spawner.pod_name, spawner.namespace)
     node = await kube.core.read_node(pod.spec.node_name)
-    return node.metadata.labels[POOL_LABEL]
+    return node.metadata.labels[AGENTPOOL_LABEL]
 
 
 async def test_mig_profile_is_gated_admitted_and_bound_to_the_mig_pool(spawn, kube, pod_history):
@@ -37,7 +38,7 @@ async def test_mig_profile_is_gated_admitted_and_bound_to_the_mig_pool(spawn, ku
     assert _gated(states[0]), "Kueue's webhook gates the pod when it is created"
     assert not _gated(states[-1])
     pod = await kube.core.read_namespaced_pod(spawner.pod_name, spawner.namespace)
-    assert pod.spec.node_selector == {POOL_LABEL: "a100mig"}  # flavor labels merged cleanly
+    assert pod.spec.node_selector == {AGENTPOOL_LABEL: "a100mig"}  # flavor labels merged cleanly
     workload = await kube.workload_for(pod)
     assert workload["metadata"]["name"].startswith(f"pod-{spawner.pod_name}-")
     assert _condition(workload, "Admitted")["status"] == "True"
@@ -68,7 +69,7 @@ async def test_full_quota_keeps_the_next_user_gated_until_the_first_stops(spawn,
         return (pod, workload) if reserved and reserved["status"] == "False" else None
 
     pod, workload = await wait_for(pending_workload, what="the second workload to be pending")
-    assert GATE in [g.name for g in pod.spec.scheduling_gates]
+    assert ADMISSION_GATE in [g.name for g in pod.spec.scheduling_gates]
     assert pod.spec.node_name is None
     assert "insufficient unused quota" in _condition(workload, "QuotaReserved")["message"]
     await wait_for(lambda: second.queue_stage and second.queue_stage.key == "queued",
