@@ -20,11 +20,12 @@ import os
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from .contract import ENV_API_TOKEN, ENV_API_URL, PROFILE_LABEL, SERVERNAME_KEY, USERNAME_KEY
 from .parse import load_platform
-from .spec import PROFILE_LABEL
 
 log = logging.getLogger("jupyterhub_gpu.resume")
-SELECTOR = f"component=singleuser-server,{PROFILE_LABEL}"
+# GPUSpawner's pods, whatever component label the spawner is configured with
+SELECTOR = PROFILE_LABEL
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def resumable(pods: list[dict], hub_users: list[dict]) -> list[Resumable]:
     for pod in pods:
         meta = pod["metadata"]
         note = meta.get("annotations") or {}
-        key = (note.get("hub.jupyter.org/username"), note.get("hub.jupyter.org/servername", ""))
+        key = (note.get(USERNAME_KEY), note.get(SERVERNAME_KEY, ""))
         if (meta.get("deletionTimestamp") or pod.get("status", {}).get("phase") != "Pending"
                 or not key[0] or key in known):
             continue
@@ -52,8 +53,8 @@ def resumable(pods: list[dict], hub_users: list[dict]) -> list[Resumable]:
 
 
 async def _hub(http, method: str, path: str, body: dict | None = None) -> dict | None:
-    url = os.environ["JUPYTERHUB_API_URL"].rstrip("/") + path
-    headers = {"Authorization": f"token {os.environ['JUPYTERHUB_API_TOKEN']}"}
+    url = os.environ[ENV_API_URL].rstrip("/") + path
+    headers = {"Authorization": f"token {os.environ[ENV_API_TOKEN]}"}
     async with http.request(method, url, headers=headers, json=body) as r:
         if r.status >= 400:
             raise RuntimeError(f"{method} {path}: HTTP {r.status}: {await r.text()}")

@@ -38,7 +38,9 @@ from .kueue.messages import stop_notice
 from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
 from .kueue.visibility import PendingWorkloads
 from .parse import load_platform, parse_platform
-from .spec import PROFILE_LABEL, QUEUE_LABEL, Platform
+from .contract import (COMPONENT_LABEL, PROFILE_LABEL, QUEUE_LABEL, STATE_PROFILE,
+                       STATE_STOP_NOTICE)
+from .spec import Platform
 
 _cache: dict[tuple[str, float], Platform] = {}
 
@@ -216,7 +218,7 @@ class GPUSpawner(KubeSpawner):
             return await super()._start_watching_pods(replace=replace)
         return await self._start_reflector(
             kind="pods", reflector_class=RecordingPodReflector,
-            labels={"component": self.component_label},
+            labels={COMPONENT_LABEL: self.component_label},
             omit_namespace=self.enable_user_namespaces, replace=replace)
 
     async def _start_watching_workloads(self):
@@ -379,9 +381,9 @@ class GPUSpawner(KubeSpawner):
     def get_state(self) -> dict:
         state = super().get_state()
         if self.gpu_stop_notice:
-            state["gpu_stop_notice"] = self.gpu_stop_notice
+            state[STATE_STOP_NOTICE] = self.gpu_stop_notice
         if self.gpu_grant is not None:  # the culler reads it (admin:server_state)
-            state["gpu_profile"] = self.gpu_grant.profile.slug
+            state[STATE_PROFILE] = self.gpu_grant.profile.slug
         return state
 
     def clear_state(self) -> None:
@@ -390,7 +392,7 @@ class GPUSpawner(KubeSpawner):
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
-        self.gpu_stop_notice = state.get("gpu_stop_notice")
+        self.gpu_stop_notice = state.get(STATE_STOP_NOTICE)
 
 
 RESUME_SERVICE = "gpu-resume"

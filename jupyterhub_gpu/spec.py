@@ -13,15 +13,9 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping
 
+from .contract import (AGENTPOOL_LABEL, GPU_RESOURCE, GPU_TAINT_KEY, GPU_TAINT_VALUE,
+                       MIG_RESOURCE_PREFIX, SHARED_SUFFIX, SPOT_LABEL, SPOT_VALUE)
 from .gpus import GpuModel
-
-AGENTPOOL_LABEL = "kubernetes.azure.com/agentpool"
-SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"
-GPU_TAINT_KEY = "nvidia.com/gpu"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-PROFILE_LABEL = "jupyterhub-gpu/profile"
-TEAM_LABEL = "jupyterhub-gpu/team"
 
 
 class SharingMode(StrEnum):
@@ -56,8 +50,8 @@ class Taint:
                 "effect": self.effect}
 
 
-GPU_TAINT = Taint(GPU_TAINT_KEY, "present")
-SPOT_TAINT = Taint(SPOT_LABEL, "spot")
+GPU_TAINT = Taint(GPU_TAINT_KEY, GPU_TAINT_VALUE)
+SPOT_TAINT = Taint(SPOT_LABEL, SPOT_VALUE)
 
 
 @dataclass(frozen=True)
@@ -93,10 +87,10 @@ class Pool:
     def resource_name(self) -> str:
         """The extended resource the NVIDIA device plugin advertises on this pool."""
         if self.sharing.mode is SharingMode.MIG:
-            return f"nvidia.com/mig-{self.sharing.mig_profile}"
+            return f"{MIG_RESOURCE_PREFIX}{self.sharing.mig_profile}"
         if self.sharing.shared:
-            return "nvidia.com/gpu.shared"
-        return "nvidia.com/gpu"
+            return GPU_RESOURCE + SHARED_SUFFIX
+        return GPU_RESOURCE
 
     @property
     def units_per_gpu(self) -> int:

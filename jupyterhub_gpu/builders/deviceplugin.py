@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import yaml
 
-from ..spec import AGENTPOOL_LABEL, SPOT_LABEL, Platform, Pool, SharingMode
-
-DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+from ..contract import (ACCELERATOR_LABEL, AGENTPOOL_LABEL, DEVICE_PLUGIN_CONFIG_LABEL,
+                        GPU_COUNT_LABEL, GPU_MEMORY_LABEL, GPU_PRESENT_LABEL, GPU_PRODUCT_LABEL,
+                        GPU_RESOURCE, INSTANCE_TYPE_LABEL, MIG_CONFIG_LABEL, MIG_STRATEGY_LABEL,
+                        SHARING_STRATEGY_LABEL, SPOT_LABEL, SPOT_VALUE)
+from ..spec import Platform, Pool, SharingMode
 CONFIG_MAP_NAME = "jupyterhub-gpu-device-plugin"
 
 
@@ -23,7 +24,7 @@ def plugin_config(pool: Pool) -> dict:
                     "flags": {"migStrategy": "mixed" if mode is SharingMode.MIG else "none"}}
     if pool.sharing.shared:
         share: dict = {"renameByDefault": True,
-                       "resources": [{"name": "nvidia.com/gpu",
+                       "resources": [{"name": GPU_RESOURCE,
                                       "replicas": pool.sharing.replicas}]}
         if mode is SharingMode.TIMESLICING:
             share["failRequestsGreaterThanOne"] = True
@@ -50,19 +51,19 @@ def node_labels(pool: Pool) -> dict[str, str]:
     product = pool.gpu.product + ("-SHARED" if pool.sharing.shared else "")
     labels = {
         AGENTPOOL_LABEL: pool.name,
-        "kubernetes.azure.com/accelerator": "nvidia",
-        "node.kubernetes.io/instance-type": pool.vm_size,
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": product,
-        "nvidia.com/gpu.count": str(pool.gpus_per_node),
-        "nvidia.com/gpu.memory": str(pool.gpu.memory_gb * 1024),
-        "nvidia.com/gpu.sharing-strategy": _sharing_strategy(pool),
+        ACCELERATOR_LABEL: "nvidia",
+        INSTANCE_TYPE_LABEL: pool.vm_size,
+        GPU_PRESENT_LABEL: "true",
+        GPU_PRODUCT_LABEL: product,
+        GPU_COUNT_LABEL: str(pool.gpus_per_node),
+        GPU_MEMORY_LABEL: str(pool.gpu.memory_gb * 1024),
+        SHARING_STRATEGY_LABEL: _sharing_strategy(pool),
         **pool_labels(pool),
     }
     if pool.sharing.mode is SharingMode.MIG:
-        labels["nvidia.com/mig.strategy"] = "mixed"
+        labels[MIG_STRATEGY_LABEL] = "mixed"
     if pool.spot:
-        labels[SPOT_LABEL] = "spot"
+        labels[SPOT_LABEL] = SPOT_VALUE
     return labels
 
 

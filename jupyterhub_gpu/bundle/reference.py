@@ -16,6 +16,7 @@ import inspect
 
 from ..allocatable import (EVICTION_MEMORY, MAX_PODS, kube_reserved_cpu_millis,
                            kube_reserved_memory)
+from ..contract import AGENTPOOL_LABEL
 from ..gpus import GPU_MODELS, VM_SIZES
 from ..parse import FIELDS as PARSER_FIELDS
 from ..quantities import format_cpu, format_memory
@@ -54,7 +55,7 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
     },
     "pool": {
         "name": ("string", REQUIRED, "AKS agent pool name: a-z then a-z0-9, at most 12. "
-                 "Pods select it with `kubernetes.azure.com/agentpool`."),
+                 f"Pods select it with `{AGENTPOOL_LABEL}`."),
         "vmSize": ("string", REQUIRED, "Azure VM size, e.g. `Standard_NC24ads_A100_v4`."),
         "gpu": ("string", REQUIRED, "GPU model; must match the VM size."),
         "gpusPerNode": ("integer", "from vmSize", "Required for VM sizes not listed below."),

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from ..contract import (ENV_DEMO_CHP, ENV_DEMO_HUB_PORT, ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC,
+                        ENV_DEMO_URL)
 from . import build
 from .layout import Layout, Ports, default_state_dir
 from .podrunner import PodRunner
@@ -52,10 +54,10 @@ def ensure_chp(progress: Callable[[str], None] = print) -> Path:
 def hub_env(spec: Path, kubeconfig: Path, url: str, hub_port: int = 8081,
             proxy_api_port: int = 8001) -> dict[str, str]:
     """The environment ``demo_config.py`` reads."""
-    return {**os.environ, "JUPYTERHUB_GPU_SPEC": str(spec.resolve()),
-            "KUBECONFIG": str(kubeconfig), "JUPYTERHUB_GPU_CHP": str(chp_command()),
-            "JUPYTERHUB_GPU_DEMO_URL": url, "JUPYTERHUB_GPU_DEMO_HUB_PORT": str(hub_port),
-            "JUPYTERHUB_GPU_DEMO_PROXY_API_PORT": str(proxy_api_port)}
+    return {**os.environ, ENV_DEMO_SPEC: str(spec.resolve()),
+            "KUBECONFIG": str(kubeconfig), ENV_DEMO_CHP: str(chp_command()),
+            ENV_DEMO_URL: url, ENV_DEMO_HUB_PORT: str(hub_port),
+            ENV_DEMO_PROXY_API_PORT: str(proxy_api_port)}
 
 
 async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,

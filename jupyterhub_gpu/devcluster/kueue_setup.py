@@ -27,16 +27,15 @@ from typing import Iterable, Mapping
 
 import yaml
 
+from ..contract import KUEUE_API_VERSION as API_VERSION
+from ..contract import KUEUE_CONFIG_API_VERSION as CONFIG_API_VERSION
+from ..contract import KUEUE_GROUP, MANAGED_LABEL
 from .layout import HOST, Ports
 
 NAMESPACE = "kueue-system"
 SERVICE_NAME = "kueue-webhook-service"
 SECRET_NAME = "kueue-webhook-server-cert"
 WEBHOOK_CONFIG_PREFIX = "kueue"  # Kueue's rotator derives "<prefix>-mutating-..." names
-MANAGED_LABEL = "jupyterhub-gpu/managed"
-KUEUE_GROUP = "kueue.x-k8s.io"
-CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
-API_VERSION = "kueue.x-k8s.io/v1beta2"
 PROBE_FLAVOR = "jupyterhub-gpu-devcluster-probe"
 
 

@@ -10,8 +10,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
 from jupyterhub_gpu.allocatable import node_resources, share_of_node
-from jupyterhub_gpu.builders.nodes import (OVERHEAD_APP, OVERHEAD_APP_LABEL, OVERHEAD_NAMESPACE,
-                                           node_name, overhead_daemonset_name)
+from jupyterhub_gpu.builders.nodes import (OVERHEAD_APP, OVERHEAD_NAMESPACE, node_name,
+                                           overhead_daemonset_name)
+from jupyterhub_gpu.contract import APP_NAME_LABEL
 from jupyterhub_gpu.quantities import format_cpu, format_memory
 
 from .conftest import wait_for
@@ -29,7 +30,7 @@ async def _settled(kube, pool, node: str) -> bool:
     there if the pool has that DaemonSet (a node recreated by another test gets its
     pod a moment later, and the pod would then preempt a notebook)."""
     pods = await _node_pods(kube, node)
-    overhead = [p for p in pods if (p.metadata.labels or {}).get(OVERHEAD_APP_LABEL)
+    overhead = [p for p in pods if (p.metadata.labels or {}).get(APP_NAME_LABEL)
                 == OVERHEAD_APP]
     if len(overhead) != len(pods) or any(p.status.phase != "Running" for p in pods):
         return False
