@@ -14,9 +14,11 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from . import quantities as q
+from . import sharing as modes
 from .gpus import GPU_MODELS, VM_SIZES
+from .sharing import Parameter
 from .spec import (Checkpoint, CheckpointStorage, DaemonsetOverhead, GpuIdle, Platform, Pool,
-                   Priority, Profile, Sharing, SharingMode, Team)
+                   Priority, Profile, Sharing, Team)
 from .validate import check_platform
 
 _REQUIRED = object()
@@ -134,28 +136,34 @@ def _counts(v: Any) -> Mapping[str, int]:
     return MappingProxyType(dict(v))
 
 
+#: How each parameter of a sharing mode is read, and what to add when it is missing.
+_PARAMETERS: dict[Parameter, tuple[Callable[[Any], Any], str]] = {
+    Parameter.MIG_PROFILE: (_str, ""),
+    Parameter.REPLICAS: (_int(2), " (an integer >= 2)"),
+}
+
+
 def _sharing(errors: list[str], label: str, data: Any, gpu: Any) -> Sharing | None:
+    """``pools[].sharing``: a registered mode and exactly the parameter it takes."""
     n_errors = len(errors)
     s = _Section(errors, f"{label}: sharing", data, FIELDS["sharing"])
-    mode = s.get("mode", _choice({m.value: m for m in SharingMode}, "sharing mode"))
-    mig = s.get("migProfile", _str, None)
-    replicas = s.get("replicas", _int(2), None)
-    if mode is SharingMode.MIG:
-        if mig is None:
-            s.fail("migProfile", "is required for mode mig")
-        elif gpu is not None and gpu.mig_profile(mig) is None:
-            valid = ", ".join(p.name for p in gpu.mig) or "none (this GPU has no MIG)"
-            s.fail("migProfile",
-                   f"mig profile {mig!r} does not exist on {gpu.name}; valid: {valid}")
-    elif mig is not None:
-        s.fail("migProfile", f"is only allowed with mode mig, not {mode}")
-    if mode in (SharingMode.MPS, SharingMode.TIMESLICING) and replicas is None:
-        s.fail("replicas", f"is required for mode {mode} (an integer >= 2)")
-    elif mode in (SharingMode.EXCLUSIVE, SharingMode.MIG) and replicas is not None:
-        s.fail("replicas", f"is only allowed with modes mps and timeslicing, not {mode}")
+    mode = s.get("mode", _choice(modes.MODES, "sharing mode"))
+    values = {p: s.get(p.value, parse, None) for p, (parse, _) in _PARAMETERS.items()}
+    for param, value in values.items():
+        if mode is None:
+            break
+        if mode.parameter is param and value is None:
+            s.fail(param.value, f"is required for mode {mode}{_PARAMETERS[param][1]}")
+        elif mode.parameter is not param and value is not None:
+            s.fail(param.value, f"is only allowed with {modes.modes_taking(param)}, not {mode}")
+    mig = values[Parameter.MIG_PROFILE]
+    if mode is not None and mode.partitioned and mig and gpu and gpu.mig_profile(mig) is None:
+        valid = ", ".join(p.name for p in gpu.mig) or "none (this GPU has no MIG)"
+        s.fail(Parameter.MIG_PROFILE.value,
+               f"mig profile {mig!r} does not exist on {gpu.name}; valid: {valid}")
     if len(errors) > n_errors:
         return None
-    return Sharing(mode, mig, replicas or 1)
+    return Sharing(mode, mig, values[Parameter.REPLICAS] or 1)
 
 
 def _or_zero(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:

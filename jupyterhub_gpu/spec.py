@@ -9,31 +9,26 @@ from these objects by pure functions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping
 
-from .contract import (AGENTPOOL_LABEL, GPU_RESOURCE, GPU_TAINT_KEY, GPU_TAINT_VALUE,
-                       MIG_RESOURCE_PREFIX, SHARED_SUFFIX, SPOT_LABEL, SPOT_VALUE)
+from .contract import AGENTPOOL_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, SPOT_LABEL, SPOT_VALUE
 from .gpus import GpuModel
-
-
-class SharingMode(StrEnum):
-    EXCLUSIVE = "exclusive"
-    MIG = "mig"
-    MPS = "mps"
-    TIMESLICING = "timeslicing"
+from .sharing import SharingMode
 
 
 @dataclass(frozen=True)
 class Sharing:
+    """How a pool's GPUs are handed out; everything mode-specific is in ``mode``'s
+    record (:mod:`jupyterhub_gpu.sharing`)."""
+
     mode: SharingMode
-    mig_profile: str | None = None  # only for mode "mig"
-    replicas: int = 1  # only for "mps" / "timeslicing"
+    mig_profile: str | None = None  # only for a mode whose parameter is migProfile
+    replicas: int = 1  # only for a mode whose parameter is replicas
 
     @property
     def shared(self) -> bool:
-        return self.mode in (SharingMode.MPS, SharingMode.TIMESLICING)
+        return self.mode.shared
 
 
 @dataclass(frozen=True)
@@ -86,18 +81,11 @@ class Pool:
     @property
     def resource_name(self) -> str:
         """The extended resource the NVIDIA device plugin advertises on this pool."""
-        if self.sharing.mode is SharingMode.MIG:
-            return f"{MIG_RESOURCE_PREFIX}{self.sharing.mig_profile}"
-        if self.sharing.shared:
-            return GPU_RESOURCE + SHARED_SUFFIX
-        return GPU_RESOURCE
+        return self.sharing.mode.resource_name(self.sharing)
 
     @property
     def units_per_gpu(self) -> int:
-        if self.sharing.mode is SharingMode.MIG:
-            mig = self.gpu.mig_profile(self.sharing.mig_profile or "")
-            return mig.per_gpu if mig else 1
-        return self.sharing.replicas if self.sharing.shared else 1
+        return self.sharing.mode.units_per_gpu(self.sharing, self.gpu)
 
     @property
     def units_per_node(self) -> int:
@@ -105,9 +93,7 @@ class Pool:
 
     @property
     def unit_name(self) -> str:
-        return {SharingMode.EXCLUSIVE: "GPU", SharingMode.MIG: "MIG slice"}.get(
-            self.sharing.mode, "share"
-        )
+        return self.sharing.mode.unit
 
     @property
     def unit_memory_gb(self) -> int:
@@ -130,11 +116,7 @@ class Pool:
     @property
     def device_plugin_config(self) -> str:
         """Name of this pool's entry in the device-plugin config map."""
-        if self.sharing.mode is SharingMode.MIG:
-            return "mig-mixed"
-        if self.sharing.shared:
-            return f"{self.sharing.mode.value}-{self.sharing.replicas}"
-        return "default"
+        return self.sharing.mode.config_name(self.sharing)
 
 
 @dataclass(frozen=True)

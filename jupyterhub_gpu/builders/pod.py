@@ -115,7 +115,7 @@ def profile_env(grant: Grant) -> dict[str, str]:
     return {
         ENV_PROFILE: profile.slug,
         ENV_MODEL: pool.gpu.name,
-        ENV_SHARING: pool.sharing.mode.value,
+        ENV_SHARING: pool.sharing.mode.name,
         ENV_COUNT: str(profile.units),
         ENV_MEMORY: f"{pool.unit_memory_gb}GB",
         ENV_PREEMPTIBLE: str(pool.spot or grant.priority.preemptible).lower(),

@@ -20,7 +20,7 @@ from ..builders.deviceplugin import config_map
 from ..builders.kueue import kueue_objects
 from ..contract import (GPU_RESOURCE, MANAGED_LABEL, MIG_CONFIG_LABEL, MIG_RESOURCE_PREFIX,
                         SHARED_SUFFIX)
-from ..spec import Platform, Pool, SharingMode
+from ..spec import Platform, Pool
 from .diff import MISSING, Drift, compare_objects, field_diffs
 from .gpuoperator import gpu_operator_values
 from .kueueconfig import kueue_configuration
@@ -72,7 +72,7 @@ def advertised_resource(config: Any, pool: Pool) -> str:
     """The resource the device plugin advertises on ``pool``'s nodes with ``config``."""
     config = config if isinstance(config, dict) else {}
     strategy = (config.get("flags") or {}).get("migStrategy", "none")
-    if strategy == "mixed" and pool.sharing.mode is SharingMode.MIG:
+    if strategy == "mixed" and pool.sharing.mig_profile:
         return f"{MIG_RESOURCE_PREFIX}{pool.sharing.mig_profile}"
     for share in (config.get("sharing") or {}).values():
         for res in (share or {}).get("resources") or []:

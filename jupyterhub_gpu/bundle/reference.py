@@ -20,7 +20,9 @@ from ..contract import AGENTPOOL_LABEL
 from ..gpus import GPU_MODELS, VM_SIZES
 from ..parse import FIELDS as PARSER_FIELDS
 from ..quantities import format_cpu, format_memory
-from ..spec import DaemonsetOverhead, SharingMode
+from .. import sharing
+from ..sharing import Parameter, modes_taking
+from ..spec import DaemonsetOverhead
 
 _OVERHEAD_CPU = format_cpu(DaemonsetOverhead().cpu)
 _OVERHEAD_MEMORY = format_memory(DaemonsetOverhead().memory_bytes)
@@ -78,9 +80,10 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
                    "share of the node must fit in the allocatable less this."),
     },
     "sharing": {
-        "mode": ("string", REQUIRED, "`exclusive`, `mig`, `mps` or `timeslicing`."),
-        "migProfile": ("string", "mode mig only", "MIG instance profile, e.g. `3g.40gb`."),
-        "replicas": ("integer >= 2", "mps and timeslicing only", "Shares per GPU."),
+        "mode": ("string", REQUIRED, "One of the sharing modes listed below."),
+        "migProfile": ("string", Parameter.MIG_PROFILE,
+                       "MIG instance profile, e.g. `3g.40gb`."),
+        "replicas": ("integer >= 2", Parameter.REPLICAS, "Shares per GPU."),
     },
     "team": {
         "name": ("DNS label", REQUIRED, "Also the name of its ClusterQueue and LocalQueue."),
@@ -140,6 +143,15 @@ FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
 }
 
 
+def _described(row: tuple) -> tuple[str, str, str]:
+    """A row of :data:`FIELDS`; a :class:`~jupyterhub_gpu.sharing.Parameter` default
+    names the modes that take it."""
+    kind, default, meaning = row
+    if isinstance(default, Parameter):
+        default = f"{modes_taking(default)} only"
+    return kind, default, meaning
+
+
 def allowed_fields(section: str) -> list[str]:
     """The fields the parser accepts in ``section``, in its order."""
     return list(PARSER_FIELDS[section])
@@ -160,7 +172,16 @@ def _facts() -> str:
             + "\n## Known VM sizes\n\n" + ALLOCATABLE_NOTE
             + _table(vms, ("vmSize", "GPUs", "gpu", "vCPUs", "memory", "allocatable cpu",
                            "allocatable memory"))
-            + "\nSharing modes: " + ", ".join(f"`{m.value}`" for m in SharingMode) + ".\n")
+            + "\n## Sharing modes\n\n" + _sharing_modes())
+
+
+def _sharing_modes() -> str:
+    """The registered modes (:mod:`jupyterhub_gpu.sharing`), in the words users see."""
+    example = {"mig_profile": "<migProfile>", "replicas": "<replicas>"}
+    rows = [(f"`{m.name}`", m.summary, m.unit, f"`{m.resource.format(**example)}`",
+             f"`{m.form_words.format(**example)}`",
+             f"`{m.parameter}`" if m.parameter else "none") for m in sharing.MODES.values()]
+    return _table(rows, ("mode", "what it is", "unit", "resource", "on the form", "also set"))
 
 
 ALLOCATABLE_NOTE = (
@@ -187,7 +208,8 @@ def spec_reference() -> str:
            "`30m`, `8h` or `1h30m`; quantities like `12Gi`. Validate a spec with "
            "`jupyterhub-gpu validate SPEC`.\n"]
     for section, title in SECTIONS.items():
-        rows = [(f"`{name}`", *FIELDS[section][name]) for name in allowed_fields(section)]
+        rows = [(f"`{name}`", *_described(FIELDS[section][name]))
+                for name in allowed_fields(section)]
         out.append(f"## {title}\n\n" + _table(rows, ("field", "type", "default", "meaning")))
     out.append(_facts())
     return "\n".join(out)

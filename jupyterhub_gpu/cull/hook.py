@@ -54,7 +54,7 @@ from ..contract import (DCGM_ENGINE_ACTIVE, DCGM_GPU_UTIL, ENV_CULL_DRY_RUN, ENV
                         ENV_CULL_WARN_BEFORE, ENV_CULLER_METRICS_PORT, ENV_PLATFORM_FILE,
                         ENV_PROMETHEUS_TIMEOUT, ENV_PROMETHEUS_TOKEN_FILE, ENV_PROMETHEUS_URL)
 from ..parse import SpecError, load_platform
-from ..spec import Platform, SharingMode
+from ..spec import Platform
 from .gpu_window import GpuState, GpuUnknown
 from .metrics import CullMetrics, serve
 from .policy import (DEFAULT_WARN_BEFORE, Clock, CullPolicy, Decision, GpuInput, ServerView,
@@ -164,7 +164,7 @@ def metric_warnings(platform: Platform, metric: str) -> list[str]:
     warnings = []
     for profile in (p for p in platform.profiles if p.gpu_idle):
         pool = platform.pool(profile.pool)
-        if pool.sharing.mode is SharingMode.MIG and metric == DCGM_GPU_UTIL:
+        if pool.sharing.mode.partitioned and metric == DCGM_GPU_UTIL:
             warnings.append(f"profile {profile.slug}: pool {pool.name} uses MIG, and "
                             f"{DCGM_GPU_UTIL} is not reported per MIG instance; set "
                             f"{ENV_CULL_GPU_METRIC}={DCGM_ENGINE_ACTIVE}")
