@@ -49,6 +49,17 @@ def format_cpu(cores: float) -> str:
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
 
 
+def format_duration(seconds: int) -> str:
+    """seconds -> the shortest duration :func:`parse_duration` reads back, e.g.
+    ``5400`` -> ``"1h30m"``."""
+    parts, left = [], seconds
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, left = divmod(left, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
 def parse_duration(value: object) -> int:
     """``"30m"``, ``"1h30m"``, ``"90s"`` or a number of seconds -> seconds (> 0)."""
     if isinstance(value, int) and not isinstance(value, bool):

@@ -4,10 +4,15 @@ One admin-written YAML document is parsed once (see :mod:`jupyterhub_gpu.parse`)
 a :class:`Platform`. Everything else -- the spawn form, the pod settings, the Kueue
 objects, the device-plugin configs, the fake nodes of the dev cluster -- is derived
 from these objects by pure functions.
+
+The defaults of the spec's optional fields are the defaults of these dataclasses'
+fields, and only there: the parser and the generated reference read them with
+:func:`default_of`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -15,6 +20,16 @@ from typing import Mapping
 from .contract import AGENTPOOL_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, SPOT_LABEL, SPOT_VALUE
 from .gpus import GpuModel
 from .sharing import SharingMode
+
+REQUIRED = dataclasses.MISSING
+
+
+def default_of(cls: type, name: str) -> object:
+    """The default of dataclass ``cls``'s field ``name`` (:data:`REQUIRED` if none)."""
+    found = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if found.default_factory is not dataclasses.MISSING:
+        return found.default_factory()
+    return found.default
 
 
 @dataclass(frozen=True)
@@ -125,7 +140,7 @@ class Team:
     groups: tuple[str, ...]
     namespace: str
     quota: Mapping[str, int]  # pool name -> nominal units
-    cohort: str
+    cohort: str = "jupyterhub-gpu"
     borrowing_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     lending_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     fair_share_weight: int | None = None
@@ -149,8 +164,14 @@ class Priority:
 
 @dataclass(frozen=True)
 class Checkpoint:
+    """A profile's ``checkpoint`` block; a block given is on unless it says otherwise."""
+
     enabled: bool = True
     grace_period_seconds: int = 30
+
+
+#: A profile without a ``checkpoint`` block: no checkpoint volume, the pod's own grace.
+CHECKPOINT_OFF = Checkpoint(enabled=False)
 
 
 @dataclass(frozen=True)
@@ -175,11 +196,11 @@ class Profile:
     slug: str
     display_name: str
     pool: str
-    units: int  # GPUs, MIG slices or shares of the pool's resource
     cpu: float
     memory_bytes: int
     image: str
     priority: str
+    units: int = 1  # GPUs, MIG slices or shares of the pool's resource
     description: str = ""
     idle_timeout_seconds: int = 1800
     max_age_seconds: int | None = None
@@ -187,7 +208,7 @@ class Profile:
     start_timeout_seconds: int = 300  # from admission to a running server
     gpu_idle: GpuIdle | None = None
     allowed_groups: tuple[str, ...] = ()  # empty: every user who is in a team
-    checkpoint: Checkpoint = Checkpoint()
+    checkpoint: Checkpoint = CHECKPOINT_OFF
     default: bool = False
 
 

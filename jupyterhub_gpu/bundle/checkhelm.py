@@ -15,7 +15,7 @@ from ..builders.deviceplugin import node_labels
 from ..contract import AGENTPOOL_LABEL, MANAGED_LABEL, NODE_PURPOSE_LABEL
 from ..spec import Platform
 from .diff import MISSING, Drift
-from .helm import gpu_resources, login_groups, start_timeout
+from .helm import CHART_START_TIMEOUT, gpu_resources, login_groups, start_timeout
 from .namespaces import HUB_PORT
 
 STOCK_HUB_IMAGE = "quay.io/jupyterhub/k8s-hub"
@@ -77,7 +77,7 @@ def _spec_wiring(files: Values, values: dict) -> Iterator[Drift]:
 
 def _timeouts(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
     need = start_timeout(platform)
-    found = get(values, "singleuser.startTimeout", 300)
+    found = get(values, "singleuser.startTimeout", CHART_START_TIMEOUT)
     if not isinstance(found, int) or found < need:
         yield _drift(files, "singleuser.startTimeout", f">= {need}", found,
                      "the longest queuePatience + startTimeout of the profiles")
