@@ -38,7 +38,7 @@ SCHEMA: dict[str, tuple[type, dict[str, str]]] = {
     "daemonsetOverhead": (DaemonsetOverhead, {"cpu": "cpu", "memory": "memory_bytes"}),
     "team": (Team, {"name": "name", "groups": "groups", "namespace": "namespace",
                     "quota": "quota", "cohort": "cohort", "borrowingLimit": "borrowing_limit",
-                    "lendingLimit": "lending_limit", "fairShareWeight": "fair_share_weight"}),
+                    "lendingLimit": "lending_limit"}),
     "priority": (Priority, {"name": "name", "value": "value", "description": "description",
                             "preemptible": "preemptible"}),
     "profile": (Profile, {"slug": "slug", "displayName": "display_name",
@@ -60,6 +60,12 @@ docs list them) with the dataclass field each one sets. A field's default is tha
 dataclass field's default (:func:`field_default`)."""
 FIELDS: dict[str, tuple[str, ...]] = {name: tuple(keys) for name, (_, keys) in SCHEMA.items()}
 """The fields each section of the spec accepts, in order (the docs list them)."""
+REMOVED: dict[str, dict[str, str]] = {
+    "team": {"fairShareWeight": "no longer supported: Kueue runs classical preemption, "
+             "where fair-sharing weights do nothing (see the bundle docs, Preemption); "
+             "remove it"},
+}
+"""Fields the spec once accepted, with why they are refused (by section)."""
 
 
 def field_default(section: str, key: str) -> Any:
@@ -86,9 +92,9 @@ class _Section:
         self.data: Mapping = data if isinstance(data, Mapping) else {}
         if not isinstance(data, Mapping):
             self.fail(None, f"must be a mapping, got {type(data).__name__}")
-        allowed = FIELDS[section]
+        allowed, removed = FIELDS[section], REMOVED.get(section, {})
         for key in sorted(set(self.data) - set(allowed), key=str):
-            self.fail(key, f"unknown field; allowed: {', '.join(allowed)}")
+            self.fail(key, removed.get(key) or f"unknown field; allowed: {', '.join(allowed)}")
 
     def fail(self, key: str | None, message: str) -> None:
         self.errors.append(f"{self.label}: {key}: {message}" if key else f"{self.label}: {message}")
@@ -267,7 +273,6 @@ def _team(errors: list[str], data: Any, index: int) -> Team | None:
         cohort=s.get("cohort", _name(_DNS_LABEL, "a DNS label")),
         borrowing_limit=s.get("borrowingLimit", _counts),
         lending_limit=s.get("lendingLimit", _counts),
-        fair_share_weight=s.get("fairShareWeight", _int(0)),
     )
     return team if len(errors) == n_errors else None
 

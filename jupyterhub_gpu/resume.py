@@ -7,7 +7,12 @@ user's server the hub no longer knows, it asks the hub to start that server agai
 with the same profile. GPUSpawner then adopts the pod (same Workload, same place).
 
 Run by :func:`jupyterhub_gpu.configure_hub` as the managed service ``gpu-resume``,
-with the scopes ``list:users``, ``read:servers`` and ``servers``.
+with the scopes ``list:users``, ``read:servers`` and ``servers``. It reads pods with
+the hub's Kubernetes credentials: in the hub pod, the in-cluster config (the hub
+passes it :data:`KUBE_ENV`), else ``KUBECONFIG``.
+
+A server the hub refuses to start (HTTP 4xx: the user was deleted, or may no longer
+use the profile) is logged and skipped; the others are still resumed.
 """
 
 from __future__ import annotations
@@ -24,6 +29,11 @@ from .contract import ENV_API_TOKEN, ENV_API_URL, PROFILE_LABEL, SERVERNAME_KEY,
 from .parse import load_platform
 
 log = logging.getLogger("jupyterhub_gpu.resume")
+# What the Kubernetes client needs from the hub's environment. A managed service
+# gets only JupyterHub's own variables, a few of the hub's (Spawner.env_keep) and its
+# `environment`: the in-cluster config (the service host and port; the token and CA
+# are files in the pod) and a kubeconfig, when the hub runs with one.
+KUBE_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG")
 # GPUSpawner's pods, whatever component label the spawner is configured with
 SELECTOR = PROFILE_LABEL
 
@@ -52,12 +62,20 @@ def resumable(pods: list[dict], hub_users: list[dict]) -> list[Resumable]:
     return found
 
 
+class HubError(RuntimeError):
+    """The hub answered a request with an HTTP error."""
+
+    def __init__(self, method: str, path: str, status: int, text: str):
+        super().__init__(f"{method} {path}: HTTP {status}: {text}")
+        self.status = status
+
+
 async def _hub(http, method: str, path: str, body: dict | None = None) -> dict | None:
     url = os.environ[ENV_API_URL].rstrip("/") + path
     headers = {"Authorization": f"token {os.environ[ENV_API_TOKEN]}"}
     async with http.request(method, url, headers=headers, json=body) as r:
         if r.status >= 400:
-            raise RuntimeError(f"{method} {path}: HTTP {r.status}: {await r.text()}")
+            raise HubError(method, path, r.status, await r.text())
         text = await r.text()
         return json.loads(text) if text else None
 
@@ -90,18 +108,45 @@ async def _pods(namespaces: list[str]) -> list[dict]:
         return found
 
 
+async def _resume(http, item: Resumable) -> bool:
+    """Ask the hub to start ``item`` again; False if it refuses (HTTP 4xx)."""
+    path = f"/users/{quote(item.user)}/servers/{quote(item.server)}"
+    log.info("resuming %s's queued server %r (profile %s)", item.user, item.server,
+             item.profile)
+    try:
+        await _hub(http, "POST", path, {"profile": item.profile})
+    except HubError as e:
+        if not 400 <= e.status < 500:
+            raise
+        log.warning("not resuming %s's server %r: the hub refused it: %s", item.user,
+                    item.server, e)
+        return False
+    return True
+
+
 async def resume_once(namespaces: list[str]) -> list[Resumable]:
+    """Resume every resumable server; return those the hub accepted.
+
+    A refusal (4xx) skips that server only. Any other failure is raised after the
+    rest were tried, so that the caller retries (servers resumed meanwhile are then
+    known to the hub and not asked for again).
+    """
     import aiohttp
 
     pods = await _pods(namespaces)
+    resumed, failed = [], []
     async with aiohttp.ClientSession() as http:
-        todo = resumable(pods, await _hub_users(http))
-        for item in todo:
-            path = f"/users/{quote(item.user)}/servers/{quote(item.server)}"
-            log.info("resuming %s's queued server %r (profile %s)", item.user, item.server,
-                     item.profile)
-            await _hub(http, "POST", path, {"profile": item.profile})
-    return todo
+        for item in resumable(pods, await _hub_users(http)):
+            try:
+                if await _resume(http, item):
+                    resumed.append(item)
+            except Exception as e:  # noqa: BLE001 - raised below, after the others
+                log.warning("could not resume %s's server %r: %s", item.user, item.server, e)
+                failed.append(item)
+    if failed:
+        raise RuntimeError(f"{len(failed)} server(s) not resumed yet; "
+                           f"{len(resumed)} resumed")
+    return resumed
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -40,6 +40,7 @@ from .kueue.visibility import PendingWorkloads
 from .parse import load_platform, parse_platform
 from .contract import (COMPONENT_LABEL, PROFILE_LABEL, QUEUE_LABEL, STATE_PROFILE,
                        STATE_STOP_NOTICE)
+from .resume import KUBE_ENV
 from .spec import Platform
 
 _cache: dict[tuple[str, float], Platform] = {}
@@ -323,6 +324,18 @@ class GPUSpawner(KubeSpawner):
                 return
             await asyncio.sleep(1)
 
+    async def stop(self, now: bool = False) -> None:
+        if self.platform is None:
+            return await super().stop(now=now)
+        try:
+            await super().stop(now=now)
+        except Exception:
+            # JupyterHub drops a failed stop without a word and forgets the server, so
+            # the pod (and its GPU) would stay with nothing in the log to say why
+            self.log.exception("Stopping %s failed; its pod %s/%s may still be running",
+                               self._log_name, self.namespace, self.pod_name)
+            raise
+
     async def poll(self):
         if self.platform is None:
             return await super().poll()
@@ -399,7 +412,8 @@ RESUME_SERVICE = "gpu-resume"
 
 
 def _add_resume_service(c: Any, platform_file: str) -> None:
-    env = {k: os.environ[k] for k in ("KUBECONFIG",) if k in os.environ}
+    # a managed service gets few of the hub's variables (PATH, LANG...): pass these
+    env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
     service = {"name": RESUME_SERVICE, "environment": env,
                "command": [sys.executable, "-m", "jupyterhub_gpu.resume",
                            "--spec", os.path.abspath(platform_file)]}

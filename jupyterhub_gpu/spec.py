@@ -143,7 +143,6 @@ class Team:
     cohort: str = "jupyterhub-gpu"
     borrowing_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     lending_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    fair_share_weight: int | None = None
 
     @property
     def local_queue(self) -> str:

@@ -59,6 +59,9 @@ COPIED = (
     ("extra_pod_config", "extraPodConfig"),
     ("storage_extra_labels", "storage.extraLabels"),
 )
+# traits GPUSpawner sets that the chart's hub config (4.4.0) leaves at KubeSpawner's
+# default: no singleuser value maps to them
+CHART_LEAVES_UNSET = frozenset({"delete_grace_period"})
 # every trait kubespawner_config may set
 TRAITS = frozenset({name for name, _ in COPIED} | {
     "namespace", "image", "tolerations", "volumes", "volume_mounts", "storage_pvc_ensure",

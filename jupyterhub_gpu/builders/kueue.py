@@ -7,6 +7,7 @@ from ..contract import KUEUE_API_VERSION as API_VERSION
 from ..contract import NAMESPACE_NAME_LABEL
 from ..quantities import format_cpu, format_memory
 from ..spec import Platform, Pool, Priority, Team
+from .preemption import cluster_queue_preemption
 
 
 def resource_flavor(pool: Pool) -> dict:
@@ -55,30 +56,20 @@ def _flavor_quotas(team: Team, pool: Pool, covered: list[str]) -> dict:
     return {"name": pool.name, "resources": resources}
 
 
-def _preemption(platform: Platform) -> dict:
-    policy: dict = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
-    preemptible = [p.value for p in platform.priorities if p.preemptible]
-    if preemptible:
-        policy["borrowWithinCohort"] = {"policy": "LowerPriority",
-                                        "maxPriorityThreshold": max(preemptible)}
-    return policy
-
-
 def cluster_queue(platform: Platform, team: Team) -> dict:
-    """One ClusterQueue per team; every pool is a flavor so quota can be borrowed."""
+    """One ClusterQueue per team; every pool is a flavor so quota can be borrowed.
+    Preemption is classical (:mod:`.preemption`): no fair-sharing weight."""
     covered = covered_resources(platform)
     spec: dict = {
         "cohortName": team.cohort,
         "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: team.namespace}},
         "queueingStrategy": "BestEffortFIFO",
-        "preemption": _preemption(platform),
+        "preemption": cluster_queue_preemption(platform),
         "resourceGroups": [{
             "coveredResources": covered,
             "flavors": [_flavor_quotas(team, pool, covered) for pool in platform.pools],
         }],
     }
-    if team.fair_share_weight is not None:
-        spec["fairSharing"] = {"weight": str(team.fair_share_weight)}
     return {"apiVersion": API_VERSION, "kind": "ClusterQueue",
             "metadata": {"name": team.cluster_queue}, "spec": spec}
 

@@ -103,6 +103,10 @@ class SpawnSettings:
     volume_mounts: list[dict] = field(default_factory=list)
     extra_pod_config: dict[str, Any] = field(default_factory=dict)
     lifecycle_hooks: dict[str, Any] = field(default_factory=dict)
+    # the grace KubeSpawner's stop() deletes the pod with (its default is 1 s, which
+    # would cut a checkpointing preStop hook short on a cull or a user's stop);
+    # None keeps the admin's value
+    delete_grace_period: int | None = None
 
     @classmethod
     def trait_names(cls) -> tuple[str, ...]:
@@ -167,6 +171,8 @@ def spawn_settings(platform: Platform, grant: Grant) -> SpawnSettings:
         # on any stop (preemption, eviction, cull) first SIGTERM the kernels that
         # registered a checkpoint callback, within the grace period
         lifecycle_hooks={"preStop": {"exec": {"command": list(PRESTOP_COMMAND)}}},
+        delete_grace_period=(profile.checkpoint.grace_period_seconds
+                             if profile.checkpoint.enabled else None),
     )
 
 
@@ -208,6 +214,8 @@ def _profile_keys(items: list[Any]) -> dict[str, Any]:
 
 
 def _merge_value(base: Any, mine: Any) -> Any:
+    if mine is None:
+        return base
     if isinstance(mine, Mapping) and isinstance(base, Mapping):
         return _merge_dicts(base, mine)
     if isinstance(mine, list) and isinstance(base, list):
@@ -240,6 +248,8 @@ def merge_traits(base: Mapping[str, Any], settings: SpawnSettings) -> dict[str, 
       is replaced only if it is one of these;
     * admin list, profile dict: the admin's items, then the profile's values sorted by
       key, as KubeSpawner would order them;
+    * a profile value of ``None``: the admin's value (``delete_grace_period`` of a
+      profile without checkpoints);
     * anything else (scalars such as ``image``, ``cpu_limit``, ``namespace``, or a
       trait the admin left unset): the profile's value.
 

@@ -4,7 +4,8 @@
 Each rendered file is compared with what the builders make from the spec, field by
 field; on top of that, the facts that tie the files together are checked by meaning:
 the resource each pool's device-plugin config advertises is the one Kueue and the
-pods count, and the Terraform node pools are wired from ``var.gpu_pools``.
+pods count, the Kueue objects set no field that Kueue's preemption model ignores, and
+the Terraform node pools are wired from ``var.gpu_pools``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import yaml
 from ..allocatable import MAX_PODS
 from ..builders.deviceplugin import config_map
 from ..builders.kueue import kueue_objects
+from ..builders.preemption import ignored_fields, model_of
 from ..contract import (GPU_RESOURCE, MANAGED_LABEL, MIG_CONFIG_LABEL, MIG_RESOURCE_PREFIX,
                         SHARED_SUFFIX)
 from ..spec import Platform, Pool
@@ -66,6 +68,15 @@ class Bundle:
 
 def check_kueue(platform: Platform, file: str, docs: list) -> list[Drift]:
     return compare_objects(file, kueue_objects(platform), docs)
+
+
+def check_preemption_model(file: str, docs: list, configuration: Any = None) -> list[Drift]:
+    """Fields of the Kueue objects that Kueue ignores under the preemption model of
+    ``configuration`` (default: the shipped Configuration)."""
+    config = configuration if isinstance(configuration, dict) else kueue_configuration()
+    model = model_of(config)
+    return [Drift(file, obj, path, MISSING, value, f"{why}; Kueue runs {model}")
+            for obj, path, value, why in ignored_fields(config, docs)]
 
 
 def advertised_resource(config: Any, pool: Pool) -> str:

@@ -17,8 +17,8 @@ import yaml
 
 from ..parse import load_platform
 from .check import (Bundle, check_device_plugin, check_gpu_operator, check_kueue,
-                    check_kueue_configuration, check_team_namespaces, check_terraform_tf,
-                    check_terraform_vars)
+                    check_kueue_configuration, check_preemption_model, check_team_namespaces,
+                    check_terraform_tf, check_terraform_vars)
 from .checkhelm import check_helm
 from .diff import Drift
 from .files import (GENERATED, GPU_OPERATOR_VALUES, HELM_GENERATED, KUEUE_CONFIGURATION,
@@ -87,11 +87,16 @@ def run_checks(platform, bundle: Bundle, hub: HubRef) -> list[Drift]:
         drifts += check_kueue(platform, *bundle.kueue)
     if bundle.device_plugin:
         drifts += check_device_plugin(platform, *bundle.device_plugin)
-    selector = None
+    selector = config = None
     if bundle.kueue_configuration:
         drifts += check_kueue_configuration(*bundle.kueue_configuration)
         docs = bundle.kueue_configuration[1]
-        selector = (docs[0] or {}).get("managedJobsNamespaceSelector") if docs else None
+        config = docs[0] if docs else None
+        selector = (config or {}).get("managedJobsNamespaceSelector")
+    if bundle.kueue:  # these say why; they replace a plain difference in the same field
+        explained = check_preemption_model(*bundle.kueue, config)
+        keys = {(d.file, d.obj, d.field) for d in explained}
+        drifts = [d for d in drifts if (d.file, d.obj, d.field) not in keys] + explained
     if bundle.team_namespaces:
         drifts += check_team_namespaces(platform, *bundle.team_namespaces, hub, selector)
     if bundle.terraform_vars:

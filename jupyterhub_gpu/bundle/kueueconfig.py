@@ -11,8 +11,9 @@ restarting Kueue.
   named ``default`` (which captures every unlabelled pod of its namespace) can only
   matter in a team namespace;
 * ``manageJobsWithoutQueueName: false``: a pod without a queue label is not held;
-* fair sharing on, with Kueue's two preemption strategies in the documented order,
-  so the ClusterQueues' ``fairSharing.weight`` take effect.
+* no ``fairSharing`` section: Kueue runs classical preemption, the model the
+  ClusterQueues are built for (:mod:`~jupyterhub_gpu.builders.preemption`); with
+  fair sharing on, their ``borrowWithinCohort`` would be ignored.
 
 Install it with Kueue's Helm chart: ``--set-file
 managerConfig.controllerManagerConfigYaml=config/kueue-configuration.yaml`` (the
@@ -21,10 +22,14 @@ chart also uses ``managedJobsNamespaceSelector`` for its pod webhooks).
 
 from __future__ import annotations
 
+from ..builders.preemption import FAIR_SHARING_KEY
 from ..contract import KUEUE_CONFIG_API_VERSION as CONFIG_API_VERSION
 from ..contract import KUEUE_GROUP, MANAGED_LABEL
 
-FAIR_SHARING_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+POLICY_KEYS = ("manageJobsWithoutQueueName", "managedJobsNamespaceSelector", "integrations",
+               FAIR_SHARING_KEY, "admissionFairSharing", "waitForPodsReady")
+"""The keys that decide which pods Kueue manages and how it admits and preempts them
+(the dev cluster runs Kueue with the shipped values of these)."""
 
 
 def kueue_configuration() -> dict:
@@ -43,5 +48,4 @@ def kueue_configuration() -> dict:
         "manageJobsWithoutQueueName": False,
         "managedJobsNamespaceSelector": {"matchLabels": {MANAGED_LABEL: "true"}},
         "integrations": {"frameworks": ["pod"]},
-        "fairSharing": {"preemptionStrategies": list(FAIR_SHARING_STRATEGIES)},
     }

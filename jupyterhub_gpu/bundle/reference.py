@@ -95,14 +95,14 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
                    "borrow each other's unused quota."),
         "borrowingLimit": ("pool -> integer", "Most units borrowed per pool."),
         "lendingLimit": ("pool -> integer", "Most units lent per pool."),
-        "fairShareWeight": ("integer", "Fair-sharing weight of the team."),
     },
     "priority": {
         "name": ("DNS label", "WorkloadPriorityClass name."),
         "value": ("integer", "Higher values preempt lower ones."),
         "description": ("string", "Shown to admins."),
-        "preemptible": ("boolean", "Workloads at or below it may be preempted "
-                        "when another team reclaims borrowed quota."),
+        "preemptible": ("boolean", "Notebooks at or below it may be preempted "
+                        "by another team's higher-priority notebook that must borrow too "
+                        "(see the bundle docs, Preemption); the form marks them."),
     },
     "profile": {
         "slug": ("DNS label", "The form value and the pod's profile label."),
@@ -159,7 +159,6 @@ WORDS: dict[tuple[str, str], str | Parameter] = {
     ("sharing", "replicas"): Parameter.REPLICAS,
     ("team", "borrowingLimit"): "unlimited",
     ("team", "lendingLimit"): "unlimited",
-    ("team", "fairShareWeight"): "Kueue's (1)",
     ("profile", "allowedGroups"): "every team member",
     ("profile", "checkpoint"): "off",
 }

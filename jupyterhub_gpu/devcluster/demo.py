@@ -51,13 +51,20 @@ def ensure_chp(progress: Callable[[str], None] = print) -> Path:
     return command
 
 
-def hub_env(spec: Path, kubeconfig: Path, url: str, hub_port: int = 8081,
+def hub_env(spec: Path, kubeconfig: Path | None, url: str, hub_port: int = 8081,
             proxy_api_port: int = 8001) -> dict[str, str]:
-    """The environment ``demo_config.py`` reads."""
-    return {**os.environ, ENV_DEMO_SPEC: str(spec.resolve()),
-            "KUBECONFIG": str(kubeconfig), ENV_DEMO_CHP: str(chp_command()),
-            ENV_DEMO_URL: url, ENV_DEMO_HUB_PORT: str(hub_port),
-            ENV_DEMO_PROXY_API_PORT: str(proxy_api_port)}
+    """The environment ``demo_config.py`` reads. With no ``kubeconfig`` there is no
+    KUBECONFIG at all: the hub then uses the in-cluster config, as in its pod."""
+    env = {**os.environ, ENV_DEMO_SPEC: str(spec.resolve()), ENV_DEMO_CHP: str(chp_command()),
+           ENV_DEMO_URL: url, ENV_DEMO_HUB_PORT: str(hub_port),
+           ENV_DEMO_PROXY_API_PORT: str(proxy_api_port)}
+    env.pop("KUBECONFIG", None)
+    return {**env, "KUBECONFIG": str(kubeconfig)} if kubeconfig else env
+
+
+def hub_command() -> list[str]:
+    """JupyterHub with the demo config."""
+    return [str(Path(sys.executable).with_name("jupyterhub")), "-f", str(DEMO_CONFIG)]
 
 
 async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
@@ -66,10 +73,9 @@ async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
     """Start JupyterHub (demo config) in ``workdir``; its log is ``workdir/hub.log``."""
     hub_dir = workdir / "hub"
     hub_dir.mkdir(parents=True, exist_ok=True)
-    jupyterhub = Path(sys.executable).with_name("jupyterhub")
     with open(workdir / "hub.log", "ab") as log:
         return await asyncio.create_subprocess_exec(
-            str(jupyterhub), "-f", str(DEMO_CONFIG), cwd=hub_dir, stdout=log, stderr=log,
+            *hub_command(), cwd=hub_dir, stdout=log, stderr=log,
             env={**hub_env(spec, kubeconfig, url, hub_port, proxy_api_port),
                  **(extra_env or {})},
             start_new_session=True)
@@ -85,9 +91,13 @@ async def _stop(hub: asyncio.subprocess.Process | None, runner: asyncio.Task) ->
 
 async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
                 progress: Callable[[str], None] = print, stop: asyncio.Event | None = None,
-                hub_port: int = 8081, proxy_api_port: int = 8001) -> int:
+                hub_port: int = 8081, proxy_api_port: int = 8001,
+                hub_kubeconfig: Path | None = None) -> int:
     """Run the hub and the pod runner until ``stop`` is set (by default: on Ctrl-C or
-    SIGTERM) or the hub exits; then stop both, whatever happened meanwhile."""
+    SIGTERM) or the hub exits; then stop both, whatever happened meanwhile. The pod
+    runner, which plays the kubelet, uses ``kubeconfig``; the hub uses
+    ``hub_kubeconfig`` if given (e.g. a ServiceAccount's, bound by the bundle's RBAC),
+    else the same."""
     progress = unfailing(progress)
     if stop is None:
         stop = asyncio.Event()
@@ -96,7 +106,8 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
     runner = asyncio.create_task(PodRunner(kubeconfig, workdir).run())
     hub = waiter = None
     try:
-        hub = await start_hub(spec, kubeconfig, workdir, url, hub_port, proxy_api_port)
+        hub = await start_hub(spec, hub_kubeconfig or kubeconfig, workdir, url, hub_port,
+                              proxy_api_port)
         progress(f"JupyterHub is starting on {url} (log: {workdir / 'hub.log'})\n"
                  f"  log in as {DEMO_USERS}; password: gpu-demo\n  Ctrl-C stops everything.")
         waiter = asyncio.create_task(stop.wait())

@@ -27,6 +27,7 @@ from typing import Iterable, Mapping
 
 import yaml
 
+from ..bundle.kueueconfig import POLICY_KEYS, kueue_configuration
 from ..contract import KUEUE_API_VERSION as API_VERSION
 from ..contract import KUEUE_CONFIG_API_VERSION as CONFIG_API_VERSION
 from ..contract import KUEUE_GROUP, MANAGED_LABEL
@@ -49,7 +50,9 @@ def webhook_base_url(ports: Ports) -> str:
 
 
 def configuration(ports: Ports, cert_dir: str) -> dict:
-    """Kueue's ``Configuration``: pod integration only, on loopback, no leader election."""
+    """Kueue's ``Configuration`` on loopback, without leader election; what Kueue
+    manages and how it admits and preempts is the bundle's (:data:`POLICY_KEYS`)."""
+    shipped = kueue_configuration()
     return {
         "apiVersion": CONFIG_API_VERSION,
         "kind": "Configuration",
@@ -61,11 +64,7 @@ def configuration(ports: Ports, cert_dir: str) -> dict:
         "internalCertManagement": {"enable": True, "webhookServiceName": SERVICE_NAME,
                                    "webhookSecretName": SECRET_NAME},
         "clientConnection": {"qps": 50, "burst": 100},
-        "manageJobsWithoutQueueName": False,
-        "managedJobsNamespaceSelector": {"matchLabels": {MANAGED_LABEL: "true"}},
-        "integrations": {"frameworks": ["pod"]},
-        "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare",
-                                                 "LessThanInitialShare"]},
+        **{key: shipped[key] for key in POLICY_KEYS if key in shipped},
         "featureGates": {"VisibilityOnDemand": False},
     }
 

@@ -184,24 +184,28 @@ def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
 
-def kubeconfig(server: str, paths: PkiPaths, name: str = KUBECONFIG_NAME) -> dict:
-    """An admin kubeconfig with the CA and client cert embedded."""
+def kubeconfig(server: str, paths: PkiPaths, name: str = KUBECONFIG_NAME,
+               user: tuple[str, dict] | None = None) -> dict:
+    """A kubeconfig with the CA embedded: for the admin client cert, or for ``user``
+    (its name and credentials, e.g. ``("hub", {"token": ...})``)."""
+    user_name, credentials = user or (f"{name}-admin", {
+        "client-certificate-data": _b64(paths.admin_crt),
+        "client-key-data": _b64(paths.admin_key)})
     return {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": name, "cluster": {
             "server": server, "certificate-authority-data": _b64(paths.ca_crt)}}],
-        "users": [{"name": f"{name}-admin", "user": {
-            "client-certificate-data": _b64(paths.admin_crt),
-            "client-key-data": _b64(paths.admin_key)}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": f"{name}-admin"}}],
+        "users": [{"name": user_name, "user": credentials}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": user_name}}],
         "current-context": name,
         "preferences": {},
     }
 
 
-def write_kubeconfig(path: Path, server: str, paths: PkiPaths) -> Path:
+def write_kubeconfig(path: Path, server: str, paths: PkiPaths,
+                     user: tuple[str, dict] | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write(path, yaml.safe_dump(kubeconfig(server, paths), sort_keys=False).encode(),
-           private=True)
+    _write(path, yaml.safe_dump(kubeconfig(server, paths, user=user),
+                                sort_keys=False).encode(), private=True)
     return path

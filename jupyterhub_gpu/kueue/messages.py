@@ -101,8 +101,8 @@ _PREEMPTION_WORDS = {
     "InClusterQueue": "to make room for higher-priority work in queue {queue}",
     "InCohortReclamation": "because another team took back GPUs your team had borrowed",
     "InCohortFairSharing": "to share borrowed GPUs fairly with another team",
-    "InCohortReclaimWhileBorrowing": "because another team took back GPUs your team had "
-                                     "borrowed",
+    "InCohortReclaimWhileBorrowing": "to make room for another team's higher-priority "
+                                     "work on GPUs your team had borrowed",
 }
 _DISRUPTION_WORDS = {
     "DeletionByTaintManager": "its node was taken away (spot eviction or node failure)",

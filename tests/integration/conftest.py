@@ -9,7 +9,15 @@ Fixtures:
 - ``cluster`` (session): the dev cluster up with that spec, in a temporary state dir
   and on ports of its own (the defaults + 10000 + $JUPYTERHUB_GPU_TEST_PORT_OFFSET, so
   a running ``make demo`` does not collide); ``down`` at the end. Its value is the dict ``devcluster status`` prints.
-- ``kube`` (session): kubernetes_asyncio ``CoreV1Api`` and ``CustomObjectsApi`` on it.
+  It also has the hub's ServiceAccount ``hub`` in namespace ``jupyterhub``, bound
+  only by the RBAC we ship plus the z2jh chart's hub Role (:mod:`.hub_rbac`).
+- ``hub_kubeconfig`` (session): a kubeconfig with a token of that ServiceAccount.
+  Everything that plays the hub uses it: the hubs the tests start, their services
+  and the in-process GPUSpawners (``KUBECONFIG`` points at it). The admin
+  kubeconfig (``cluster["kubeconfig"]``) is only for set-up, the pod runner (the
+  stand-in kubelet) and assertions.
+- ``kube`` (session): kubernetes_asyncio ``CoreV1Api`` and ``CustomObjectsApi`` on it,
+  with the admin kubeconfig.
 - ``spawn``: starts a real GPUSpawner for (user, groups, profile) and returns it
   (``wait=False``: returns the spawner and its start task at once; ``config``: a
   traitlets Config merged over the defaults). Every server it started is stopped at
@@ -18,7 +26,7 @@ Fixtures:
   time it is requested, to assert on states that pass quickly (a scheduling gate).
 
 The kubernetes client reads KUBECONFIG once, when first imported, so this tier runs
-in its own pytest process (``make test-cluster``) pointed at the dev cluster's.
+in its own pytest process (``make test-cluster``) pointed at the hub's kubeconfig.
 """
 
 from __future__ import annotations
@@ -32,7 +40,9 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu.devcluster.layout import Layout, Ports
+from jupyterhub_gpu.devcluster.layout import Ports
+
+from . import hub_rbac
 
 if "kubernetes_asyncio" in sys.modules:
     raise pytest.UsageError("run the cluster tier in its own pytest process "
@@ -40,7 +50,10 @@ if "kubernetes_asyncio" in sys.modules:
 
 HERE = Path(__file__).resolve().parent
 STATE_DIR = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-cluster-tests-"))
-os.environ["KUBECONFIG"] = str(Layout(STATE_DIR).kubeconfig)
+# The in-process GPUSpawners play the hub: the hub's identity (the file is written
+# by the `cluster` fixture, before any spawner loads it).
+HUB_KUBECONFIG = STATE_DIR / "hub-kubeconfig"
+os.environ["KUBECONFIG"] = str(HUB_KUBECONFIG)
 # Ports of their own, shifted by JUPYTERHUB_GPU_TEST_PORT_OFFSET (so that two test
 # runs, or a test run and `make demo`, can share a machine).
 PORT_OFFSET = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
@@ -75,9 +88,15 @@ def cluster(cluster_platform):
                     "(make test does)")
     status = devcluster.up(cluster_platform, STATE_DIR, ports=TEST_PORTS)
     try:
+        hub_rbac.give_the_hub_its_identity(STATE_DIR, cluster_platform, HUB_KUBECONFIG)
         yield status
     finally:
         devcluster.down(STATE_DIR, progress=lambda m: None)
+
+
+@pytest.fixture(scope="session")
+def hub_kubeconfig(cluster) -> Path:
+    return HUB_KUBECONFIG
 
 
 class Kube:
@@ -103,7 +122,7 @@ class Kube:
 async def kube(cluster):
     from kubernetes_asyncio import config
 
-    api_client = await config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
+    api_client = await config.new_client_from_config(config_file=cluster["kubeconfig"])
     yield Kube(api_client)
     await api_client.close()
 

@@ -1,6 +1,11 @@
 """The demo, end to end: a real JupyterHub with GPUSpawner, the pod runner, the dev
 cluster. A user logs in, picks a GPU profile and gets a working Jupyter server whose
-kernel sees the profile's environment; a forged post creates no pod."""
+kernel sees the profile's environment; a forged post creates no pod.
+
+Every hub here runs as the hub's ServiceAccount (bound only by the RBAC we ship):
+with its kubeconfig, or, in the restart tests, as in its pod, with the in-cluster
+config only (:mod:`.hubpod`), which is also all its gpu-resume service gets.
+"""
 
 from __future__ import annotations
 
@@ -14,20 +19,23 @@ import pytest
 
 from jupyterhub_gpu.devcluster import demo
 
-from .conftest import PORT_OFFSET, wait_for
+from . import hub_rbac, hubpod
+from .conftest import PORT_OFFSET, STATE_DIR, wait_for
 
 URL = f"http://127.0.0.1:{18000 + PORT_OFFSET}"
 MERGE = {"_content_type": "application/merge-patch+json"}
 
 
+PORTS = dict(hub_port=18081 + PORT_OFFSET, proxy_api_port=18001 + PORT_OFFSET)
+
+
 @pytest.fixture
-async def hub(cluster, cluster_spec_path, tmp_path):
+async def hub(cluster, cluster_spec_path, hub_kubeconfig, tmp_path):
     demo.ensure_chp(progress=lambda m: None)
     stop = asyncio.Event()
     task = asyncio.create_task(demo.serve(cluster_spec_path, Path(cluster["kubeconfig"]),
-                                          tmp_path, URL, lambda m: None, stop,
-                                          hub_port=18081 + PORT_OFFSET,
-                                          proxy_api_port=18001 + PORT_OFFSET))
+                                          tmp_path, URL, lambda m: None, stop, **PORTS,
+                                          hub_kubeconfig=hub_kubeconfig))
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
         async def hub_up():
             try:
@@ -40,6 +48,23 @@ async def hub(cluster, cluster_spec_path, tmp_path):
         yield http
     stop.set()
     assert await asyncio.wait_for(task, 60) == 0
+
+
+@pytest.fixture(scope="module")
+def hub_pod(cluster, tmp_path_factory):
+    """Start the hub as in its pod: ``await hub_pod(spec, workdir)``."""
+    reason = hubpod.can_unshare()
+    if reason:
+        pytest.skip(f"cannot make a private mount namespace for the hub pod: {reason}")
+    client, paths = hub_rbac.admin_client(STATE_DIR)
+    sa_dir = hubpod.service_account_dir(
+        tmp_path_factory.mktemp("serviceaccount"), hub_rbac.request_token(client, hub_rbac.HUB),
+        paths.ca_crt.read_bytes(), hub_rbac.HUB)
+
+    def start(spec, workdir):
+        return hubpod.start_hub_in_pod(spec, sa_dir, cluster["server"], workdir, URL, **PORTS)
+
+    return start
 
 
 async def _login(http, user):
@@ -148,18 +173,18 @@ async def _hub_server(http, user):
 
 
 async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spec_path, kube,
-                                                            tmp_path):
+                                                            hub_pod, spawn, tmp_path):
     """Kill the hub (SIGKILL) with one server running and one queued, start it again:
     the running one is still there, the queued one keeps its pod and Workload (its place
-    in the queue), is resumed by the gpu-resume service, and starts when room frees."""
+    in the queue), is resumed by the gpu-resume service, and starts when room frees.
+    The hub runs as in its pod; the hub refuses to resume the queued server of a user
+    it no longer has (ada, listed first), and dave's is resumed all the same."""
     from jupyterhub_gpu.devcluster.podrunner import PodRunner
 
     demo.ensure_chp(progress=lambda m: None)
-    kubeconfig = Path(cluster["kubeconfig"])
-    ports = dict(hub_port=18081 + PORT_OFFSET, proxy_api_port=18001 + PORT_OFFSET)
-    runner = asyncio.create_task(PodRunner(kubeconfig, tmp_path).run())
-    hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
-    alice = dave = None
+    runner = asyncio.create_task(PodRunner(Path(cluster["kubeconfig"]), tmp_path).run())
+    hub = await hub_pod(cluster_spec_path, tmp_path)
+    alice = dave = ada = None
     try:
         alice = await _login_when_up("alice")
         await _spawn_and_wait(alice, "alice", "a100-mig-3g")
@@ -168,12 +193,17 @@ async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spe
                                                        "_xsrf": _xsrf(dave)}) as r:
             assert r.status == 200
         queued = await wait_for(lambda: _queued(kube, "jupyter-dave"), what="dave queued")
+        # queued behind dave: a spawn of a user the hub does not have (since deleted)
+        _, ada = await spawn("ada", ["data-science"], "a100-mig-3g", wait=False)
+        await wait_for(lambda: _queued(kube, "jupyter-ada"), what="ada queued")
         await _kill_hub_pod(hub)  # no clean shutdown: the hub just dies
-        hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
+        hub = await hub_pod(cluster_spec_path, tmp_path)
         await wait_for(lambda: _hub_answers(alice), timeout=60, what="the hub to come back")
         server = await wait_for(lambda: _hub_server(dave, "dave"), timeout=60,
                                 what="gpu-resume to restart dave's spawn")
         assert server["pending"] == "spawn"
+        assert "not resuming ada's server '': the hub refused it: POST /users/ada/servers/: " \
+               "HTTP 404" in (tmp_path / "hub.log").read_text()
         again = await _queued(kube, "jupyter-dave")
         assert again == queued, "same pod and same Workload: the queue place is kept"
         async with alice.get(f"{URL}/user/alice/api/status") as r:
@@ -183,13 +213,20 @@ async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spe
             assert r.status in (202, 204)
         await wait_for(lambda: _lab_up(dave, "dave"), timeout=120, what="dave's JupyterLab")
     finally:
+        if ada:
+            ada.cancel()  # the spawn fixture removes its pod
         for http in (alice, dave):
             if http:
                 await http.close()
-        hub.terminate()
-        await hub.wait()
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
+        await _stop_hub(hub, runner)
+
+
+async def _stop_hub(hub, runner) -> None:
+    """Stop a hub the test started (SIGTERM: it stops its servers) and the pod runner."""
+    hub.terminate()
+    await hub.wait()
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)
 
 
 async def _login_when_up(user):
@@ -262,18 +299,15 @@ async def test_cancelling_a_queued_spawn_from_the_hub_leaves_nothing(hub, kube):
 
 
 async def test_idle_gpu_server_is_culled_by_the_real_culler(cluster, cluster_spec_path, kube,
-                                                           tmp_path):
+                                                           hub_kubeconfig, tmp_path):
     """jupyterhub-idle-culler 2.x with the jupyterhub_gpu.cull hook, as a hub service,
     stops a server idle past its profile's idleTimeout (10 s here); pod and Workload
     go, so the node could be drained."""
     from jupyterhub_gpu.devcluster.podrunner import PodRunner
 
     demo.ensure_chp(progress=lambda m: None)
-    kubeconfig = Path(cluster["kubeconfig"])
-    runner = asyncio.create_task(PodRunner(kubeconfig, tmp_path).run())
-    hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL,
-                               hub_port=18081 + PORT_OFFSET,
-                               proxy_api_port=18001 + PORT_OFFSET,
+    runner = asyncio.create_task(PodRunner(Path(cluster["kubeconfig"]), tmp_path).run())
+    hub = await demo.start_hub(cluster_spec_path, hub_kubeconfig, tmp_path, URL, **PORTS,
                                extra_env={"JUPYTERHUB_GPU_DEMO_CULL_EVERY": "3"})
     carol = None
     try:
@@ -291,10 +325,7 @@ async def test_idle_gpu_server_is_culled_by_the_real_culler(cluster, cluster_spe
     finally:
         if carol:
             await carol.close()
-        hub.terminate()
-        await hub.wait()
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
+        await _stop_hub(hub, runner)
 
 
 async def _pod_gone(kube, namespace, pod_name):
@@ -305,19 +336,17 @@ async def _pod_gone(kube, namespace, pod_name):
 
 
 async def test_hub_restart_while_admitted_but_not_yet_running(cluster, cluster_spec_path,
-                                                              kube, tmp_path):
+                                                              kube, hub_pod, tmp_path):
     """Kueue admitted the pod but no node can take it yet (the pool's only node is
     cordoned): kill the hub, start it again; the spawn is resumed on the same pod and
     runs once the node is back."""
     from jupyterhub_gpu.devcluster.podrunner import PodRunner
 
     demo.ensure_chp(progress=lambda m: None)
-    kubeconfig = Path(cluster["kubeconfig"])
-    ports = dict(hub_port=18081 + PORT_OFFSET, proxy_api_port=18001 + PORT_OFFSET)
     node = "aks-a100spot-00000000-vmss000000"
     await kube.core.patch_node(node, {"spec": {"unschedulable": True}}, **MERGE)
-    runner = asyncio.create_task(PodRunner(kubeconfig, tmp_path).run())
-    hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
+    runner = asyncio.create_task(PodRunner(Path(cluster["kubeconfig"]), tmp_path).run())
+    hub = await hub_pod(cluster_spec_path, tmp_path)
     bob = None
     try:
         bob = await _login_when_up("bob")  # ml-eng
@@ -327,7 +356,7 @@ async def test_hub_restart_while_admitted_but_not_yet_running(cluster, cluster_s
         admitted = await wait_for(lambda: _admitted_unscheduled(kube, "jupyter-bob"),
                                   what="bob's pod admitted but unscheduled")
         await _kill_hub_pod(hub)
-        hub = await demo.start_hub(cluster_spec_path, kubeconfig, tmp_path, URL, **ports)
+        hub = await hub_pod(cluster_spec_path, tmp_path)
         await wait_for(lambda: _hub_answers(bob), timeout=60, what="the hub to come back")
         await wait_for(lambda: _hub_server(bob, "bob"), timeout=60,
                        what="gpu-resume to restart bob's spawn")
@@ -338,10 +367,7 @@ async def test_hub_restart_while_admitted_but_not_yet_running(cluster, cluster_s
         await kube.core.patch_node(node, {"spec": {"unschedulable": False}}, **MERGE)
         if bob:
             await bob.close()
-        hub.terminate()
-        await hub.wait()
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
+        await _stop_hub(hub, runner)
 
 
 async def _admitted_unscheduled(kube, pod_name):

@@ -54,7 +54,6 @@ def test_cluster_queue(platform):
                           for r in COVERED[3:])]},
                 ],
             }],
-            "fairSharing": {"weight": "20"},
         },
     }
 

@@ -97,8 +97,7 @@ def test_kueue_configuration_golden():
     assert config["manageJobsWithoutQueueName"] is False
     assert config["managedJobsNamespaceSelector"] == {
         "matchLabels": {"jupyterhub-gpu/managed": "true"}}
-    assert config["fairSharing"] == {
-        "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+    assert "fairSharing" not in config  # classical preemption (see builders.preemption)
     assert "namespace" not in config  # the chart's release namespace applies
 
 
@@ -111,6 +110,17 @@ def test_dev_cluster_manages_the_namespaces_the_bundle_labels(platform):
     assert wanted <= namespaces.namespace(platform.teams[0])["metadata"]["labels"].items()
     assert wanted <= kueue_setup.namespace("jhub-x", managed=True)["metadata"]["labels"].items()
     assert not wanted <= kueue_setup.namespace("jhub-x")["metadata"]["labels"].items()
+
+
+def test_dev_cluster_runs_kueue_with_the_shipped_policy(tmp_path):
+    """What Kueue manages and how it preempts on the dev cluster is what the bundle ships."""
+    from jupyterhub_gpu.devcluster.layout import Ports
+
+    dev = kueue_setup.configuration(Ports(), str(tmp_path))
+    shipped = kueueconfig.kueue_configuration()
+    assert {k: dev.get(k) for k in kueueconfig.POLICY_KEYS} == \
+        {k: shipped.get(k) for k in kueueconfig.POLICY_KEYS}
+    assert "fairSharing" not in dev
 
 
 def _go_json_fields(source: str) -> set[str]:
@@ -135,6 +145,7 @@ def test_kueue_configuration_fields_exist_in_kueue(kueue_crds):
                     yield from keys(value)
     unknown = sorted(set(keys(kueueconfig.kueue_configuration())) - known)
     assert unknown == [], f"not fields of Kueue {pin.version}'s Configuration: {unknown}"
+    assert set(kueueconfig.POLICY_KEYS) <= known
 
 
 def test_tfvars_golden(platform):

@@ -104,6 +104,14 @@ def _unscore_shared(docs):
     resources[:] = [r for r in resources if r["name"] != "nvidia.com/gpu.shared"]
 
 
+def _fair_share_weight(docs):
+    find(docs, "ClusterQueue", "ml-eng")["spec"]["fairSharing"] = {"weight": "40"}
+
+
+def _fair_sharing_on(docs):
+    docs[0]["fairSharing"] = {"preemptionStrategies": ["LessThanInitialShare"]}
+
+
 def _role_verbs(docs):
     role = next(d for d in docs if d["kind"] == "Role"
                 and d["metadata"]["namespace"] == "jhub-experimentation")
@@ -205,6 +213,17 @@ DRIFTS = {
                   lambda d: d[0]["integrations"]["frameworks"].append("batch/job")),
         "config/kueue-configuration.yaml: Configuration: integrations.frameworks: "
         "expected ['pod'], found ['pod', 'batch/job']"),
+    "a fair-sharing weight under classical preemption": (
+        edit_yaml("config/kueue.yaml", _fair_share_weight),
+        "config/kueue.yaml: ClusterQueue ml-eng: spec.fairSharing: expected <missing>, found "
+        "{'weight': '40'} (a fair-sharing weight; Kueue reads it only with fair sharing on; "
+        "Kueue runs classical preemption)"),
+    "fair sharing turned on under ClusterQueues built for classical preemption": (
+        edit_yaml("config/kueue-configuration.yaml", _fair_sharing_on),
+        "config/kueue.yaml: ClusterQueue ml-eng: spec.preemption.borrowWithinCohort: expected "
+        "<missing>, found {'policy': 'LowerPriority', 'maxPriorityThreshold': 100} (Kueue "
+        "documents borrowWithinCohort as valid only with classical preemption, not with fair "
+        "sharing; Kueue runs fair sharing)"),
     "a team namespace without Kueue's label": (
         edit_yaml("config/team-namespaces.yaml", _unlabel_namespace),
         "config/team-namespaces.yaml: Namespace jhub-ml-eng: metadata.labels."

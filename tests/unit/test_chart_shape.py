@@ -15,7 +15,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_the_chart_fixture_covers_every_trait_gpuspawner_sets():
-    assert set(SpawnSettings.trait_names()) | {"start_timeout"} <= z2jh_chart.TRAITS
+    covered = z2jh_chart.TRAITS | z2jh_chart.CHART_LEAVES_UNSET
+    assert set(SpawnSettings.trait_names()) | {"start_timeout"} <= covered
+    assert not z2jh_chart.TRAITS & z2jh_chart.CHART_LEAVES_UNSET
 
 
 def test_the_chart_shapes_our_values_into_dicts_and_lists():

@@ -120,6 +120,11 @@ def test_preemption_notice():
     reclaimed = workload("w", conditions=[{"type": "Preempted", "status": "True",
                                            "reason": "InCohortReclamation"}])
     assert "another team took back GPUs" in stop_notice(gone, reclaimed, "q", AT, None).message
+    displaced = workload("w", conditions=[{"type": "Preempted", "status": "True",
+                                           "reason": "InCohortReclaimWhileBorrowing"}])
+    assert stop_notice(gone, displaced, "q", AT, None).message.startswith(
+        "Your server was preempted to make room for another team's higher-priority work on "
+        "GPUs your team had borrowed at 14:02 UTC")
 
 
 def test_node_loss_notice_and_normal_stop():

@@ -151,6 +151,10 @@ BAD_SPECS = [
      "priority 'interactive': value: must be an integer >= -2147483648, got 'high'"),
     ("checkpointStorage", None,
      "profile 'a100-training': checkpoint: enabled, but the spec has no checkpointStorage"),
+    ("teams.2.fairShareWeight", 20,
+     "team 'experimentation': fairShareWeight: no longer supported: Kueue runs classical "
+     "preemption, where fair-sharing weights do nothing (see the bundle docs, Preemption); "
+     "remove it"),
 ]
 
 

@@ -257,3 +257,17 @@ async def test_env_and_state_carry_the_cull_rules(make_spawner):
     pod = await spawner.get_pod_manifest()
     assert pod.spec.containers[0].lifecycle.pre_stop == {"exec": {"command": list(
         checkpoint.PRESTOP_COMMAND)}}
+
+
+async def test_a_stop_gives_a_checkpointing_profile_its_grace_period(make_spawner, platform):
+    """KubeSpawner deletes the pod with ``delete_grace_period`` (default 1 s) on a cull
+    or a user's stop; a checkpointing profile's preStop needs its whole grace."""
+    spawner = make_spawner("dana", ("ml-eng",), config={"KubeSpawner": {"delete_grace_period": 7}})
+    for profile in platform.profiles_for(frozenset({"ml-eng"})):
+        spawner.apply_profile({"profile": profile.slug})
+        if profile.checkpoint.enabled:
+            grace = profile.checkpoint.grace_period_seconds
+            assert spawner.extra_pod_config["terminationGracePeriodSeconds"] == grace
+            assert spawner.delete_grace_period == grace, profile.slug
+        else:
+            assert spawner.delete_grace_period == 7, profile.slug  # the admin's value

@@ -1,0 +1,80 @@
+"""The gpu-resume hub service: what it finds to resume, and the environment JupyterHub
+starts it with (computed by JupyterHub's own service launcher, not by hand)."""
+
+from __future__ import annotations
+
+import pytest
+from jupyterhub.objects import Hub
+from jupyterhub.services.service import _ServiceSpawner, _MockUser
+from kubernetes_asyncio.client import Configuration
+from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
+from traitlets.config import Config
+
+from jupyterhub_gpu import configure_hub
+from jupyterhub_gpu.resume import resumable
+from jupyterhub_gpu.contract import PROFILE_LABEL
+
+
+def _service_env(platform_file) -> dict[str, str]:
+    """The environment JupyterHub gives the managed service gpu-resume, as
+    ``Service.start`` builds it (its spawner's ``get_env``)."""
+    c = Config()
+    configure_hub(c, str(platform_file))
+    (service,) = c.JupyterHub.services
+    spawner = _ServiceSpawner(cmd=service["command"], environment=service["environment"],
+                              api_token="token", oauth_client_id="service-gpu-resume",
+                              _service_name=service["name"], hub=Hub(),
+                              user=_MockUser(name=""))
+    return spawner.get_env()
+
+
+@pytest.fixture
+def in_the_hub_pod(monkeypatch, tmp_path):
+    """The hub process's environment in its pod: the in-cluster service variables and
+    no KUBECONFIG; the token and CA files the pod mounts (paths returned)."""
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("a-service-account-token")
+    ca.write_text("not read by the loader")
+    return token, ca
+
+
+def test_the_service_reaches_the_api_with_the_in_cluster_config(in_the_hub_pod,
+                                                                example_spec_path):
+    token, ca = in_the_hub_pod
+    env = _service_env(example_spec_path)
+    assert "KUBECONFIG" not in env
+    loaded = Configuration()
+    InClusterConfigLoader(token_filename=str(token), cert_filename=str(ca),
+                          environ=env).load_and_set(loaded)
+    assert loaded.host == "https://10.0.0.1:443"
+    assert loaded.api_key == {"BearerToken": "Bearer a-service-account-token"}
+
+
+def test_the_service_gets_the_hubs_kubeconfig_when_it_has_one(monkeypatch, tmp_path,
+                                                             example_spec_path):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    env = _service_env(example_spec_path)
+    assert env["KUBECONFIG"] == str(tmp_path / "kubeconfig")
+    assert "KUBERNETES_SERVICE_HOST" not in env
+
+
+def _pod(user, phase="Pending", server="", deleting=False):
+    meta = {"name": f"jupyter-{user}", "labels": {PROFILE_LABEL: "t4-shared"},
+            "annotations": {"hub.jupyter.org/username": user,
+                            "hub.jupyter.org/servername": server}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-02T10:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+def test_resumable_are_the_waiting_pods_the_hub_does_not_know():
+    pods = [_pod("alice"), _pod("bob"), _pod("carol", phase="Running"),
+            _pod("dave", deleting=True), _pod("erin", server="big")]
+    users = [{"name": "bob", "servers": {"": {"pending": "spawn"}}},
+             {"name": "erin", "servers": {}}]
+    assert [(r.user, r.server) for r in resumable(pods, users)] == [("alice", ""),
+                                                                    ("erin", "big")]
