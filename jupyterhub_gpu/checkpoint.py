@@ -54,9 +54,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
-ENV_DIR = "CHECKPOINT_DIR"
-ENV_GRACE = "JUPYTERHUB_GPU_GRACE_SECONDS"
-ENV_RUN_DIR = "JUPYTERHUB_GPU_RUN_DIR"  # where registered processes leave their pid
+from .contract import ENV_CHECKPOINT_DIR, ENV_GRACE, ENV_RUN_DIR
+
 DEFAULT_GRACE_SECONDS = 30
 # Where the kubelet reads a container's termination message (the Kubernetes default of
 # a container's terminationMessagePath); it appears in the pod's status once it stops.
@@ -77,7 +76,7 @@ class CheckpointDirWarning(UserWarning):
 
 
 def checkpoint_dir() -> Path:
-    return Path(os.environ.get(ENV_DIR) or Path.home() / "checkpoints")
+    return Path(os.environ.get(ENV_CHECKPOINT_DIR) or Path.home() / "checkpoints")
 
 
 def grace_seconds() -> int:
@@ -402,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if os.environ.get(ENV_DIR) and (_problem := dir_problem()):
+if os.environ.get(ENV_CHECKPOINT_DIR) and (_problem := dir_problem()):
     warnings.warn(_problem, CheckpointDirWarning, stacklevel=2)
 
 if __name__ == "__main__":

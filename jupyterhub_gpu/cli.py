@@ -14,6 +14,7 @@ from .builders.deviceplugin import config_map
 from .builders.kueue import kueue_objects
 from .builders.pod import OptionsRejected
 from .bundle.cli import add_bundle_parsers
+from .contract import KUEUE_API_VERSION
 from .devcluster.cli import add_devcluster_parser
 from .devcluster.build import BuildError
 from .parse import SpecError, load_platform
@@ -103,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_render)
 
     p = sub.add_parser("manifests", help="print the Kueue objects and device-plugin config",
-                       description="Print the Kueue objects (kueue.x-k8s.io/v1beta2) and "
+                       description=f"Print the Kueue objects ({KUEUE_API_VERSION}) and "
                        "the NVIDIA device-plugin ConfigMap built from SPEC, as YAML.")
     p.add_argument("spec", metavar="SPEC", help="path of the platform spec (YAML)")
     p.add_argument("--device-plugin-namespace", default="gpu-operator",

@@ -6,15 +6,8 @@ from dataclasses import dataclass
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from .spec import Platform, Profile, SharingMode
 from .quantities import format_cpu, format_memory
-
-_SHARING_WORDS = {
-    SharingMode.EXCLUSIVE: "whole GPU",
-    SharingMode.MIG: "MIG slice {mig}",
-    SharingMode.MPS: "MPS share (1 of {replicas})",
-    SharingMode.TIMESLICING: "time-sliced share (1 of {replicas})",
-}
+from .spec import Platform, Profile
 
 
 @dataclass(frozen=True)
@@ -37,15 +30,13 @@ class ProfileCard:
 
 def profile_card(platform: Platform, profile: Profile) -> ProfileCard:
     pool = platform.pool(profile.pool)
-    words = _SHARING_WORDS[pool.sharing.mode].format(
-        mig=pool.sharing.mig_profile, replicas=pool.sharing.replicas)
     memory = f"{pool.unit_memory_gb} GB" + (" (shared)" if pool.sharing.shared else "")
     return ProfileCard(
         slug=profile.slug,
         display_name=profile.display_name,
         description=profile.description,
         gpu_model=pool.gpu.name,
-        sharing=words,
+        sharing=pool.sharing.mode.form_label(pool.sharing),
         gpu_memory=memory,
         count=profile.units,
         cpu=format_cpu(profile.cpu),

@@ -14,32 +14,53 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from . import quantities as q
+from . import sharing as modes
 from .gpus import GPU_MODELS, VM_SIZES
-from .spec import (Checkpoint, CheckpointStorage, DaemonsetOverhead, GpuIdle, Platform, Pool,
-                   Priority, Profile, Sharing, SharingMode, Team)
+from .sharing import Parameter
+from .spec import (REQUIRED, Checkpoint, CheckpointStorage, DaemonsetOverhead, GpuIdle,
+                   Platform, Pool, Priority, Profile, Sharing, Team, default_of)
 from .validate import check_platform
 
-_REQUIRED = object()
+_FIELD_DEFAULT = object()
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
-TOP_LEVEL = ("pools", "teams", "priorities", "profiles", "checkpointStorage", "groupIds")
-FIELDS: dict[str, tuple[str, ...]] = {
-    "spec": TOP_LEVEL,
-    "pool": ("name", "vmSize", "gpu", "gpusPerNode", "sharing", "spot", "minNodes",
-             "maxNodes", "pricePerNodeHour", "cpusPerNode", "memoryPerNode",
-             "consolidateAfter", "bootTime", "daemonsetOverhead"),
-    "sharing": ("mode", "migProfile", "replicas"),
-    "daemonsetOverhead": ("cpu", "memory"),
-    "team": ("name", "groups", "namespace", "quota", "cohort", "borrowingLimit",
-             "lendingLimit"),
-    "priority": ("name", "value", "description", "preemptible"),
-    "profile": ("slug", "displayName", "description", "pool", "gpus", "cpu", "memory",
-                "image", "priority", "idleTimeout", "maxAge", "queuePatience",
-                "startTimeout", "gpuIdle", "allowedGroups", "checkpoint", "default"),
-    "checkpoint": ("enabled", "gracePeriod"),
-    "gpuIdle": ("threshold", "window"),
-    "checkpointStorage": ("claimName", "mountPath"),
+SCHEMA: dict[str, tuple[type, dict[str, str]]] = {
+    "spec": (Platform, {"pools": "pools", "teams": "teams", "priorities": "priorities",
+                        "profiles": "profiles", "checkpointStorage": "checkpoint_storage",
+                        "groupIds": "group_ids"}),
+    "pool": (Pool, {"name": "name", "vmSize": "vm_size", "gpu": "gpu",
+                    "gpusPerNode": "gpus_per_node", "sharing": "sharing", "spot": "spot",
+                    "minNodes": "min_nodes", "maxNodes": "max_nodes",
+                    "pricePerNodeHour": "price_per_node_hour", "cpusPerNode": "cpus_per_node",
+                    "memoryPerNode": "memory_per_node",
+                    "consolidateAfter": "consolidate_after_seconds",
+                    "bootTime": "boot_seconds",
+                    "daemonsetOverhead": "daemonset_overhead"}),
+    "sharing": (Sharing, {"mode": "mode", "migProfile": "mig_profile", "replicas": "replicas"}),
+    "daemonsetOverhead": (DaemonsetOverhead, {"cpu": "cpu", "memory": "memory_bytes"}),
+    "team": (Team, {"name": "name", "groups": "groups", "namespace": "namespace",
+                    "quota": "quota", "cohort": "cohort", "borrowingLimit": "borrowing_limit",
+                    "lendingLimit": "lending_limit"}),
+    "priority": (Priority, {"name": "name", "value": "value", "description": "description",
+                            "preemptible": "preemptible"}),
+    "profile": (Profile, {"slug": "slug", "displayName": "display_name",
+                          "description": "description", "pool": "pool", "gpus": "units",
+                          "cpu": "cpu", "memory": "memory_bytes", "image": "image",
+                          "priority": "priority", "idleTimeout": "idle_timeout_seconds",
+                          "maxAge": "max_age_seconds",
+                          "queuePatience": "queue_patience_seconds",
+                          "startTimeout": "start_timeout_seconds", "gpuIdle": "gpu_idle",
+                          "allowedGroups": "allowed_groups", "checkpoint": "checkpoint",
+                          "default": "default"}),
+    "checkpoint": (Checkpoint, {"enabled": "enabled", "gracePeriod": "grace_period_seconds"}),
+    "gpuIdle": (GpuIdle, {"threshold": "threshold_percent", "window": "window_seconds"}),
+    "checkpointStorage": (CheckpointStorage, {"claimName": "claim_name",
+                                              "mountPath": "mount_path"}),
 }
+"""Each section of the spec: the dataclass it fills, and its fields (in the order the
+docs list them) with the dataclass field each one sets. A field's default is that
+dataclass field's default (:func:`field_default`)."""
+FIELDS: dict[str, tuple[str, ...]] = {name: tuple(keys) for name, (_, keys) in SCHEMA.items()}
 """The fields each section of the spec accepts, in order (the docs list them)."""
 REMOVED: dict[str, dict[str, str]] = {
     "team": {"fairShareWeight": "no longer supported: Kueue runs classical preemption, "
@@ -47,6 +68,13 @@ REMOVED: dict[str, dict[str, str]] = {
              "remove it"},
 }
 """Fields the spec once accepted, with why they are refused (by section)."""
+
+
+def field_default(section: str, key: str) -> Any:
+    """The default of field ``key`` of ``section``: its dataclass field's
+    (:data:`~jupyterhub_gpu.spec.REQUIRED` when it has none)."""
+    cls, keys = SCHEMA[section]
+    return default_of(cls, keys[key])
 
 
 class SpecError(ValueError):
@@ -61,23 +89,30 @@ class SpecError(ValueError):
 class _Section:
     """Typed reads of one mapping; problems go to ``errors`` prefixed by ``label``."""
 
-    def __init__(self, errors: list[str], label: str, data: Any, allowed: tuple[str, ...],
-                 removed: Mapping[str, str] = MappingProxyType({})):
-        self.errors, self.label = errors, label
+    def __init__(self, errors: list[str], label: str, data: Any, section: str):
+        self.errors, self.label, self.section = errors, label, section
         self.data: Mapping = data if isinstance(data, Mapping) else {}
         if not isinstance(data, Mapping):
             self.fail(None, f"must be a mapping, got {type(data).__name__}")
+        allowed, removed = FIELDS[section], REMOVED.get(section, {})
         for key in sorted(set(self.data) - set(allowed), key=str):
             self.fail(key, removed.get(key) or f"unknown field; allowed: {', '.join(allowed)}")
 
     def fail(self, key: str | None, message: str) -> None:
         self.errors.append(f"{self.label}: {key}: {message}" if key else f"{self.label}: {message}")
 
-    def get(self, key: str, parse: Callable[[Any], Any], default: Any = _REQUIRED) -> Any:
-        if key not in self.data or self.data[key] is None:
-            if default is _REQUIRED:
+    def given(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def get(self, key: str, parse: Callable[[Any], Any], default: Any = _FIELD_DEFAULT) -> Any:
+        """``key`` parsed; when absent, ``default``, by default the field's own
+        (:func:`field_default`); a required field that is absent is an error."""
+        if default is _FIELD_DEFAULT:
+            default = field_default(self.section, key)
+        if not self.given(key):
+            if default is REQUIRED:
                 self.fail(key, "is required")
-            return None if default is _REQUIRED else default
+            return None if default is REQUIRED else default
         try:
             return parse(self.data[key])
         except (ValueError, TypeError) as e:
@@ -145,32 +180,34 @@ def _counts(v: Any) -> Mapping[str, int]:
     return MappingProxyType(dict(v))
 
 
+#: How each parameter of a sharing mode is read, and what to add when it is missing.
+_PARAMETERS: dict[Parameter, tuple[Callable[[Any], Any], str]] = {
+    Parameter.MIG_PROFILE: (_str, ""),
+    Parameter.REPLICAS: (_int(2), " (an integer >= 2)"),
+}
+
+
 def _sharing(errors: list[str], label: str, data: Any, gpu: Any) -> Sharing | None:
+    """``pools[].sharing``: a registered mode and exactly the parameter it takes."""
     n_errors = len(errors)
-    s = _Section(errors, f"{label}: sharing", data, FIELDS["sharing"])
-    mode = s.get("mode", _choice({m.value: m for m in SharingMode}, "sharing mode"))
-    mig = s.get("migProfile", _str, None)
-    replicas = s.get("replicas", _int(2), None)
-    if mode is SharingMode.MIG:
-        if mig is None:
-            s.fail("migProfile", "is required for mode mig")
-        elif gpu is not None and gpu.mig_profile(mig) is None:
-            valid = ", ".join(p.name for p in gpu.mig) or "none (this GPU has no MIG)"
-            s.fail("migProfile",
-                   f"mig profile {mig!r} does not exist on {gpu.name}; valid: {valid}")
-    elif mig is not None:
-        s.fail("migProfile", f"is only allowed with mode mig, not {mode}")
-    if mode in (SharingMode.MPS, SharingMode.TIMESLICING) and replicas is None:
-        s.fail("replicas", f"is required for mode {mode} (an integer >= 2)")
-    elif mode in (SharingMode.EXCLUSIVE, SharingMode.MIG) and replicas is not None:
-        s.fail("replicas", f"is only allowed with modes mps and timeslicing, not {mode}")
+    s = _Section(errors, f"{label}: sharing", data, "sharing")
+    mode = s.get("mode", _choice(modes.MODES, "sharing mode"))
+    values = {p: s.get(p.value, parse, None) for p, (parse, _) in _PARAMETERS.items()}
+    for param, value in values.items():
+        if mode is None:
+            break
+        if mode.parameter is param and value is None:
+            s.fail(param.value, f"is required for mode {mode}{_PARAMETERS[param][1]}")
+        elif mode.parameter is not param and value is not None:
+            s.fail(param.value, f"is only allowed with {modes.modes_taking(param)}, not {mode}")
+    mig = values[Parameter.MIG_PROFILE]
+    if mode is not None and mode.partitioned and mig and gpu and gpu.mig_profile(mig) is None:
+        valid = ", ".join(p.name for p in gpu.mig) or "none (this GPU has no MIG)"
+        s.fail(Parameter.MIG_PROFILE.value,
+               f"mig profile {mig!r} does not exist on {gpu.name}; valid: {valid}")
     if len(errors) > n_errors:
         return None
-    return Sharing(mode, mig, replicas or 1)
-
-
-def _pool_default(field: str) -> Any:
-    return Pool.__dataclass_fields__[field].default
+    return Sharing(mode, mig, values[Parameter.REPLICAS] or field_default("sharing", "replicas"))
 
 
 def _or_zero(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -181,41 +218,54 @@ def _or_zero(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 def _overhead(errors: list[str], label: str, data: Any) -> DaemonsetOverhead | None:
-    default = DaemonsetOverhead()
-    if data is None:
-        return default
-    s = _Section(errors, f"{label}: daemonsetOverhead", data, FIELDS["daemonsetOverhead"])
-    cpu = s.get("cpu", _or_zero(q.parse_cpu), default.cpu)
-    memory = s.get("memory", _or_zero(q.parse_memory), default.memory_bytes)
+    s = _Section(errors, f"{label}: daemonsetOverhead", data, "daemonsetOverhead")
+    cpu = s.get("cpu", _or_zero(q.parse_cpu))
+    memory = s.get("memory", _or_zero(q.parse_memory))
     return None if cpu is None or memory is None else DaemonsetOverhead(cpu, memory)
 
 
-def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
-    name = data.get("name") if isinstance(data, Mapping) else None
-    label = f"pool {name!r}" if isinstance(name, str) else f"pools[{index}]"
-    s = _Section(errors, label, data, FIELDS["pool"])
+def _block(errors: list[str], label: str, s: _Section, key: str, parse: Callable) -> Any:
+    """The sub-mapping ``key`` of ``s`` parsed by ``parse``, else the field's default."""
+    if not s.given(key):
+        return field_default(s.section, key)
+    return parse(errors, label, s.data[key])
+
+
+def _entry(errors: list[str], data: Any, index: int, section: str,
+           key: str = "name") -> tuple[_Section, int]:
+    """One item of a list (``pools[3]``), labelled by its ``key`` once it has one, and
+    the count of errors before it."""
+    name = data.get(key) if isinstance(data, Mapping) else None
+    label = f"{section} {name!r}" if isinstance(name, str) else f"{_PLURAL[section]}[{index}]"
     n_errors = len(errors)
+    return _Section(errors, label, data, section), n_errors
+
+
+_PLURAL = {"pool": "pools", "team": "teams", "priority": "priorities", "profile": "profiles"}
+
+
+def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
+    s, n_errors = _entry(errors, data, index, "pool")
     name = s.get("name", _name(_POOL_NAME, "an AKS pool name (a-z then a-z0-9, at most 12)"))
     vm_size = s.get("vmSize", _str)
     vm = VM_SIZES.get(vm_size or "")
     gpu = s.get("gpu", _choice(GPU_MODELS, "gpu model"))
     known = vm is not None
-    gpus = s.get("gpusPerNode", _int(1), vm.gpus if known else _REQUIRED)
-    cpus = s.get("cpusPerNode", _int(1), vm.cpus if known else _REQUIRED)
-    mem = s.get("memoryPerNode", q.parse_memory, vm.memory_gib * 2**30 if known else _REQUIRED)
+    gpus = s.get("gpusPerNode", _int(1), vm.gpus if known else REQUIRED)
+    cpus = s.get("cpusPerNode", _int(1), vm.cpus if known else REQUIRED)
+    mem = s.get("memoryPerNode", q.parse_memory, vm.memory_gib * 2**30 if known else REQUIRED)
     if known and gpu is not None and vm.gpu != gpu.name:
         s.fail("gpu", f"{vm_size} carries {vm.gpu}, not {gpu.name}")
-    sharing = _sharing(errors, label, s.data.get("sharing"), gpu)
-    lo = s.get("minNodes", _int(0), 0)
-    hi = s.get("maxNodes", _int(1), 1)
+    sharing = _sharing(errors, s.label, s.data.get("sharing"), gpu)
+    lo = s.get("minNodes", _int(0))
+    hi = s.get("maxNodes", _int(1))
     if lo is not None and hi is not None and lo > hi:
         s.fail("minNodes", f"{lo} is above maxNodes {hi}")
-    spot = s.get("spot", _bool, False)
-    price = s.get("pricePerNodeHour", _number, 0.0)
-    consolidate = s.get("consolidateAfter", _duration_or_zero,
-                        _pool_default("consolidate_after_seconds"))
-    boot = s.get("bootTime", _duration_or_zero, _pool_default("boot_seconds"))
-    overhead = _overhead(errors, label, s.data.get("daemonsetOverhead"))
+    spot = s.get("spot", _bool)
+    price = s.get("pricePerNodeHour", _number)
+    consolidate = s.get("consolidateAfter", _duration_or_zero)
+    boot = s.get("bootTime", _duration_or_zero)
+    overhead = _block(errors, s.label, s, "daemonsetOverhead", _overhead)
     if len(errors) > n_errors:
         return None
     return Pool(name, vm_size, gpu, gpus, sharing, cpus, mem, spot, lo, hi, price,
@@ -224,40 +274,34 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
 
 
 def _team(errors: list[str], data: Any, index: int) -> Team | None:
-    name = data.get("name") if isinstance(data, Mapping) else None
-    label = f"team {name!r}" if isinstance(name, str) else f"teams[{index}]"
-    s = _Section(errors, label, data, FIELDS["team"], REMOVED["team"])
-    n_errors = len(errors)
+    s, n_errors = _entry(errors, data, index, "team")
     team = Team(
         name=s.get("name", _name(_DNS_LABEL, "a DNS label (a-z, 0-9, -)")),
         groups=s.get("groups", _str_list),
         namespace=s.get("namespace", _name(_DNS_LABEL, "a namespace name")),
         quota=s.get("quota", _counts),
-        cohort=s.get("cohort", _name(_DNS_LABEL, "a DNS label"), "jupyterhub-gpu"),
-        borrowing_limit=s.get("borrowingLimit", _counts, MappingProxyType({})),
-        lending_limit=s.get("lendingLimit", _counts, MappingProxyType({})),
+        cohort=s.get("cohort", _name(_DNS_LABEL, "a DNS label")),
+        borrowing_limit=s.get("borrowingLimit", _counts),
+        lending_limit=s.get("lendingLimit", _counts),
     )
     return team if len(errors) == n_errors else None
 
 
 def _priority(errors: list[str], data: Any, index: int) -> Priority | None:
-    name = data.get("name") if isinstance(data, Mapping) else None
-    label = f"priority {name!r}" if isinstance(name, str) else f"priorities[{index}]"
-    s = _Section(errors, label, data, FIELDS["priority"])
-    n_errors = len(errors)
+    s, n_errors = _entry(errors, data, index, "priority")
     prio = Priority(
         name=s.get("name", _name(_DNS_LABEL, "a DNS label (a-z, 0-9, -)")),
         value=s.get("value", _int(-(2**31))),
-        description=s.get("description", _str, ""),
-        preemptible=s.get("preemptible", _bool, False),
+        description=s.get("description", _str),
+        preemptible=s.get("preemptible", _bool),
     )
     return prio if len(errors) == n_errors else None
 
 
 def _checkpoint(errors: list[str], label: str, data: Any) -> Checkpoint | None:
-    s = _Section(errors, f"{label}: checkpoint", data, FIELDS["checkpoint"])
-    enabled = s.get("enabled", _bool, True)
-    grace = s.get("gracePeriod", q.parse_duration, 30)
+    s = _Section(errors, f"{label}: checkpoint", data, "checkpoint")
+    enabled = s.get("enabled", _bool)
+    grace = s.get("gracePeriod", q.parse_duration)
     return None if enabled is None or grace is None else Checkpoint(enabled, grace)
 
 
@@ -268,39 +312,34 @@ def _percent(v: Any) -> float:
 
 
 def _gpu_idle(errors: list[str], label: str, data: Any) -> GpuIdle | None:
-    s = _Section(errors, f"{label}: gpuIdle", data, FIELDS["gpuIdle"])
+    s = _Section(errors, f"{label}: gpuIdle", data, "gpuIdle")
     threshold = s.get("threshold", _percent)
     window = s.get("window", q.parse_duration)
     return None if threshold is None or window is None else GpuIdle(threshold, window)
 
 
 def _profile(errors: list[str], data: Any, index: int) -> Profile | None:
-    slug = data.get("slug") if isinstance(data, Mapping) else None
-    label = f"profile {slug!r}" if isinstance(slug, str) else f"profiles[{index}]"
-    s = _Section(errors, label, data, FIELDS["profile"])
-    n_errors = len(errors)
-    checkpoint = (_checkpoint(errors, label, s.data["checkpoint"])
-                  if s.data.get("checkpoint") is not None else Checkpoint(enabled=False))
-    gpu_idle = (_gpu_idle(errors, label, s.data["gpuIdle"])
-                if s.data.get("gpuIdle") is not None else None)
+    s, n_errors = _entry(errors, data, index, "profile", key="slug")
+    checkpoint = _block(errors, s.label, s, "checkpoint", _checkpoint)
+    gpu_idle = _block(errors, s.label, s, "gpuIdle", _gpu_idle)
     profile = Profile(
         slug=s.get("slug", _name(_DNS_LABEL, "a slug (a-z, 0-9, -)")),
         display_name=s.get("displayName", _str),
-        description=s.get("description", _str, ""),
+        description=s.get("description", _str),
         pool=s.get("pool", _str),
-        units=s.get("gpus", _int(1), 1),
+        units=s.get("gpus", _int(1)),
         cpu=s.get("cpu", q.parse_cpu),
         memory_bytes=s.get("memory", q.parse_memory),
         image=s.get("image", _str),
         priority=s.get("priority", _str),
-        idle_timeout_seconds=s.get("idleTimeout", q.parse_duration, 1800),
-        max_age_seconds=s.get("maxAge", q.parse_duration, None),
-        queue_patience_seconds=s.get("queuePatience", q.parse_duration, 600),
-        start_timeout_seconds=s.get("startTimeout", q.parse_duration, 300),
+        idle_timeout_seconds=s.get("idleTimeout", q.parse_duration),
+        max_age_seconds=s.get("maxAge", q.parse_duration),
+        queue_patience_seconds=s.get("queuePatience", q.parse_duration),
+        start_timeout_seconds=s.get("startTimeout", q.parse_duration),
         gpu_idle=gpu_idle,
-        allowed_groups=s.get("allowedGroups", _str_list, ()),
+        allowed_groups=s.get("allowedGroups", _str_list),
         checkpoint=checkpoint,
-        default=s.get("default", _bool, False),
+        default=s.get("default", _bool),
     )
     return profile if len(errors) == n_errors else None
 
@@ -316,10 +355,10 @@ def _items(errors: list[str], data: Mapping, key: str, parse: Callable) -> tuple
 
 def _storage(errors: list[str], data: Any) -> CheckpointStorage | None:
     if data is None:
-        return None
-    s = _Section(errors, "checkpointStorage", data, FIELDS["checkpointStorage"])
+        return field_default("spec", "checkpointStorage")
+    s = _Section(errors, "checkpointStorage", data, "checkpointStorage")
     claim = s.get("claimName", _name(_DNS_LABEL, "a PVC name"))
-    mount = s.get("mountPath", _str, "/home/jovyan/checkpoints")
+    mount = s.get("mountPath", _str)
     return None if claim is None or mount is None else CheckpointStorage(claim, mount)
 
 
@@ -329,7 +368,7 @@ _OBJECT_ID = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
 def _group_ids(errors: list[str], data: Any) -> Mapping[str, str]:
     """``groupIds``: JupyterHub group name -> the Entra ID group's object ID."""
     if data is None:
-        return MappingProxyType({})
+        return field_default("spec", "groupIds")
     if not isinstance(data, Mapping):
         errors.append("groupIds: must be a mapping of group name to object ID")
         return MappingProxyType({})
@@ -362,7 +401,7 @@ def _declared(data: Mapping) -> dict[str, set[str]]:
 def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
     """Turn the YAML-loaded spec into a :class:`Platform` or raise :class:`SpecError`."""
     errors: list[str] = []
-    top = _Section(errors, "spec", data, FIELDS["spec"])
+    top = _Section(errors, "spec", data, "spec")
     platform = Platform(
         pools=_items(errors, top.data, "pools", _pool),
         teams=_items(errors, top.data, "teams", _team),

@@ -49,6 +49,16 @@ def format_cpu(cores: float) -> str:
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
 
 
+def format_duration(seconds: int) -> str:
+    """seconds -> the shortest duration that both :func:`parse_duration` and Go (a
+    Kubernetes or Karpenter duration field) read back: ``5400`` -> ``"1h30m"``,
+    ``0`` -> ``"0s"`` (no days: Go has none)."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n]
+    return "".join(parts) or "0s"
+
+
 def parse_duration(value: object, allow_zero: bool = False) -> int:
     """``"30m"``, ``"1h30m"``, ``"90s"`` or a number of seconds -> seconds (> 0, or
     >= 0 with ``allow_zero``: ``"0s"`` or ``0``)."""
@@ -65,10 +75,3 @@ def parse_duration(value: object, allow_zero: bool = False) -> int:
         raise ValueError(f"{value!r} is not a {kind} duration")
     return seconds
 
-
-def format_go_duration(seconds: int) -> str:
-    """Seconds as a Go/Kubernetes duration string: ``600`` -> ``"10m"``, ``0`` -> ``"0s"``."""
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n]
-    return "".join(parts) or "0s"

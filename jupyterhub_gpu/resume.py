@@ -25,8 +25,8 @@ import os
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from .contract import ENV_API_TOKEN, ENV_API_URL, PROFILE_LABEL, SERVERNAME_KEY, USERNAME_KEY
 from .parse import load_platform
-from .spec import PROFILE_LABEL
 
 log = logging.getLogger("jupyterhub_gpu.resume")
 # What the Kubernetes client needs from the hub's environment. A managed service
@@ -34,7 +34,8 @@ log = logging.getLogger("jupyterhub_gpu.resume")
 # `environment`: the in-cluster config (the service host and port; the token and CA
 # are files in the pod) and a kubeconfig, when the hub runs with one.
 KUBE_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG")
-SELECTOR = f"component=singleuser-server,{PROFILE_LABEL}"
+# GPUSpawner's pods, whatever component label the spawner is configured with
+SELECTOR = PROFILE_LABEL
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def resumable(pods: list[dict], hub_users: list[dict]) -> list[Resumable]:
     for pod in pods:
         meta = pod["metadata"]
         note = meta.get("annotations") or {}
-        key = (note.get("hub.jupyter.org/username"), note.get("hub.jupyter.org/servername", ""))
+        key = (note.get(USERNAME_KEY), note.get(SERVERNAME_KEY, ""))
         if (meta.get("deletionTimestamp") or pod.get("status", {}).get("phase") != "Pending"
                 or not key[0] or key in known):
             continue
@@ -70,8 +71,8 @@ class HubError(RuntimeError):
 
 
 async def _hub(http, method: str, path: str, body: dict | None = None) -> dict | None:
-    url = os.environ["JUPYTERHUB_API_URL"].rstrip("/") + path
-    headers = {"Authorization": f"token {os.environ['JUPYTERHUB_API_TOKEN']}"}
+    url = os.environ[ENV_API_URL].rstrip("/") + path
+    headers = {"Authorization": f"token {os.environ[ENV_API_TOKEN]}"}
     async with http.request(method, url, headers=headers, json=body) as r:
         if r.status >= 400:
             raise HubError(method, path, r.status, await r.text())

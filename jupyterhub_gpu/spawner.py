@@ -74,8 +74,10 @@ from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
 from .kueue.start import QueuedStart
 from .kueue.start import progress as queue_progress
 from .parse import parse_platform
+from .contract import (COMPONENT_LABEL, PROFILE_LABEL, QUEUE_LABEL, STATE_PROFILE,
+                       STATE_STOP_NOTICE)
 from .resume import KUBE_ENV
-from .spec import PROFILE_LABEL, QUEUE_LABEL, Platform
+from .spec import Platform
 from .specsource import FixedSpec, SpecSource
 
 # with a spec, poll() tells a preempted or evicted server within seconds, not 30
@@ -288,7 +290,7 @@ class GPUSpawner(KubeSpawner):
     async def _start_watching_pods(self, replace: bool = False):
         return await self._start_reflector(
             kind="pods", reflector_class=RecordingPodReflector,
-            labels={"component": self.component_label},
+            labels={COMPONENT_LABEL: self.component_label},
             omit_namespace=self.enable_user_namespaces, replace=replace)
 
     def _my_pod(self) -> dict | None:
@@ -418,10 +420,10 @@ class GPUSpawner(KubeSpawner):
     def get_state(self) -> dict:
         state = super().get_state()
         if self.gpu_stop_notice:
-            state["gpu_stop_notice"] = self.gpu_stop_notice
+            state[STATE_STOP_NOTICE] = self.gpu_stop_notice
         profile = self.gpu_grant.profile.slug if self.gpu_grant else self._state_profile
         if profile:  # the culler reads it (admin:server_state)
-            state["gpu_profile"] = profile
+            state[STATE_PROFILE] = profile
         return state
 
     def clear_state(self) -> None:
@@ -431,8 +433,8 @@ class GPUSpawner(KubeSpawner):
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
-        self.gpu_stop_notice = state.get("gpu_stop_notice")
-        self._state_profile = state.get("gpu_profile")
+        self.gpu_stop_notice = state.get(STATE_STOP_NOTICE)
+        self._state_profile = state.get(STATE_PROFILE)
 
 
 RESUME_SERVICE = "gpu-resume"

@@ -4,42 +4,46 @@ One admin-written YAML document is parsed once (see :mod:`jupyterhub_gpu.parse`)
 a :class:`Platform`. Everything else -- the spawn form, the pod settings, the Kueue
 objects, the device-plugin configs, the fake nodes of the dev cluster -- is derived
 from these objects by pure functions.
+
+The defaults of the spec's optional fields are the defaults of these dataclasses'
+fields, and only there: the parser and the generated reference read them with
+:func:`default_of`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping
 
+from .contract import AGENTPOOL_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, SPOT_LABEL, SPOT_VALUE
 from .gpus import GpuModel
+from .sharing import SharingMode
 
-AGENTPOOL_LABEL = "kubernetes.azure.com/agentpool"
-SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"
-GPU_TAINT_KEY = "nvidia.com/gpu"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-PROFILE_LABEL = "jupyterhub-gpu/profile"
-TEAM_LABEL = "jupyterhub-gpu/team"
+REQUIRED = dataclasses.MISSING
 
 
-class SharingMode(StrEnum):
-    EXCLUSIVE = "exclusive"
-    MIG = "mig"
-    MPS = "mps"
-    TIMESLICING = "timeslicing"
+def default_of(cls: type, name: str) -> object:
+    """The default of dataclass ``cls``'s field ``name`` (:data:`REQUIRED` if none)."""
+    found = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if found.default_factory is not dataclasses.MISSING:
+        return found.default_factory()
+    return found.default
 
 
 @dataclass(frozen=True)
 class Sharing:
+    """How a pool's GPUs are handed out; everything mode-specific is in ``mode``'s
+    record (:mod:`jupyterhub_gpu.sharing`)."""
+
     mode: SharingMode
-    mig_profile: str | None = None  # only for mode "mig"
-    replicas: int = 1  # only for "mps" / "timeslicing"
+    mig_profile: str | None = None  # only for a mode whose parameter is migProfile
+    replicas: int = 1  # only for a mode whose parameter is replicas
 
     @property
     def shared(self) -> bool:
-        return self.mode in (SharingMode.MPS, SharingMode.TIMESLICING)
+        return self.mode.shared
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,8 @@ class Taint:
                 "effect": self.effect}
 
 
-GPU_TAINT = Taint(GPU_TAINT_KEY, "present")
-SPOT_TAINT = Taint(SPOT_LABEL, "spot")
+GPU_TAINT = Taint(GPU_TAINT_KEY, GPU_TAINT_VALUE)
+SPOT_TAINT = Taint(SPOT_LABEL, SPOT_VALUE)
 
 
 @dataclass(frozen=True)
@@ -97,18 +101,11 @@ class Pool:
     @property
     def resource_name(self) -> str:
         """The extended resource the NVIDIA device plugin advertises on this pool."""
-        if self.sharing.mode is SharingMode.MIG:
-            return f"nvidia.com/mig-{self.sharing.mig_profile}"
-        if self.sharing.shared:
-            return "nvidia.com/gpu.shared"
-        return "nvidia.com/gpu"
+        return self.sharing.mode.resource_name(self.sharing)
 
     @property
     def units_per_gpu(self) -> int:
-        if self.sharing.mode is SharingMode.MIG:
-            mig = self.gpu.mig_profile(self.sharing.mig_profile or "")
-            return mig.per_gpu if mig else 1
-        return self.sharing.replicas if self.sharing.shared else 1
+        return self.sharing.mode.units_per_gpu(self.sharing, self.gpu)
 
     @property
     def units_per_node(self) -> int:
@@ -116,9 +113,7 @@ class Pool:
 
     @property
     def unit_name(self) -> str:
-        return {SharingMode.EXCLUSIVE: "GPU", SharingMode.MIG: "MIG slice"}.get(
-            self.sharing.mode, "share"
-        )
+        return self.sharing.mode.unit
 
     @property
     def unit_memory_gb(self) -> int:
@@ -141,11 +136,7 @@ class Pool:
     @property
     def device_plugin_config(self) -> str:
         """Name of this pool's entry in the device-plugin config map."""
-        if self.sharing.mode is SharingMode.MIG:
-            return "mig-mixed"
-        if self.sharing.shared:
-            return f"{self.sharing.mode.value}-{self.sharing.replicas}"
-        return "default"
+        return self.sharing.mode.config_name(self.sharing)
 
 
 @dataclass(frozen=True)
@@ -154,7 +145,7 @@ class Team:
     groups: tuple[str, ...]
     namespace: str
     quota: Mapping[str, int]  # pool name -> nominal units
-    cohort: str
+    cohort: str = "jupyterhub-gpu"
     borrowing_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     lending_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -177,8 +168,14 @@ class Priority:
 
 @dataclass(frozen=True)
 class Checkpoint:
+    """A profile's ``checkpoint`` block; a block given is on unless it says otherwise."""
+
     enabled: bool = True
     grace_period_seconds: int = 30
+
+
+#: A profile without a ``checkpoint`` block: no checkpoint volume, the pod's own grace.
+CHECKPOINT_OFF = Checkpoint(enabled=False)
 
 
 @dataclass(frozen=True)
@@ -203,11 +200,11 @@ class Profile:
     slug: str
     display_name: str
     pool: str
-    units: int  # GPUs, MIG slices or shares of the pool's resource
     cpu: float
     memory_bytes: int
     image: str
     priority: str
+    units: int = 1  # GPUs, MIG slices or shares of the pool's resource
     description: str = ""
     idle_timeout_seconds: int = 1800
     max_age_seconds: int | None = None
@@ -215,7 +212,7 @@ class Profile:
     start_timeout_seconds: int = 300  # from admission to a running server
     gpu_idle: GpuIdle | None = None
     allowed_groups: tuple[str, ...] = ()  # empty: every user who is in a team
-    checkpoint: Checkpoint = Checkpoint()
+    checkpoint: Checkpoint = CHECKPOINT_OFF
     default: bool = False
 
 

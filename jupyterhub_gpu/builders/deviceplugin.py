@@ -9,60 +9,52 @@ from __future__ import annotations
 
 import yaml
 
-from ..spec import AGENTPOOL_LABEL, SPOT_LABEL, Platform, Pool, SharingMode
-
-DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+from ..contract import (ACCELERATOR_LABEL, AGENTPOOL_LABEL, DEVICE_PLUGIN_CONFIG_LABEL,
+                        GPU_COUNT_LABEL, GPU_MEMORY_LABEL, GPU_PRESENT_LABEL, GPU_PRODUCT_LABEL,
+                        GPU_RESOURCE, INSTANCE_TYPE_LABEL, MIG_CONFIG_LABEL, MIG_STRATEGY_LABEL,
+                        SHARING_STRATEGY_LABEL, SPOT_LABEL, SPOT_VALUE)
+from ..spec import Platform, Pool
 CONFIG_MAP_NAME = "jupyterhub-gpu-device-plugin"
 
 
 def plugin_config(pool: Pool) -> dict:
-    """The device-plugin config file (``version: v1``) for one pool."""
+    """The device-plugin config file (``version: v1``) for one pool: its mode's flags
+    and sharing block. A shared GPU's resource is renamed ``<name>.shared``."""
     mode = pool.sharing.mode
-    config: dict = {"version": "v1",
-                    "flags": {"migStrategy": "mixed" if mode is SharingMode.MIG else "none"}}
-    if pool.sharing.shared:
+    config: dict = {"version": "v1", "flags": {"migStrategy": mode.mig_strategy}}
+    if mode.sharing_key:
         share: dict = {"renameByDefault": True,
-                       "resources": [{"name": "nvidia.com/gpu",
-                                      "replicas": pool.sharing.replicas}]}
-        if mode is SharingMode.TIMESLICING:
-            share["failRequestsGreaterThanOne"] = True
-        key = "timeSlicing" if mode is SharingMode.TIMESLICING else "mps"
-        config["sharing"] = {key: share}
+                       "resources": [{"name": GPU_RESOURCE,
+                                      "replicas": pool.sharing.replicas}],
+                       **mode.sharing_options}
+        config["sharing"] = {mode.sharing_key: share}
     return config
 
 
 def pool_labels(pool: Pool) -> dict[str, str]:
     """Labels the admin sets on the AKS node pool (Terraform ``node_labels``)."""
-    labels = {DEVICE_PLUGIN_CONFIG_LABEL: pool.device_plugin_config}
-    mig = pool.sharing.mig_profile
-    labels[MIG_CONFIG_LABEL] = f"all-{mig}" if mig else "all-disabled"
-    return labels
-
-
-def _sharing_strategy(pool: Pool) -> str:
-    return {SharingMode.TIMESLICING: "time-slicing", SharingMode.MPS: "mps"}.get(
-        pool.sharing.mode, "none")
+    return {DEVICE_PLUGIN_CONFIG_LABEL: pool.device_plugin_config,
+            MIG_CONFIG_LABEL: pool.sharing.mode.mig_config(pool.sharing)}
 
 
 def node_labels(pool: Pool) -> dict[str, str]:
     """Every label a node of ``pool`` carries once AKS and GPU feature discovery ran."""
-    product = pool.gpu.product + ("-SHARED" if pool.sharing.shared else "")
+    mode = pool.sharing.mode
     labels = {
         AGENTPOOL_LABEL: pool.name,
-        "kubernetes.azure.com/accelerator": "nvidia",
-        "node.kubernetes.io/instance-type": pool.vm_size,
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": product,
-        "nvidia.com/gpu.count": str(pool.gpus_per_node),
-        "nvidia.com/gpu.memory": str(pool.gpu.memory_gb * 1024),
-        "nvidia.com/gpu.sharing-strategy": _sharing_strategy(pool),
+        ACCELERATOR_LABEL: "nvidia",
+        INSTANCE_TYPE_LABEL: pool.vm_size,
+        GPU_PRESENT_LABEL: "true",
+        GPU_PRODUCT_LABEL: pool.gpu.product + mode.product_suffix,
+        GPU_COUNT_LABEL: str(pool.gpus_per_node),
+        GPU_MEMORY_LABEL: str(pool.gpu.memory_gb * 1024),
+        SHARING_STRATEGY_LABEL: mode.sharing_strategy,
         **pool_labels(pool),
     }
-    if pool.sharing.mode is SharingMode.MIG:
-        labels["nvidia.com/mig.strategy"] = "mixed"
+    if mode.mig_strategy != "none":
+        labels[MIG_STRATEGY_LABEL] = mode.mig_strategy
     if pool.spot:
-        labels[SPOT_LABEL] = "spot"
+        labels[SPOT_LABEL] = SPOT_VALUE
     return labels
 
 

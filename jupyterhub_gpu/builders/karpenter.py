@@ -25,21 +25,15 @@ from __future__ import annotations
 import json
 
 from ..allocatable import node_resources
-from ..quantities import format_go_duration
+from ..contract import (CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, KARPENTER_API_VERSION,
+                        KWOK_NODE_CLASS_API_VERSION, KWOK_NODE_CLASS_GROUP, NODEPOOL_LABEL,
+                        PRICE_LABEL, ZONE_LABEL)
+from ..quantities import format_duration
 from ..spec import Platform, Pool
 from .deviceplugin import node_labels
 from .nodes import node_capacity
 
-API_VERSION = "karpenter.sh/v1"
-NODE_CLASS_API_GROUP = "karpenter.kwok.sh"
-NODE_CLASS_API_VERSION = f"{NODE_CLASS_API_GROUP}/v1alpha1"
 NODE_CLASS_KIND = "KWOKNodeClass"
-CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
-NODEPOOL_LABEL = "karpenter.sh/nodepool"
-# The price of the offering a node was started from, as the kwok provider labels it.
-PRICE_LABEL = "eks-node-viewer/instance-price"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-ZONE_LABEL = "topology.kubernetes.io/zone"
 ZONE = "devcluster-1"
 SPOT, ON_DEMAND = "spot", "on-demand"
 # The kwok provider subtracts this fixed kube-reserved from every instance type's
@@ -88,9 +82,9 @@ def instance_types_json(platform: Platform) -> str:
 
 
 def node_class(pool: Pool) -> dict:
-    return {"apiVersion": NODE_CLASS_API_VERSION, "kind": NODE_CLASS_KIND,
+    return {"apiVersion": KWOK_NODE_CLASS_API_VERSION, "kind": NODE_CLASS_KIND,
             "metadata": {"name": pool.name},
-            "spec": {"nodeRegistrationDelay": format_go_duration(pool.boot_seconds)}}
+            "spec": {"nodeRegistrationDelay": format_duration(pool.boot_seconds)}}
 
 
 def template_labels(pool: Pool) -> dict[str, str]:
@@ -100,14 +94,14 @@ def template_labels(pool: Pool) -> dict[str, str]:
 
 def node_pool(pool: Pool) -> dict:
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": KARPENTER_API_VERSION,
         "kind": "NodePool",
         "metadata": {"name": pool.name},
         "spec": {
             "template": {
                 "metadata": {"labels": template_labels(pool)},
                 "spec": {
-                    "nodeClassRef": {"group": NODE_CLASS_API_GROUP, "kind": NODE_CLASS_KIND,
+                    "nodeClassRef": {"group": KWOK_NODE_CLASS_GROUP, "kind": NODE_CLASS_KIND,
                                      "name": pool.name},
                     "requirements": [
                         _requirement(INSTANCE_TYPE_LABEL, instance_type_name(pool)),
@@ -119,7 +113,7 @@ def node_pool(pool: Pool) -> dict:
             },
             "disruption": {
                 "consolidationPolicy": "WhenEmpty",
-                "consolidateAfter": format_go_duration(pool.consolidate_after_seconds),
+                "consolidateAfter": format_duration(pool.consolidate_after_seconds),
                 # Empty nodes all go at once; a changed template never replaces a node
                 # a notebook runs on (it goes when empty).
                 "budgets": [{"nodes": "100%", "reasons": ["Empty"]},

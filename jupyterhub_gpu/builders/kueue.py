@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from ..allocatable import node_resources, share_of_node
+from ..contract import KUEUE_API_VERSION as API_VERSION
+from ..contract import NAMESPACE_NAME_LABEL
 from ..quantities import format_cpu, format_memory
 from ..spec import Platform, Pool, Priority, Team
 from .preemption import cluster_queue_preemption
-
-API_VERSION = "kueue.x-k8s.io/v1beta2"
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 def resource_flavor(pool: Pool) -> dict:

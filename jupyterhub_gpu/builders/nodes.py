@@ -12,13 +12,13 @@ has exactly the room for notebooks that ``validate`` and the Kueue quotas count.
 from __future__ import annotations
 
 from ..allocatable import MAX_PODS, node_resources
+from ..contract import (AGENTPOOL_LABEL, APP_NAME_LABEL, ARCH_LABEL, HOSTNAME_LABEL,
+                        KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE, OS_LABEL)
 from ..quantities import format_cpu, format_memory
-from ..spec import AGENTPOOL_LABEL, Pool
+from ..spec import Pool
 from .deviceplugin import node_labels
 
-KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 OVERHEAD_NAMESPACE = "kube-system"
-OVERHEAD_APP_LABEL = "app.kubernetes.io/name"
 OVERHEAD_APP = "daemonset-overhead"
 # Never started (kwok plays the kubelet); the pause image is what such a pod would run.
 OVERHEAD_IMAGE = "registry.k8s.io/pause:3.10"
@@ -54,9 +54,9 @@ def fake_node(pool: Pool, index: int) -> dict:
         "kind": "Node",
         "metadata": {
             "name": name,
-            "annotations": {KWOK_ANNOTATION: "fake"},
-            "labels": {**node_labels(pool), "kubernetes.io/hostname": name,
-                       "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE},
+            "labels": {**node_labels(pool), HOSTNAME_LABEL: name,
+                       OS_LABEL: "linux", ARCH_LABEL: "amd64",
                        "type": "kwok"},
         },
         "spec": {"taints": [t.as_dict() for t in pool.taints]},
@@ -73,7 +73,7 @@ def overhead_daemonset(pool: Pool) -> dict:
     ``daemonsetOverhead``: system-node-critical and tolerating every taint, as AKS's
     own node daemonsets are."""
     name = overhead_daemonset_name(pool)
-    labels = {OVERHEAD_APP_LABEL: OVERHEAD_APP, AGENTPOOL_LABEL: pool.name}
+    labels = {APP_NAME_LABEL: OVERHEAD_APP, AGENTPOOL_LABEL: pool.name}
     overhead = pool.daemonset_overhead
     requests = {"cpu": format_cpu(overhead.cpu), "memory": format_memory(overhead.memory_bytes)}
     pod_spec = {

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from ..checkpoint import PRESTOP_COMMAND
+from ..contract import (ENV_CHECKPOINT_DIR, ENV_COUNT, ENV_MEMORY, ENV_MODEL, ENV_PREEMPTIBLE,
+                        ENV_PROFILE, ENV_SHARING, ENV_TEAM, PREFIX, PRIORITY_LABEL, PROFILE_LABEL,
+                        QUEUE_LABEL, TEAM_LABEL)
 from ..cull.notice import pod_env as cull_env
-from ..spec import (PRIORITY_LABEL, PROFILE_LABEL, QUEUE_LABEL, TEAM_LABEL, Platform,
-                    Pool, Priority, Profile, Team)
+from ..spec import Platform, Pool, Priority, Profile, Team
 
 CHECKPOINT_VOLUME = "checkpoints"
 ALLOWED_OPTION_KEYS = frozenset({"profile"})
@@ -115,13 +117,13 @@ def profile_env(grant: Grant) -> dict[str, str]:
     """Environment that tells the notebook what it runs on."""
     pool, profile = grant.pool, grant.profile
     return {
-        "JUPYTERHUB_GPU_PROFILE": profile.slug,
-        "JUPYTERHUB_GPU_MODEL": pool.gpu.name,
-        "JUPYTERHUB_GPU_SHARING": pool.sharing.mode.value,
-        "JUPYTERHUB_GPU_COUNT": str(profile.units),
-        "JUPYTERHUB_GPU_MEMORY": f"{pool.unit_memory_gb}GB",
-        "JUPYTERHUB_GPU_PREEMPTIBLE": str(pool.spot or grant.priority.preemptible).lower(),
-        "JUPYTERHUB_GPU_TEAM": grant.team.name,
+        ENV_PROFILE: profile.slug,
+        ENV_MODEL: pool.gpu.name,
+        ENV_SHARING: pool.sharing.mode.name,
+        ENV_COUNT: str(profile.units),
+        ENV_MEMORY: f"{pool.unit_memory_gb}GB",
+        ENV_PREEMPTIBLE: str(pool.spot or grant.priority.preemptible).lower(),
+        ENV_TEAM: grant.team.name,
         **cull_env(profile),  # idle timeout, max age, GPU-idle rule, grace: for the notices
     }
 
@@ -135,7 +137,7 @@ def _checkpoint_parts(platform: Platform, grant: Grant) -> tuple[list, list, dic
     # {username} is expanded by KubeSpawner to the user's escaped, unique name
     mount = {"name": CHECKPOINT_VOLUME, "mountPath": storage.mount_path,
              "subPath": "{username}"}
-    return [volume], [mount], {"CHECKPOINT_DIR": storage.mount_path}
+    return [volume], [mount], {ENV_CHECKPOINT_DIR: storage.mount_path}
 
 
 def spawn_settings(platform: Platform, grant: Grant) -> SpawnSettings:
@@ -174,7 +176,7 @@ def spawn_settings(platform: Platform, grant: Grant) -> SpawnSettings:
     )
 
 
-PROFILE_KEY_PREFIX = "jupyterhub-gpu/"  # dict keys of a profile's items (see merge_traits)
+PROFILE_KEY_PREFIX = PREFIX  # dict keys of a profile's items (see merge_traits)
 
 
 def _merge_dicts(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

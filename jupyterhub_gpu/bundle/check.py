@@ -20,11 +20,13 @@ from ..allocatable import MAX_PODS
 from ..builders.deviceplugin import config_map
 from ..builders.kueue import kueue_objects
 from ..builders.preemption import ignored_fields, model_of
-from ..spec import Platform, Pool, SharingMode
+from ..contract import (GPU_RESOURCE, MANAGED_LABEL, MIG_CONFIG_LABEL, MIG_RESOURCE_PREFIX,
+                        SHARED_SUFFIX)
+from ..spec import Platform, Pool
 from .diff import MISSING, Drift, compare_objects, field_diffs
 from .gpuoperator import gpu_operator_values
 from .kueueconfig import kueue_configuration
-from .namespaces import MANAGED_LABEL, HubRef, team_objects
+from .namespaces import HubRef, team_objects
 from .terraform import tfvars
 
 #: How ``main.tf`` must wire each node pool attribute from ``var.gpu_pools``.
@@ -46,7 +48,7 @@ TF_WIRING = {
 #: Node pool attributes ``main.tf`` must not set, and why.
 TF_FORBIDDEN = {
     "gpu_instance": "the GPU Operator's MIG manager owns the MIG layout "
-                    "(nvidia.com/mig.config); AKS must not partition too",
+                    f"({MIG_CONFIG_LABEL}); AKS must not partition too",
 }
 
 
@@ -81,15 +83,15 @@ def advertised_resource(config: Any, pool: Pool) -> str:
     """The resource the device plugin advertises on ``pool``'s nodes with ``config``."""
     config = config if isinstance(config, dict) else {}
     strategy = (config.get("flags") or {}).get("migStrategy", "none")
-    if strategy == "mixed" and pool.sharing.mode is SharingMode.MIG:
-        return f"nvidia.com/mig-{pool.sharing.mig_profile}"
+    if strategy == "mixed" and pool.sharing.mig_profile:
+        return f"{MIG_RESOURCE_PREFIX}{pool.sharing.mig_profile}"
     for share in (config.get("sharing") or {}).values():
         for res in (share or {}).get("resources") or []:
-            if res.get("name") == "nvidia.com/gpu":
+            if res.get("name") == GPU_RESOURCE:
                 rename = res.get("rename") or (
-                    "nvidia.com/gpu.shared" if share.get("renameByDefault") else None)
-                return rename or "nvidia.com/gpu"
-    return "nvidia.com/gpu"
+                    GPU_RESOURCE + SHARED_SUFFIX if share.get("renameByDefault") else None)
+                return rename or GPU_RESOURCE
+    return GPU_RESOURCE
 
 
 def check_device_plugin(platform: Platform, file: str, docs: list) -> list[Drift]:
@@ -137,7 +139,7 @@ def check_team_namespaces(platform: Platform, file: str, docs: list,
 OPERATOR_HINTS = {
     "driver.enabled": "AKS installs no driver (gpu_driver = \"None\"): the operator must",
     "toolkit.enabled": "AKS installs no container toolkit either: the operator must",
-    "migManager.enabled": "the MIG manager alone partitions MIG pools (nvidia.com/mig.config)",
+    "migManager.enabled": f"the MIG manager alone partitions MIG pools ({MIG_CONFIG_LABEL})",
     "migManager.env": "an A100 on Azure changes MIG mode only with a VM reboot",
     "mig.strategy": "a global MIG_STRATEGY overrides the per-node device-plugin configs",
 }

@@ -12,10 +12,11 @@ import re
 from typing import Any, Iterator
 
 from ..builders.deviceplugin import node_labels
-from ..spec import AGENTPOOL_LABEL, Platform
+from ..contract import AGENTPOOL_LABEL, MANAGED_LABEL, NODE_PURPOSE_LABEL
+from ..spec import Platform
 from .diff import MISSING, Drift
-from .helm import gpu_resources, login_groups, start_timeout
-from .namespaces import HUB_PORT, MANAGED_LABEL
+from .helm import CHART_START_TIMEOUT, gpu_resources, login_groups, start_timeout
+from .namespaces import HUB_PORT
 
 STOCK_HUB_IMAGE = "quay.io/jupyterhub/k8s-hub"
 _CONFIGURE = re.compile(r"configure_hub\(\s*c\s*,\s*[\"']([^\"']+)[\"']\s*\)")
@@ -76,7 +77,7 @@ def _spec_wiring(files: Values, values: dict) -> Iterator[Drift]:
 
 def _timeouts(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
     need = start_timeout(platform)
-    found = get(values, "singleuser.startTimeout", 300)
+    found = get(values, "singleuser.startTimeout", CHART_START_TIMEOUT)
     if not isinstance(found, int) or found < need:
         yield _drift(files, "singleuser.startTimeout", f">= {need}", found,
                      "the longest queuePatience + startTimeout of the profiles")
@@ -91,7 +92,7 @@ def _scale_to_zero(platform: Platform, files: Values, values: dict) -> Iterator[
     if purpose == "require":
         yield _drift(files, "scheduling.userPods.nodeAffinity.matchNodePurpose",
                      "prefer or ignore", purpose,
-                     "GPU nodes carry no hub.jupyter.org/node-purpose=user label")
+                     f"GPU nodes carry no {NODE_PURPOSE_LABEL}=user label")
     if get(values, "singleuser.extraNodeAffinity.required", []):
         yield _drift(files, "singleuser.extraNodeAffinity.required", [],
                      get(values, "singleuser.extraNodeAffinity.required"),

@@ -23,7 +23,7 @@ GPU node, and it is the operator:
 from __future__ import annotations
 
 from ..builders.deviceplugin import CONFIG_MAP_NAME
-from ..spec import Platform, SharingMode
+from ..spec import Platform
 
 def _tolerations(platform: Platform) -> list[dict]:
     seen: dict[tuple, dict] = {}
@@ -37,7 +37,7 @@ def gpu_operator_values(platform: Platform) -> dict:
     """The values for ``helm install gpu-operator nvidia/gpu-operator -f ...``."""
     config = {"name": CONFIG_MAP_NAME}
     # a GPU node without the config label (none of the spec's pools) gets whole GPUs
-    exclusive = [p for p in platform.pools if p.sharing.mode is SharingMode.EXCLUSIVE]
+    exclusive = [p for p in platform.pools if p.sharing.mode.whole_gpus]
     if exclusive:
         config["default"] = exclusive[0].device_plugin_config
     return {

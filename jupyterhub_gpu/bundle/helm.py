@@ -23,11 +23,12 @@ from __future__ import annotations
 from ..spec import Platform
 
 GPU_SCORE_WEIGHT = 10  # GPU units dominate cpu/memory (weight 1 each) when packing
+CHART_START_TIMEOUT = 300  # the z2jh chart's singleuser.startTimeout
 
 
 def start_timeout(platform: Platform) -> int:
     return max((p.queue_patience_seconds + p.start_timeout_seconds
-                for p in platform.profiles), default=300)
+                for p in platform.profiles), default=CHART_START_TIMEOUT)
 
 
 def gpu_resources(platform: Platform) -> list[str]:

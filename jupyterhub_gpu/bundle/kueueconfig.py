@@ -1,7 +1,8 @@
 """Kueue's manager ``Configuration`` (``config.kueue.x-k8s.io/v1beta2``) for AKS.
 
 It does not depend on the spec: every team namespace carries the same label
-(:data:`~.namespaces.MANAGED_LABEL`), so adding a team never means restarting Kueue.
+(:data:`~jupyterhub_gpu.contract.MANAGED_LABEL`), so adding a team never means
+restarting Kueue.
 
 * only the ``pod`` integration: notebooks are plain pods;
 * ``managedJobsNamespaceSelector`` picks the team namespaces only. For pod-based
@@ -22,9 +23,9 @@ chart also uses ``managedJobsNamespaceSelector`` for its pod webhooks).
 from __future__ import annotations
 
 from ..builders.preemption import FAIR_SHARING_KEY
-from .namespaces import MANAGED_LABEL
+from ..contract import KUEUE_CONFIG_API_VERSION as CONFIG_API_VERSION
+from ..contract import KUEUE_GROUP, MANAGED_LABEL
 
-CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
 POLICY_KEYS = ("manageJobsWithoutQueueName", "managedJobsNamespaceSelector", "integrations",
                FAIR_SHARING_KEY, "admissionFairSharing", "waitForPodsReady")
 """The keys that decide which pods Kueue manages and how it admits and preempts them
@@ -39,10 +40,10 @@ def kueue_configuration() -> dict:
         "health": {"healthProbeBindAddress": ":8081"},
         "metrics": {"bindAddress": ":8443"},
         "webhook": {"port": 9443},
-        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "leaderElection": {"leaderElect": True, "resourceName": f"c1f6bfd2.{KUEUE_GROUP}"},
         "controller": {"groupKindConcurrency": {
-            "Pod": 5, "Workload.kueue.x-k8s.io": 5, "LocalQueue.kueue.x-k8s.io": 1,
-            "ClusterQueue.kueue.x-k8s.io": 1, "ResourceFlavor.kueue.x-k8s.io": 1}},
+            "Pod": 5, f"Workload.{KUEUE_GROUP}": 5, f"LocalQueue.{KUEUE_GROUP}": 1,
+            f"ClusterQueue.{KUEUE_GROUP}": 1, f"ResourceFlavor.{KUEUE_GROUP}": 1}},
         "clientConnection": {"qps": 50, "burst": 100},
         "manageJobsWithoutQueueName": False,
         "managedJobsNamespaceSelector": {"matchLabels": {MANAGED_LABEL: "true"}},

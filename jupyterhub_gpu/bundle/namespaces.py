@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..contract import (COMPONENT_LABEL, HUB_COMPONENT, KUEUE_GROUP, KUEUE_VISIBILITY_GROUP,
+                        MANAGED_LABEL, NAMESPACE_NAME_LABEL, NETWORKING_API_VERSION,
+                        PROXY_COMPONENT, RBAC_API_VERSION, RBAC_GROUP, SINGLEUSER_COMPONENT,
+                        TEAM_LABEL)
 from ..spec import Platform, Team
 
-MANAGED_LABEL = "jupyterhub-gpu/managed"  # Kueue's managedJobsNamespaceSelector
-TEAM_NAMESPACE_LABEL = "jupyterhub-gpu/team"
 ROLE_NAME = "jupyterhub-gpu-hub"
 NETWORK_POLICY_NAME = "jupyterhub-gpu-singleuser"
 METADATA_SERVER = "169.254.169.254/32"
@@ -36,10 +38,10 @@ HUB_RULES: tuple[dict, ...] = (
     # KubeSpawner's event reflector: progress messages on the spawn page
     {"apiGroups": [""], "resources": ["events"], "verbs": list(_READ)},
     # Kueue: the Workload of each queued pod and the team's LocalQueue
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"],
+    {"apiGroups": [KUEUE_GROUP], "resources": ["workloads", "localqueues"],
      "verbs": list(_READ)},
     # Kueue's visibility API: a pending pod's position in its LocalQueue
-    {"apiGroups": ["visibility.kueue.x-k8s.io"],
+    {"apiGroups": [KUEUE_VISIBILITY_GROUP],
      "resources": ["localqueues/pendingworkloads"], "verbs": list(_READ)},
 )
 
@@ -64,29 +66,29 @@ class CheckpointVolume:
 def namespace(team: Team) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": team.namespace,
-                         "labels": {MANAGED_LABEL: "true", TEAM_NAMESPACE_LABEL: team.name}}}
+                         "labels": {MANAGED_LABEL: "true", TEAM_LABEL: team.name}}}
 
 
 def hub_role(team: Team) -> dict:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+    return {"apiVersion": RBAC_API_VERSION, "kind": "Role",
             "metadata": {"name": ROLE_NAME, "namespace": team.namespace},
             "rules": [dict(rule, verbs=list(rule["verbs"])) for rule in HUB_RULES]}
 
 
 def hub_role_binding(team: Team, hub: HubRef) -> dict:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+    return {"apiVersion": RBAC_API_VERSION, "kind": "RoleBinding",
             "metadata": {"name": ROLE_NAME, "namespace": team.namespace},
             "subjects": [{"kind": "ServiceAccount", "name": hub.service_account,
                           "namespace": hub.namespace}],
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role",
                         "name": ROLE_NAME}}
 
 
 def _from_hub_pods(hub: HubRef, components: list[str]) -> dict:
     return {"namespaceSelector": {"matchLabels": {
-                "kubernetes.io/metadata.name": hub.namespace}},
+                NAMESPACE_NAME_LABEL: hub.namespace}},
             "podSelector": {"matchExpressions": [
-                {"key": "component", "operator": "In", "values": components}]}}
+                {"key": COMPONENT_LABEL, "operator": "In", "values": components}]}}
 
 
 def network_policy(team: Team, hub: HubRef) -> dict:
@@ -94,16 +96,16 @@ def network_policy(team: Team, hub: HubRef) -> dict:
     internet, but not the cloud metadata server or other private addresses (z2jh's
     singleuser defaults)."""
     egress = [
-        {"to": [_from_hub_pods(hub, ["hub"])], "ports": [{"port": HUB_PORT}]},
+        {"to": [_from_hub_pods(hub, [HUB_COMPONENT])], "ports": [{"port": HUB_PORT}]},
         {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
         {"to": [{"ipBlock": {"cidr": "0.0.0.0/0",
                              "except": [*PRIVATE_RANGES, METADATA_SERVER]}}]},
     ]
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+    return {"apiVersion": NETWORKING_API_VERSION, "kind": "NetworkPolicy",
             "metadata": {"name": NETWORK_POLICY_NAME, "namespace": team.namespace},
-            "spec": {"podSelector": {"matchLabels": {"component": "singleuser-server"}},
+            "spec": {"podSelector": {"matchLabels": {COMPONENT_LABEL: SINGLEUSER_COMPONENT}},
                      "policyTypes": ["Ingress", "Egress"],
-                     "ingress": [{"from": [_from_hub_pods(hub, ["hub", "proxy"])],
+                     "ingress": [{"from": [_from_hub_pods(hub, [HUB_COMPONENT, PROXY_COMPONENT])],
                                   "ports": [{"port": SINGLEUSER_PORT}]}],
                      "egress": egress}}
 

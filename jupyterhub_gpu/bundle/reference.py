@@ -16,13 +16,17 @@ import inspect
 
 from ..allocatable import (EVICTION_MEMORY, MAX_PODS, kube_reserved_cpu_millis,
                            kube_reserved_memory)
+from ..contract import AGENTPOOL_LABEL
 from ..gpus import GPU_MODELS, VM_SIZES
+from .. import sharing
 from ..parse import FIELDS as PARSER_FIELDS
-from ..quantities import format_cpu, format_go_duration, format_memory
-from ..spec import DaemonsetOverhead, Pool, SharingMode
+from ..parse import field_default
+from ..quantities import format_cpu, format_duration, format_memory
+from ..sharing import Parameter, modes_taking
+from ..spec import REQUIRED, DaemonsetOverhead, default_of
 
-_OVERHEAD_CPU = format_cpu(DaemonsetOverhead().cpu)
-_OVERHEAD_MEMORY = format_memory(DaemonsetOverhead().memory_bytes)
+_OVERHEAD = (f"{format_cpu(default_of(DaemonsetOverhead, 'cpu'))} cpu, "
+             f"{format_memory(default_of(DaemonsetOverhead, 'memory_bytes'))}")
 
 #: section -> title
 SECTIONS: dict[str, str] = {
@@ -38,123 +42,162 @@ SECTIONS: dict[str, str] = {
     "checkpointStorage": "`checkpointStorage`",
 }
 
-REQUIRED = "required"
-
-
-def _pool_default(field: str) -> str:
-    return format_go_duration(Pool.__dataclass_fields__[field].default)
-
-
-#: section -> field -> (type, default, description)
-FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
+#: section -> field -> (type, description). The default comes from the spec's
+#: dataclasses (:func:`jupyterhub_gpu.parse.field_default`), or from :data:`WORDS`.
+FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     "spec": {
-        "pools": ("list", REQUIRED, "The AKS GPU node pools."),
-        "teams": ("list", REQUIRED, "Teams: groups, namespace, Kueue queue and quota."),
-        "priorities": ("list", REQUIRED, "Kueue WorkloadPriorityClasses."),
-        "profiles": ("list", REQUIRED, "What users choose on the spawn form."),
-        "checkpointStorage": ("mapping", "none", "The ReadWriteMany PVC for checkpoints."),
-        "groupIds": ("group name -> object ID", "none", "Entra ID object IDs of the groups "
+        "pools": ("list", "The AKS GPU node pools."),
+        "teams": ("list", "Teams: groups, namespace, Kueue queue and quota."),
+        "priorities": ("list", "Kueue WorkloadPriorityClasses."),
+        "profiles": ("list", "What users choose on the spawn form."),
+        "checkpointStorage": ("mapping", "The ReadWriteMany PVC for checkpoints."),
+        "groupIds": ("group name -> object ID", "Entra ID object IDs of the groups "
                      "that `teams[].groups` and `allowedGroups` name, for tokens that carry "
                      "IDs (`groupMembershipClaims=SecurityGroup`); the hub then names the "
                      "users' groups by these names. With it, every group named needs one."),
     },
     "pool": {
-        "name": ("string", REQUIRED, "AKS agent pool name: a-z then a-z0-9, at most 12. "
-                 "Pods select it with `kubernetes.azure.com/agentpool`."),
-        "vmSize": ("string", REQUIRED, "Azure VM size, e.g. `Standard_NC24ads_A100_v4`."),
-        "gpu": ("string", REQUIRED, "GPU model; must match the VM size."),
-        "gpusPerNode": ("integer", "from vmSize", "Required for VM sizes not listed below."),
-        "sharing": ("mapping", REQUIRED, "How one GPU is shared (see `sharing`)."),
-        "spot": ("boolean", "false", "An Azure Spot pool: cheaper, may be evicted."),
-        "minNodes": ("integer", "0", "Smallest size; 0 lets the pool scale to zero. The "
+        "name": ("string", "AKS agent pool name: a-z then a-z0-9, at most 12. "
+                 f"Pods select it with `{AGENTPOOL_LABEL}`."),
+        "vmSize": ("string", "Azure VM size, e.g. `Standard_NC24ads_A100_v4`."),
+        "gpu": ("string", "GPU model; must match the VM size."),
+        "gpusPerNode": ("integer", "Required for VM sizes not listed below."),
+        "sharing": ("mapping", "How one GPU is shared (see `sharing`)."),
+        "spot": ("boolean", "An Azure Spot pool: cheaper, may be evicted."),
+        "minNodes": ("integer", "Smallest size; 0 lets the pool scale to zero. The "
                      "dev cluster keeps this many static nodes."),
-        "maxNodes": ("integer", "1", "Largest size the autoscaler may reach (the cluster "
+        "maxNodes": ("integer", "Largest size the autoscaler may reach (the cluster "
                      "autoscaler on AKS, Karpenter in the dev cluster)."),
-        "pricePerNodeHour": ("number", "0", "Price of one node-hour, for the spawn form."),
-        "cpusPerNode": ("integer", "from vmSize", "vCPUs of one node."),
-        "memoryPerNode": ("quantity", "from vmSize", "Memory of one node, e.g. `220Gi`; "
+        "pricePerNodeHour": ("number", "Price of one node-hour, for the spawn form."),
+        "cpusPerNode": ("integer", "vCPUs of one node."),
+        "memoryPerNode": ("quantity", "Memory of one node, e.g. `220Gi`; "
                           "for the tightest fit, the node's `capacity.memory`."),
         "consolidateAfter": (
-            "duration", _pool_default("consolidate_after_seconds"),
-            "How long a node must have been empty (no notebook on it) before it is removed; "
-            "`0s`: as soon as the autoscaler notices. The dev cluster's Karpenter NodePool "
-            "uses it; on AKS the cluster autoscaler's `scale_down_unneeded` (10m, in the "
-            "Terraform) applies."),
+            "duration or 0", "How long a node must have been empty (no notebook on it) "
+            "before it is removed; `0s`: as soon as the autoscaler notices. The dev "
+            "cluster's Karpenter NodePool uses it; on AKS the cluster autoscaler's "
+            "`scale_down_unneeded` (10m, in the Terraform) applies."),
         "bootTime": (
-            "duration", _pool_default("boot_seconds"),
-            "How long a new node takes to boot and join, e.g. `4m`; the dev cluster's "
-            "Karpenter waits this long before a node it adds registers."),
-        "daemonsetOverhead": ("mapping", f"{_OVERHEAD_CPU} cpu, {_OVERHEAD_MEMORY}",
-                              "What the daemonsets request on each node (see "
+            "duration or 0", "How long a new node takes to boot and join, e.g. `4m`; the "
+            "dev cluster's Karpenter waits this long before a node it adds registers."),
+        "daemonsetOverhead": ("mapping", "What the daemonsets request on each node (see "
                               "`daemonsetOverhead`)."),
     },
     "daemonsetOverhead": {
-        "cpu": ("cpu quantity or 0", _OVERHEAD_CPU, "CPU the node's daemonset pods request "
+        "cpu": ("cpu quantity or 0", "CPU the node's daemonset pods request "
                 "(CNI, CSI drivers, monitoring agent, GPU Operator)."),
-        "memory": ("quantity or 0", _OVERHEAD_MEMORY, "Memory they request. Each profile's "
+        "memory": ("quantity or 0", "Memory they request. Each profile's "
                    "share of the node must fit in the allocatable less this."),
     },
     "sharing": {
-        "mode": ("string", REQUIRED, "`exclusive`, `mig`, `mps` or `timeslicing`."),
-        "migProfile": ("string", "mode mig only", "MIG instance profile, e.g. `3g.40gb`."),
-        "replicas": ("integer >= 2", "mps and timeslicing only", "Shares per GPU."),
+        "mode": ("string", "One of the sharing modes listed below."),
+        "migProfile": ("string", "MIG instance profile, e.g. `3g.40gb`."),
+        "replicas": ("integer >= 2", "Shares per GPU."),
     },
     "team": {
-        "name": ("DNS label", REQUIRED, "Also the name of its ClusterQueue and LocalQueue."),
-        "groups": ("list of strings", REQUIRED, "JupyterHub groups whose members belong to "
+        "name": ("DNS label", "Also the name of its ClusterQueue and LocalQueue."),
+        "groups": ("list of strings", "JupyterHub groups whose members belong to "
                    "the team (the first matching team wins)."),
-        "namespace": ("namespace name", REQUIRED, "Where the team's user pods run."),
-        "quota": ("pool -> integer", REQUIRED, "Nominal quota per pool, in the pool's GPU "
+        "namespace": ("namespace name", "Where the team's user pods run."),
+        "quota": ("pool -> integer", "Nominal quota per pool, in the pool's GPU "
                   "units (GPUs, MIG slices or shares)."),
-        "cohort": ("DNS label", "`jupyterhub-gpu`", "Kueue cohort: teams in one cohort "
+        "cohort": ("DNS label", "Kueue cohort: teams in one cohort "
                    "borrow each other's unused quota."),
-        "borrowingLimit": ("pool -> integer", "unlimited", "Most units borrowed per pool."),
-        "lendingLimit": ("pool -> integer", "unlimited", "Most units lent per pool."),
+        "borrowingLimit": ("pool -> integer", "Most units borrowed per pool."),
+        "lendingLimit": ("pool -> integer", "Most units lent per pool."),
     },
     "priority": {
-        "name": ("DNS label", REQUIRED, "WorkloadPriorityClass name."),
-        "value": ("integer", REQUIRED, "Higher values preempt lower ones."),
-        "description": ("string", "empty", "Shown to admins."),
-        "preemptible": ("boolean", "false", "Notebooks at or below it may be preempted "
+        "name": ("DNS label", "WorkloadPriorityClass name."),
+        "value": ("integer", "Higher values preempt lower ones."),
+        "description": ("string", "Shown to admins."),
+        "preemptible": ("boolean", "Notebooks at or below it may be preempted "
                         "by another team's higher-priority notebook that must borrow too "
                         "(see the bundle docs, Preemption); the form marks them."),
     },
     "profile": {
-        "slug": ("DNS label", REQUIRED, "The form value and the pod's profile label."),
-        "displayName": ("string", REQUIRED, "Title on the spawn form."),
-        "description": ("string", "empty", "Text on the spawn form."),
-        "pool": ("pool name", REQUIRED, "The pool the server runs on."),
-        "gpus": ("integer", "1", "Units of the pool's GPU resource (1 on shared pools)."),
-        "cpu": ("cpu quantity", REQUIRED, "CPU guarantee and limit, e.g. `8` or `500m`. "
+        "slug": ("DNS label", "The form value and the pod's profile label."),
+        "displayName": ("string", "Title on the spawn form."),
+        "description": ("string", "Text on the spawn form."),
+        "pool": ("pool name", "The pool the server runs on."),
+        "gpus": ("integer", "Units of the pool's GPU resource (1 on shared pools)."),
+        "cpu": ("cpu quantity", "CPU guarantee and limit, e.g. `8` or `500m`. "
                 "The pool's units per node times this, divided by `gpus`, must fit one "
                 "node's allocatable less `daemonsetOverhead`."),
-        "memory": ("quantity", REQUIRED, "Memory guarantee and limit, e.g. `96Gi`; must "
+        "memory": ("quantity", "Memory guarantee and limit, e.g. `96Gi`; must "
                    "fit the node like `cpu`."),
-        "image": ("string", REQUIRED, "Notebook image."),
-        "priority": ("priority name", REQUIRED, "The Kueue priority of the server."),
-        "idleTimeout": ("duration", "30m", "Idle time before the culler stops the server."),
-        "maxAge": ("duration", "none", "Age at which the culler stops the server."),
-        "queuePatience": ("duration", "10m", "How long a user waits in the Kueue queue."),
-        "startTimeout": ("duration", "5m", "From admission to a running server."),
-        "gpuIdle": ("mapping", "none", "Cull on low GPU use (see `gpuIdle`)."),
-        "allowedGroups": ("list of strings", "every team member", "Groups that may use it."),
-        "checkpoint": ("mapping", "off", "Checkpoint storage and grace period."),
-        "default": ("boolean", "false", "Preselected on the form."),
+        "image": ("string", "Notebook image."),
+        "priority": ("priority name", "The Kueue priority of the server."),
+        "idleTimeout": ("duration", "Idle time before the culler stops the server."),
+        "maxAge": ("duration", "Age at which the culler stops the server."),
+        "queuePatience": ("duration", "How long a user waits in the Kueue queue."),
+        "startTimeout": ("duration", "From admission to a running server."),
+        "gpuIdle": ("mapping", "Cull on low GPU use (see `gpuIdle`)."),
+        "allowedGroups": ("list of strings", "Groups that may use it."),
+        "checkpoint": ("mapping", "Checkpoint storage and grace period. Without it the "
+                       "profile mounts no checkpoint PVC and its pods keep Kubernetes' "
+                       "30s grace period; a `checkpoint` block turns both on unless it "
+                       "says `enabled: false`."),
+        "default": ("boolean", "Preselected on the form."),
     },
     "checkpoint": {
-        "enabled": ("boolean", "true", "Mount the checkpoint PVC (per-user subPath)."),
-        "gracePeriod": ("duration", "30s", "terminationGracePeriodSeconds; at most 30s on "
+        "enabled": ("boolean", "Mount the checkpoint PVC (per-user subPath) and set the "
+                    "grace period."),
+        "gracePeriod": ("duration", "terminationGracePeriodSeconds; at most 30s on "
                         "spot pools (Azure's eviction notice)."),
     },
     "gpuIdle": {
-        "threshold": ("percent", REQUIRED, "GPU utilisation below which the GPU is idle."),
-        "window": ("duration", REQUIRED, "How long it must stay idle."),
+        "threshold": ("percent", "GPU utilisation below which the GPU is idle."),
+        "window": ("duration", "How long it must stay idle."),
     },
     "checkpointStorage": {
-        "claimName": ("PVC name", REQUIRED, "The PVC in every team namespace."),
-        "mountPath": ("path", "`/home/jovyan/checkpoints`", "Where it is mounted."),
+        "claimName": ("PVC name", "The PVC in every team namespace."),
+        "mountPath": ("path", "Where it is mounted."),
     },
 }
+
+
+#: What a default means where it is no value to print: derived, empty or a block.
+#: Each stands for its dataclass field's default (a test checks that it has no plain
+#: value this would hide); a sharing parameter's default names the modes taking it.
+WORDS: dict[tuple[str, str], str | Parameter] = {
+    ("spec", "groupIds"): "none",
+    ("pool", "gpusPerNode"): "from vmSize",
+    ("pool", "cpusPerNode"): "from vmSize",
+    ("pool", "memoryPerNode"): "from vmSize",
+    ("pool", "daemonsetOverhead"): _OVERHEAD,
+    ("sharing", "migProfile"): Parameter.MIG_PROFILE,
+    ("sharing", "replicas"): Parameter.REPLICAS,
+    ("team", "borrowingLimit"): "unlimited",
+    ("team", "lendingLimit"): "unlimited",
+    ("profile", "allowedGroups"): "every team member",
+    ("profile", "checkpoint"): "off",
+}
+
+#: How a default of a field of each type is written.
+_FORMATS = {"duration": format_duration, "duration or 0": format_duration,
+            "cpu quantity or 0": format_cpu,
+            "quantity or 0": format_memory}
+
+
+def default_text(section: str, name: str) -> str:
+    """The default of field ``name`` of ``section``, as the reference writes it."""
+    words = WORDS.get((section, name))
+    if isinstance(words, Parameter):
+        return f"{modes_taking(words)} only"
+    if words is not None:
+        return words
+    value, kind = field_default(section, name), FIELDS[section][name][0]
+    if value is REQUIRED:
+        return "required"
+    if value is None or isinstance(value, bool):
+        return str(value).lower()
+    if kind in _FORMATS:
+        return _FORMATS[kind](value)
+    if isinstance(value, str):
+        return f"`{value}`" if value else "empty"
+    if isinstance(value, (int, float)):
+        return f"{value:g}"
+    raise ValueError(f"{section}.{name}: say in WORDS what the default {value!r} means")
 
 
 def allowed_fields(section: str) -> list[str]:
@@ -177,7 +220,16 @@ def _facts() -> str:
             + "\n## Known VM sizes\n\n" + ALLOCATABLE_NOTE
             + _table(vms, ("vmSize", "GPUs", "gpu", "vCPUs", "memory", "allocatable cpu",
                            "allocatable memory"))
-            + "\nSharing modes: " + ", ".join(f"`{m.value}`" for m in SharingMode) + ".\n")
+            + "\n## Sharing modes\n\n" + _sharing_modes())
+
+
+def _sharing_modes() -> str:
+    """The registered modes (:mod:`jupyterhub_gpu.sharing`), in the words users see."""
+    example = {"mig_profile": "<migProfile>", "replicas": "<replicas>"}
+    rows = [(f"`{m.name}`", m.summary, m.unit, f"`{m.resource.format(**example)}`",
+             f"`{m.form_words.format(**example)}`",
+             f"`{m.parameter}`" if m.parameter else "none") for m in sharing.MODES.values()]
+    return _table(rows, ("mode", "what it is", "unit", "resource", "on the form", "also set"))
 
 
 ALLOCATABLE_NOTE = (
@@ -204,7 +256,8 @@ def spec_reference() -> str:
            "`30m`, `8h` or `1h30m`; quantities like `12Gi`. Validate a spec with "
            "`jupyterhub-gpu validate SPEC`.\n"]
     for section, title in SECTIONS.items():
-        rows = [(f"`{name}`", *FIELDS[section][name]) for name in allowed_fields(section)]
+        rows = [(f"`{name}`", FIELDS[section][name][0], default_text(section, name),
+                 FIELDS[section][name][1]) for name in allowed_fields(section)]
         out.append(f"## {title}\n\n" + _table(rows, ("field", "type", "default", "meaning")))
     out.append(_facts())
     return "\n".join(out)

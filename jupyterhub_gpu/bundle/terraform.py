@@ -26,7 +26,8 @@ pools from the ``nvidia.com/mig.config`` label (see ``docs/gpu-operator.md``).
 from __future__ import annotations
 
 from ..builders.deviceplugin import pool_labels
-from ..spec import SPOT_LABEL, Platform, Pool
+from ..contract import SPOT_LABEL, SPOT_VALUE
+from ..spec import Platform, Pool
 from .autoscaler import TagError, template_tags
 
 
@@ -41,7 +42,7 @@ def node_taints(pool: Pool) -> list[str]:
 def node_labels(pool: Pool) -> dict[str, str]:
     labels = dict(pool_labels(pool))
     if pool.spot:
-        labels[SPOT_LABEL] = "spot"
+        labels[SPOT_LABEL] = SPOT_VALUE
     return dict(sorted(labels.items()))
 
 

@@ -51,7 +51,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Mapping
 
-from ..spec import Platform, SharingMode
+from ..contract import (DCGM_ENGINE_ACTIVE, DCGM_GPU_UTIL, ENV_CULL_DRY_RUN, ENV_CULL_GPU_METRIC,
+                        ENV_CULL_WARN_BEFORE, ENV_CULLER_METRICS_PORT, ENV_PLATFORM_FILE,
+                        ENV_PROMETHEUS_TIMEOUT, ENV_PROMETHEUS_TOKEN_FILE, ENV_PROMETHEUS_URL)
+from ..spec import Platform
 from ..specsource import SpecMetrics, SpecSource
 from .gpu_window import GpuState, GpuUnknown
 from .metrics import CullMetrics, serve
@@ -68,7 +71,7 @@ class HookSettings:
     platform_file: str
     prometheus_url: str | None = None
     dry_run: bool = False
-    gpu_metric: str = "DCGM_FI_DEV_GPU_UTIL"
+    gpu_metric: str = DCGM_GPU_UTIL
     prometheus_timeout_seconds: float = 10.0
     prometheus_token_file: str | None = None
     metrics_port: int | None = None
@@ -78,22 +81,22 @@ class HookSettings:
     def from_env(cls, env: Mapping[str, str]) -> "HookSettings":
         """Read the ``JUPYTERHUB_GPU_*`` variables; ValueError names a bad one."""
         def get(name: str, parse: Any, default: Any) -> Any:
-            raw = env.get(f"JUPYTERHUB_GPU_{name}", "").strip()
+            raw = env.get(name, "").strip()
             try:
                 return parse(raw) if raw else default
             except ValueError as e:
-                raise ValueError(f"JUPYTERHUB_GPU_{name}={raw!r}: {e}") from None
-        platform_file = get("PLATFORM_FILE", str, "")
+                raise ValueError(f"{name}={raw!r}: {e}") from None
+        platform_file = get(ENV_PLATFORM_FILE, str, "")
         if not platform_file:
-            raise ValueError("JUPYTERHUB_GPU_PLATFORM_FILE is not set: the culler hook "
+            raise ValueError(f"{ENV_PLATFORM_FILE} is not set: the culler hook "
                              "needs the GPU platform spec")
-        return cls(platform_file, get("PROMETHEUS_URL", str, None),
-                   get("CULL_DRY_RUN", lambda v: v.lower() in _TRUE, False),
-                   get("CULL_GPU_METRIC", str, cls.gpu_metric),
-                   get("PROMETHEUS_TIMEOUT", float, cls.prometheus_timeout_seconds),
-                   get("PROMETHEUS_TOKEN_FILE", str, None),
-                   get("CULLER_METRICS_PORT", int, None),
-                   get("CULL_WARN_BEFORE", int, cls.warn_before_seconds))
+        return cls(platform_file, get(ENV_PROMETHEUS_URL, str, None),
+                   get(ENV_CULL_DRY_RUN, lambda v: v.lower() in _TRUE, False),
+                   get(ENV_CULL_GPU_METRIC, str, cls.gpu_metric),
+                   get(ENV_PROMETHEUS_TIMEOUT, float, cls.prometheus_timeout_seconds),
+                   get(ENV_PROMETHEUS_TOKEN_FILE, str, None),
+                   get(ENV_CULLER_METRICS_PORT, int, None),
+                   get(ENV_CULL_WARN_BEFORE, int, cls.warn_before_seconds))
 
 
 class UsageCache:
@@ -138,10 +141,10 @@ def metric_warnings(platform: Platform, metric: str) -> list[str]:
     warnings = []
     for profile in (p for p in platform.profiles if p.gpu_idle):
         pool = platform.pool(profile.pool)
-        if pool.sharing.mode is SharingMode.MIG and metric == "DCGM_FI_DEV_GPU_UTIL":
+        if pool.sharing.mode.partitioned and metric == DCGM_GPU_UTIL:
             warnings.append(f"profile {profile.slug}: pool {pool.name} uses MIG, and "
-                            "DCGM_FI_DEV_GPU_UTIL is not reported per MIG instance; set "
-                            "JUPYTERHUB_GPU_CULL_GPU_METRIC=DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+                            f"{DCGM_GPU_UTIL} is not reported per MIG instance; set "
+                            f"{ENV_CULL_GPU_METRIC}={DCGM_ENGINE_ACTIVE}")
         elif pool.sharing.shared:
             warnings.append(f"profile {profile.slug}: pool {pool.name} shares each GPU "
                             f"({pool.sharing.mode}); its utilisation is the whole GPU's, so "
@@ -223,8 +226,8 @@ def make_arbiter(settings: HookSettings, *, clock: Clock = utcnow,
         for warning in metric_warnings(spec.current(), settings.gpu_metric):
             log.warning("GPU-idle culling: %s", warning)
     elif longest_gpu_window(spec.current()):
-        log.warning("Profiles have gpuIdle but JUPYTERHUB_GPU_PROMETHEUS_URL is not set: "
-                    "no GPU-idle culling, only idle timeouts and max age")
+        log.warning("Profiles have gpuIdle but %s is not set: no GPU-idle culling, only "
+                    "idle timeouts and max age", ENV_PROMETHEUS_URL)
     if settings.metrics_port:
         serve(settings.metrics_port, metrics.registry)
     log.info("GPU cull rules from %s%s%s", settings.platform_file,

@@ -16,10 +16,10 @@ import sys
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..contract import ENV_CULL_WARN_BEFORE
 from .notice import CullRules, deadline_warning
 from .policy import Clock, utcnow
 
-ENV_WARN_BEFORE = "JUPYTERHUB_GPU_CULL_WARN_BEFORE"
 REPEAT_AFTER = timedelta(minutes=5)
 
 
@@ -49,7 +49,7 @@ def load_ipython_extension(ipython: Any) -> None:
     if rules is None or rules.max_age_deadline is None:
         return
     try:
-        warn_before = timedelta(seconds=int(os.environ.get(ENV_WARN_BEFORE, "900")))
+        warn_before = timedelta(seconds=int(os.environ.get(ENV_CULL_WARN_BEFORE, "900")))
     except ValueError:
         warn_before = timedelta(minutes=15)
     ipython.events.register("pre_run_cell", DeadlineWarner(rules, warn_before).pre_run_cell)

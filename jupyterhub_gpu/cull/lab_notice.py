@@ -22,6 +22,7 @@ import os
 from jupyterlab.handlers.announcements import CheckForUpdateABC
 
 from .. import checkpoint
+from ..contract import ENV_CHECKPOINT_DIR
 from .notice import CullRules, notice_message
 from .policy import utcnow
 
@@ -31,7 +32,7 @@ class CullNotice(CheckForUpdateABC):
 
     async def __call__(self) -> str | None:
         rules = CullRules.from_env(os.environ)
-        problem = checkpoint.dir_problem() if os.environ.get(checkpoint.ENV_DIR) else None
+        problem = checkpoint.dir_problem() if os.environ.get(ENV_CHECKPOINT_DIR) else None
         if rules is None:
             return f"Checkpoints will fail: {problem}." if problem else None
         return notice_message(rules, utcnow(), problem)

@@ -14,16 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping
 
+from ..contract import (ENV_GPU_IDLE_THRESHOLD, ENV_GPU_IDLE_WINDOW, ENV_GRACE, ENV_IDLE_TIMEOUT,
+                        ENV_MAX_AGE, ENV_MAX_AGE_DEADLINE, ENV_PROFILE)
 from ..spec import GpuIdle, Profile
 from .policy import CullPolicy, Decision, ServerView, parse_time, should_cull
 
-ENV_PROFILE = "JUPYTERHUB_GPU_PROFILE"
-ENV_IDLE_TIMEOUT = "JUPYTERHUB_GPU_IDLE_TIMEOUT"  # seconds
-ENV_MAX_AGE = "JUPYTERHUB_GPU_MAX_AGE"  # seconds
-ENV_MAX_AGE_DEADLINE = "JUPYTERHUB_GPU_MAX_AGE_DEADLINE"  # ISO 8601, UTC
-ENV_GPU_IDLE_THRESHOLD = "JUPYTERHUB_GPU_IDLE_GPU_THRESHOLD"  # percent
-ENV_GPU_IDLE_WINDOW = "JUPYTERHUB_GPU_IDLE_GPU_WINDOW"  # seconds
-ENV_GRACE = "JUPYTERHUB_GPU_GRACE_SECONDS"  # as in jupyterhub_gpu.checkpoint
 TOAST_LIMIT = 140  # JupyterLab cuts toast messages after 140 characters
 
 

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta, timezone
 from enum import StrEnum
 from typing import Any, Callable, Mapping
 
+from ..contract import KUBESPAWNER_STATE_NAMESPACE, KUBESPAWNER_STATE_POD, STATE_PROFILE
 from ..spec import GpuIdle, Platform
 from .gpu_window import GpuSeries, GpuState, GpuUnknown, GpuVerdict, gpu_verdict
 
@@ -82,7 +83,7 @@ def parse_time(value: Any) -> datetime | None:
 
 def _profile_of(model: Mapping[str, Any], state: Mapping[str, Any]) -> str | None:
     """The profile that ran (server state), else the one asked for (user_options)."""
-    slug = state.get("gpu_profile")
+    slug = state.get(STATE_PROFILE)
     if not isinstance(slug, str):
         options = model.get("user_options")
         slug = options.get("profile") if isinstance(options, Mapping) else None
@@ -102,8 +103,8 @@ class ServerView:
     @classmethod
     def from_model(cls, model: Mapping[str, Any], user: str = "") -> "ServerView":
         state = model.get("state") if isinstance(model.get("state"), Mapping) else {}
-        pod = (PodRef(state["namespace"], state["pod_name"])
-               if state.get("namespace") and state.get("pod_name") else None)
+        namespace, name = state.get(KUBESPAWNER_STATE_NAMESPACE), state.get(KUBESPAWNER_STATE_POD)
+        pod = PodRef(namespace, name) if namespace and name else None
         full_name = model.get("full_name") or f"{user}/{model.get('name', '')}"
         return cls(full_name, parse_time(model.get("started")),
                    parse_time(model.get("last_activity")), _profile_of(model, state), pod)

@@ -26,13 +26,14 @@ from typing import Any, Mapping
 
 import aiohttp
 
+from ..contract import DCGM_ENGINE_ACTIVE, DCGM_GPU_UTIL
 from .gpu_window import GpuSeries
 from .policy import PodRef
 
 # metric name -> factor to percent
 METRICS: Mapping[str, float] = MappingProxyType({
-    "DCGM_FI_DEV_GPU_UTIL": 1.0,
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 100.0,
+    DCGM_GPU_UTIL: 1.0,
+    DCGM_ENGINE_ACTIVE: 100.0,
 })
 POD_LABELS = ("namespace", "pod", "exported_namespace", "exported_pod")
 MAX_POINTS = 10_000  # Prometheus refuses more than 11,000 points per series
@@ -102,7 +103,7 @@ def parse_matrix(body: Any, scale: float) -> dict[PodRef, tuple[tuple[float, flo
 class PrometheusClient:
     """Asks one Prometheus (HTTP API v1) for GPU utilisation; bounded and timed out."""
 
-    def __init__(self, url: str, *, metric: str = "DCGM_FI_DEV_GPU_UTIL",
+    def __init__(self, url: str, *, metric: str = DCGM_GPU_UTIL,
                  step_seconds: int = 60, timeout_seconds: float = 10.0,
                  max_concurrent: int = 2, token_file: str | None = None):
         self.url = url.rstrip("/")

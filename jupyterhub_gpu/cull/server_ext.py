@@ -28,11 +28,9 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from .. import checkpoint
+from ..contract import CULL_API_PATH, ENV_CHECKPOINT_DIR
 from .notice import CullRules, notice_message, status
 from .policy import utcnow
-
-API_PATH = "jupyterhub-gpu/api/cull"
-
 
 NOTICE_CLASS = "jupyterhub_gpu.cull.lab_notice.CullNotice"
 
@@ -62,11 +60,11 @@ def _link_jupyter_server_extension(serverapp: Any) -> None:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     web_app = serverapp.web_app
-    route = url_path_join(web_app.settings["base_url"], API_PATH)
+    route = url_path_join(web_app.settings["base_url"], CULL_API_PATH)
     web_app.add_handlers(".*$", [(route, CullStatusHandler)])
     rules = CullRules.from_env(os.environ)
     if rules is not None:
         serverapp.log.info("jupyterhub-gpu: %s", notice_message(rules, utcnow(), limit=400))
-    problem = checkpoint.dir_problem() if os.environ.get(checkpoint.ENV_DIR) else None
+    problem = checkpoint.dir_problem() if os.environ.get(ENV_CHECKPOINT_DIR) else None
     if problem:
         serverapp.log.warning("jupyterhub-gpu: %s", problem)

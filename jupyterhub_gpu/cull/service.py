@@ -13,6 +13,9 @@ from __future__ import annotations
 import sys
 from importlib.resources import files
 
+from ..contract import (ENV_CULL_DRY_RUN, ENV_CULLER_METRICS_PORT, ENV_PLATFORM_FILE,
+                        ENV_PROMETHEUS_URL)
+
 CULLER_CONFIG = str(files("jupyterhub_gpu.cull") / "culler_config.py")
 SERVICE_NAME = "jupyterhub-gpu-culler"
 
@@ -30,12 +33,11 @@ def culler_service(platform_file: str, *, timeout_seconds: int = 8 * 3600,
     ``timeout_seconds`` is the idle limit of servers not of a spec profile (CPU
     servers); spec profiles use their own ``idleTimeout``/``maxAge``/``gpuIdle``.
     """
-    env = {"JUPYTERHUB_GPU_PLATFORM_FILE": platform_file,
-           "JUPYTERHUB_GPU_CULL_DRY_RUN": str(dry_run).lower()}
+    env = {ENV_PLATFORM_FILE: platform_file, ENV_CULL_DRY_RUN: str(dry_run).lower()}
     if prometheus_url:
-        env["JUPYTERHUB_GPU_PROMETHEUS_URL"] = prometheus_url
+        env[ENV_PROMETHEUS_URL] = prometheus_url
     if metrics_port:
-        env["JUPYTERHUB_GPU_CULLER_METRICS_PORT"] = str(metrics_port)
+        env[ENV_CULLER_METRICS_PORT] = str(metrics_port)
     return {"name": name, "environment": env,
             "command": [python, "-m", "jupyterhub_idle_culler", f"--config={CULLER_CONFIG}",
                         f"--timeout={timeout_seconds}", f"--cull-every={cull_every_seconds}"]}

@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable, TypeVar
 
-from ..builders.karpenter import API_VERSION as KARPENTER_API, karpenter_objects
+from ..builders.karpenter import karpenter_objects
+from ..contract import KARPENTER_API_VERSION as KARPENTER_API
 from ..builders.kueue import kueue_objects
 from ..builders.nodes import OVERHEAD_NAMESPACE, fake_node, overhead_daemonset
 from ..spec import Platform, Pool

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from ..contract import ENV_CACHE
+
 __all__ = [
     "PINS",
     "BuildError",
@@ -91,7 +93,7 @@ PINS: Mapping[str, Pin] = MappingProxyType(
 
 def cache_root() -> Path:
     """``$JUPYTERHUB_GPU_CACHE``, else ``$XDG_CACHE_HOME/jupyterhub-gpu``, else ``~/.cache/jupyterhub-gpu``."""
-    override = os.environ.get("JUPYTERHUB_GPU_CACHE")
+    override = os.environ.get(ENV_CACHE)
     if override:
         return Path(override).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from ..contract import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 from .layout import HOST, Layout, Ports
 from .pki import PkiPaths
 
@@ -20,7 +21,7 @@ SERVICE_CIDR = "10.96.0.0/16"
 # on a pod's IP and the hub reaches it without any traffic leaving the machine.
 POD_CIDR = "127.64.0.1/16"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
-KWOK_NODE_SELECTOR = "kwok.x-k8s.io/node=fake"
+KWOK_NODE_SELECTOR = f"{KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}"
 # Controllers of kube-controller-manager we run: no cloud, attach/detach or eviction ones.
 # node-lifecycle is needed: it lifts the not-ready taint the API server puts on new
 # nodes once kwok reports them Ready (and would mark a node whose heartbeats stop).

@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Coroutine
 
+from ..contract import (ENV_DEMO_CHP, ENV_DEMO_HUB_PORT, ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC,
+                        ENV_DEMO_URL)
 from . import build
 from .kubeapi import KubeClient
 from .layout import Layout, Ports, default_state_dir
@@ -58,10 +60,9 @@ def hub_env(spec: Path, kubeconfig: Path | None, url: str, hub_port: int = 8081,
             proxy_api_port: int = 8001) -> dict[str, str]:
     """The environment ``demo_config.py`` reads. With no ``kubeconfig`` there is no
     KUBECONFIG at all: the hub then uses the in-cluster config, as in its pod."""
-    env = {**os.environ, "JUPYTERHUB_GPU_SPEC": str(spec.absolute()),
-           "JUPYTERHUB_GPU_CHP": str(chp_command()),
-           "JUPYTERHUB_GPU_DEMO_URL": url, "JUPYTERHUB_GPU_DEMO_HUB_PORT": str(hub_port),
-           "JUPYTERHUB_GPU_DEMO_PROXY_API_PORT": str(proxy_api_port)}
+    env = {**os.environ, ENV_DEMO_SPEC: str(spec.absolute()), ENV_DEMO_CHP: str(chp_command()),
+           ENV_DEMO_URL: url, ENV_DEMO_HUB_PORT: str(hub_port),
+           ENV_DEMO_PROXY_API_PORT: str(proxy_api_port)}
     env.pop("KUBECONFIG", None)
     return {**env, "KUBECONFIG": str(kubeconfig)} if kubeconfig else env
 

@@ -8,27 +8,29 @@ JUPYTERHUB_GPU_DEMO_CULL_EVERY (seconds between culler runs) from the environmen
 import os
 
 from jupyterhub_gpu import configure_hub
+from jupyterhub_gpu.contract import (ENV_DEMO_CHP, ENV_DEMO_CULL_EVERY, ENV_DEMO_HUB_PORT,
+                                     ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC, ENV_DEMO_URL)
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
-configure_hub(c, os.environ["JUPYTERHUB_GPU_SPEC"])
+configure_hub(c, os.environ[ENV_DEMO_SPEC])
 
 # The GPU-aware idle culler, as in the Helm values (no Prometheus here: activity
 # rules only, with a warning in its log).
 from jupyterhub_gpu.cull.service import culler_role, culler_service  # noqa: E402
 
-CULL_EVERY = int(os.environ.get("JUPYTERHUB_GPU_DEMO_CULL_EVERY", "60"))  # tests: short
-c.JupyterHub.services.append(culler_service(os.environ["JUPYTERHUB_GPU_SPEC"],
+CULL_EVERY = int(os.environ.get(ENV_DEMO_CULL_EVERY, "60"))  # tests: short
+c.JupyterHub.services.append(culler_service(os.environ[ENV_DEMO_SPEC],
                                             timeout_seconds=8 * 3600,
                                             cull_every_seconds=CULL_EVERY))
 c.JupyterHub.load_roles.append(culler_role())
 
-c.JupyterHub.bind_url = os.environ.get("JUPYTERHUB_GPU_DEMO_URL", "http://127.0.0.1:8000")
+c.JupyterHub.bind_url = os.environ.get(ENV_DEMO_URL, "http://127.0.0.1:8000")
 c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = int(os.environ.get("JUPYTERHUB_GPU_DEMO_HUB_PORT", "8081"))
-c.ConfigurableHTTPProxy.command = [os.environ["JUPYTERHUB_GPU_CHP"]]
+c.JupyterHub.hub_port = int(os.environ.get(ENV_DEMO_HUB_PORT, "8081"))
+c.ConfigurableHTTPProxy.command = [os.environ[ENV_DEMO_CHP]]
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{}".format(
-    os.environ.get("JUPYTERHUB_GPU_DEMO_PROXY_API_PORT", "8001"))
+    os.environ.get(ENV_DEMO_PROXY_API_PORT, "8001"))
 
 # Demo users: log in with any of these names and the password "gpu-demo".
 c.JupyterHub.authenticator_class = "dummy"

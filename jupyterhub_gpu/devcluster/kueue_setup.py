@@ -27,16 +27,16 @@ from typing import Iterable, Mapping
 
 import yaml
 
-from ..builders.kueue import API_VERSION
-from ..bundle.kueueconfig import CONFIG_API_VERSION, POLICY_KEYS, kueue_configuration
-from ..bundle.namespaces import MANAGED_LABEL
+from ..bundle.kueueconfig import POLICY_KEYS, kueue_configuration
+from ..contract import KUEUE_API_VERSION as API_VERSION
+from ..contract import KUEUE_CONFIG_API_VERSION as CONFIG_API_VERSION
+from ..contract import KUEUE_GROUP, MANAGED_LABEL
 from .layout import HOST, Ports
 
 NAMESPACE = "kueue-system"
 SERVICE_NAME = "kueue-webhook-service"
 SECRET_NAME = "kueue-webhook-server-cert"
 WEBHOOK_CONFIG_PREFIX = "kueue"  # Kueue's rotator derives "<prefix>-mutating-..." names
-KUEUE_GROUP = API_VERSION.split("/")[0]
 PROBE_FLAVOR = "jupyterhub-gpu-devcluster-probe"
 
 

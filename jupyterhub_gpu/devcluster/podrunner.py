@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SINGLEUSER_SELECTOR = "component=singleuser-server"
+from ..contract import COMPONENT_LABEL, ENV_SERVICE_URL, SINGLEUSER_COMPONENT, USERNAME_KEY
+
+SINGLEUSER_SELECTOR = f"{COMPONENT_LABEL}={SINGLEUSER_COMPONENT}"  # KubeSpawner's default
 MAX_GRACE_SECONDS = 30
 log = logging.getLogger("jupyterhub_gpu.podrunner")
 
@@ -52,9 +54,9 @@ def server_process(pod: dict) -> ServerProcess | None:
     container = spec["containers"][0]
     url = f"http://{ip}:{_container_port(container)}/"
     env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
-    env["JUPYTERHUB_SERVICE_URL"] = url  # listen on the pod IP only
+    env[ENV_SERVICE_URL] = url  # listen on the pod IP only
     grace = min(int(spec.get("terminationGracePeriodSeconds", 30)), MAX_GRACE_SECONDS)
-    user = meta.get("annotations", {}).get("hub.jupyter.org/username", meta["name"])
+    user = meta.get("annotations", {}).get(USERNAME_KEY, meta["name"])
     key = f"{meta['namespace']}/{meta['name']}/{meta['uid']}"
     return ServerProcess(key, user, url, env, grace)
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
-from ..builders.karpenter import API_VERSION as KARPENTER_API, NODEPOOL_LABEL
+from ..contract import KARPENTER_API_VERSION as KARPENTER_API, NODEPOOL_LABEL
 from ..kueue import status as st
-from ..spec import AGENTPOOL_LABEL, PROFILE_LABEL, Platform, Pool
+from ..contract import AGENTPOOL_LABEL, PROFILE_LABEL
+from ..spec import Platform, Pool
 from .kubeapi import ApiError, KubeClient
 
 POLL_SECONDS = 2.0

@@ -11,7 +11,6 @@ from enum import StrEnum
 from typing import Any, Callable
 
 from ..builders.pod import Grant
-from ..spec import SharingMode
 from . import status as st
 from .messages import Stage, Step, Wanted, describe, indefinite
 
@@ -45,11 +44,8 @@ def _duration(seconds: float) -> str:
 
 def wanted(grant: Grant) -> Wanted:
     pool, profile = grant.pool, grant.profile
-    unit = {SharingMode.EXCLUSIVE: "GPU",
-            SharingMode.MIG: f"MIG {pool.sharing.mig_profile} slice",
-            SharingMode.MPS: "MPS share", SharingMode.TIMESLICING: "time-sliced share"}
     count = f"{profile.units} x " if profile.units > 1 else ""
-    what = f"{count}{pool.gpu.name} {unit[pool.sharing.mode]}"
+    what = f"{count}{pool.gpu.name} {pool.sharing.mode.message_unit(pool.sharing)}"
     return Wanted(profile=profile.display_name, what=what if count else indefinite(what),
                   queue=grant.team.local_queue, pool=pool.name, gpu=pool.gpu.name,
                   image=profile.image, boot_seconds=pool.boot_seconds)

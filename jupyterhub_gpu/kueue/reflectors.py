@@ -11,10 +11,8 @@ from kubespawner.reflector import NamespacedResourceReflector
 from kubespawner.spawner import PodReflector
 from traitlets import default, validate
 
+from ..contract import KUEUE_GROUP, KUEUE_VERSION
 from .status import checkpoint_unavailable
-
-KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta2"
 
 
 class Graveyard:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..checkpoint import UNAVAILABLE
+from ..contract import (ADMISSION_GATE, ENV_API_TOKEN, JOB_UID_LABEL, NVIDIA_PREFIX,
+                        PRIORITY_LABEL, PROFILE_LABEL, QUEUE_LABEL, USERNAME_KEY)
 
-ADMISSION_GATE = "kueue.x-k8s.io/admission"
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 _NO_FIT_CAPACITY = re.compile(
     r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,]+), .*?"
     r"current podset request \((?P<request>[^)]*)\) > maximum capacity \((?P<max>[^)]*)\)")
@@ -62,7 +62,7 @@ def never_fits(workload: dict) -> NoFit | None:
     capacity = [m.groupdict() for m in _NO_FIT_CAPACITY.finditer(message)]
     if not capacity:
         return NoFit("no pool can ever hold this request")
-    gpu = [c for c in capacity if c["resource"].startswith("nvidia.com/")]
+    gpu = [c for c in capacity if c["resource"].startswith(NVIDIA_PREFIX)]
     worst = (gpu or capacity)[0]  # the GPU is what the user chose; name it first
     return NoFit(f"it asks for {worst['request']} {worst['resource']} on pool "
                  f"{worst['flavor']} but the most the queue can ever have there is "
@@ -87,8 +87,7 @@ def queue_position(workload: dict, workloads: Iterable[dict]) -> tuple[int, int]
     return (names.index(name) + 1 if name in names else 0), len(names)
 
 
-ADOPT_LABELS = ("jupyterhub-gpu/profile", "kueue.x-k8s.io/queue-name",
-                "kueue.x-k8s.io/priority-class", "hub.jupyter.org/username")
+ADOPT_LABELS = (PROFILE_LABEL, QUEUE_LABEL, PRIORITY_LABEL, USERNAME_KEY)
 
 
 def adoptable_token(existing: dict, wanted_labels: dict[str, str]) -> str | None:
@@ -106,7 +105,7 @@ def adoptable_token(existing: dict, wanted_labels: dict[str, str]) -> str | None
     if any(labels.get(k) != wanted_labels.get(k) for k in ADOPT_LABELS):
         return None
     env = existing["spec"]["containers"][0].get("env") or []
-    return next((e.get("value") for e in env if e.get("name") == "JUPYTERHUB_API_TOKEN"
+    return next((e.get("value") for e in env if e.get("name") == ENV_API_TOKEN
                  and e.get("value")), None)
 
 

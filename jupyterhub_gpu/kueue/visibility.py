@@ -13,7 +13,9 @@ import asyncio
 import time
 from typing import Any, Callable
 
-GROUP, VERSION = "visibility.kueue.x-k8s.io", "v1beta2"
+from ..contract import KUEUE_VISIBILITY_GROUP, KUEUE_VISIBILITY_VERSION
+
+GROUP, VERSION = KUEUE_VISIBILITY_GROUP, KUEUE_VISIBILITY_VERSION
 
 
 def positions(summary: dict) -> dict[str, tuple[int, int]]:

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu.builders import karpenter
+from jupyterhub_gpu import contract
 from jupyterhub_gpu.devcluster.layout import Ports
 
 from . import hub_rbac
@@ -63,8 +63,8 @@ PORT_OFFSET = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
 TEST_PORTS = Ports(**{name: port + 10000 + PORT_OFFSET
                       for name, port in Ports().as_dict().items()})
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
-KARPENTER = tuple(karpenter.API_VERSION.split("/"))  # (group, version)
-NODEPOOL_LABEL = karpenter.NODEPOOL_LABEL
+KARPENTER = tuple(contract.KARPENTER_API_VERSION.split("/"))  # (group, version)
+NODEPOOL_LABEL = contract.NODEPOOL_LABEL
 
 
 def pytest_collection_modifyitems(items):

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from jupyterhub_gpu import contract
 from jupyterhub_gpu.builders import karpenter
 from jupyterhub_gpu.devcluster import demo
 
 from jupyterhub_gpu.kueue.status import ADMISSION_GATE
-from jupyterhub_gpu.spec import AGENTPOOL_LABEL
+from jupyterhub_gpu.contract import AGENTPOOL_LABEL
 
 from .conftest import KARPENTER, NODEPOOL_LABEL, PORT_OFFSET, wait_for
 from .test_demo import URL, _hub_server, _login_when_up, _pod_gone, _xsrf
@@ -94,8 +95,8 @@ async def test_the_loop_spawn_node_run_idle_cull_node_gone(cluster, cluster_spec
         node_ready = time.monotonic()
         labels = node.metadata.labels
         assert labels[AGENTPOOL_LABEL] == "t4dev" and labels[NODEPOOL_LABEL] == "t4dev"
-        assert labels[karpenter.CAPACITY_TYPE_LABEL] == "on-demand"
-        assert labels[karpenter.INSTANCE_TYPE_LABEL] == karpenter.instance_type_name(pool)
+        assert labels[contract.CAPACITY_TYPE_LABEL] == "on-demand"
+        assert labels[contract.INSTANCE_TYPE_LABEL] == karpenter.instance_type_name(pool)
         assert node.status.allocatable[pool.resource_name] == "4"
         bound = await wait_for(lambda: _running_on(kube, pod, node.metadata.name), timeout=60,
                                what="carol's pod to run on the new node")
@@ -205,10 +206,10 @@ async def test_spot_profile_lands_on_a_spot_node(spawn, kube, cluster_platform):
     spawner = await spawn("ivy", ["ml-eng"], "a100-spot")
     node = await kube.core.read_node(await _node_of(kube, spawner))
     labels = node.metadata.labels
-    assert labels[karpenter.CAPACITY_TYPE_LABEL] == "spot"
+    assert labels[contract.CAPACITY_TYPE_LABEL] == "spot"
     assert labels[NODEPOOL_LABEL] == labels[AGENTPOOL_LABEL] == "a100spot"
     assert karpenter.template_labels(pool).items() <= labels.items()
-    assert labels[karpenter.PRICE_LABEL] == f"{pool.price_per_node_hour:f}", "the spec's price"
+    assert labels[contract.PRICE_LABEL] == f"{pool.price_per_node_hour:f}", "the spec's price"
     taints = {(t.key, t.value, t.effect) for t in node.spec.taints or []}
     assert {(t.key, t.value, t.effect) for t in pool.taints} <= taints
 
@@ -238,7 +239,7 @@ async def _gated(kube, spawner):
 
 async def _set_boot(kube, node_class: dict) -> None:
     await kube.custom.patch_cluster_custom_object(
-        karpenter.NODE_CLASS_API_GROUP, "v1alpha1", "kwoknodeclasses",
+        contract.KWOK_NODE_CLASS_GROUP, "v1alpha1", "kwoknodeclasses",
         node_class["metadata"]["name"], {"spec": node_class["spec"]},
         _content_type="application/merge-patch+json")
 

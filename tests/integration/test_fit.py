@@ -9,7 +9,8 @@ import pytest
 from kubernetes_asyncio.client import ApiException
 
 from jupyterhub_gpu.allocatable import node_resources, share_of_node
-from jupyterhub_gpu.builders.nodes import OVERHEAD_APP, OVERHEAD_APP_LABEL
+from jupyterhub_gpu.builders.nodes import OVERHEAD_APP
+from jupyterhub_gpu.contract import APP_NAME_LABEL
 from jupyterhub_gpu.quantities import format_cpu, format_memory
 
 from .conftest import wait_for
@@ -23,7 +24,7 @@ async def _node_pods(kube, node: str) -> list:
 
 
 async def _overhead_running(kube, node: str) -> bool:
-    return any((p.metadata.labels or {}).get(OVERHEAD_APP_LABEL) == OVERHEAD_APP
+    return any((p.metadata.labels or {}).get(APP_NAME_LABEL) == OVERHEAD_APP
                and p.status.phase == "Running" for p in await _node_pods(kube, node))
 
 

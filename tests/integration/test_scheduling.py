@@ -10,7 +10,7 @@ import yaml
 from kubernetes_asyncio.client import ApiException
 
 from jupyterhub_gpu.kueue.status import ADMISSION_GATE
-from jupyterhub_gpu.spec import AGENTPOOL_LABEL
+from jupyterhub_gpu.contract import AGENTPOOL_LABEL
 
 from .conftest import KUEUE, wait_for
 

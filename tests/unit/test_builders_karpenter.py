@@ -13,7 +13,7 @@ import pytest
 
 from jupyterhub_gpu.builders import karpenter, kueue, nodes
 from jupyterhub_gpu.parse import parse_platform
-from jupyterhub_gpu.quantities import format_go_duration, parse_cpu, parse_memory
+from jupyterhub_gpu.quantities import format_duration, parse_cpu, parse_memory
 
 from .test_schemas import _crd_schema
 
@@ -147,7 +147,7 @@ def test_spec_fields_reach_the_node_pool_and_node_class(example_spec):
 @pytest.mark.parametrize("seconds,text", [(0, "0s"), (45, "45s"), (600, "10m"),
                                           (5400, "1h30m"), (3661, "1h1m1s")])
 def test_go_durations(seconds, text):
-    assert format_go_duration(seconds) == text
+    assert format_duration(seconds) == text
 
 
 def test_objects_match_the_karpenter_crds(platform, karpenter_crds):

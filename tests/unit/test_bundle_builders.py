@@ -19,6 +19,7 @@ from jupyterhub_gpu.bundle import autoscaler, helm, kueueconfig, namespaces, ter
 from jupyterhub_gpu.bundle.autoscaler import LABEL, RESOURCES, TAINT
 from jupyterhub_gpu.devcluster import kueue_setup
 from jupyterhub_gpu.devcluster.build import K8S_VERSION, PINS
+from jupyterhub_gpu.devcluster.layout import Ports
 from jupyterhub_gpu.gpus import GPU_MODELS
 from jupyterhub_gpu.parse import parse_platform
 from jupyterhub_gpu.spec import Taint
@@ -100,8 +101,15 @@ def test_kueue_configuration_golden():
     assert "namespace" not in config  # the chart's release namespace applies
 
 
-def test_dev_cluster_manages_the_same_namespaces():
-    assert namespaces.MANAGED_LABEL == kueue_setup.MANAGED_LABEL
+def test_dev_cluster_manages_the_namespaces_the_bundle_labels(platform):
+    """Kueue manages pods in the team namespaces, in the dev cluster as on AKS."""
+    shipped = kueueconfig.kueue_configuration()["managedJobsNamespaceSelector"]
+    dev = kueue_setup.configuration(Ports(), "/certs")["managedJobsNamespaceSelector"]
+    assert dev == shipped
+    wanted = shipped["matchLabels"].items()
+    assert wanted <= namespaces.namespace(platform.teams[0])["metadata"]["labels"].items()
+    assert wanted <= kueue_setup.namespace("jhub-x", managed=True)["metadata"]["labels"].items()
+    assert not wanted <= kueue_setup.namespace("jhub-x")["metadata"]["labels"].items()
 
 
 def test_dev_cluster_runs_kueue_with_the_shipped_policy(tmp_path):

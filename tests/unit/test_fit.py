@@ -18,6 +18,7 @@ import yaml
 
 from jupyterhub_gpu.builders import deviceplugin, kueue, nodes
 from jupyterhub_gpu.bundle import kueueconfig, namespaces
+from jupyterhub_gpu.contract import DEVICE_PLUGIN_CONFIG_LABEL
 from jupyterhub_gpu.devcluster.build import K8S_VERSION
 from jupyterhub_gpu.parse import load_platform
 from jupyterhub_gpu.render import render_pod
@@ -113,7 +114,7 @@ async def test_gpu_resource_is_the_one_the_device_plugin_advertises(platform, ex
     node = nodes.fake_node(pool, 0)
     labels = node["metadata"]["labels"]
     configs = deviceplugin.config_map(platform)["data"]
-    config = yaml.safe_load(configs[labels[deviceplugin.DEVICE_PLUGIN_CONFIG_LABEL]])
+    config = yaml.safe_load(configs[labels[DEVICE_PLUGIN_CONFIG_LABEL]])
     (resource,) = _gpu_limits(pod["spec"]["containers"][0])
     assert advertised(config, labels) == {resource}
     assert quantity(node["status"]["capacity"][resource]) == pool.units_per_node

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tornado import web
 
 from jupyterhub_gpu.builders.pod import OptionsRejected, UserRef, authorize, spawn_settings
-from jupyterhub_gpu.spec import PRIORITY_LABEL, PROFILE_LABEL, QUEUE_LABEL
+from jupyterhub_gpu.contract import PRIORITY_LABEL, PROFILE_LABEL, QUEUE_LABEL
 
 GROUPS = ["data-science", "ml-eng", "experimentation", "marketing", "admin", ""]
 SLUGS = ["t4-shared", "a100-mig-3g", "a100-training", "a100-spot", "h100", "", "T4-SHARED"]

@@ -9,14 +9,14 @@ from types import MappingProxyType
 import pytest
 
 from jupyterhub_gpu.parse import SpecError, load_platform, parse_platform
-from jupyterhub_gpu.spec import SharingMode
+from jupyterhub_gpu import sharing
 
 
 def test_example_spec_parses(platform):
     assert [p.name for p in platform.pools] == ["t4dev", "a100mig", "a100spot"]
     t4, mig, spot = platform.pools
     assert (t4.sharing.mode, t4.sharing.replicas, t4.units_per_node) == (
-        SharingMode.TIMESLICING, 4, 4)
+        sharing.TIMESLICING, 4, 4)
     assert (mig.sharing.mig_profile, mig.units_per_node, mig.unit_memory_gb) == ("3g.40gb", 2, 40)
     assert spot.spot and spot.cpus_per_node == 24 and spot.memory_per_node == 220 * 2**30
     assert platform.profile("a100-spot").checkpoint.grace_period_seconds == 25

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from jupyterhub_gpu.builders.karpenter import NODEPOOL_LABEL
+from jupyterhub_gpu.contract import NODEPOOL_LABEL
 from jupyterhub_gpu.devcluster.poolwatch import pool_lines
-from jupyterhub_gpu.spec import AGENTPOOL_LABEL
+from jupyterhub_gpu.contract import AGENTPOOL_LABEL
 
 READY = {"conditions": [{"type": "Ready", "status": "True"}]}
 GATE = [{"name": "kueue.x-k8s.io/admission"}]

@@ -12,7 +12,7 @@ from traitlets.config import Config
 
 from jupyterhub_gpu import configure_hub
 from jupyterhub_gpu.resume import resumable
-from jupyterhub_gpu.spec import PROFILE_LABEL
+from jupyterhub_gpu.contract import PROFILE_LABEL
 
 
 def _service_env(platform_file) -> dict[str, str]:

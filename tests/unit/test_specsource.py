@@ -12,7 +12,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from jupyterhub_gpu.parse import SpecError
-from jupyterhub_gpu.spec import PROFILE_LABEL, QUEUE_LABEL
+from jupyterhub_gpu.contract import PROFILE_LABEL, QUEUE_LABEL
 from jupyterhub_gpu.specsource import LOGGER_NAME, SpecMetrics, SpecSource
 
 from ..configmap import write_configmap

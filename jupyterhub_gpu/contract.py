@@ -1,0 +1,173 @@
+"""Every name this package shares with something else, defined once.
+
+Labels, annotations, taints, resource names, environment variables, API groups and
+versions, server-state keys and culler settings: each is written or read by more
+than one component (the spawner and the culler, the pod builder and the notebook, the
+bundle and Kueue), so each stands here and every other module imports it.
+``tests/unit/test_contract.py`` fails when one of these strings is written anywhere
+else in the package.
+
+Only constants, and no imports: the notebook image (:mod:`jupyterhub_gpu.checkpoint`)
+and the culler read this module too.
+"""
+
+# -- this package -------------------------------------------------------------------
+
+PREFIX = "jupyterhub-gpu/"
+#: on a notebook pod: the profile it runs (the culler and the resume service read it)
+PROFILE_LABEL = PREFIX + "profile"
+#: on a notebook pod and on a team namespace: the team
+TEAM_LABEL = PREFIX + "team"
+#: on a team namespace: Kueue manages its pods (``managedJobsNamespaceSelector``)
+MANAGED_LABEL = PREFIX + "managed"
+
+#: the server state (``Spawner.get_state``) the culler reads (``admin:server_state``)
+STATE_PROFILE = "gpu_profile"
+#: the server state that keeps why the platform stopped the last server
+STATE_STOP_NOTICE = "gpu_stop_notice"
+
+# -- the notebook's environment -----------------------------------------------------
+
+ENV_PREFIX = "JUPYTERHUB_GPU_"
+ENV_PROFILE = ENV_PREFIX + "PROFILE"
+ENV_MODEL = ENV_PREFIX + "MODEL"
+ENV_SHARING = ENV_PREFIX + "SHARING"
+ENV_COUNT = ENV_PREFIX + "COUNT"
+ENV_MEMORY = ENV_PREFIX + "MEMORY"
+ENV_PREEMPTIBLE = ENV_PREFIX + "PREEMPTIBLE"
+ENV_TEAM = ENV_PREFIX + "TEAM"
+ENV_IDLE_TIMEOUT = ENV_PREFIX + "IDLE_TIMEOUT"  # seconds
+ENV_MAX_AGE = ENV_PREFIX + "MAX_AGE"  # seconds
+ENV_MAX_AGE_DEADLINE = ENV_PREFIX + "MAX_AGE_DEADLINE"  # ISO 8601, UTC
+ENV_GPU_IDLE_THRESHOLD = ENV_PREFIX + "IDLE_GPU_THRESHOLD"  # percent
+ENV_GPU_IDLE_WINDOW = ENV_PREFIX + "IDLE_GPU_WINDOW"  # seconds
+ENV_GRACE = ENV_PREFIX + "GRACE_SECONDS"  # the preStop hook's time to checkpoint
+ENV_RUN_DIR = ENV_PREFIX + "RUN_DIR"  # where registered processes leave their pid
+ENV_CHECKPOINT_DIR = "CHECKPOINT_DIR"  # the user's directory on the checkpoint PVC
+#: in the notebook (kernel extension) and the culler: warn this many seconds before
+ENV_CULL_WARN_BEFORE = ENV_PREFIX + "CULL_WARN_BEFORE"
+
+# -- the culler service's settings (its environment) ---------------------------------
+
+ENV_PLATFORM_FILE = ENV_PREFIX + "PLATFORM_FILE"
+ENV_PROMETHEUS_URL = ENV_PREFIX + "PROMETHEUS_URL"
+ENV_CULL_DRY_RUN = ENV_PREFIX + "CULL_DRY_RUN"
+ENV_CULL_GPU_METRIC = ENV_PREFIX + "CULL_GPU_METRIC"
+ENV_PROMETHEUS_TIMEOUT = ENV_PREFIX + "PROMETHEUS_TIMEOUT"
+ENV_PROMETHEUS_TOKEN_FILE = ENV_PREFIX + "PROMETHEUS_TOKEN_FILE"
+ENV_CULLER_METRICS_PORT = ENV_PREFIX + "CULLER_METRICS_PORT"
+#: the DCGM exporter's GPU utilisation (percent): per GPU, not per MIG instance
+DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+#: the DCGM exporter's graphics engine activity (a ratio): also per MIG instance
+DCGM_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+
+# -- JupyterHub and KubeSpawner ------------------------------------------------------
+
+#: KubeSpawner labels its pods ``component=<component_label>``; z2jh labels its own
+#: pods the same way (``hub``, ``proxy``)
+COMPONENT_LABEL = "component"
+SINGLEUSER_COMPONENT = "singleuser-server"  # KubeSpawner's default component_label
+HUB_COMPONENT = "hub"
+PROXY_COMPONENT = "proxy"
+#: KubeSpawner's pod label (the escaped name) and annotation (the name as it is)
+USERNAME_KEY = "hub.jupyter.org/username"
+SERVERNAME_KEY = "hub.jupyter.org/servername"
+NODE_PURPOSE_LABEL = "hub.jupyter.org/node-purpose"
+#: KubeSpawner's server state
+KUBESPAWNER_STATE_POD = "pod_name"
+KUBESPAWNER_STATE_NAMESPACE = "namespace"
+#: the environment JupyterHub gives a server (and its pod) and a hub service
+ENV_API_TOKEN = "JUPYTERHUB_API_TOKEN"
+ENV_API_URL = "JUPYTERHUB_API_URL"
+ENV_SERVICE_URL = "JUPYTERHUB_SERVICE_URL"
+
+# -- Kueue -------------------------------------------------------------------------
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+KUEUE_API_VERSION = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+KUEUE_CONFIG_API_VERSION = f"config.{KUEUE_GROUP}/{KUEUE_VERSION}"
+KUEUE_VISIBILITY_GROUP = f"visibility.{KUEUE_GROUP}"
+KUEUE_VISIBILITY_VERSION = "v1beta2"
+QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
+PRIORITY_LABEL = f"{KUEUE_GROUP}/priority-class"
+JOB_UID_LABEL = f"{KUEUE_GROUP}/job-uid"
+ADMISSION_GATE = f"{KUEUE_GROUP}/admission"
+
+# -- Kubernetes ----------------------------------------------------------------------
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+RBAC_API_VERSION = f"{RBAC_GROUP}/v1"
+NETWORKING_API_VERSION = "networking.k8s.io/v1"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+OS_LABEL = "kubernetes.io/os"
+ARCH_LABEL = "kubernetes.io/arch"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+APP_NAME_LABEL = "app.kubernetes.io/name"
+
+# -- AKS -----------------------------------------------------------------------------
+
+AGENTPOOL_LABEL = "kubernetes.azure.com/agentpool"
+ACCELERATOR_LABEL = "kubernetes.azure.com/accelerator"
+#: AKS's label and taint on the nodes of a Spot pool (value ``spot``)
+SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"
+SPOT_VALUE = "spot"
+
+# -- Karpenter (AKS Node Auto Provisioning; the dev cluster's autoscaler) -----------
+
+KARPENTER_GROUP = "karpenter.sh"
+KARPENTER_API_VERSION = f"{KARPENTER_GROUP}/v1"
+#: on a node Karpenter started: its NodePool
+NODEPOOL_LABEL = f"{KARPENTER_GROUP}/nodepool"
+#: on a node Karpenter started: ``spot`` or ``on-demand``
+CAPACITY_TYPE_LABEL = f"{KARPENTER_GROUP}/capacity-type"
+#: the kwok provider's node class
+KWOK_NODE_CLASS_GROUP = "karpenter.kwok.sh"
+KWOK_NODE_CLASS_API_VERSION = f"{KWOK_NODE_CLASS_GROUP}/v1alpha1"
+#: the price of the offering a node was started from, as the kwok provider labels it
+PRICE_LABEL = "eks-node-viewer/instance-price"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+# -- kwok (the dev cluster's nodes) --------------------------------------------------
+
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_NODE_VALUE = "fake"
+
+# -- NVIDIA: device plugin, GPU feature discovery, MIG manager -----------------------
+
+NVIDIA_PREFIX = "nvidia.com/"
+#: a whole GPU, as the device plugin advertises it
+GPU_RESOURCE = NVIDIA_PREFIX + "gpu"
+#: a shared GPU's resource: the device plugin's ``renameByDefault`` appends this
+SHARED_SUFFIX = ".shared"
+#: a MIG instance's resource with the mixed strategy: this prefix, then its profile
+MIG_RESOURCE_PREFIX = NVIDIA_PREFIX + "mig-"
+#: the taint AKS's GPU pools carry (value ``present``)
+GPU_TAINT_KEY = "nvidia.com/gpu"
+GPU_TAINT_VALUE = "present"
+#: the node label naming the device-plugin config the node runs
+DEVICE_PLUGIN_CONFIG_LABEL = NVIDIA_PREFIX + "device-plugin.config"
+#: the node label naming the MIG layout the MIG manager applies
+MIG_CONFIG_LABEL = NVIDIA_PREFIX + "mig.config"
+#: labels GPU feature discovery sets on a GPU node
+GPU_PRESENT_LABEL = NVIDIA_PREFIX + "gpu.present"
+GPU_PRODUCT_LABEL = NVIDIA_PREFIX + "gpu.product"
+GPU_COUNT_LABEL = NVIDIA_PREFIX + "gpu.count"
+GPU_MEMORY_LABEL = NVIDIA_PREFIX + "gpu.memory"
+SHARING_STRATEGY_LABEL = NVIDIA_PREFIX + "gpu.sharing-strategy"
+MIG_STRATEGY_LABEL = NVIDIA_PREFIX + "mig.strategy"
+
+# -- the notebook server's own API (:mod:`jupyterhub_gpu.cull.server_ext`) -----------
+
+CULL_API_PATH = PREFIX + "api/cull"
+
+# -- the demo and the dev cluster ----------------------------------------------------
+
+ENV_CACHE = ENV_PREFIX + "CACHE"  # where the dev cluster's binaries are cached
+ENV_DEMO_SPEC = ENV_PREFIX + "SPEC"
+ENV_DEMO_CHP = ENV_PREFIX + "CHP"  # the configurable-http-proxy command
+ENV_DEMO_URL = ENV_PREFIX + "DEMO_URL"
+ENV_DEMO_HUB_PORT = ENV_PREFIX + "DEMO_HUB_PORT"
+ENV_DEMO_PROXY_API_PORT = ENV_PREFIX + "DEMO_PROXY_API_PORT"
+ENV_DEMO_CULL_EVERY = ENV_PREFIX + "DEMO_CULL_EVERY"  # seconds between culler runs

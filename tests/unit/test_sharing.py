@@ -1,0 +1,131 @@
+"""The sharing-mode registry: a mode is one record, and the spec, the pod, the form,
+the queue messages, the device-plugin config, the docs and the checks all follow it.
+
+``fairshare`` is made up: registering it (and nothing else) gives a pool of that mode
+everything a built-in mode has. The ``fair_share_mode`` fixture registers it in a copy
+of the registry, so it never leaks into another test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import MappingProxyType
+
+import pytest
+import yaml
+
+from jupyterhub_gpu import sharing
+from jupyterhub_gpu.builders.deviceplugin import config_map, node_labels, pool_labels
+from jupyterhub_gpu.builders.pod import UserRef, authorize, spawn_settings
+from jupyterhub_gpu.bundle.check import check_device_plugin
+from jupyterhub_gpu.bundle.reference import spec_reference
+from jupyterhub_gpu.contract import SHARED_SUFFIX, GPU_RESOURCE
+from jupyterhub_gpu.form import render_form
+from jupyterhub_gpu.kueue.lifecycle import wanted
+from jupyterhub_gpu.parse import SpecError, parse_platform
+from jupyterhub_gpu.render import render_pod
+from jupyterhub_gpu.sharing import Parameter, SharingMode
+
+FAIR_SHARE = SharingMode(
+    name="fairshare", summary="time-slicing with an equal turn for each of `replicas` pods",
+    parameter=Parameter.REPLICAS, shared=True, resource=GPU_RESOURCE + SHARED_SUFFIX,
+    unit="fair share", unit_phrase="fair share", form_words="fair share (1 of {replicas})",
+    plugin_config="fairshare-{replicas}", mig_strategy="none", mig_layout="all-disabled",
+    sharing_strategy="time-slicing", product_suffix="-SHARED", sharing_key="timeSlicing",
+    sharing_options=MappingProxyType({"failRequestsGreaterThanOne": True}))
+
+
+@pytest.fixture
+def fair_share_mode(monkeypatch):
+    """``fairshare`` registered for this test only."""
+    monkeypatch.setattr(sharing, "MODES", dict(sharing.MODES))
+    return sharing.register(FAIR_SHARE)
+
+
+@pytest.fixture
+def fair_spec(example_spec):
+    """The example spec with its T4 pool shared three ways by ``fairshare``."""
+    example_spec["pools"][0]["sharing"] = {"mode": "fairshare", "replicas": 3}
+    return example_spec
+
+
+def test_a_made_up_mode_is_parsed_and_shapes_the_pool(fair_share_mode, fair_spec):
+    pool = parse_platform(fair_spec).pool("t4dev")
+    assert pool.sharing.mode is fair_share_mode
+    assert (pool.resource_name, pool.units_per_node, pool.device_plugin_config) == (
+        "nvidia.com/gpu.shared", 3, "fairshare-3")
+
+
+def test_a_made_up_mode_renders_a_pod(fair_share_mode, fair_spec, tmp_path):
+    spec = tmp_path / "platform.yaml"
+    spec.write_text(yaml.safe_dump(fair_spec))
+    pod = asyncio.run(render_pod(str(spec), "alice", ["data-science"], "t4-shared"))
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu.shared"] == "1"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["JUPYTERHUB_GPU_SHARING"] == "fairshare"
+
+
+def test_a_made_up_mode_renders_the_form_and_the_queue_message(fair_share_mode, fair_spec):
+    platform = parse_platform(fair_spec)
+    page = render_form(platform, frozenset({"data-science"}), None)
+    assert "fair share (1 of 3)" in page
+    grant = authorize(platform, UserRef("alice", frozenset({"data-science"})),
+                      {"profile": "t4-shared"})
+    assert wanted(grant).what == "a T4 fair share"
+    assert spawn_settings(platform, grant).environment["JUPYTERHUB_GPU_SHARING"] == "fairshare"
+
+
+def test_a_made_up_mode_renders_a_device_plugin_config_that_advertises_its_resource(
+        fair_share_mode, fair_spec):
+    platform = parse_platform(fair_spec)
+    pool = platform.pool("t4dev")
+    configs = config_map(platform)["data"]
+    assert yaml.safe_load(configs["fairshare-3"]) == {
+        "version": "v1", "flags": {"migStrategy": "none"},
+        "sharing": {"timeSlicing": {"renameByDefault": True,
+                                    "resources": [{"name": "nvidia.com/gpu", "replicas": 3}],
+                                    "failRequestsGreaterThanOne": True}}}
+    assert pool_labels(pool)["nvidia.com/device-plugin.config"] == "fairshare-3"
+    assert node_labels(pool)["nvidia.com/gpu.product"] == "Tesla-T4-SHARED"
+    # check-bundle reads the config as the device plugin would: same resource
+    docs = [config_map(platform)]
+    assert check_device_plugin(platform, "device-plugin.yaml", docs) == []
+
+
+def test_a_made_up_mode_gets_the_rules_and_the_docs_of_its_kind(fair_share_mode, fair_spec):
+    fair_spec["profiles"][0]["gpus"] = 2
+    with pytest.raises(SpecError) as e:
+        parse_platform(fair_spec)
+    assert ("profile 't4-shared': gpus: 2 shares of pool 't4dev' (fairshare) cannot be "
+            "requested") in str(e.value)
+    fair_spec["pools"][0]["sharing"] = {"mode": "fairshare"}
+    with pytest.raises(SpecError, match="replicas: is required for mode fairshare"):
+        parse_platform(fair_spec)
+    docs = spec_reference()
+    assert "| `fairshare` | time-slicing with an equal turn" in docs
+    assert "modes mps, timeslicing and fairshare only" in docs
+
+
+def test_registration_does_not_leak(fair_spec):
+    """Without the fixture (as in every other test) the made-up mode does not exist."""
+    assert "fairshare" not in sharing.MODES
+    with pytest.raises(SpecError, match="unknown sharing mode 'fairshare'; valid: "
+                                        "exclusive, mig, mps, timeslicing"):
+        parse_platform(fair_spec)
+
+
+def test_a_broken_record_fails_when_it_is_registered(monkeypatch):
+    monkeypatch.setattr(sharing, "MODES", dict(sharing.MODES))
+    with pytest.raises(ValueError, match="'fairshare': form_words: 'fair share of "
+                                         "{replica}' uses 'replica'"):
+        sharing.register(SharingMode(**{**vars(FAIR_SHARE),
+                                        "form_words": "fair share of {replica}"}))
+    with pytest.raises(ValueError, match="'mig' is already registered"):
+        sharing.register(SharingMode(**{**vars(sharing.MIG)}))
+
+
+def test_a_record_without_every_field_cannot_be_made():
+    fields = {k: v for k, v in vars(FAIR_SHARE).items() if k != "form_words"}
+    with pytest.raises(TypeError, match="form_words"):
+        SharingMode(**fields)
