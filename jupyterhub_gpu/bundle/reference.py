@@ -13,6 +13,7 @@ Pure: :func:`spec_reference` and :func:`traits_reference` return Markdown text.
 from __future__ import annotations
 
 import inspect
+from typing import Callable
 
 from ..allocatable import (EVICTION_MEMORY, MAX_PODS, kube_reserved_cpu_millis,
                            kube_reserved_memory)
@@ -43,8 +44,10 @@ SECTIONS: dict[str, str] = {
 }
 
 #: section -> field -> (type, description). The default comes from the spec's
-#: dataclasses (:func:`jupyterhub_gpu.parse.field_default`), or from :data:`WORDS`.
-FIELDS: dict[str, dict[str, tuple[str, str]]] = {
+#: dataclasses (:func:`jupyterhub_gpu.parse.field_default`), or from :data:`WORDS`. A
+#: description that names sharing modes is a function, read when the reference is made
+#: (the registry may have grown).
+FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
     "spec": {
         "pools": ("list", "The AKS GPU node pools."),
         "teams": ("list", "Teams: groups, namespace, Kueue queue and quota."),
@@ -89,14 +92,14 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
             "dev cluster's Karpenter waits this long before a node it adds registers."),
         "daemonsetOverhead": ("mapping", "What the daemonsets request on each node (see "
                               "`daemonsetOverhead`)."),
-        "autoscaler": (
-            "string", f"What scales the pool on AKS: `{Autoscaler.CLUSTER_AUTOSCALER}` (an "
-            f"AKS node pool of the cluster autoscaler) or "
-            f"`{Autoscaler.NODE_AUTO_PROVISIONING}` (a Karpenter NodePool of AKS Node Auto "
-            f"Provisioning; for {modes_where(lambda m: m.vm_resource)} pools only, with "
-            "`minNodes: 0`). Both in one cluster need the subscription feature "
-            f"`{AKS_BOTH_AUTOSCALERS_FEATURE}` (see the Terraform docs). The dev cluster "
-            "runs Karpenter for every pool either way."),
+        "autoscaler": ("string", lambda: (
+            f"What scales the pool on AKS: `{Autoscaler.CLUSTER_AUTOSCALER}` (an AKS node "
+            f"pool of the cluster autoscaler) or `{Autoscaler.NODE_AUTO_PROVISIONING}` (a "
+            f"Karpenter NodePool of AKS Node Auto Provisioning; for "
+            f"{modes_where(lambda m: m.vm_resource)} pools only, with `minNodes: 0`). Both "
+            f"in one cluster need the subscription feature `{AKS_BOTH_AUTOSCALERS_FEATURE}` "
+            "(see the Terraform docs). The dev cluster runs Karpenter for every pool "
+            "either way.")),
     },
     "daemonsetOverhead": {
         "cpu": ("cpu quantity or 0", "CPU the node's daemonset pods request "
@@ -215,6 +218,11 @@ def default_text(section: str, name: str) -> str:
     raise ValueError(f"{section}.{name}: say in WORDS what the default {value!r} means")
 
 
+def _description(section: str, name: str) -> str:
+    text = FIELDS[section][name][1]
+    return text if isinstance(text, str) else text()
+
+
 def allowed_fields(section: str) -> list[str]:
     """The fields the parser accepts in ``section``, in its order."""
     return list(PARSER_FIELDS[section])
@@ -272,7 +280,7 @@ def spec_reference() -> str:
            "`jupyterhub-gpu validate SPEC`.\n"]
     for section, title in SECTIONS.items():
         rows = [(f"`{name}`", FIELDS[section][name][0], default_text(section, name),
-                 FIELDS[section][name][1]) for name in allowed_fields(section)]
+                 _description(section, name)) for name in allowed_fields(section)]
         out.append(f"## {title}\n\n" + _table(rows, ("field", "type", "default", "meaning")))
     out.append(_facts())
     return "\n".join(out)
