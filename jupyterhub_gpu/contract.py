@@ -122,6 +122,10 @@ KARPENTER_API_VERSION = f"{KARPENTER_GROUP}/v1"
 NODEPOOL_LABEL = f"{KARPENTER_GROUP}/nodepool"
 #: on a node Karpenter started: ``spot`` or ``on-demand``
 CAPACITY_TYPE_LABEL = f"{KARPENTER_GROUP}/capacity-type"
+#: AKS Node Auto Provisioning's node class (Azure/karpenter-provider-azure pkg/apis:
+#: v1beta1 is the version its CRD stores)
+AKS_NODE_CLASS_GROUP = "karpenter.azure.com"
+AKS_NODE_CLASS_API_VERSION = f"{AKS_NODE_CLASS_GROUP}/v1beta1"
 #: the kwok provider's node class
 KWOK_NODE_CLASS_GROUP = "karpenter.kwok.sh"
 KWOK_NODE_CLASS_API_VERSION = f"{KWOK_NODE_CLASS_GROUP}/v1alpha1"

@@ -17,8 +17,8 @@ from . import quantities as q
 from . import sharing as modes
 from .gpus import GPU_MODELS, VM_SIZES
 from .sharing import Parameter
-from .spec import (REQUIRED, Checkpoint, CheckpointStorage, DaemonsetOverhead, GpuIdle,
-                   Platform, Pool, Priority, Profile, Sharing, Team, default_of)
+from .spec import (REQUIRED, Autoscaler, Checkpoint, CheckpointStorage, DaemonsetOverhead,
+                   GpuIdle, Platform, Pool, Priority, Profile, Sharing, Team, default_of)
 from .validate import check_platform
 
 _FIELD_DEFAULT = object()
@@ -35,7 +35,8 @@ SCHEMA: dict[str, tuple[type, dict[str, str]]] = {
                     "memoryPerNode": "memory_per_node",
                     "consolidateAfter": "consolidate_after_seconds",
                     "bootTime": "boot_seconds",
-                    "daemonsetOverhead": "daemonset_overhead"}),
+                    "daemonsetOverhead": "daemonset_overhead",
+                    "autoscaler": "autoscaler"}),
     "sharing": (Sharing, {"mode": "mode", "migProfile": "mig_profile", "replicas": "replicas"}),
     "daemonsetOverhead": (DaemonsetOverhead, {"cpu": "cpu", "memory": "memory_bytes"}),
     "team": (Team, {"name": "name", "groups": "groups", "namespace": "namespace",
@@ -266,11 +267,12 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
     consolidate = s.get("consolidateAfter", _duration_or_zero)
     boot = s.get("bootTime", _duration_or_zero)
     overhead = _block(errors, s.label, s, "daemonsetOverhead", _overhead)
+    autoscaler = s.get("autoscaler", _choice({a.value: a for a in Autoscaler}, "autoscaler"))
     if len(errors) > n_errors:
         return None
     return Pool(name, vm_size, gpu, gpus, sharing, cpus, mem, spot, lo, hi, price,
                 consolidate_after_seconds=consolidate, boot_seconds=boot,
-                daemonset_overhead=overhead)
+                daemonset_overhead=overhead, autoscaler=autoscaler)
 
 
 def _team(errors: list[str], data: Any, index: int) -> Team | None:

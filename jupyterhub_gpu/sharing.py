@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .contract import GPU_RESOURCE, MIG_RESOURCE_PREFIX, SHARED_SUFFIX
 
@@ -75,6 +75,18 @@ class SharingMode:
         """Each unit is one GPU: the device plugin's plain config."""
         return self.parameter is None and self.sharing_key is None and not self.shared
 
+    @property
+    def vm_resource(self) -> bool:
+        """Each unit is one of the VM's own GPUs, advertised as ``nvidia.com/gpu``: all
+        that an autoscaler knowing only the VM size expects a new node to offer. AKS
+        Node Auto Provisioning is one: Azure/karpenter-provider-azure gives an instance
+        type ``nvidia.com/gpu`` (and ``amd.com/gpu``) and no other GPU resource
+        (``computeCapacity``, pkg/providers/instancetype/instancetype.go), and never
+        partitions MIG (``MIGNode: false``, pkg/providers/imagefamily/bootstrap/
+        staticvalues.go; "GpuInstanceProfile ... Unsupported as of now (MIG)",
+        pkg/providers/imagefamily/customscriptsbootstrap/provisionclientbootstrap.go)."""
+        return self.resource == GPU_RESOURCE and self.parameter is None
+
     def resource_name(self, sharing: Sharing) -> str:
         return self._fill(self.resource, sharing)
 
@@ -119,13 +131,19 @@ def register(mode: SharingMode) -> SharingMode:
     return mode
 
 
-def modes_taking(parameter: Parameter) -> str:
-    """The modes whose pools must set ``parameter``: ``mode mig``, ``modes mps and
+def modes_where(test: Callable[[SharingMode], bool]) -> str:
+    """The modes that pass ``test``, as words: ``mode mig``, ``modes mps and
     timeslicing``."""
-    names = [m.name for m in MODES.values() if m.parameter is parameter]
+    names = [m.name for m in MODES.values() if test(m)]
     if len(names) < 2:
         return f"mode {''.join(names) or '(none)'}"
     return f"modes {', '.join(names[:-1])} and {names[-1]}"
+
+
+def modes_taking(parameter: Parameter) -> str:
+    """The modes whose pools must set ``parameter``: ``mode mig``, ``modes mps and
+    timeslicing``."""
+    return modes_where(lambda m: m.parameter is parameter)
 
 
 SHARED_GPU_RESOURCE = GPU_RESOURCE + SHARED_SUFFIX

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping
 
-from .contract import AGENTPOOL_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, SPOT_LABEL, SPOT_VALUE
+from .contract import (AGENTPOOL_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, NODEPOOL_LABEL,
+                       SPOT_LABEL, SPOT_VALUE)
 from .gpus import GpuModel
 from .sharing import SharingMode
 
@@ -76,9 +78,26 @@ class DaemonsetOverhead:
     memory_bytes: int = 1536 * 2**20
 
 
+class Autoscaler(StrEnum):
+    """What adds and removes a pool's nodes on AKS. The dev cluster runs Karpenter for
+    every pool either way."""
+
+    #: an AKS node pool (a scale set) whose size the cluster autoscaler sets
+    CLUSTER_AUTOSCALER = "cluster-autoscaler"
+    #: a Karpenter NodePool of AKS Node Auto Provisioning, which starts VMs one by one
+    NODE_AUTO_PROVISIONING = "node-auto-provisioning"
+
+    @property
+    def pool_label(self) -> str:
+        """The node label whose value is the pool's name: AKS sets the agent pool's on
+        a scale set's nodes, Karpenter its NodePool's on the nodes it starts."""
+        return NODEPOOL_LABEL if self is Autoscaler.NODE_AUTO_PROVISIONING else AGENTPOOL_LABEL
+
+
 @dataclass(frozen=True)
 class Pool:
-    """One AKS GPU node pool (an agent pool of one VM size)."""
+    """One GPU node pool of one VM size: an AKS agent pool, or a NodePool of Node Auto
+    Provisioning (``autoscaler``)."""
 
     name: str
     vm_size: str
@@ -97,6 +116,11 @@ class Pool:
     # dev cluster simulates it; users are told to expect it).
     boot_seconds: int = 300
     daemonset_overhead: DaemonsetOverhead = DaemonsetOverhead()
+    autoscaler: Autoscaler = Autoscaler.CLUSTER_AUTOSCALER
+
+    @property
+    def node_auto_provisioning(self) -> bool:
+        return self.autoscaler is Autoscaler.NODE_AUTO_PROVISIONING
 
     @property
     def resource_name(self) -> str:
@@ -127,7 +151,9 @@ class Pool:
 
     @property
     def node_selector(self) -> dict[str, str]:
-        return {AGENTPOOL_LABEL: self.name}
+        """What the pods (and Kueue's ResourceFlavor ``nodeLabels``) select: the one
+        label whose value is the pool's name on every node of the pool."""
+        return {self.autoscaler.pool_label: self.name}
 
     @property
     def taints(self) -> tuple[Taint, ...]:

@@ -7,10 +7,16 @@ from collections import Counter
 from typing import Iterator
 
 from .allocatable import node_resources, share_of_node
+from .contract import GPU_RESOURCE
 from .quantities import format_cpu, format_memory
-from .spec import Platform, Pool, Profile, Team
+from .sharing import modes_where
+from .spec import Autoscaler, Platform, Pool, Profile, Team
 
 AZURE_SPOT_NOTICE_SECONDS = 30
+#: the subscription feature without which AKS does not run Node Auto Provisioning on a
+#: cluster whose node pools the cluster autoscaler scales (MicrosoftDocs/azure-aks-docs,
+#: articles/aks/migrate-from-autoscaler-to-node-auto-provisioning.md)
+AKS_BOTH_AUTOSCALERS_FEATURE = "AllowClusterAutoscalerAndNAP"
 
 
 def _duplicates(kind: str, names: list[str]) -> Iterator[str]:
@@ -38,6 +44,27 @@ def _units(profile: Profile, pool: Pool) -> Iterator[str]:
     elif profile.units > pool.units_per_node:
         yield (f"{label}: {profile.units} exceeds the {pool.units_per_node} "
                f"{pool.unit_name}(s) one node of pool {pool.name!r} has")
+
+
+def _node_auto_provisioning(pool: Pool) -> Iterator[str]:
+    """What AKS Node Auto Provisioning cannot do for a pool: offer any GPU resource but
+    the VM's ``nvidia.com/gpu`` (see :attr:`~jupyterhub_gpu.sharing.SharingMode.vm_resource`),
+    or keep nodes when no notebook needs them."""
+    if not pool.node_auto_provisioning:
+        return
+    mode = pool.sharing.mode
+    if not mode.vm_resource:
+        yield (f"pool {pool.name!r}: autoscaler: {pool.autoscaler} cannot scale a {mode} "
+               f"pool: its Karpenter expects a new node to offer only the VM's "
+               f"{GPU_RESOURCE} (it neither partitions MIG nor shares a GPU), so it "
+               f"starts no node for a notebook that asks for {pool.resource_name}, which "
+               f"would wait forever; use it for "
+               f"{modes_where(lambda m: m.vm_resource)} pools only, or "
+               f"autoscaler: {Autoscaler.CLUSTER_AUTOSCALER}")
+    if pool.min_nodes:
+        yield (f"pool {pool.name!r}: minNodes: {pool.min_nodes}, but a Karpenter NodePool "
+               f"has no minimum size, so autoscaler: {pool.autoscaler} keeps no node "
+               f"waiting; use 0, or autoscaler: {Autoscaler.CLUSTER_AUTOSCALER}")
 
 
 def _plural(n: int, unit: str) -> str:
@@ -143,6 +170,7 @@ def check_platform(platform: Platform, declared: dict[str, set[str]]) -> list[st
     errors += _group_refs(platform, declared.get("groupIds", set()))
     errors += _team_refs(platform, {p.name for p in platform.pools} | declared["pools"])
     errors += _profile_refs(platform, declared)
+    errors += (e for pool in platform.pools for e in _node_auto_provisioning(pool))
     defaults = [p.slug for p in platform.profiles if p.default]
     if len(defaults) > 1:
         errors.append(f"profiles: default: only one profile may be the default, got "
@@ -156,9 +184,21 @@ def _usable(platform: Platform, team: Team, pool: str) -> list[str]:
             and (not p.allowed_groups or set(p.allowed_groups) & set(team.groups))]
 
 
+def _both_autoscalers(platform: Platform) -> list[str]:
+    by = {a: [p.name for p in platform.pools if p.autoscaler is a] for a in Autoscaler}
+    if not all(by.values()):
+        return []
+    pools = "; ".join(f"{', '.join(names)}: {a}" for a, names in by.items())
+    return [f"pools: autoscaler: {pools}: AKS runs Node Auto Provisioning beside the cluster "
+            f"autoscaler only in a subscription with the feature "
+            f"Microsoft.ContainerService/{AKS_BOTH_AUTOSCALERS_FEATURE} registered "
+            f"(see the Terraform docs, Node Auto Provisioning)"]
+
+
 def check_warnings(platform: Platform) -> list[str]:
-    """What is valid but probably not meant: quota on a pool the team cannot use."""
-    warnings = []
+    """What is valid but may not be meant: quota on a pool the team cannot use; both
+    of AKS's autoscalers in one cluster."""
+    warnings = _both_autoscalers(platform)
     pools = {p.name: p for p in platform.pools}
     for team in platform.teams:
         for name, units in team.quota.items():

@@ -18,6 +18,10 @@ Fixtures (all read-only for tests; copy before changing):
   when no ``go`` is installed).
 - ``karpenter_module`` / ``karpenter_crds``: the pinned ``sigs.k8s.io/karpenter``
   module's directory, and its CRDs (NodePool, NodeClaim, KWOKNodeClass...) by kind.
+- ``azure_karpenter_crds``: the CRDs AKS Node Auto Provisioning installs (NodePool,
+  AKSNodeClass...) by kind, from the ``github.com/Azure/karpenter-provider-azure`` Go
+  module at :data:`AZURE_KARPENTER`, the release built on the Karpenter minor the dev
+  cluster runs.
 - ``make_spawner``: builds a GPUSpawner for a user and groups, with optional config.
 
 Integration fixtures live in ``tests/integration/conftest.py``.
@@ -83,25 +87,42 @@ def offline_kubeconfig() -> Path:
     return _OFFLINE_KUBECONFIG
 
 
+#: AKS Node Auto Provisioning's Karpenter provider: v1.14 is built on sigs.k8s.io/karpenter
+#: v1.14, the dev cluster's (its CRDs are under pkg/apis/crds)
+AZURE_KARPENTER = ("github.com/Azure/karpenter-provider-azure", "v1.14.2", ("pkg/apis/crds",))
+
+
+def _go_module_dir(module: str, version: str) -> Path:
+    """A Go module's source, downloaded through the proxy into Go's module cache."""
+    if shutil.which("go") is None:
+        pytest.skip(f"no `go` on PATH: this test reads the {module} Go module")
+    out = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"],
+                         capture_output=True, text=True, check=True)
+    return Path(json.loads(out.stdout)["Dir"])
+
+
 def _module_dir(binary: str) -> Path:
     """The pinned Go module of a dev-cluster binary, downloaded through the proxy."""
     from jupyterhub_gpu.devcluster.build import PINS
 
-    pin = PINS[binary]
-    if shutil.which("go") is None:
-        pytest.skip(f"no `go` on PATH: this test reads the {pin.module} Go module")
-    out = subprocess.run(["go", "mod", "download", "-json", f"{pin.module}@{pin.version}"],
-                         capture_output=True, text=True, check=True)
-    return Path(json.loads(out.stdout)["Dir"])
+    return _go_module_dir(PINS[binary].module, PINS[binary].version)
+
+
+def _crds_in(module: Path, dirs: tuple[str, ...]) -> dict[str, dict]:
+    files = sorted(f for d in dirs for f in (module / d).glob("*.yaml"))
+    crds = (yaml.safe_load(p.read_text()) for p in files)
+    return {crd["spec"]["names"]["kind"]: crd for crd in crds}
 
 
 def _crds_by_kind(binary: str) -> dict[str, dict]:
     from jupyterhub_gpu.devcluster.build import PINS
 
-    module = _module_dir(binary)
-    files = sorted(f for d in PINS[binary].crd_dirs for f in (module / d).glob("*.yaml"))
-    crds = (yaml.safe_load(p.read_text()) for p in files)
-    return {crd["spec"]["names"]["kind"]: crd for crd in crds}
+    return _crds_in(_module_dir(binary), PINS[binary].crd_dirs)
+
+
+def azure_karpenter_crds_by_kind() -> dict[str, dict]:
+    module, version, dirs = AZURE_KARPENTER
+    return _crds_in(_go_module_dir(module, version), dirs)
 
 
 @pytest.fixture(scope="session")
@@ -117,6 +138,11 @@ def karpenter_module() -> Path:
 @pytest.fixture(scope="session")
 def karpenter_crds() -> dict[str, dict]:
     return _crds_by_kind("karpenter-kwok")
+
+
+@pytest.fixture(scope="session")
+def azure_karpenter_crds() -> dict[str, dict]:
+    return azure_karpenter_crds_by_kind()
 
 
 @pytest.fixture

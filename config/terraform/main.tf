@@ -1,6 +1,9 @@
 # An AKS cluster for jupyterhub-gpu: a small system pool for the hub, proxy,
-# user-scheduler, Kueue and the GPU Operator, and one autoscaled GPU pool per pool
-# of config/platform.yaml (var.gpu_pools, generated into pools.auto.tfvars.json).
+# user-scheduler, Kueue and the GPU Operator, and one autoscaled GPU node pool per
+# pool of config/platform.yaml that the cluster autoscaler scales (var.gpu_pools,
+# generated into pools.auto.tfvars.json). Pools with `autoscaler:
+# node-auto-provisioning` are Karpenter NodePools of AKS Node Auto Provisioning
+# (config/node-auto-provisioning.yaml), switched on by var.node_auto_provisioning.
 #
 # Static analysis: tests/unit/test_bundle_terraform.py runs checkov on this folder.
 # Each check skipped below says why, next to the resource (docs/terraform.md lists
@@ -45,12 +48,17 @@ resource "azurerm_kubernetes_cluster" "main" {
   workload_identity_enabled = true
   tags                      = var.tags
 
+  # The cluster autoscaler scales the system pool unless every GPU pool uses Node
+  # Auto Provisioning: then the pool keeps system_min_count nodes and NAP's default
+  # NodePools take any system pod that does not fit (AKS runs NAP beside the cluster
+  # autoscaler only with a subscription feature; docs/terraform.md).
   default_node_pool {
     name                 = "system"
     vm_size              = var.system_vm_size
-    auto_scaling_enabled = true
-    min_count            = var.system_min_count
-    max_count            = var.system_max_count
+    auto_scaling_enabled = var.cluster_autoscaler != null
+    min_count            = var.cluster_autoscaler != null ? var.system_min_count : null
+    max_count            = var.cluster_autoscaler != null ? var.system_max_count : null
+    node_count           = var.cluster_autoscaler != null ? null : var.system_min_count
     max_pods             = 110
     upgrade_settings {
       max_surge = "10%"
@@ -82,17 +90,47 @@ resource "azurerm_kubernetes_cluster" "main" {
     log_analytics_workspace_id = azurerm_log_analytics_workspace.main.id
   }
 
-  # Scale to zero: a GPU node with no user pod left is removed after 10 minutes.
-  auto_scaler_profile {
-    scale_down_unneeded              = "10m"
-    scale_down_delay_after_add       = "10m"
-    scale_down_unready               = "20m"
-    scale_down_utilization_threshold = "0.5"
-    expander                         = "least-waste"
-    skip_nodes_with_local_storage    = false
-    skip_nodes_with_system_pods      = true
-    max_graceful_termination_sec     = "600"
-    max_node_provisioning_time       = "15m"
+  # The cluster autoscaler's profile: one for every node pool it scales, absent when
+  # it scales none (var.cluster_autoscaler is null). Durations are Go durations; AKS
+  # takes whole minutes for the scale_down_* ones.
+  dynamic "auto_scaler_profile" {
+    for_each = var.cluster_autoscaler == null ? [] : [var.cluster_autoscaler]
+    content {
+      # Scale to zero: a node is removed once it has been unneeded this long. From the
+      # spec: the shortest consolidateAfter of the pools it scales (whole minutes).
+      scale_down_unneeded = auto_scaler_profile.value.scale_down_unneeded
+      # No scale-down at all for this long after any scale-up (AKS's default): a
+      # node just added for a notebook still pulling its image is not taken back.
+      scale_down_delay_after_add = "10m"
+      # A node that never became Ready is removed after this long (AKS's default).
+      scale_down_unready = "20m"
+      # Only an empty GPU node is ever removed: a notebook is a pod without a
+      # controller, which the autoscaler does not evict, so this threshold (AKS's
+      # default) only decides for the system pool.
+      scale_down_utilization_threshold = "0.5"
+      # Of the pools that could run a pending pod (a notebook's node selector names
+      # one), grow the one that leaves the least CPU and memory idle.
+      expander = "least-waste"
+      # A notebook's emptyDir volumes must not pin its node once the notebook is gone.
+      skip_nodes_with_local_storage = false
+      # kube-system pods (not DaemonSets) keep their node: they live on the system pool.
+      skip_nodes_with_system_pods = true
+      # How long pods get to stop when a node is drained (AKS's default).
+      max_graceful_termination_sec = "600"
+      # A new node not Ready after this long is given up on (AKS's default): above
+      # any pool's bootTime, the GPU Operator's driver install included.
+      max_node_provisioning_time = "15m"
+    }
+  }
+
+  # Node Auto Provisioning (AKS's managed Karpenter) starts the VMs of the pools
+  # with `autoscaler: node-auto-provisioning`, from the NodePools and AKSNodeClasses
+  # of config/node-auto-provisioning.yaml. It needs Azure CNI overlay with the Cilium
+  # dataplane and a managed identity, as above. Beside the cluster autoscaler it
+  # runs no default NodePools, so nothing but the spec's NodePools starts a VM.
+  node_provisioning_profile {
+    mode               = var.node_auto_provisioning ? "Auto" : "Manual"
+    default_node_pools = var.node_auto_provisioning && var.cluster_autoscaler != null ? "None" : "Auto"
   }
 
   lifecycle {

@@ -29,7 +29,7 @@ variable "system_vm_size" {
 }
 
 variable "system_min_count" {
-  description = "Smallest size of the system pool."
+  description = "Smallest size of the system pool (its size when every GPU pool uses Node Auto Provisioning)."
   type        = number
   default     = 1
 }
@@ -64,11 +64,24 @@ variable "tags" {
   default     = { app = "jupyterhub-gpu" }
 }
 
-# GENERATED: pools.auto.tfvars.json sets this from config/platform.yaml
-# (`jupyterhub-gpu bundle config/platform.yaml --write`). Do not set it by hand:
+# GENERATED: pools.auto.tfvars.json sets gpu_pools, node_auto_provisioning and
+# cluster_autoscaler from config/platform.yaml
+# (`jupyterhub-gpu bundle config/platform.yaml --write`). Do not set them by hand:
 # `jupyterhub-gpu check-bundle` proves the file agrees with the spec.
+variable "node_auto_provisioning" {
+  description = "Whether a pool of the spec uses Node Auto Provisioning (autoscaler: node-auto-provisioning)."
+  type        = bool
+}
+
+variable "cluster_autoscaler" {
+  description = "The spec's part of the cluster autoscaler's profile; null when no pool uses the cluster autoscaler."
+  type = object({
+    scale_down_unneeded = string
+  })
+}
+
 variable "gpu_pools" {
-  description = "The GPU node pools of the platform spec, keyed by AKS pool name."
+  description = "The GPU node pools of the platform spec that the cluster autoscaler scales, keyed by AKS pool name."
   type = map(object({
     vm_size         = string
     min_count       = number

@@ -92,19 +92,25 @@ def template_labels(pool: Pool) -> dict[str, str]:
     return {k: v for k, v in node_labels(pool).items() if k != INSTANCE_TYPE_LABEL}
 
 
-def node_pool(pool: Pool) -> dict:
+def node_pool(pool: Pool, labels: dict[str, str] | None = None,
+              node_class: tuple[str, str] = (KWOK_NODE_CLASS_GROUP, NODE_CLASS_KIND),
+              instance_type: str | None = None) -> dict:
+    """The pool's NodePool: by default the dev cluster's (the labels a node of the pool
+    carries, its KWOKNodeClass, its own instance type). The AKS bundle passes the labels
+    the admin sets, the ``(group, kind)`` of AKS's node class and the VM size."""
     return {
         "apiVersion": KARPENTER_API_VERSION,
         "kind": "NodePool",
         "metadata": {"name": pool.name},
         "spec": {
             "template": {
-                "metadata": {"labels": template_labels(pool)},
+                "metadata": {"labels": template_labels(pool) if labels is None else labels},
                 "spec": {
-                    "nodeClassRef": {"group": KWOK_NODE_CLASS_GROUP, "kind": NODE_CLASS_KIND,
+                    "nodeClassRef": {"group": node_class[0], "kind": node_class[1],
                                      "name": pool.name},
                     "requirements": [
-                        _requirement(INSTANCE_TYPE_LABEL, instance_type_name(pool)),
+                        _requirement(INSTANCE_TYPE_LABEL,
+                                     instance_type or instance_type_name(pool)),
                         _requirement(CAPACITY_TYPE_LABEL, capacity_type(pool)),
                     ],
                     "taints": [t.as_dict() for t in pool.taints],

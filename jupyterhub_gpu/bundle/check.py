@@ -11,7 +11,7 @@ the Terraform node pools are wired from ``var.gpu_pools``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -21,12 +21,13 @@ from ..builders.deviceplugin import config_map
 from ..builders.kueue import kueue_objects
 from ..builders.preemption import ignored_fields, model_of
 from ..contract import (GPU_RESOURCE, MANAGED_LABEL, MIG_CONFIG_LABEL, MIG_RESOURCE_PREFIX,
-                        SHARED_SUFFIX)
+                        NODEPOOL_LABEL, SHARED_SUFFIX)
 from ..spec import Platform, Pool
 from .diff import MISSING, Drift, compare_objects, field_diffs
 from .gpuoperator import gpu_operator_values
 from .kueueconfig import kueue_configuration
 from .namespaces import HubRef, team_objects
+from .nap import nap_objects
 from .terraform import tfvars
 
 #: How ``main.tf`` must wire each node pool attribute from ``var.gpu_pools``.
@@ -45,10 +46,41 @@ TF_WIRING = {
     "spot_max_price": r"each\.value\.spot \? -1 : null",
 }
 
+#: How ``main.tf``'s cluster must take the spec's autoscaling from the generated
+#: variables: (block path, attribute) -> pattern, and why.
+TF_CLUSTER_WIRING = {
+    (("default_node_pool",), "auto_scaling_enabled"): (
+        r"var\.cluster_autoscaler != null",
+        "the system pool has a fixed size when no pool uses the cluster autoscaler"),
+    (('dynamic "auto_scaler_profile"',), "for_each"): (
+        r"var\.cluster_autoscaler == null \? \[\] : \[var\.cluster_autoscaler\]",
+        "the cluster autoscaler's profile exists when it scales a pool"),
+    (('dynamic "auto_scaler_profile"', "content"), "scale_down_unneeded"): (
+        r"auto_scaler_profile\.value\.scale_down_unneeded",
+        "scale_down_unneeded comes from the pools' consolidateAfter"),
+    (("node_provisioning_profile",), "mode"): (
+        r'var\.node_auto_provisioning \? "Auto" : "Manual"',
+        "Node Auto Provisioning is on when a pool uses it"),
+}
+
 #: Node pool attributes ``main.tf`` must not set, and why.
 TF_FORBIDDEN = {
     "gpu_instance": "the GPU Operator's MIG manager owns the MIG layout "
                     f"({MIG_CONFIG_LABEL}); AKS must not partition too",
+}
+
+
+MAX_PODS_WHY = ("AKS's kube-reserved memory grows with max_pods; validate and the Kueue "
+                "quotas count allocatable for this many")
+
+#: Why a field of a Node Auto Provisioning object must be what the bundle generates.
+NAP_HINTS = {
+    "spec.maxPods": MAX_PODS_WHY,
+    "spec.gpu": "the GPU Operator installs the NVIDIA driver; AKS must not",
+    "spec.template.metadata.labels": "the pools' labels; pods and Kueue select the NodePool "
+                                     f"by {NODEPOOL_LABEL}",
+    "spec.disruption.consolidationPolicy": "WhenEmptyOrUnderutilized would evict running "
+                                           "notebooks",
 }
 
 
@@ -63,6 +95,7 @@ class Bundle:
     terraform_vars: tuple[str, Any] | None = None
     terraform_tf: tuple[str, str] | None = None
     gpu_operator: tuple[str, Any] | None = None
+    node_auto_provisioning: tuple[str, list] | None = None
     helm_values: list[tuple[str, dict]] = field(default_factory=list)
 
 
@@ -157,6 +190,24 @@ def check_gpu_operator(platform: Platform, file: str, values: Any) -> list[Drift
     return drifts
 
 
+def check_node_auto_provisioning(platform: Platform, file: str, docs: list) -> list[Drift]:
+    """``config/node-auto-provisioning.yaml`` object by object, field by field."""
+    drifts = compare_objects(file, nap_objects(platform), docs)
+    return [replace(d, hint=next((h for key, h in NAP_HINTS.items()
+                                  if d.field == key or d.field.startswith(key + ".")), d.hint))
+            for d in drifts]
+
+
+def _pool_hint(platform: Platform, name: str, expected: Any) -> str:
+    if expected is not MISSING:
+        return "the spec has this pool"
+    pool = next((p for p in platform.pools if p.name == name), None)
+    if pool is not None and pool.node_auto_provisioning:
+        return (f"its autoscaler is {pool.autoscaler}: a NodePool, not a node pool "
+                f"(config/node-auto-provisioning.yaml)")
+    return ""
+
+
 def check_terraform_vars(platform: Platform, file: str, data: Any) -> list[Drift]:
     expected = tfvars(platform)
     drifts = []
@@ -168,15 +219,16 @@ def check_terraform_vars(platform: Platform, file: str, data: Any) -> list[Drift
             drifts.append(Drift(file, f'gpu_pools["{parts[1]}"]', "(pool)",
                                 "absent" if exp is MISSING else "present",
                                 "missing" if act is MISSING else "present",
-                                "" if exp is MISSING else "the spec has this pool"))
+                                _pool_hint(platform, parts[1], exp)))
         else:
             drifts.append(Drift(file, f'gpu_pools["{parts[1]}"]', ".".join(parts[2:]), exp, act,
                                 TF_FORBIDDEN.get(parts[2], "")))
     return drifts
 
 
-def _node_pool_block(tf: str) -> str | None:
-    match = re.search(r'resource\s+"azurerm_kubernetes_cluster_node_pool"\s+"\w+"\s*\{', tf)
+def _block(tf: str, header: str) -> str | None:
+    """The body of the first block of ``tf`` whose header is ``header`` (a regex)."""
+    match = re.search(rf"^\s*{header}\s*\{{", tf, re.M)
     if not match:
         return None
     depth, i = 1, match.end()
@@ -186,26 +238,46 @@ def _node_pool_block(tf: str) -> str | None:
     return tf[match.end():i - 1]
 
 
-def check_terraform_tf(file: str, tf: str) -> list[Drift]:
-    block = _node_pool_block(tf)
-    obj = 'resource "azurerm_kubernetes_cluster_node_pool"'
-    if block is None:
+def _attribute(block: str, attr: str) -> str | None:
+    line = re.search(rf"^\s*{attr}\s*=\s*(.+?)\s*$", block, re.M)
+    return line.group(1) if line else None
+
+
+def _check_cluster(file: str, tf: str) -> list[Drift]:
+    obj = 'resource "azurerm_kubernetes_cluster"'
+    cluster = _block(tf, r'resource\s+"azurerm_kubernetes_cluster"\s+"\w+"')
+    if cluster is None:
         return [Drift(file, obj, "(resource)", "present", "missing")]
     drifts = []
+    for (path, attr), (pattern, why) in TF_CLUSTER_WIRING.items():
+        block: str | None = cluster
+        for header in path:
+            block = _block(block, re.escape(header)) if block is not None else None
+        value = _attribute(block, attr) if block is not None else None
+        if value is None or not re.fullmatch(pattern, value):
+            drifts.append(Drift(file, obj, ".".join((*path, attr)), pattern.replace("\\", ""),
+                                MISSING if value is None else value, why))
+    return drifts
+
+
+def check_terraform_tf(file: str, tf: str) -> list[Drift]:
+    drifts = _check_cluster(file, tf)
+    block = _block(tf, r'resource\s+"azurerm_kubernetes_cluster_node_pool"\s+"\w+"')
+    obj = 'resource "azurerm_kubernetes_cluster_node_pool"'
+    if block is None:
+        return [*drifts, Drift(file, obj, "(resource)", "present", "missing")]
     for attr, pattern in TF_WIRING.items():
-        line = re.search(rf"^\s*{attr}\s*=\s*(.+?)\s*$", block, re.M)
-        value = line.group(1) if line else MISSING
-        if line is None or not re.fullmatch(pattern, value):
-            drifts.append(Drift(file, obj, attr, pattern.replace("\\", ""), value,
+        value = _attribute(block, attr)
+        if value is None or not re.fullmatch(pattern, value):
+            drifts.append(Drift(file, obj, attr, pattern.replace("\\", ""),
+                                MISSING if value is None else value,
                                 "node pools must come from the generated tfvars"))
     for attr, why in TF_FORBIDDEN.items():
-        line = re.search(rf"^\s*{attr}\s*=\s*(.+?)\s*$", block, re.M)
-        if line:
-            drifts.append(Drift(file, obj, attr, MISSING, line.group(1), why))
-    max_pods = re.search(r"^\s*max_pods\s*=\s*(.+?)\s*$", block, re.M)
-    if max_pods is None or max_pods.group(1) != str(MAX_PODS):
+        value = _attribute(block, attr)
+        if value is not None:
+            drifts.append(Drift(file, obj, attr, MISSING, value, why))
+    max_pods = _attribute(block, "max_pods")
+    if max_pods != str(MAX_PODS):
         drifts.append(Drift(file, obj, "max_pods", str(MAX_PODS),
-                            max_pods.group(1) if max_pods else MISSING,
-                            "AKS's kube-reserved memory grows with max_pods; validate and "
-                            "the Kueue quotas count allocatable for this many"))
+                            MISSING if max_pods is None else max_pods, MAX_PODS_WHY))
     return drifts

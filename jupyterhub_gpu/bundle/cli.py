@@ -17,12 +17,14 @@ import yaml
 
 from ..parse import load_platform
 from .check import (Bundle, check_device_plugin, check_gpu_operator, check_kueue,
-                    check_kueue_configuration, check_preemption_model, check_team_namespaces,
-                    check_terraform_tf, check_terraform_vars)
+                    check_kueue_configuration, check_node_auto_provisioning,
+                    check_preemption_model, check_team_namespaces, check_terraform_tf,
+                    check_terraform_vars)
 from .checkhelm import check_helm
 from .diff import Drift
 from .files import (GENERATED, GPU_OPERATOR_VALUES, HELM_GENERATED, KUEUE_CONFIGURATION,
-                    TEAM_NAMESPACES, render_file, render_files, write_files)
+                    NODE_AUTO_PROVISIONING, TEAM_NAMESPACES, render_file, render_files,
+                    write_files)
 from .namespaces import HubRef
 from .terraform import BundleError
 
@@ -77,6 +79,7 @@ def _load(args: argparse.Namespace, problems: list[Drift]) -> Bundle:
         if tf_dir else None,
         terraform_tf=tf_text,
         gpu_operator=read(args.gpu_operator_values, yaml.safe_load),
+        node_auto_provisioning=read(args.node_auto_provisioning, _yaml_docs),
         helm_values=[h for h in helm if h is not None],
     )
 
@@ -105,6 +108,8 @@ def run_checks(platform, bundle: Bundle, hub: HubRef) -> list[Drift]:
         drifts += check_terraform_tf(*bundle.terraform_tf)
     if bundle.gpu_operator:
         drifts += check_gpu_operator(platform, *bundle.gpu_operator)
+    if bundle.node_auto_provisioning:
+        drifts += check_node_auto_provisioning(platform, *bundle.node_auto_provisioning)
     if bundle.helm_values:
         drifts += check_helm(platform, bundle.helm_values)
     return drifts
@@ -128,7 +133,7 @@ def _check_bundle(args: argparse.Namespace) -> int:
     checked = sum(x is not None for x in (bundle.kueue, bundle.device_plugin,
                                           bundle.kueue_configuration, bundle.team_namespaces,
                                           bundle.terraform_vars, bundle.terraform_tf,
-                                          bundle.gpu_operator))
+                                          bundle.gpu_operator, bundle.node_auto_provisioning))
     print(f"check-bundle: OK: {checked + len(bundle.helm_values)} file(s) agree with "
           f"{args.spec} ({len(platform.pools)} pools, {len(platform.teams)} teams, "
           f"{len(platform.profiles)} profiles)")
@@ -174,7 +179,8 @@ def _add_bundle(sub: argparse._SubParsersAction) -> None:
 def _add_check(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check-bundle", help="prove the deployment bundle agrees with the spec",
                        description="Compare the Helm values, Kueue objects, device-plugin "
-                       "config, team namespaces, Terraform and the GPU Operator's values "
+                       "config, team namespaces, Terraform, the GPU Operator's values and Node "
+                       "Auto Provisioning's NodePools "
                        "with what SPEC implies: same pools, labels, taints, resource names, "
                        "queues and owners of driver and MIG layout. Prints every "
                        "difference (file, object, field) and exits 1 on any.")
@@ -194,6 +200,9 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
                    help=f"team namespaces and the hub's RBAC (default: {TEAM_NAMESPACES})")
     p.add_argument("--gpu-operator-values", default=GPU_OPERATOR_VALUES, metavar="FILE",
                    help=f"the GPU Operator's Helm values (default: {GPU_OPERATOR_VALUES})")
+    p.add_argument("--node-auto-provisioning", default=NODE_AUTO_PROVISIONING, metavar="FILE",
+                   help="Node Auto Provisioning's NodePools and AKSNodeClasses (default: "
+                   f"{NODE_AUTO_PROVISIONING})")
     _hub_namespace(p)
     p.set_defaults(func=_check_bundle)
 

@@ -18,6 +18,7 @@ from .gpuoperator import gpu_operator_values
 from .helm import generated_values
 from .kueueconfig import kueue_configuration
 from .namespaces import HubRef, team_objects
+from .nap import nap_objects
 from .terraform import tfvars
 
 KUEUE_CONFIGURATION = "config/kueue-configuration.yaml"
@@ -25,6 +26,7 @@ TEAM_NAMESPACES = "config/team-namespaces.yaml"
 TERRAFORM_POOLS = "config/terraform/pools.auto.tfvars.json"
 HELM_GENERATED = "helm-values/generated.yaml"
 GPU_OPERATOR_VALUES = "config/gpu-operator-values.yaml"
+NODE_AUTO_PROVISIONING = "config/node-auto-provisioning.yaml"
 
 #: --only name -> (path relative to the repository, what it is)
 GENERATED: dict[str, tuple[str, str]] = {
@@ -34,6 +36,8 @@ GENERATED: dict[str, tuple[str, str]] = {
     "terraform-pools": (TERRAFORM_POOLS, "GPU node pools for config/terraform"),
     "helm-values": (HELM_GENERATED, "the spec-derived z2jh Helm values"),
     "gpu-operator-values": (GPU_OPERATOR_VALUES, "the NVIDIA GPU Operator's Helm values"),
+    "node-auto-provisioning": (NODE_AUTO_PROVISIONING,
+                               "NodePools and AKSNodeClasses of Node Auto Provisioning"),
 }
 
 
@@ -46,6 +50,10 @@ def _yaml(docs: list[dict]) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
+_NO_NAP_POOL = ("# No pool has autoscaler: node-auto-provisioning, so there is nothing to "
+                "apply.\n")
+
+
 def _renderers(platform: Platform, hub: HubRef) -> dict[str, Callable[[], str]]:
     return {
         "kueue-configuration": lambda: _yaml([kueue_configuration()]),
@@ -53,6 +61,7 @@ def _renderers(platform: Platform, hub: HubRef) -> dict[str, Callable[[], str]]:
         "terraform-pools": lambda: json.dumps(tfvars(platform), indent=2) + "\n",
         "helm-values": lambda: _yaml([generated_values(platform)]),
         "gpu-operator-values": lambda: _yaml([gpu_operator_values(platform)]),
+        "node-auto-provisioning": lambda: _yaml(nap_objects(platform)) or _NO_NAP_POOL,
     }
 
 

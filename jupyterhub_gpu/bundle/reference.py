@@ -13,17 +13,18 @@ Pure: :func:`spec_reference` and :func:`traits_reference` return Markdown text.
 from __future__ import annotations
 
 import inspect
+from typing import Callable
 
 from ..allocatable import (EVICTION_MEMORY, MAX_PODS, kube_reserved_cpu_millis,
                            kube_reserved_memory)
-from ..contract import AGENTPOOL_LABEL
 from ..gpus import GPU_MODELS, VM_SIZES
 from .. import sharing
 from ..parse import FIELDS as PARSER_FIELDS
 from ..parse import field_default
 from ..quantities import format_cpu, format_duration, format_memory
-from ..sharing import Parameter, modes_taking
-from ..spec import REQUIRED, DaemonsetOverhead, default_of
+from ..sharing import Parameter, modes_taking, modes_where
+from ..spec import REQUIRED, Autoscaler, DaemonsetOverhead, default_of
+from ..validate import AKS_BOTH_AUTOSCALERS_FEATURE
 
 _OVERHEAD = (f"{format_cpu(default_of(DaemonsetOverhead, 'cpu'))} cpu, "
              f"{format_memory(default_of(DaemonsetOverhead, 'memory_bytes'))}")
@@ -43,8 +44,10 @@ SECTIONS: dict[str, str] = {
 }
 
 #: section -> field -> (type, description). The default comes from the spec's
-#: dataclasses (:func:`jupyterhub_gpu.parse.field_default`), or from :data:`WORDS`.
-FIELDS: dict[str, dict[str, tuple[str, str]]] = {
+#: dataclasses (:func:`jupyterhub_gpu.parse.field_default`), or from :data:`WORDS`. A
+#: description that names sharing modes is a function, read when the reference is made
+#: (the registry may have grown).
+FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
     "spec": {
         "pools": ("list", "The AKS GPU node pools."),
         "teams": ("list", "Teams: groups, namespace, Kueue queue and quota."),
@@ -57,31 +60,46 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
                      "users' groups by these names. With it, every group named needs one."),
     },
     "pool": {
-        "name": ("string", "AKS agent pool name: a-z then a-z0-9, at most 12. "
-                 f"Pods select it with `{AGENTPOOL_LABEL}`."),
+        "name": ("string", "AKS agent pool (or Node Auto Provisioning NodePool) name: "
+                 "a-z then a-z0-9, at most 12. Pods and Kueue's ResourceFlavor select it "
+                 f"with `{Autoscaler.CLUSTER_AUTOSCALER.pool_label}`, or "
+                 f"`{Autoscaler.NODE_AUTO_PROVISIONING.pool_label}` under Node Auto "
+                 "Provisioning."),
         "vmSize": ("string", "Azure VM size, e.g. `Standard_NC24ads_A100_v4`."),
         "gpu": ("string", "GPU model; must match the VM size."),
         "gpusPerNode": ("integer", "Required for VM sizes not listed below."),
         "sharing": ("mapping", "How one GPU is shared (see `sharing`)."),
         "spot": ("boolean", "An Azure Spot pool: cheaper, may be evicted."),
         "minNodes": ("integer", "Smallest size; 0 lets the pool scale to zero. The "
-                     "dev cluster keeps this many static nodes."),
-        "maxNodes": ("integer", "Largest size the autoscaler may reach (the cluster "
-                     "autoscaler on AKS, Karpenter in the dev cluster)."),
+                     "dev cluster keeps this many static nodes. 0 under Node Auto "
+                     "Provisioning (a NodePool has no minimum)."),
+        "maxNodes": ("integer", "Largest size the autoscaler may reach: on AKS the node "
+                     "pool's `max_count` or the NodePool's `limits.nodes`; in the dev "
+                     "cluster its Karpenter NodePool's limit."),
         "pricePerNodeHour": ("number", "Price of one node-hour, for the spawn form."),
         "cpusPerNode": ("integer", "vCPUs of one node."),
         "memoryPerNode": ("quantity", "Memory of one node, e.g. `220Gi`; "
                           "for the tightest fit, the node's `capacity.memory`."),
         "consolidateAfter": (
             "duration or 0", "How long a node must have been empty (no notebook on it) "
-            "before it is removed; `0s`: as soon as the autoscaler notices. The dev "
-            "cluster's Karpenter NodePool uses it; on AKS the cluster autoscaler's "
-            "`scale_down_unneeded` (10m, in the Terraform) applies."),
+            "before it is removed; `0s`: as soon as the autoscaler notices. The "
+            "NodePools use it (the dev cluster's, and Node Auto Provisioning's). The "
+            "cluster autoscaler has one `scale_down_unneeded` for all its pools: the "
+            "shortest `consolidateAfter` among them, rounded up to whole minutes, at "
+            "least 1m (AKS takes no less)."),
         "bootTime": (
             "duration or 0", "How long a new node takes to boot and join, e.g. `4m`; the "
             "dev cluster's Karpenter waits this long before a node it adds registers."),
         "daemonsetOverhead": ("mapping", "What the daemonsets request on each node (see "
                               "`daemonsetOverhead`)."),
+        "autoscaler": ("string", lambda: (
+            f"What scales the pool on AKS: `{Autoscaler.CLUSTER_AUTOSCALER}` (an AKS node "
+            f"pool of the cluster autoscaler) or `{Autoscaler.NODE_AUTO_PROVISIONING}` (a "
+            f"Karpenter NodePool of AKS Node Auto Provisioning; for "
+            f"{modes_where(lambda m: m.vm_resource)} pools only, with `minNodes: 0`). Both "
+            f"in one cluster need the subscription feature `{AKS_BOTH_AUTOSCALERS_FEATURE}` "
+            "(see the Terraform docs). The dev cluster runs Karpenter for every pool "
+            "either way.")),
     },
     "daemonsetOverhead": {
         "cpu": ("cpu quantity or 0", "CPU the node's daemonset pods request "
@@ -200,6 +218,11 @@ def default_text(section: str, name: str) -> str:
     raise ValueError(f"{section}.{name}: say in WORDS what the default {value!r} means")
 
 
+def _description(section: str, name: str) -> str:
+    text = FIELDS[section][name][1]
+    return text if isinstance(text, str) else text()
+
+
 def allowed_fields(section: str) -> list[str]:
     """The fields the parser accepts in ``section``, in its order."""
     return list(PARSER_FIELDS[section])
@@ -257,7 +280,7 @@ def spec_reference() -> str:
            "`jupyterhub-gpu validate SPEC`.\n"]
     for section, title in SECTIONS.items():
         rows = [(f"`{name}`", FIELDS[section][name][0], default_text(section, name),
-                 FIELDS[section][name][1]) for name in allowed_fields(section)]
+                 _description(section, name)) for name in allowed_fields(section)]
         out.append(f"## {title}\n\n" + _table(rows, ("field", "type", "default", "meaning")))
     out.append(_facts())
     return "\n".join(out)

@@ -1,8 +1,13 @@
 """The GPU node pools as Terraform input: ``config/terraform/pools.auto.tfvars.json``.
 
 ``config/terraform/main.tf`` creates one ``azurerm_kubernetes_cluster_node_pool`` per
-entry of ``var.gpu_pools`` (``for_each``). Every value here comes from the spec, so
-the nodes carry exactly the labels and taints GPUSpawner's pods select and tolerate:
+entry of ``var.gpu_pools`` (``for_each``): one per pool the cluster autoscaler scales
+(``autoscaler: cluster-autoscaler``, the default). The pools of Node Auto Provisioning
+are NodePools instead (:mod:`.nap`); for them only ``var.node_auto_provisioning``
+(switching NAP on) is set here. ``var.cluster_autoscaler`` holds the spec's part of
+the cluster autoscaler's profile, ``null`` when no pool uses it (:func:`cluster_vars`).
+Every value of a node pool comes from the spec, so the nodes carry exactly the labels
+and taints GPUSpawner's pods select and tolerate:
 
 * ``node_labels``: :func:`~jupyterhub_gpu.builders.deviceplugin.pool_labels` (the
   device-plugin config and MIG geometry), plus, for spot pools, the
@@ -24,6 +29,8 @@ pools from the ``nvidia.com/mig.config`` label (see ``docs/gpu-operator.md``).
 """
 
 from __future__ import annotations
+
+import math
 
 from ..builders.deviceplugin import pool_labels
 from ..contract import SPOT_LABEL, SPOT_VALUE
@@ -68,6 +75,30 @@ def pool_vars(pool: Pool) -> dict:
     }
 
 
+def scale_down_unneeded(pools: tuple[Pool, ...]) -> str:
+    """The cluster autoscaler's ``scale_down_unneeded``, one value for every node pool:
+    the shortest ``consolidateAfter`` of ``pools``, so no pool keeps an empty node
+    longer than it asks. AKS takes whole minutes of at least one (it refuses ``30s``
+    and ``0s``: MicrosoftDocs/azure-docs#123289), so the seconds are rounded up."""
+    seconds = min(p.consolidate_after_seconds for p in pools)
+    return f"{max(1, math.ceil(seconds / 60))}m"
+
+
+def cluster_vars(platform: Platform) -> dict:
+    """``node_auto_provisioning`` (a pool uses NAP) and ``cluster_autoscaler`` (the
+    spec's part of its profile; ``null`` when every pool uses NAP: then the system pool
+    has a fixed size too, since AKS runs NAP alone unless a subscription feature lets
+    it run beside the cluster autoscaler, see ``docs/terraform.md``)."""
+    classic = tuple(p for p in platform.pools if not p.node_auto_provisioning)
+    return {
+        "node_auto_provisioning": len(classic) < len(platform.pools),
+        "cluster_autoscaler": {"scale_down_unneeded": scale_down_unneeded(classic)}
+        if classic else None,
+    }
+
+
 def tfvars(platform: Platform) -> dict:
     """The whole ``pools.auto.tfvars.json`` document."""
-    return {"gpu_pools": {pool.name: pool_vars(pool) for pool in platform.pools}}
+    return {"gpu_pools": {pool.name: pool_vars(pool) for pool in platform.pools
+                          if not pool.node_auto_provisioning},
+            **cluster_vars(platform)}

@@ -16,7 +16,8 @@ import yaml
 CLI = [sys.executable, "-m", "jupyterhub_gpu.cli", "check-bundle"]
 BUNDLE = ["config/platform.yaml", "config/kueue.yaml", "config/device-plugin.yaml",
           "config/kueue-configuration.yaml", "config/team-namespaces.yaml",
-          "config/gpu-operator-values.yaml", "config/terraform", "helm-values"]
+          "config/gpu-operator-values.yaml", "config/node-auto-provisioning.yaml",
+          "config/terraform", "helm-values"]
 TAG = "k8s.io_cluster-autoscaler_node-template_"
 OWNER = ("the GPU Operator's MIG manager owns the MIG layout (nvidia.com/mig.config); "
          "AKS must not partition too")
@@ -188,6 +189,38 @@ DRIFTS = {
         'config/terraform: resource "azurerm_kubernetes_cluster_node_pool": max_pods: '
         "expected '110', found '250' (AKS's kube-reserved memory grows with max_pods; "
         "validate and the Kueue quotas count allocatable for this many)"),
+    "the system pool scaled whatever the spec": (
+        replace_text("config/terraform/main.tf",
+                     "auto_scaling_enabled = var.cluster_autoscaler != null",
+                     "auto_scaling_enabled = true"),
+        'config/terraform: resource "azurerm_kubernetes_cluster": default_node_pool.'
+        "auto_scaling_enabled: expected 'var.cluster_autoscaler != null', found 'true' (the "
+        "system pool has a fixed size when no pool uses the cluster autoscaler)"),
+    "a scale-down time written into main.tf": (
+        replace_text("config/terraform/main.tf",
+                     "scale_down_unneeded = auto_scaler_profile.value.scale_down_unneeded",
+                     'scale_down_unneeded = "10m"'),
+        'config/terraform: resource "azurerm_kubernetes_cluster": dynamic "auto_scaler_profile"'
+        ".content.scale_down_unneeded: expected 'auto_scaler_profile.value.scale_down_unneeded',"
+        """ found '"10m"' (scale_down_unneeded comes from the pools' consolidateAfter)"""),
+    "Node Auto Provisioning never switched on": (
+        replace_text("config/terraform/main.tf",
+                     'mode               = var.node_auto_provisioning ? "Auto" : "Manual"',
+                     'mode               = "Manual"'),
+        'config/terraform: resource "azurerm_kubernetes_cluster": node_provisioning_profile.mode:'
+        """ expected 'var.node_auto_provisioning ? "Auto" : "Manual"', found '"Manual"' (Node """
+        "Auto Provisioning is on when a pool uses it)"),
+    "a scale-down time changed in the tfvars": (
+        edit_json("config/terraform/pools.auto.tfvars.json",
+                  lambda d: d["cluster_autoscaler"].__setitem__("scale_down_unneeded", "30m")),
+        "config/terraform/pools.auto.tfvars.json: variables: cluster_autoscaler."
+        "scale_down_unneeded: expected '10m', found '30m'"),
+    "a NodePool the spec does not have": (
+        replace_text("config/node-auto-provisioning.yaml", "nothing to apply.\n",
+                     "nothing to apply.\napiVersion: karpenter.sh/v1\nkind: NodePool\n"
+                     "metadata: {name: a100spot}\n"),
+        "config/node-auto-provisioning.yaml: NodePool a100spot: (object): expected 'absent', "
+        "found 'present' (the spec has no such object)"),
     "a queue missing in kueue.yaml": (
         edit_yaml("config/kueue.yaml", _drop_local_queue),
         "config/kueue.yaml: LocalQueue jhub-ml-eng/ml-eng: (object): expected 'present', "
@@ -280,7 +313,7 @@ DRIFTS = {
 def test_committed_bundle_passes(repo_root):
     result = check(repo_root)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout == ("check-bundle: OK: 9 file(s) agree with config/platform.yaml "
+    assert result.stdout == ("check-bundle: OK: 10 file(s) agree with config/platform.yaml "
                              "(3 pools, 3 teams, 4 profiles)\n")
 
 

@@ -4,6 +4,7 @@ config/Dockerfile and config/notebook.Dockerfile are scanned by checkov too."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -48,12 +49,13 @@ def _variable(tf: dict, name: str) -> dict:
     return next(v[name] for v in tf["variable"] if name in v)
 
 
-def test_provider_is_azurerm_v4_with_gpu_driver(tf):
+def test_provider_is_azurerm_v4_with_gpu_driver_and_node_provisioning(tf):
     """gpu_driver on node pools appeared in azurerm 4.40.0 (its CHANGELOG: "add
-    support for gpu_profile"): an older v4 provider rejects main.tf."""
+    support for gpu_profile"), the cluster's node_provisioning_profile in 4.57.0
+    (hashicorp/terraform-provider-azurerm#30517): an older v4 provider rejects main.tf."""
     providers = tf["terraform"][0]["required_providers"][0]
     assert providers["azurerm"] == {"source": "hashicorp/azurerm",
-                                    "version": ">= 4.40, < 5.0"}
+                                    "version": ">= 4.57, < 5.0"}
 
 
 def test_gpu_pools_come_from_the_generated_variables(tf):
@@ -90,10 +92,24 @@ def test_tfvars_match_the_variable_type(tf):
 
 def test_cluster_autoscaler_profile(tf):
     cluster = _resource(tf, "azurerm_kubernetes_cluster", "main")
-    profile = cluster["auto_scaler_profile"][0]
-    assert profile["scale_down_unneeded"] == "10m"
+    dynamic = next(d["auto_scaler_profile"] for d in cluster["dynamic"]
+                   if "auto_scaler_profile" in d)
+    profile = dynamic["content"][0]
+    assert profile["scale_down_unneeded"] == "${auto_scaler_profile.value.scale_down_unneeded}"
     assert profile["skip_nodes_with_local_storage"] is False
-    assert cluster["network_profile"][0]["network_policy"] == "cilium"
+    assert profile["expander"] == "least-waste"
+
+
+def test_network_is_what_node_auto_provisioning_needs(tf):
+    """NAP needs Azure CNI overlay with the Cilium dataplane (MicrosoftDocs/azure-aks-docs,
+    use-node-auto-provisioning.md: --network-plugin azure --network-plugin-mode overlay
+    --network-dataplane cilium) and a managed identity."""
+    cluster = _resource(tf, "azurerm_kubernetes_cluster", "main")
+    network = cluster["network_profile"][0]
+    assert (network["network_plugin"], network["network_plugin_mode"],
+            network["network_data_plane"], network["network_policy"]) == (
+        "azure", "overlay", "cilium", "cilium")
+    assert cluster["identity"][0]["type"] == "SystemAssigned"
 
 
 def test_terraform_fmt():
@@ -141,3 +157,69 @@ def test_checkov_finds_nothing_unjustified_in_the_dockerfile(dockerfile):
     results = _scan("-f", str(REPO / "config" / dockerfile), "--framework", "dockerfile")
     assert [c["check_id"] for c in results["failed_checks"]] == []
     assert [c["check_id"] for c in results["skipped_checks"]] == ["CKV_DOCKER_2"]
+
+
+def _expression(value) -> str:
+    """An HCL expression as python-hcl2 reads it (``${...}`` or a quoted literal)."""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return text[2:-1] if text.startswith("${") and text.endswith("}") else text
+
+
+def _evaluate(tf: dict, variables: dict, tmp_path: Path) -> dict:
+    """What main.tf's cluster makes of the spec's autoscaling, computed by ``terraform
+    console`` from the generated variables (typed by variables.tf, as ``apply`` would)."""
+    terraform = shutil.which("terraform")
+    if terraform is None:
+        pytest.skip("no `terraform` on PATH: `terraform console` evaluates main.tf's "
+                    "expressions")
+    shutil.copy(TF / "variables.tf", tmp_path)
+    (tmp_path / "pools.auto.tfvars.json").write_text(json.dumps(variables))
+    cluster = _resource(tf, "azurerm_kubernetes_cluster", "main")
+    system = cluster["default_node_pool"][0]
+    provisioning = cluster["node_provisioning_profile"][0]
+    profile = next(d["auto_scaler_profile"] for d in cluster["dynamic"]
+                   if "auto_scaler_profile" in d)
+    unneeded = _expression(profile["content"][0]["scale_down_unneeded"]).replace(
+        "auto_scaler_profile.value", "v")
+    expressions = {
+        **{attr: _expression(system[attr]) for attr in
+           ("auto_scaling_enabled", "min_count", "max_count", "node_count")},
+        **{attr: _expression(provisioning[attr]) for attr in ("mode", "default_node_pools")},
+        "scale_down_unneeded": f"[for v in {_expression(profile['for_each'])} : {unneeded}]",
+        "gpu_pools": "keys(var.gpu_pools)",
+    }
+    body = ", ".join(f'"{name}" = {expr}' for name, expr in expressions.items())
+    result = subprocess.run([terraform, "console"], input=f"jsonencode({{{body}}})\n",
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(json.loads(result.stdout))
+
+
+def test_terraform_scales_the_cluster_as_the_spec_says(tf, example_spec, tmp_path):
+    """The generated variables through main.tf's own expressions, for the three kinds of
+    spec: every pool on the cluster autoscaler, both autoscalers, Node Auto Provisioning
+    alone (then nothing uses the cluster autoscaler: the system pool has a fixed size
+    and NAP keeps its default NodePools for what does not fit on it)."""
+    from jupyterhub_gpu.bundle.terraform import tfvars
+    from jupyterhub_gpu.parse import parse_platform
+
+    from .test_bundle_nap import nap_spec
+
+    def evaluate(names, case):
+        spec = nap_spec(copy.deepcopy(example_spec), *names)
+        return _evaluate(tf, tfvars(parse_platform(spec)), tmp_path / case)
+
+    for case in ("classic", "mixed", "nap"):
+        (tmp_path / case).mkdir()
+    assert evaluate((), "classic") == {
+        "auto_scaling_enabled": True, "min_count": 1, "max_count": 3, "node_count": None,
+        "mode": "Manual", "default_node_pools": "Auto", "scale_down_unneeded": ["10m"],
+        "gpu_pools": ["a100mig", "a100spot", "t4dev"]}
+    assert evaluate(("a100spot",), "mixed") == {
+        "auto_scaling_enabled": True, "min_count": 1, "max_count": 3, "node_count": None,
+        "mode": "Auto", "default_node_pools": "None", "scale_down_unneeded": ["10m"],
+        "gpu_pools": ["a100mig", "t4dev"]}
+    assert evaluate(("t4dev", "a100mig", "a100spot"), "nap") == {
+        "auto_scaling_enabled": False, "min_count": None, "max_count": None, "node_count": 1,
+        "mode": "Auto", "default_node_pools": "Auto", "scale_down_unneeded": [],
+        "gpu_pools": []}

@@ -100,7 +100,7 @@ BAD_SPECS = [
     ("pools.0.colour", "blue",
      "pool 't4dev': colour: unknown field; allowed: name, vmSize, gpu, gpusPerNode, sharing,"
      " spot, minNodes, maxNodes, pricePerNodeHour, cpusPerNode, memoryPerNode,"
-     " consolidateAfter, bootTime, daemonsetOverhead"),
+     " consolidateAfter, bootTime, daemonsetOverhead, autoscaler"),
     ("pools.0.consolidateAfter", "whenever",
      "pool 't4dev': consolidateAfter: 'whenever' is not a duration; use e.g. 90s, 30m, 8h "
      "or 1h30m"),

@@ -107,6 +107,28 @@ def test_a_made_up_mode_gets_the_rules_and_the_docs_of_its_kind(fair_share_mode,
     assert "modes mps, timeslicing and fairshare only" in docs
 
 
+def test_node_auto_provisioning_follows_the_record(fair_share_mode, fair_spec, monkeypatch):
+    """A made-up shared mode is refused on Node Auto Provisioning by its record alone;
+    a made-up whole-GPU mode (the VM's nvidia.com/gpu, no parameter) is taken, and the
+    reference names it among the modes NAP scales."""
+    fair_spec["pools"][0]["autoscaler"] = "node-auto-provisioning"
+    with pytest.raises(SpecError, match="pool 't4dev': autoscaler: node-auto-provisioning "
+                                        "cannot scale a fairshare pool"):
+        parse_platform(fair_spec)
+    whole = sharing.register(SharingMode(
+        name="wholegpu", summary="whole GPUs, by another name", parameter=None, shared=False,
+        resource=GPU_RESOURCE, unit="GPU", unit_phrase="GPU", form_words="whole GPU",
+        plugin_config="default", mig_strategy="none", mig_layout="all-disabled",
+        sharing_strategy="none"))
+    assert whole.vm_resource and not fair_share_mode.vm_resource
+    fair_spec["pools"][0]["sharing"] = {"mode": "wholegpu"}
+    fair_spec["profiles"] = [p for p in fair_spec["profiles"] if p["pool"] != "t4dev"]
+    for team in fair_spec["teams"]:
+        team["quota"].pop("t4dev", None)
+    assert parse_platform(fair_spec).pool("t4dev").node_auto_provisioning
+    assert "for modes exclusive and wholegpu pools only" in spec_reference()
+
+
 def test_registration_does_not_leak(fair_spec):
     """Without the fixture (as in every other test) the made-up mode does not exist."""
     assert "fairshare" not in sharing.MODES
