@@ -8,8 +8,9 @@ Fixtures:
 - ``cluster_spec_path`` / ``cluster_platform``: ``tests/integration/platform.yaml``
   (pools from 0 nodes, small quotas without borrowing) and its parsed Platform.
 - ``cluster`` (session): the dev cluster up with that spec, in a temporary state dir
-  and on ports of its own (the defaults + 10000 + $JUPYTERHUB_GPU_TEST_PORT_OFFSET, so
-  a running ``make demo`` does not collide); ``down`` at the end. Its value is the dict ``devcluster status`` prints.
+  and on ports of its own (the defaults - 12000 + $JUPYTERHUB_GPU_TEST_PORT_OFFSET, so
+  a running ``make demo`` does not collide, and below the kernel's ephemeral range
+  32768-60999, where any outgoing connection may hold a port); ``down`` at the end. Its value is the dict ``devcluster status`` prints.
   It also has the hub's ServiceAccount ``hub`` in namespace ``jupyterhub``, bound
   only by the RBAC we ship plus the z2jh chart's hub Role (:mod:`.hub_rbac`).
 - ``hub_kubeconfig`` (session): a kubeconfig with a token of that ServiceAccount.
@@ -58,9 +59,11 @@ STATE_DIR = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-cluster-tests-"))
 HUB_KUBECONFIG = STATE_DIR / "hub-kubeconfig"
 os.environ["KUBECONFIG"] = str(HUB_KUBECONFIG)
 # Ports of their own, shifted by JUPYTERHUB_GPU_TEST_PORT_OFFSET (so that two test
-# runs, or a test run and `make demo`, can share a machine).
+# runs, or a test run and `make demo`, can share a machine). They stay below 32768:
+# above it the kernel hands ports to outgoing connections, and one of those once held
+# a test cluster's port (CI failed with "port 38140 ... is in use").
 PORT_OFFSET = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
-TEST_PORTS = Ports(**{name: port + 10000 + PORT_OFFSET
+TEST_PORTS = Ports(**{name: port - 12000 + PORT_OFFSET
                       for name, port in Ports().as_dict().items()})
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 KARPENTER = tuple(contract.KARPENTER_API_VERSION.split("/"))  # (group, version)
