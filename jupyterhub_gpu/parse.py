@@ -279,7 +279,7 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
     cpus = s.get("cpusPerNode", _int(1), vm.cpus if known else REQUIRED)
     mem = s.get("memoryPerNode", q.parse_memory, vm.memory_gib * 2**30 if known else REQUIRED)
     if known and gpu is not None and vm.gpu != gpu.name:
-        carries = f"{vm.gpus} x {vm.gpu}" if vm.gpus else "no GPU"
+        carries = vm.gpu if vm.gpus else "no GPU"
         s.fail("gpu", f"{vm_size} carries {carries}, not {gpu.name}")
     gpus, sharing = _pool_gpu(s, vm, gpu)
     lo = s.get("minNodes", _int(0))

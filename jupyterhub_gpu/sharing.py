@@ -89,9 +89,8 @@ class SharingMode:
         (``computeCapacity``, pkg/providers/instancetype/instancetype.go), and never
         partitions MIG (``MIGNode: false``, pkg/providers/imagefamily/bootstrap/
         staticvalues.go; "GpuInstanceProfile ... Unsupported as of now (MIG)",
-        pkg/providers/imagefamily/customscriptsbootstrap/provisionclientbootstrap.go).
-        A mode without a GPU is one too: its pods ask for nothing but cpu and memory."""
-        return not self.gpu or (self.resource == GPU_RESOURCE and self.parameter is None)
+        pkg/providers/imagefamily/customscriptsbootstrap/provisionclientbootstrap.go)."""
+        return self.resource == GPU_RESOURCE and self.parameter is None
 
     def resource_name(self, sharing: Sharing) -> str:
         return self._fill(self.resource, sharing)

@@ -53,13 +53,13 @@ def _node_auto_provisioning(pool: Pool) -> Iterator[str]:
     if not pool.node_auto_provisioning:
         return
     mode = pool.sharing.mode
-    if not mode.vm_resource:
+    if mode.gpu and not mode.vm_resource:  # a CPU-only pool asks for cpu and memory only
         yield (f"pool {pool.name!r}: autoscaler: {pool.autoscaler} cannot scale a {mode} "
                f"pool: its Karpenter expects a new node to offer only the VM's "
                f"{GPU_RESOURCE} (it neither partitions MIG nor shares a GPU), so it "
                f"starts no node for a notebook that asks for {pool.resource_name}, which "
-               f"would wait forever; use it for "
-               f"{modes_where(lambda m: m.vm_resource)} pools only, or "
+               f"would wait forever; use it only for "
+               f"{modes_where(lambda m: m.vm_resource)} pools or CPU-only ones, or "
                f"autoscaler: {Autoscaler.CLUSTER_AUTOSCALER}")
     if pool.min_nodes:
         yield (f"pool {pool.name!r}: minNodes: {pool.min_nodes}, but a Karpenter NodePool "
