@@ -154,3 +154,45 @@ async def test_a_spawner_restarted_with_another_profile_counts_as_that_one(user)
     _running(gpu_a, "t4-shared")
     gpu_a.user_options = {"profile": "cpu"}  # the hub set the next start's options
     assert gpu_a.as_other_server(gpu_a.platform, "gpu-a") == OtherServer("gpu-a", "cpu", False)
+
+
+# -- stop notices and culling, per server ---------------------------------------------
+
+
+async def test_a_stop_notice_shows_on_its_own_server_only(user):
+    """The notice is the spawner's state (kept per server by the hub): one for server
+    "gpu" is on gpu's form, not on the default server's."""
+    from .test_metrics_event import GONE_WITH_ITS_NODE
+
+    gpu, default = user.server("gpu"), user.server("")
+    assert gpu._notice_platform_stop(GONE_WITH_ITS_NODE)
+    state = gpu.get_state()
+    assert state["gpu_stop_notice"]["message"].startswith("Your server was stopped because")
+    restored = user.server("gpu")  # a restarted hub loads each server's own state
+    restored.load_state(state)
+    assert "gpu-stop-notice" in await restored.get_options_form()
+    assert "gpu-stop-notice" not in await default.get_options_form()
+    assert "gpu_stop_notice" not in default.get_state()
+
+
+def test_culling_applies_each_servers_own_profile(platform):
+    """Two servers of one user, both idle 40 minutes: the GPU one (idleTimeout 30m)
+    is culled, the CPU one (cpuIdleTimeout 4h) is not."""
+    from datetime import datetime, timedelta, timezone
+
+    from jupyterhub_gpu.cull.policy import ServerView, policy_for, should_cull
+
+    now = datetime(2025, 3, 4, 12, 0, tzinfo=timezone.utc)
+
+    def server(name, slug):
+        return {"name": name, "full_name": f"alice/{name}",
+                "started": (now - timedelta(hours=2)).isoformat(),
+                "last_activity": (now - timedelta(minutes=40)).isoformat(),
+                "user_options": {"profile": slug}, "state": {STATE_PROFILE: slug}}
+
+    decisions = {}
+    for model in (server("", "t4-shared"), server("cpu", "cpu")):
+        view = ServerView.from_model(model)
+        decisions[view.full_name] = should_cull(policy_for(platform, view.profile, 8 * 3600),
+                                                view, now).cull
+    assert decisions == {"alice/": True, "alice/cpu": False}
