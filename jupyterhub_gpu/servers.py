@@ -7,15 +7,16 @@ user's other spawners, running or with a start or stop pending -- never from the
 Kubernetes API, and a request over the cap is refused while it is authorized, before
 anything is created.
 
-Pure: :func:`check_gpu_servers` takes what the spawner read from the hub.
+Pure: :func:`other_server` and :func:`check_gpu_servers` take what the spawner read
+from the hub.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
-from .builders.pod import Grant, OptionsRejected
+from .builders.pod import Grant, OptionsRejected, UserRef, authorize
 from .spec import Platform
 
 
@@ -26,6 +27,22 @@ class OtherServer:
     name: str  # "" for the default server
     profile: str | None  # the profile it runs (or is starting), if one of the spec's
     gpu: bool  # it holds (or waits for) a GPU
+
+
+def other_server(platform: Platform, user: UserRef, name: str, grant: Grant | None,
+                 user_options: Any, state_profile: str | None) -> OtherServer:
+    """A server of ``user`` as its other servers see it: by the profile it was granted
+    for its current options, else the one its state (a restarted hub) or its
+    ``user_options`` (a start not yet authorized; none: the default) name. A profile
+    gone from the spec counts as a GPU one: it may hold a GPU."""
+    if grant is None:
+        options = user_options if isinstance(user_options, Mapping) else {}
+        slug = state_profile or options.get("profile")
+        try:
+            grant = authorize(platform, user, {"profile": slug})
+        except OptionsRejected:
+            return OtherServer(name, slug, isinstance(slug, str))
+    return OtherServer(name, grant.profile.slug, grant.pool.has_gpu)
 
 
 def server_label(name: str) -> str:

@@ -77,7 +77,7 @@ from .parse import parse_platform
 from .contract import (COMPONENT_LABEL, PROFILE_LABEL, QUEUE_LABEL, STATE_PROFILE,
                        STATE_STOP_NOTICE)
 from .resume import KUBE_ENV
-from .servers import OtherServer, check_gpu_servers
+from .servers import OtherServer, check_gpu_servers, other_server
 from .spec import Platform
 from .specsource import FixedSpec, SpecSource
 
@@ -251,19 +251,11 @@ class GPUSpawner(KubeSpawner):
                 if other is not self and other.active]
 
     def as_other_server(self, platform: Platform, name: str) -> OtherServer:
-        """This server as another server of its user sees it: the profile it was
-        granted for its current options, else the one its state (hub restarted) or
-        its user_options (a start not yet authorized; none: the default) name. A
-        profile gone from the spec counts as a GPU one (it may hold a GPU)."""
+        """This server as another server of its user sees it (a grant of earlier
+        options is stale)."""
         grant = self.gpu_grant if self._applied_options == self.user_options else None
-        if grant is None:
-            options = self.user_options if isinstance(self.user_options, dict) else {}
-            slug = self._state_profile or options.get("profile")
-            try:
-                grant = authorize(platform, self.user_ref, {"profile": slug})
-            except OptionsRejected:
-                return OtherServer(name, slug, isinstance(slug, str))
-        return OtherServer(name, grant.profile.slug, grant.pool.has_gpu)
+        return other_server(platform, self.user_ref, name, grant, self.user_options,
+                            self._state_profile)
 
     def apply_profile(self, user_options: Any) -> Grant:
         """Authorize ``user_options``, reset what an earlier profile set, apply."""
