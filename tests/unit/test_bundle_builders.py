@@ -188,7 +188,7 @@ def test_kueue_configuration_fields_exist_in_kueue(kueue_crds):
 
 def test_tfvars_golden(platform):
     assert terraform.tfvars(platform)["gpu_pools"]["a100spot"] == {
-        "vm_size": "Standard_NC24ads_A100_v4", "min_count": 0, "max_count": 5,
+        "vm_size": "Standard_NC24ads_A100_v4", "gpu": True, "min_count": 0, "max_count": 5,
         "spot": True,
         "node_labels": {"kubernetes.azure.com/scalesetpriority": "spot",
                         "nvidia.com/device-plugin.config": "default",
@@ -207,6 +207,11 @@ def test_tfvars_golden(platform):
     assert "gpu_instance" not in mig and mig["spot"] is False
     assert mig["node_labels"]["nvidia.com/mig.config"] == "all-3g.40gb"
     assert mig["autoscaler_tags"][f"{RESOURCES}nvidia.com_mig-3g.40gb"] == "2"
+    # a CPU-only pool: no GPU driver setting, taint, device-plugin label or GPU tag
+    assert terraform.tfvars(platform)["gpu_pools"]["cpu"] == {
+        "vm_size": "Standard_D8s_v5", "gpu": False, "min_count": 0, "max_count": 10,
+        "spot": False, "node_labels": {}, "node_taints": [],
+        "autoscaler_tags": {f"{LABEL}kubernetes.azure.com_agentpool": "cpu"}}
 
 
 def test_tfvars_taints_and_labels_are_what_the_spawner_selects(platform):
@@ -254,7 +259,7 @@ def test_names_the_tags_cannot_carry_are_refused(resources, labels, taints, erro
 
 def test_generated_helm_values_golden(platform):
     assert helm.generated_values(platform) == {
-        "hub": {"config": {"OAuthenticator": {
+        "hub": {"allowNamedServers": True, "config": {"OAuthenticator": {
             "manage_groups": True,
             "allowed_groups": ["data-science", "experimentation", "ml-eng"]}}},
         "singleuser": {"startTimeout": 1500},  # a100-mig-3g: 20m patience + 5m start
