@@ -145,5 +145,5 @@ async def watch(start: Callable[[bool], Awaitable[ResourceReflector]],
     except Exception as e:
         log.warning("Cannot watch the cluster's nodes (%s), so the hub's metrics lack "
                     "the nodes per pool: give the hub the ClusterRole of "
-                    "config/team-namespaces.yaml.", e)
+                    "config/team-namespaces.yaml.", " ".join(str(e).split()))
         return None
