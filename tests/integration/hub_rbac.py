@@ -5,7 +5,7 @@ with two sets of permissions and nothing else:
 
 * the z2jh chart's hub Role in the release namespace (chart 4.4.0,
   ``jupyterhub/templates/hub/rbac.yaml``), reproduced by :func:`chart_hub_rbac`;
-* the Roles (and any ClusterRoles) of the team-namespaces bundle, exactly as
+* the Roles and the ClusterRole (to read nodes) of the team-namespaces bundle, exactly as
   ``jupyterhub-gpu bundle`` renders them into ``config/team-namespaces.yaml``
   (:func:`jupyterhub_gpu.bundle.namespaces.team_objects`). ``devcluster up`` applies
   them for the default hub (:data:`HUB`); :func:`shipped_rbac` gives them for another.

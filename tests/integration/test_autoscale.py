@@ -23,7 +23,7 @@ from jupyterhub_gpu.kueue.status import ADMISSION_GATE
 from jupyterhub_gpu.contract import AGENTPOOL_LABEL
 
 from .conftest import KARPENTER, NODEPOOL_LABEL, PORT_OFFSET, wait_for
-from .test_demo import URL, _hub_server, _login_when_up, _pod_gone, _xsrf
+from .test_demo import URL, _hub_server, _login_session, _login_when_up, _pod_gone, _xsrf
 from .test_queue_lifecycle import _collect_progress
 
 EMPTY_TIMEOUT = 240  # Karpenter needs >= ~25-40 s to remove an empty node
@@ -69,7 +69,12 @@ async def test_the_loop_spawn_node_run_idle_cull_node_gone(cluster, cluster_spec
                                                            tmp_path, capsys):
     """Spawn; Kueue admits; Karpenter adds a node of the right pool; the server runs,
     goes idle; the real culler (jupyterhub-idle-culler with the jupyterhub_gpu.cull hook,
-    as a hub service) stops it; Karpenter removes the node; the pool is back at 0."""
+    as a hub service) stops it; Karpenter removes the node; the pool is back at 0.
+
+    All along, the hub's ``jupyterhub_gpu_pool_nodes`` for the pool (its one node watch,
+    with the hub's shipped RBAC) reads 0 nodes, then the new node Ready, then 0: the
+    hub starts the watch as the spawn starts, before the pod exists, and the node comes
+    seconds later (the gauge is sampled every 0.2 s)."""
     from jupyterhub_gpu.devcluster.podrunner import PodRunner
 
     pool = cluster_platform.pool("t4dev")
@@ -80,9 +85,13 @@ async def test_the_loop_spawn_node_run_idle_cull_node_gone(cluster, cluster_spec
                                hub_port=18081 + PORT_OFFSET,
                                proxy_api_port=18001 + PORT_OFFSET,
                                extra_env={"JUPYTERHUB_GPU_DEMO_CULL_EVERY": "3"})
-    carol = None
+    carol = admin = sampler = None
+    gauge: list[tuple[int, int]] = []  # the pool's (ready, not ready), as it changes
     try:
         carol = await _login_when_up("carol")  # experimentation
+        admin = await _login_session("admin")  # the admin role may read:metrics
+        assert pool.name not in await _pool_nodes_gauge(admin), "no node watch before a spawn"
+        sampler = asyncio.create_task(_follow_gauge(admin, pool.name, gauge))
         spawned = time.monotonic()
         async with carol.post(f"{URL}/hub/spawn", data={"profile": "t4-quick",
                                                        "_xsrf": _xsrf(carol)}) as r:
@@ -98,6 +107,7 @@ async def test_the_loop_spawn_node_run_idle_cull_node_gone(cluster, cluster_spec
         assert labels[contract.CAPACITY_TYPE_LABEL] == "on-demand"
         assert labels[contract.INSTANCE_TYPE_LABEL] == karpenter.instance_type_name(pool)
         assert node.status.allocatable[pool.resource_name] == "4"
+        await wait_for(lambda: gauge and gauge[-1] == (1, 0), what="the gauge to show the node")
         bound = await wait_for(lambda: _running_on(kube, pod, node.metadata.name), timeout=60,
                                what="carol's pod to run on the new node")
         assert bound.metadata.uid == pod.metadata.uid
@@ -120,20 +130,56 @@ async def test_the_loop_spawn_node_run_idle_cull_node_gone(cluster, cluster_spec
                        what="Karpenter to remove the empty node", interval=0.5)
         node_gone = time.monotonic()
         assert await kube.pool_nodes(pool.name) == []
+        await wait_for(lambda: gauge[-1] == (0, 0), what="the gauge back at 0 nodes")
+        assert gauge[0] == (0, 0) and (1, 0) in gauge, gauge
+        assert max(ready + not_ready for ready, not_ready in gauge) == 1, gauge
         _report(capsys, [
             f"bootTime {pool.boot_seconds}s, consolidateAfter {pool.consolidate_after_seconds}s,"
             " idleTimeout 10s, culler every 3s",
             f"spawn -> admitted {admitted - spawned:.1f}s, -> node Ready "
             f"{node_ready - spawned:.1f}s, -> server up {running - spawned:.1f}s",
             f"server up -> culled {culled - running:.1f}s; pod gone -> node gone "
-            f"{node_gone - pod_gone:.1f}s (culled -> node gone {node_gone - culled:.1f}s)"])
+            f"{node_gone - pod_gone:.1f}s (culled -> node gone {node_gone - culled:.1f}s)",
+            f"jupyterhub_gpu_pool_nodes of {pool.name} (ready, not ready) as it changed: "
+            f"{gauge}"])
     finally:
-        if carol:
-            await carol.close()
+        if sampler:
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+        for session in (carol, admin):
+            if session:
+                await session.close()
         hub.terminate()
         await hub.wait()
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
+
+
+async def _pool_nodes_gauge(http) -> dict[str, tuple[int, int]]:
+    """``jupyterhub_gpu_pool_nodes`` from the hub's ``/hub/metrics``: pool -> (ready,
+    not ready)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with http.get(f"{URL}/hub/metrics") as r:
+        assert r.status == 200, r.status
+        text = await r.text()
+    counts: dict[str, list[int]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "jupyterhub_gpu_pool_nodes":
+            for sample in family.samples:
+                ready = sample.labels["ready"] == "true"
+                counts.setdefault(sample.labels["pool"], [0, 0])[0 if ready else 1] = int(
+                    sample.value)
+    return {pool: (ready, not_ready) for pool, (ready, not_ready) in counts.items()}
+
+
+async def _follow_gauge(http, pool: str, seen: list[tuple[int, int]]) -> None:
+    """Append the pool's gauge to ``seen`` whenever it changes, until cancelled."""
+    while True:
+        value = (await _pool_nodes_gauge(http)).get(pool)
+        if value is not None and (not seen or seen[-1] != value):
+            seen.append(value)
+        await asyncio.sleep(0.2)
 
 
 async def _admitted(kube, namespace, name):

@@ -1,7 +1,8 @@
 """The cluster tier runs as the hub's ServiceAccount, bound only by the RBAC we ship
-(the bundle's team-namespace Roles and the z2jh chart's hub Role, :mod:`.hub_rbac`):
-the in-process spawners authenticate as it, and a hub whose RBAC lacks one verb of
-the bundle fails exactly where that verb is needed, with the API server's 403."""
+(the bundle's team-namespace Roles, the hub's node-reading ClusterRole and the z2jh
+chart's hub Role, :mod:`.hub_rbac`): the in-process spawners authenticate as it, and a
+hub whose RBAC lacks one verb of the bundle fails exactly where that verb is needed,
+with the API server's 403 (without its node watch, only the metric it feeds)."""
 
 from __future__ import annotations
 
@@ -79,10 +80,19 @@ async def _stop_fails(http, kube, refused) -> None:
     assert pod.metadata.deletion_timestamp is None
 
 
+async def _spawn_works_without_the_gauge(http, kube, refused) -> None:
+    """The hub's node watch is refused, which the hub log shows; the server starts all
+    the same (only ``jupyterhub_gpu_pool_nodes`` is missing)."""
+    assert await _post_spawn(http, "t4-shared") == 200
+    await wait_for(refused, timeout=120, what="the API server's 403")
+    await wait_for(lambda: _lab_up(http, "carol"), timeout=120, what="carol's JupyterLab")
+
+
 @pytest.mark.parametrize("resource, verb, scenario", [
     ("pods", "create", _spawn_fails),        # KubeSpawner creates the user's pod
     ("workloads", "list", _spawn_fails),     # GPUSpawner's shared Workload watch
     ("pods", "delete", _stop_fails),         # stop and cull remove the pod
+    ("nodes", "list", _spawn_works_without_the_gauge),  # the hub's one node watch
 ])
 async def test_a_verb_missing_from_the_shipped_rbac_fails_with_403(
         cluster, cluster_platform, cluster_spec_path, kube, tmp_path, resource, verb,

@@ -1,0 +1,34 @@
+"""docs/reference/metrics.md names every metric the hub and the culler serve."""
+
+from __future__ import annotations
+
+import re
+
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+
+import jupyterhub_gpu.spawner  # noqa: F401 - registers the hub's metrics
+from jupyterhub_gpu.cull.metrics import CullMetrics
+from jupyterhub_gpu.metrics import POOL_NODES
+from jupyterhub_gpu.specsource import SpecMetrics
+
+PREFIX = "jupyterhub_gpu_"
+
+
+def _exposed(registry: CollectorRegistry) -> set[str]:
+    """The names a scrape shows (counters with ``_total``), from the TYPE lines, less the
+    ``_created`` timestamps the client adds beside an unlabelled counter."""
+    text = generate_latest(registry).decode()
+    return {name for name in re.findall(r"^# TYPE (\S+) ", text, re.M)
+            if name.startswith(PREFIX) and not name.endswith("_created")}
+
+
+def test_every_metric_is_in_the_reference(repo_root):
+    SpecMetrics.of()  # the hub's spec metrics, made with its first spec source
+    culler = CollectorRegistry()
+    CullMetrics(culler)
+    SpecMetrics.of(culler)
+    names = _exposed(REGISTRY) | _exposed(culler) | {f.name for f in POOL_NODES.describe()}
+    assert {"jupyterhub_gpu_spawns_total", "jupyterhub_gpu_pool_nodes",
+            "jupyterhub_gpu_culls_total"} <= names  # the check looks where it should
+    page = (repo_root / "docs" / "reference" / "metrics.md").read_text()
+    assert sorted(n for n in names if f"`{n}`" not in page) == []
