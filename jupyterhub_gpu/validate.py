@@ -8,6 +8,7 @@ from typing import Iterator
 
 from .allocatable import node_resources, share_of_node
 from .contract import GPU_RESOURCE
+from .fallback import order_conflicts
 from .quantities import format_cpu, format_memory
 from .sharing import modes_where
 from .spec import Autoscaler, Platform, Pool, Profile, Team
@@ -123,6 +124,20 @@ def _checkpoint(profile: Profile, pool: Pool, platform: Platform) -> Iterator[st
                f"use at most {AZURE_SPOT_NOTICE_SECONDS}s")
 
 
+def _same_kind(profile: Profile, pools: list[Pool]) -> Iterator[str]:
+    """A fallback profile's pods request one resource: every pool must offer it, in
+    the same sharing mode."""
+    first = pools[0]
+    for other in pools[1:]:
+        if (other.resource_name, other.sharing.mode) != (first.resource_name,
+                                                          first.sharing.mode):
+            yield (f"profile {profile.slug!r}: pools: pool {other.name!r} "
+                   f"({other.sharing.mode}, {other.resource_name}) and pool {first.name!r} "
+                   f"({first.sharing.mode}, {first.resource_name}) offer different GPU "
+                   f"resources; a profile's pod asks for one, so its pools must share the "
+                   f"sharing mode and the resource")
+
+
 def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator[str]:
     pools = {p.name: p for p in platform.pools}
     priorities = {p.name for p in platform.priorities}
@@ -131,15 +146,20 @@ def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator
         if profile.priority not in priorities | declared["priorities"]:
             yield (f"{label}: priority: unknown priority {profile.priority!r}; "
                    f"valid: {', '.join(sorted(priorities)) or 'none defined'}")
-        pool = pools.get(profile.pool)
-        if pool is None:
-            if profile.pool not in declared["pools"]:
-                yield (f"{label}: pool: unknown pool {profile.pool!r}; "
+        field = "pools" if profile.fallback else "pool"
+        for name in profile.pool_names:
+            if name not in pools and name not in declared["pools"]:
+                yield (f"{label}: {field}: unknown pool {name!r}; "
                        f"valid: {', '.join(sorted(pools)) or 'none defined'}")
+        known = [pools[n] for n in profile.pool_names if n in pools]
+        if len(known) < len(profile.pool_names):
             continue
-        yield from _units(profile, pool)
-        yield from _fit(profile, pool)
-        yield from _checkpoint(profile, pool, platform)
+        yield from _same_kind(profile, known)
+        for pool in known:
+            yield from _units(profile, pool)
+            yield from _fit(profile, pool)
+            yield from _checkpoint(profile, pool, platform)
+    yield from order_conflicts(platform.profiles, [p.name for p in platform.pools])
 
 
 def _group_refs(platform: Platform, declared: set[str]) -> Iterator[str]:
@@ -180,7 +200,7 @@ def check_platform(platform: Platform, declared: dict[str, set[str]]) -> list[st
 
 def _usable(platform: Platform, team: Team, pool: str) -> list[str]:
     """Slugs of the profiles on ``pool`` that some member of ``team`` may start."""
-    return [p.slug for p in platform.profiles if p.pool == pool
+    return [p.slug for p in platform.profiles if pool in p.pool_names
             and (not p.allowed_groups or set(p.allowed_groups) & set(team.groups))]
 
 
@@ -204,7 +224,7 @@ def check_warnings(platform: Platform) -> list[str]:
         for name, units in team.quota.items():
             if units == 0 or name not in pools or _usable(platform, team, name):
                 continue
-            on_pool = [p.slug for p in platform.profiles if p.pool == name]
+            on_pool = [p.slug for p in platform.profiles if name in p.pool_names]
             why = (f"none of its profiles ({', '.join(on_pool)}) allows the team's groups "
                    f"({', '.join(team.groups)})" if on_pool else "no profile uses that pool")
             warnings.append(

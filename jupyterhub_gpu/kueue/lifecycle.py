@@ -66,6 +66,7 @@ class QueueWatch:
     stage: Stage = field(init=False)
     queued_since: float | None = field(default=None, init=False)
     waited: float | None = field(default=None, init=False)  # seconds until admission
+    pool: str | None = field(default=None, init=False)  # the pool Kueue admitted it to
 
     def __post_init__(self) -> None:
         self.stage = describe(self.wanted, None, None, None, [])
@@ -76,6 +77,7 @@ class QueueWatch:
         workload = st.workload_for(pod, workloads) if pod else None
         position = None
         if workload is not None:
+            self.pool = st.admitted_pool(workload) or self.pool
             position = (self.visible_position(workload["metadata"]["name"])
                         or st.queue_position(workload, workloads))
         self.stage = describe(self.wanted, pod, workload, position, self.events())

@@ -14,12 +14,15 @@ import asyncio
 import logging
 from typing import Any, AsyncIterator, Awaitable, Callable
 
+from kubernetes_asyncio.client import ApiException
 from kubespawner.clients import shared_client
 
 from .. import metrics
 from ..builders.pod import Grant
+from . import status as st
 from .lifecycle import POLL_SECONDS, Outcome, QueueWatch, SpawnRefused, wanted
 from .messages import Stage, Step
+from .poolgate import record_pool
 from .visibility import PendingWorkloads
 
 
@@ -33,6 +36,7 @@ class QueuedStart:
                  log: logging.Logger, who: str):
         self.grant, self.log, self.who = grant, log, who
         self.pending = PendingWorkloads.shared(namespace, grant.team.local_queue)
+        self.pool_recorded = False
         self.watch = QueueWatch(wanted(grant), grant.profile.queue_patience_seconds,
                                 pod=pod, workloads=workloads, events=events,
                                 visible_position=self.pending.position)
@@ -63,7 +67,7 @@ class QueuedStart:
     async def _guarded(self, start: Callable[[], Awaitable[Any]],
                        withdraw: Callable[[], Awaitable[Any]]) -> Any:
         started = asyncio.ensure_future(start())
-        guard = asyncio.ensure_future(self.watch.guard(self._refresh_positions))
+        guard = asyncio.ensure_future(self.watch.guard(self._before_each))
         try:
             await asyncio.wait([started, guard], return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -91,6 +95,29 @@ class QueuedStart:
         self.log.error("Queue watch of %s failed (%r); the spawn goes on without it",
                        self.who, error)
 
+    async def _before_each(self) -> None:
+        await self._refresh_positions()
+        if self.grant.fallbacks and not self.pool_recorded:
+            await self._record_pool()
+
+    async def _record_pool(self) -> None:
+        """Record a fallback profile's admitted pool on its pod and let it start
+        (:mod:`.poolgate`); a refused patch (the gates moved) is tried again."""
+        pod = self.watch.pod()
+        if pod is None:
+            return
+        workload = st.workload_for(pod, self.watch.workloads())
+        try:
+            pool = await record_pool(shared_client("CoreV1Api"), pod, workload)
+        except ApiException as e:
+            if e.status not in (409, 422):
+                raise
+            self.log.info("Recording the pool of %s: retrying (%s)", self.who, e.reason)
+            return
+        if pool is not None:
+            self.pool_recorded = True
+            self.log.info("%s was admitted to pool %s", self.who, pool)
+
     async def _refresh_positions(self) -> None:
         """Ask Kueue's visibility API (shared, rate-limited) while we are queued."""
         if self.watch.stage.key == Step.QUEUED:
@@ -100,11 +127,11 @@ class QueuedStart:
                 self.log.warning("Kueue visibility API failed: %s", e)
 
     def _record(self, outcome: Outcome) -> None:
-        slug = self.grant.profile.slug
+        slug, pool = self.grant.profile.slug, self.watch.pool or metrics.NO_POOL
         if outcome is Outcome.STARTED and self.watch.waited is not None:
-            metrics.QUEUE_WAIT.labels(slug, self.grant.team.local_queue).observe(
+            metrics.QUEUE_WAIT.labels(slug, self.grant.team.local_queue, pool).observe(
                 self.watch.waited)
-        metrics.SPAWNS.labels(slug, outcome.value).inc()
+        metrics.SPAWNS.labels(slug, outcome.value, pool).inc()
 
 
 async def progress(current: Callable[[], QueuedStart | None],

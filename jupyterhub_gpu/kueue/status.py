@@ -31,6 +31,17 @@ def is_gated(pod: dict) -> bool:
     return any(g.get("name") == ADMISSION_GATE for g in gates)
 
 
+def admitted_pool(workload: dict | None) -> str | None:
+    """The pool (ResourceFlavor) Kueue admitted ``workload`` to, or None before. A
+    pod's requests are one resource group, so every resource has the same flavor."""
+    admission = ((workload or {}).get("status") or {}).get("admission") or {}
+    for assignment in admission.get("podSetAssignments") or []:
+        flavors = assignment.get("flavors") or {}
+        if flavors:
+            return next(iter(flavors.values()))
+    return None
+
+
 def workload_for(pod: dict, workloads: Iterable[dict]) -> dict | None:
     """The Workload Kueue made for ``pod`` (matched by the job-uid label)."""
     uid = pod["metadata"].get("uid")
