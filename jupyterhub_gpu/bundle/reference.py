@@ -136,7 +136,12 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
         "slug": ("DNS label", "The form value and the pod's profile label."),
         "displayName": ("string", "Title on the spawn form."),
         "description": ("string", "Text on the spawn form."),
-        "pool": ("pool name", "The pool the server runs on."),
+        "pool": ("pool name", "The pool the server runs on; or give `pools`."),
+        "pools": ("list of pool names", "Instead of `pool`: a fallback profile's pools in "
+                  "order of preference, e.g. `[a100spot, a100]`; the server runs on the "
+                  "first with room (Kueue's flavor fungibility). All must offer the same "
+                  "GPU resource in the same sharing mode, and no two profiles may prefer "
+                  "two pools the other way round. The form shows the price range."),
         "gpus": ("integer", "Units of the pool's GPU resource (1 on shared pools)."),
         "cpu": ("cpu quantity", "CPU guarantee and limit, e.g. `8` or `500m`. "
                 "The pool's units per node times this, divided by `gpus`, must fit one "
@@ -188,6 +193,7 @@ WORDS: dict[tuple[str, str], str | Parameter] = {
     ("team", "borrowingLimit"): "unlimited",
     ("team", "lendingLimit"): "unlimited",
     ("profile", "allowedGroups"): "every team member",
+    ("profile", "pools"): "`pool` only",
     ("profile", "checkpoint"): "off",
 }
 
