@@ -8,15 +8,12 @@ import sys
 
 import yaml
 
-from pathlib import Path
-
 from .builders.deviceplugin import config_map
 from .builders.kueue import kueue_objects
 from .builders.pod import OptionsRejected
 from .bundle.cli import add_bundle_parsers
 from .contract import KUEUE_API_VERSION
-from .devcluster.cli import add_devcluster_parser
-from .devcluster.build import BuildError
+from .devcommands import add_dev_parsers
 from .parse import SpecError, load_platform
 from .validate import check_warnings
 
@@ -59,26 +56,6 @@ def _manifests(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from .devcluster.demo import run_demo
-
-    return run_demo(Path(args.spec), args.state_dir, args.url)
-
-
-def _add_demo(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the local GPU hub (dev cluster + JupyterHub)",
-                       description="Build the control plane if needed, start the dev "
-                       "cluster with SPEC's pools and queues, and run JupyterHub with "
-                       "GPUSpawner on URL. Ctrl-C stops everything.")
-    p.add_argument("--spec", default="config/platform.yaml", metavar="SPEC",
-                   help="platform spec (default: config/platform.yaml)")
-    p.add_argument("--url", default="http://127.0.0.1:8000",
-                   help="where JupyterHub listens (default: http://127.0.0.1:8000)")
-    p.add_argument("--state-dir", type=Path, default=None, metavar="DIR",
-                   help="the dev cluster's state dir (default: as `devcluster up`)")
-    p.set_defaults(func=_demo)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jupyterhub-gpu",
@@ -112,8 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", choices=("kueue", "device-plugin"),
                    help="print only the Kueue objects or only the device-plugin ConfigMap")
     p.set_defaults(func=_manifests)
-    add_devcluster_parser(sub)
-    _add_demo(sub)
+    add_dev_parsers(sub)
     add_bundle_parsers(sub)
     return parser
 
@@ -122,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (SpecError, BuildError) as e:
+    except SpecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
 

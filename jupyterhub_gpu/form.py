@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from .allocatable import node_resources
 from .quantities import format_cpu, format_memory
-from .spec import Platform, Profile
+from .spec import Platform, Pool, Profile
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class ProfileCard:
     preemptible: bool
     default: bool
     pools: str = ""  # a fallback profile's pools, in order of preference
+    gpu: bool = True  # False: a CPU-only profile (no GPU facts on its card)
 
 
 def _one_or_range(values: list[float]) -> str:
@@ -38,6 +40,18 @@ def _one_or_range(values: list[float]) -> str:
 def _either(words: list[str]) -> str:
     """The distinct ``words`` in order, joined by "or" (the pools of a fallback profile)."""
     return " or ".join(dict.fromkeys(words))
+
+
+def price_per_hour(pool: Pool, profile: Profile) -> float:
+    """What a server of ``profile`` costs: its GPU units' share of the node, or on a
+    CPU-only pool the larger of its cpu and memory shares of what a node has left
+    for notebooks."""
+    if profile.units:
+        return pool.price_per_unit_hour * profile.units
+    node = node_resources(pool)
+    share = max(profile.cpu * 1000 / node.pods_cpu_millis,
+                profile.memory_bytes / node.pods_memory)
+    return pool.price_per_node_hour * share
 
 
 def profile_card(platform: Platform, profile: Profile) -> ProfileCard:
@@ -55,11 +69,12 @@ def profile_card(platform: Platform, profile: Profile) -> ProfileCard:
         count=profile.units,
         cpu=format_cpu(profile.cpu),
         memory=format_memory(profile.memory_bytes),
-        price_per_hour=_one_or_range([p.price_per_unit_hour * profile.units for p in pools]),
+        price_per_hour=_one_or_range([price_per_hour(p, profile) for p in pools]),
         preemptible=(any(p.spot for p in pools)
                      or platform.priority(profile.priority).preemptible),
         default=profile.default,
         pools=", then ".join(p.name for p in pools) if profile.fallback else "",
+        gpu=pool.has_gpu,
     )
 
 
@@ -69,8 +84,9 @@ _env = Environment(loader=PackageLoader("jupyterhub_gpu", "templates"),
 
 def render_form(platform: Platform, groups: frozenset[str], selected: str | None,
                 notice: str | None = None) -> str:
-    """HTML for the spawn page. Only profiles the user's groups allow are listed;
-    ``notice`` says why the platform stopped the user's last server."""
+    """HTML for the spawn page. Only profiles the user's groups allow are listed,
+    CPU-only ones first; ``notice`` says why the platform stopped the user's last
+    server."""
     cards = [profile_card(platform, p) for p in platform.profiles_for(groups)]
     if cards and not any(c.slug == selected for c in cards):
         selected = next((c.slug for c in cards if c.default), cards[0].slug)

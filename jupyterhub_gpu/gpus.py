@@ -31,6 +31,10 @@ class GpuModel:
         return next((p for p in self.mig if p.name == name), None)
 
 
+#: ``gpu: none``: a CPU-only pool (its VM sizes carry no GPU).
+NO_GPU = GpuModel("none", 0, "")
+
+
 def _mig(*pairs: tuple[str, int]) -> tuple[MigProfile, ...]:
     return tuple(MigProfile(n, c) for n, c in pairs)
 
@@ -38,6 +42,7 @@ def _mig(*pairs: tuple[str, int]) -> tuple[MigProfile, ...]:
 GPU_MODELS: dict[str, GpuModel] = {
     m.name: m
     for m in (
+        NO_GPU,
         GpuModel("T4", 16, "Tesla-T4"),
         GpuModel("A10", 24, "NVIDIA-A10"),
         GpuModel(
@@ -78,12 +83,17 @@ class VmSize:
     cpus: int
     memory_gib: int
     gpus: int
-    gpu: str  # key into GPU_MODELS
+    gpu: str  # key into GPU_MODELS ("none" for a VM size without GPUs)
 
 
 VM_SIZES: dict[str, VmSize] = {
     v.name: v
     for v in (
+        VmSize("Standard_D4s_v5", 4, 16, 0, NO_GPU.name),
+        VmSize("Standard_D8s_v5", 8, 32, 0, NO_GPU.name),
+        VmSize("Standard_D16s_v5", 16, 64, 0, NO_GPU.name),
+        VmSize("Standard_E8s_v5", 8, 64, 0, NO_GPU.name),
+        VmSize("Standard_E16s_v5", 16, 128, 0, NO_GPU.name),
         VmSize("Standard_NC4as_T4_v3", 4, 28, 1, "T4"),
         VmSize("Standard_NC8as_T4_v3", 8, 56, 1, "T4"),
         VmSize("Standard_NC16as_T4_v3", 16, 110, 1, "T4"),

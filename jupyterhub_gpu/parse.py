@@ -6,6 +6,7 @@ field, and all of them are raised together as one :class:`SpecError`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from types import MappingProxyType
@@ -15,7 +16,7 @@ import yaml
 
 from . import quantities as q
 from . import sharing as modes
-from .gpus import GPU_MODELS, VM_SIZES
+from .gpus import GPU_MODELS, NO_GPU, VM_SIZES
 from .sharing import Parameter
 from .spec import (REQUIRED, Autoscaler, Checkpoint, CheckpointStorage, DaemonsetOverhead,
                    GpuIdle, Platform, Pool, Priority, Profile, Sharing, Team, default_of)
@@ -27,7 +28,9 @@ _POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 SCHEMA: dict[str, tuple[type, dict[str, str]]] = {
     "spec": (Platform, {"pools": "pools", "teams": "teams", "priorities": "priorities",
                         "profiles": "profiles", "checkpointStorage": "checkpoint_storage",
-                        "groupIds": "group_ids"}),
+                        "groupIds": "group_ids",
+                        "cpuIdleTimeout": "cpu_idle_timeout_seconds",
+                        "gpuServersPerUser": "gpu_servers_per_user"}),
     "pool": (Pool, {"name": "name", "vmSize": "vm_size", "gpu": "gpu",
                     "gpusPerNode": "gpus_per_node", "sharing": "sharing", "spot": "spot",
                     "minNodes": "min_nodes", "maxNodes": "max_nodes",
@@ -246,6 +249,27 @@ def _entry(errors: list[str], data: Any, index: int, section: str,
 _PLURAL = {"pool": "pools", "team": "teams", "priority": "priorities", "profile": "profiles"}
 
 
+#: Fields of a pool that only a pool with a GPU may set.
+GPU_POOL_FIELDS = ("gpusPerNode", "sharing")
+#: Fields of a profile that only a profile on a pool with a GPU may set.
+GPU_PROFILE_FIELDS = ("gpus", "gpuIdle")
+
+
+def _pool_gpu(s: _Section, vm: Any, gpu: Any) -> tuple[int | None, Sharing | None]:
+    """``gpusPerNode`` and ``sharing``; a pool with ``gpu: none`` may set neither."""
+    if gpu is NO_GPU:
+        for key in GPU_POOL_FIELDS:
+            if s.given(key):
+                s.fail(key, f"a pool with gpu: {NO_GPU.name} has no GPU; remove {key}")
+        return 0, Sharing(modes.cpu_only_mode())
+    gpus = s.get("gpusPerNode", _int(1), vm.gpus if vm is not None else REQUIRED)
+    sharing = _sharing(s.errors, s.label, s.data.get("sharing"), gpu)
+    if sharing is not None and not sharing.mode.gpu:
+        s.fail("sharing", f"mode {sharing.mode} is for pools with gpu: {NO_GPU.name}; "
+               f"choose a GPU sharing mode")
+    return gpus, sharing
+
+
 def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
     s, n_errors = _entry(errors, data, index, "pool")
     name = s.get("name", _name(_POOL_NAME, "an AKS pool name (a-z then a-z0-9, at most 12)"))
@@ -253,12 +277,12 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
     vm = VM_SIZES.get(vm_size or "")
     gpu = s.get("gpu", _choice(GPU_MODELS, "gpu model"))
     known = vm is not None
-    gpus = s.get("gpusPerNode", _int(1), vm.gpus if known else REQUIRED)
     cpus = s.get("cpusPerNode", _int(1), vm.cpus if known else REQUIRED)
     mem = s.get("memoryPerNode", q.parse_memory, vm.memory_gib * 2**30 if known else REQUIRED)
     if known and gpu is not None and vm.gpu != gpu.name:
-        s.fail("gpu", f"{vm_size} carries {vm.gpu}, not {gpu.name}")
-    sharing = _sharing(errors, s.label, s.data.get("sharing"), gpu)
+        carries = vm.gpu if vm.gpus else "no GPU"
+        s.fail("gpu", f"{vm_size} carries {carries}, not {gpu.name}")
+    gpus, sharing = _pool_gpu(s, vm, gpu)
     lo = s.get("minNodes", _int(0))
     hi = s.get("maxNodes", _int(1))
     if lo is not None and hi is not None and lo > hi:
@@ -358,12 +382,12 @@ def _profile(errors: list[str], data: Any, index: int) -> Profile | None:
         description=s.get("description", _str),
         pool=pool,
         pools=pools,
-        units=s.get("gpus", _int(1)),
+        units=s.get("gpus", _int(1), None),  # by the pool's kind: _on_pools
         cpu=s.get("cpu", q.parse_cpu),
         memory_bytes=s.get("memory", q.parse_memory),
         image=s.get("image", _str),
         priority=s.get("priority", _str),
-        idle_timeout_seconds=s.get("idleTimeout", q.parse_duration),
+        idle_timeout_seconds=s.get("idleTimeout", q.parse_duration, None),  # _on_pools
         max_age_seconds=s.get("maxAge", q.parse_duration),
         queue_patience_seconds=s.get("queuePatience", q.parse_duration),
         start_timeout_seconds=s.get("startTimeout", q.parse_duration),
@@ -373,6 +397,29 @@ def _profile(errors: list[str], data: Any, index: int) -> Profile | None:
         default=s.get("default", _bool),
     )
     return profile if len(errors) == n_errors else None
+
+
+def _on_pools(errors: list[str], platform: Platform) -> tuple[Profile, ...]:
+    """The profiles with the defaults that depend on their pool's kind: on a CPU-only
+    pool no GPU units (and no GPU-only field) and the spec's ``cpuIdleTimeout``."""
+    pools = {p.name: p for p in platform.pools}
+    resolved = []
+    for profile in platform.profiles:
+        pool = pools.get(profile.pool)
+        cpu_only = pool is not None and not pool.has_gpu
+        if cpu_only:
+            given = [("gpus", profile.units), ("gpuIdle", profile.gpu_idle)]
+            for key, value in given:
+                if value is not None:
+                    errors.append(f"profile {profile.slug!r}: {key}: pool {pool.name!r} has "
+                                  f"no GPU (gpu: {NO_GPU.name}); remove {key}")
+        units = 0 if cpu_only else profile.units or field_default("profile", "gpus")
+        idle = profile.idle_timeout_seconds
+        if idle is None:
+            idle = (platform.cpu_idle_timeout_seconds if cpu_only
+                    else field_default("profile", "idleTimeout"))
+        resolved.append(dataclasses.replace(profile, units=units, idle_timeout_seconds=idle))
+    return tuple(resolved)
 
 
 def _items(errors: list[str], data: Mapping, key: str, parse: Callable) -> tuple:
@@ -440,7 +487,10 @@ def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
         profiles=_items(errors, top.data, "profiles", _profile),
         checkpoint_storage=_storage(errors, top.data.get("checkpointStorage")),
         group_ids=_group_ids(errors, top.data.get("groupIds")),
+        cpu_idle_timeout_seconds=top.get("cpuIdleTimeout", q.parse_duration),
+        gpu_servers_per_user=top.get("gpuServersPerUser", _int(0)),
     )
+    platform = dataclasses.replace(platform, profiles=_on_pools(errors, platform))
     errors.extend(check_platform(platform, _declared(top.data)))
     if errors:
         raise SpecError(errors, source)

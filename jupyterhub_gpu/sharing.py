@@ -57,6 +57,10 @@ class SharingMode:
     product_suffix: str = ""  # what GPU feature discovery appends to nvidia.com/gpu.product
     sharing_key: str | None = None  # the device plugin's sharing block (its key under sharing)
     sharing_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: the pool's nodes have GPUs: its pods request ``resource`` and tolerate the GPU
+    #: taint, and the device plugin runs there. False for a pool with ``gpu: none``,
+    #: whose unit of quota is one node's cpu and memory.
+    gpu: bool = True
 
     def __str__(self) -> str:
         return self.name
@@ -73,7 +77,8 @@ class SharingMode:
     @property
     def whole_gpus(self) -> bool:
         """Each unit is one GPU: the device plugin's plain config."""
-        return self.parameter is None and self.sharing_key is None and not self.shared
+        return (self.gpu and self.parameter is None and self.sharing_key is None
+                and not self.shared)
 
     @property
     def vm_resource(self) -> bool:
@@ -101,6 +106,12 @@ class SharingMode:
 
     def mig_config(self, sharing: Sharing) -> str:
         return self._fill(self.mig_layout, sharing)
+
+    def units_per_node(self, sharing: Sharing, gpu: GpuModel, gpus_per_node: int) -> int:
+        """A node's units of quota: its GPUs' units, or (no GPU) the node itself."""
+        if not self.gpu:
+            return 1
+        return self.units_per_gpu(sharing, gpu) * gpus_per_node
 
     def units_per_gpu(self, sharing: Sharing, gpu: GpuModel) -> int:
         if self.parameter is Parameter.MIG_PROFILE:
@@ -140,6 +151,11 @@ def modes_where(test: Callable[[SharingMode], bool]) -> str:
     return f"modes {', '.join(names[:-1])} and {names[-1]}"
 
 
+def cpu_only_mode() -> SharingMode:
+    """The mode of every pool with ``gpu: none`` (the one registered without a GPU)."""
+    return next(m for m in MODES.values() if not m.gpu)
+
+
 def modes_taking(parameter: Parameter) -> str:
     """The modes whose pools must set ``parameter``: ``mode mig``, ``modes mps and
     timeslicing``."""
@@ -176,3 +192,9 @@ TIMESLICING = register(SharingMode(
     plugin_config="timeslicing-{replicas}", mig_strategy="none", mig_layout="all-disabled",
     sharing_strategy="time-slicing", product_suffix="-SHARED", sharing_key="timeSlicing",
     sharing_options=MappingProxyType({"failRequestsGreaterThanOne": True})))
+
+CPU_ONLY = register(SharingMode(
+    name="none", summary="no GPU (a pool with `gpu: none`): each unit of quota is one "
+    "node's cpu and memory", parameter=None, shared=False, resource="", unit="node",
+    unit_phrase="server", form_words="CPU only", plugin_config="",
+    mig_strategy="none", mig_layout="", sharing_strategy="none", gpu=False))

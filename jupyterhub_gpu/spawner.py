@@ -77,6 +77,7 @@ from .parse import parse_platform
 from .contract import (COMPONENT_LABEL, PROFILE_LABEL, QUEUE_LABEL, STATE_PROFILE,
                        STATE_STOP_NOTICE)
 from .resume import KUBE_ENV
+from .servers import OtherServer, check_gpu_servers, other_server
 from .spec import Platform
 from .specsource import FixedSpec, SpecSource
 
@@ -225,13 +226,36 @@ class GPUSpawner(KubeSpawner):
         return options
 
     def authorize(self, user_options: Any, platform: Platform | None = None) -> Grant:
-        """The grant for ``user_options``, or :class:`OptionsRejected` (logged)."""
+        """The grant for ``user_options``, or :class:`OptionsRejected` (logged): also
+        when it is a GPU profile and the user's other servers hold as many GPU servers
+        as the spec allows (:mod:`jupyterhub_gpu.servers`)."""
+        platform = platform or self.platform
         try:
-            return authorize(platform or self.platform, self.user_ref, user_options)
+            grant = authorize(platform, self.user_ref, user_options)
+            cpu_offered = not all(map(platform.uses_gpu,
+                                      platform.profiles_for(self.user_ref.groups)))
+            check_gpu_servers(platform, grant, self._other_servers(platform), cpu_offered)
+            return grant
         except OptionsRejected as e:
             self.log.warning("Rejected GPU spawn options for %s: %s",
                              self._log_name, e.log_detail)
             raise
+
+    def _other_servers(self, platform: Platform) -> list[OtherServer]:
+        """The user's other servers that are running or starting or stopping, from
+        the hub's own spawner objects (no API call)."""
+        spawners = getattr(self.user, "spawners", None) or {}
+        return [other.as_other_server(platform, name) if isinstance(other, GPUSpawner)
+                else OtherServer(name, None, False)
+                for name, other in list(spawners.items())
+                if other is not self and other.active]
+
+    def as_other_server(self, platform: Platform, name: str) -> OtherServer:
+        """This server as another server of its user sees it (a grant of earlier
+        options is stale)."""
+        grant = self.gpu_grant if self._applied_options == self.user_options else None
+        return other_server(platform, self.user_ref, name, grant, self.user_options,
+                            self._state_profile)
 
     def apply_profile(self, user_options: Any) -> Grant:
         """Authorize ``user_options``, reset what an earlier profile set, apply."""

@@ -96,8 +96,10 @@ class Autoscaler(StrEnum):
 
 @dataclass(frozen=True)
 class Pool:
-    """One GPU node pool of one VM size: an AKS agent pool, or a NodePool of Node Auto
-    Provisioning (``autoscaler``)."""
+    """One node pool of one VM size: an AKS agent pool, or a NodePool of Node Auto
+    Provisioning (``autoscaler``). A pool with ``gpu: none`` is CPU-only: its sharing
+    mode is the registry's mode without a GPU (:func:`~jupyterhub_gpu.sharing.cpu_only_mode`)
+    and its unit of quota is one node's cpu and memory."""
 
     name: str
     vm_size: str
@@ -123,9 +125,23 @@ class Pool:
         return self.autoscaler is Autoscaler.NODE_AUTO_PROVISIONING
 
     @property
+    def has_gpu(self) -> bool:
+        return self.sharing.mode.gpu
+
+    @property
     def resource_name(self) -> str:
-        """The extended resource the NVIDIA device plugin advertises on this pool."""
+        """The extended resource the NVIDIA device plugin advertises on this pool
+        (empty on a CPU-only pool)."""
         return self.sharing.mode.resource_name(self.sharing)
+
+    def gpu_resources(self, units: int) -> dict[str, str]:
+        """``units`` of the pool's GPU resource, as requests (none on a CPU pool)."""
+        return {self.resource_name: str(units)} if self.resource_name else {}
+
+    @property
+    def kind(self) -> str:
+        """What a machine of the pool is, in messages: ``T4``, ``CPU``."""
+        return self.gpu.name if self.has_gpu else "CPU"
 
     @property
     def units_per_gpu(self) -> int:
@@ -133,7 +149,7 @@ class Pool:
 
     @property
     def units_per_node(self) -> int:
-        return self.units_per_gpu * self.gpus_per_node
+        return self.sharing.mode.units_per_node(self.sharing, self.gpu, self.gpus_per_node)
 
     @property
     def unit_name(self) -> str:
@@ -157,7 +173,8 @@ class Pool:
 
     @property
     def taints(self) -> tuple[Taint, ...]:
-        return (GPU_TAINT, SPOT_TAINT) if self.spot else (GPU_TAINT,)
+        gpu = (GPU_TAINT,) if self.has_gpu else ()
+        return (*gpu, SPOT_TAINT) if self.spot else gpu
 
     @property
     def device_plugin_config(self) -> str:
@@ -230,7 +247,7 @@ class Profile:
     memory_bytes: int
     image: str
     priority: str
-    units: int = 1  # GPUs, MIG slices or shares of the pool's resource
+    units: int = 1  # GPUs, MIG slices or shares of the pool's resource (0: a CPU pool)
     description: str = ""
     idle_timeout_seconds: int = 1800
     max_age_seconds: int | None = None
@@ -264,6 +281,14 @@ class Platform:
     checkpoint_storage: CheckpointStorage | None = None
     # group name -> Entra ID object ID, for tokens whose groups claim carries IDs
     group_ids: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # the idle timeout of a profile on a CPU-only pool that sets no idleTimeout
+    cpu_idle_timeout_seconds: int = 4 * 3600
+    # how many servers of GPU profiles one user may run at once (named servers)
+    gpu_servers_per_user: int = 1
+
+    @property
+    def gpu_pools(self) -> tuple[Pool, ...]:
+        return tuple(p for p in self.pools if p.has_gpu)
 
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)
@@ -278,6 +303,10 @@ class Platform:
     def profile(self, slug: str) -> Profile | None:
         return next((p for p in self.profiles if p.slug == slug), None)
 
+    def uses_gpu(self, profile: Profile) -> bool:
+        """Whether ``profile``'s servers hold a GPU (count against the per-user cap)."""
+        return self.pool(profile.pool).has_gpu
+
     def team_for(self, groups: frozenset[str] | set[str]) -> Team | None:
         """The first team (in spec order) that one of ``groups`` belongs to."""
         return next((t for t in self.teams if set(t.groups) & set(groups)), None)
@@ -286,7 +315,7 @@ class Platform:
         """The profiles a user in ``groups`` may start (none without a team)."""
         if self.team_for(groups) is None:
             return ()
-        return tuple(
-            p for p in self.profiles
-            if not p.allowed_groups or set(p.allowed_groups) & set(groups)
-        )
+        allowed = [p for p in self.profiles
+                   if not p.allowed_groups or set(p.allowed_groups) & set(groups)]
+        # CPU profiles first, each kind in spec order (the form lists them so)
+        return tuple(sorted(allowed, key=self.uses_gpu))

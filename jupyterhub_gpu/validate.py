@@ -54,13 +54,13 @@ def _node_auto_provisioning(pool: Pool) -> Iterator[str]:
     if not pool.node_auto_provisioning:
         return
     mode = pool.sharing.mode
-    if not mode.vm_resource:
+    if mode.gpu and not mode.vm_resource:  # a CPU-only pool asks for cpu and memory only
         yield (f"pool {pool.name!r}: autoscaler: {pool.autoscaler} cannot scale a {mode} "
                f"pool: its Karpenter expects a new node to offer only the VM's "
                f"{GPU_RESOURCE} (it neither partitions MIG nor shares a GPU), so it "
                f"starts no node for a notebook that asks for {pool.resource_name}, which "
-               f"would wait forever; use it for "
-               f"{modes_where(lambda m: m.vm_resource)} pools only, or "
+               f"would wait forever; use it only for "
+               f"{modes_where(lambda m: m.vm_resource)} pools or CPU-only ones, or "
                f"autoscaler: {Autoscaler.CLUSTER_AUTOSCALER}")
     if pool.min_nodes:
         yield (f"pool {pool.name!r}: minNodes: {pool.min_nodes}, but a Karpenter NodePool "
@@ -89,10 +89,12 @@ def _fit(profile: Profile, pool: Pool) -> Iterator[str]:
     (its share, ``units / units_per_node``, of each resource) fits what the node has
     left once AKS's reservations and the pool's daemonsets are counted."""
     node = node_resources(pool)
-    per_node = _plural(pool.units_per_node, pool.unit_name) + " per node"
-    if profile.units > 1:
-        per_node = f"({per_node} / {profile.units} per server)"
-    most_cpu, most_memory = share_of_node(node, profile.units, pool.units_per_node)
+    # a CPU-only pool's server holds no unit: it must fit one node
+    units, per_node_units = (profile.units, pool.units_per_node) if profile.units else (1, 1)
+    per_node = _plural(per_node_units, pool.unit_name) + " per node"
+    if units > 1:
+        per_node = f"({per_node} / {units} per server)"
+    most_cpu, most_memory = share_of_node(node, units, per_node_units)
     checks = (  # field, request, left for notebooks, most per server, formats, breakdown
         ("cpu", round(profile.cpu * 1000), node.pods_cpu_millis, most_cpu, _millis, _cores,
          f"allocatable vCPU on {pool.vm_size} ({pool.cpus_per_node} vCPU − "
@@ -105,9 +107,9 @@ def _fit(profile: Profile, pool: Pool) -> Iterator[str]:
          f"{_bytes(node.daemonset_memory)} daemonsetOverhead)"),
     )
     for field, asked, left, most, each, total, breakdown in checks:
-        if asked * pool.units_per_node > left * profile.units:
+        if asked * per_node_units > left * units:
             yield (f"profile {profile.slug!r} on pool {pool.name!r}: {field}: {per_node} × "
-                   f"{field} {each(asked)} = {total(asked * pool.units_per_node / profile.units)}"
+                   f"{field} {each(asked)} = {total(asked * per_node_units / units)}"
                    f" > {total(left)} {breakdown}; use {field}: {each(most)} or less")
 
 

@@ -138,9 +138,10 @@ resource "azurerm_kubernetes_cluster" "main" {
   }
 }
 
-# One autoscaled pool per GPU pool of the spec. Labels and taints are exactly what
-# GPUSpawner's pods select and tolerate; Kueue's ResourceFlavors name the same pools.
-# AKS installs no NVIDIA driver (gpu_driver = "None") and no MIG layout (no
+# One autoscaled pool per pool of the spec (CPU-only pools, gpu: none, included).
+# Labels and taints are exactly what GPUSpawner's pods select and tolerate; Kueue's
+# ResourceFlavors name the same pools. On a GPU pool AKS installs no NVIDIA driver
+# (gpu_driver = "None"; a CPU-only pool leaves it unset) and no MIG layout (no
 # gpu_instance): the GPU Operator owns both (docs/gpu-operator.md). The autoscaler
 # tags tell the cluster autoscaler what a node of an empty pool will offer, so that
 # a pending notebook scales the pool up from 0 (docs/terraform.md).
@@ -157,7 +158,7 @@ resource "azurerm_kubernetes_cluster_node_pool" "gpu" {
   node_count            = each.value.min_count
   max_pods              = 110
   os_disk_size_gb       = var.gpu_os_disk_size_gb
-  gpu_driver            = "None"
+  gpu_driver            = each.value.gpu ? "None" : null
   priority              = each.value.spot ? "Spot" : "Regular"
   eviction_policy       = each.value.spot ? "Delete" : null
   spot_max_price        = each.value.spot ? -1 : null

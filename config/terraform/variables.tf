@@ -81,9 +81,10 @@ variable "cluster_autoscaler" {
 }
 
 variable "gpu_pools" {
-  description = "The GPU node pools of the platform spec that the cluster autoscaler scales, keyed by AKS pool name."
+  description = "The node pools of the platform spec that the cluster autoscaler scales (GPU pools, and CPU-only ones: gpu = false), keyed by AKS pool name."
   type = map(object({
     vm_size         = string
+    gpu             = bool
     min_count       = number
     max_count       = number
     spot            = bool

@@ -32,18 +32,21 @@ def plugin_config(pool: Pool) -> dict:
 
 
 def pool_labels(pool: Pool) -> dict[str, str]:
-    """Labels the admin sets on the AKS node pool (Terraform ``node_labels``)."""
+    """Labels the admin sets on the AKS node pool (Terraform ``node_labels``); none on
+    a CPU-only pool, where no device plugin runs."""
+    if not pool.has_gpu:
+        return {}
     return {DEVICE_PLUGIN_CONFIG_LABEL: pool.device_plugin_config,
             MIG_CONFIG_LABEL: pool.sharing.mode.mig_config(pool.sharing)}
 
 
-def node_labels(pool: Pool) -> dict[str, str]:
-    """Every label a node of ``pool`` carries once AKS and GPU feature discovery ran."""
+def _gpu_labels(pool: Pool) -> dict[str, str]:
+    """What AKS and GPU feature discovery put on a GPU node (nothing without a GPU)."""
     mode = pool.sharing.mode
+    if not pool.has_gpu:
+        return {}
     labels = {
-        AGENTPOOL_LABEL: pool.name,
         ACCELERATOR_LABEL: "nvidia",
-        INSTANCE_TYPE_LABEL: pool.vm_size,
         GPU_PRESENT_LABEL: "true",
         GPU_PRODUCT_LABEL: pool.gpu.product + mode.product_suffix,
         GPU_COUNT_LABEL: str(pool.gpus_per_node),
@@ -53,6 +56,13 @@ def node_labels(pool: Pool) -> dict[str, str]:
     }
     if mode.mig_strategy != "none":
         labels[MIG_STRATEGY_LABEL] = mode.mig_strategy
+    return labels
+
+
+def node_labels(pool: Pool) -> dict[str, str]:
+    """Every label a node of ``pool`` carries once AKS and GPU feature discovery ran."""
+    labels = {AGENTPOOL_LABEL: pool.name, INSTANCE_TYPE_LABEL: pool.vm_size,
+              **_gpu_labels(pool)}
     if pool.spot:
         labels[SPOT_LABEL] = SPOT_VALUE
     return labels
@@ -61,7 +71,7 @@ def node_labels(pool: Pool) -> dict[str, str]:
 def config_map(platform: Platform, namespace: str = "gpu-operator") -> dict:
     """One ConfigMap holding every pool's config, keyed by config name."""
     data = {p.device_plugin_config: yaml.safe_dump(plugin_config(p), sort_keys=False)
-            for p in platform.pools}
+            for p in platform.gpu_pools}
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": CONFIG_MAP_NAME, "namespace": namespace},
             "data": dict(sorted(data.items()))}

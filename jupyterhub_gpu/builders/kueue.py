@@ -40,19 +40,20 @@ def resource_flavor(pool: Pool) -> dict:
 
 
 def covered_resources(platform: Platform) -> list[str]:
-    gpu = sorted({p.resource_name for p in platform.pools})
+    gpu = sorted({p.resource_name for p in platform.gpu_pools})
     return ["cpu", "memory", *gpu]
 
 
 def _amounts(pool: Pool, units: int, covered: list[str]) -> dict[str, str]:
     """``units`` of ``pool`` as quantities of every covered resource: the pool's GPU
-    resource, and the cpu and memory that share of a node leaves for notebooks (its
+    resource (none on a CPU-only pool, whose unit is a node), and the cpu and memory
+    that share of a node leaves for notebooks (its
     allocatable less the daemonsets, :mod:`jupyterhub_gpu.allocatable`), so that
     Kueue admits no more than the nodes can run."""
     cpu_millis, memory = share_of_node(node_resources(pool), units, pool.units_per_node)
     amounts = {r: "0" for r in covered}
     amounts.update(cpu=format_cpu(cpu_millis / 1000), memory=format_memory(memory))
-    amounts[pool.resource_name] = str(units)
+    amounts.update(pool.gpu_resources(units))  # a CPU-only pool: cpu and memory only
     return amounts
 
 

@@ -29,7 +29,7 @@ def node_capacity(pool: Pool) -> dict[str, str]:
         "cpu": str(pool.cpus_per_node),
         "memory": format_memory(pool.memory_per_node),
         "pods": str(MAX_PODS),
-        pool.resource_name: str(pool.units_per_node),
+        **pool.gpu_resources(pool.units_per_node),
     }
 
 

@@ -184,7 +184,7 @@ def _checkpoint_parts(platform: Platform, grant: Grant) -> tuple[list, list, dic
 def spawn_settings(platform: Platform, grant: Grant) -> SpawnSettings:
     """The KubeSpawner settings that start ``grant.profile`` for its team."""
     profile, pool, team = grant.profile, grant.pool, grant.team
-    gpu = {pool.resource_name: str(profile.units)}
+    gpu = pool.gpu_resources(profile.units)  # none on a CPU-only pool
     volumes, mounts, ckpt_env = _checkpoint_parts(platform, grant)
     selector, tolerations, affinity, gates = _placement(grant)
     pod_config: dict[str, Any] = {"schedulingGates": gates} if gates else {}

@@ -39,7 +39,7 @@ TF_WIRING = {
     "node_labels": r"each\.value\.node_labels",
     "node_taints": r"each\.value\.node_taints",
     "tags": r"merge\(var\.tags, each\.value\.autoscaler_tags\)",
-    "gpu_driver": r'"None"',
+    "gpu_driver": r'each\.value\.gpu \? "None" : null',
     "auto_scaling_enabled": r"true",
     "priority": r'each\.value\.spot \? "Spot" : "Regular"',
     "eviction_policy": r'each\.value\.spot \? "Delete" : null',
@@ -133,7 +133,7 @@ def check_device_plugin(platform: Platform, file: str, docs: list) -> list[Drift
     expected = config_map(platform, namespace)
     drifts = compare_objects(file, [expected], [found] if found else [])
     data = found.get("data") or {}
-    for pool in platform.pools:
+    for pool in platform.gpu_pools:
         key = pool.device_plugin_config
         if key not in data:
             continue

@@ -12,6 +12,9 @@
   removes them. Its default scores cpu and memory only; here every GPU resource the
   pools advertise is scored too, so time-sliced shares and MIG slices fill one node
   before the next is started.
+* ``hub.allowNamedServers``: a user may run several servers at once, each of its
+  own profile (a CPU server beside a GPU server); GPUSpawner refuses a GPU server
+  beyond the spec's ``gpuServersPerUser`` before it touches the Kubernetes API.
 * ``hub.config.OAuthenticator``: who may log in -- the members of the spec's teams'
   groups (``manage_groups`` makes the token's groups the user's JupyterHub groups,
   which GPUSpawner reads). Set on the OAuthenticator base class so it applies to
@@ -32,7 +35,7 @@ def start_timeout(platform: Platform) -> int:
 
 
 def gpu_resources(platform: Platform) -> list[str]:
-    return sorted({pool.resource_name for pool in platform.pools})
+    return sorted({pool.resource_name for pool in platform.gpu_pools})
 
 
 def scoring_resources(platform: Platform) -> list[dict]:
@@ -47,7 +50,7 @@ def login_groups(platform: Platform) -> list[str]:
 def generated_values(platform: Platform) -> dict:
     """Helm values derived from ``platform`` (validated against z2jh's schema)."""
     return {
-        "hub": {"config": {"OAuthenticator": {
+        "hub": {"allowNamedServers": True, "config": {"OAuthenticator": {
             "manage_groups": True, "allowed_groups": login_groups(platform)}}},
         "singleuser": {"startTimeout": start_timeout(platform)},
         "scheduling": {"userScheduler": {"pluginConfig": [{

@@ -32,7 +32,7 @@ _OVERHEAD = (f"{format_cpu(default_of(DaemonsetOverhead, 'cpu'))} cpu, "
 #: section -> title
 SECTIONS: dict[str, str] = {
     "spec": "Top level",
-    "pool": "`pools[]`: GPU node pools",
+    "pool": "`pools[]`: node pools (GPU, or CPU-only with `gpu: none`)",
     "sharing": "`pools[].sharing`",
     "daemonsetOverhead": "`pools[].daemonsetOverhead`",
     "team": "`teams[]`",
@@ -58,6 +58,14 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
                      "that `teams[].groups` and `allowedGroups` name, for tokens that carry "
                      "IDs (`groupMembershipClaims=SecurityGroup`); the hub then names the "
                      "users' groups by these names. With it, every group named needs one."),
+        "cpuIdleTimeout": ("duration", "The idle timeout of the profiles on CPU-only pools "
+                           "(`gpu: none`) that set no `idleTimeout` of their own: longer "
+                           "than a GPU profile's, since an idle CPU server costs little."),
+        "gpuServersPerUser": ("integer >= 0", "How many servers of GPU profiles one user "
+                              "may run at once (the hub allows named servers, so a user "
+                              "can run a CPU server beside them). A further GPU server is "
+                              "refused before anything is created; CPU servers never "
+                              "count."),
     },
     "pool": {
         "name": ("string", "AKS agent pool (or Node Auto Provisioning NodePool) name: "
@@ -66,9 +74,13 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
                  f"`{Autoscaler.NODE_AUTO_PROVISIONING.pool_label}` under Node Auto "
                  "Provisioning."),
         "vmSize": ("string", "Azure VM size, e.g. `Standard_NC24ads_A100_v4`."),
-        "gpu": ("string", "GPU model; must match the VM size."),
-        "gpusPerNode": ("integer", "Required for VM sizes not listed below."),
-        "sharing": ("mapping", "How one GPU is shared (see `sharing`)."),
+        "gpu": ("string", "GPU model; must match the VM size. `none`: a CPU-only pool "
+                "(a VM size without GPUs), whose pods request no GPU and tolerate no GPU "
+                "taint, and whose quota is counted in nodes."),
+        "gpusPerNode": ("integer", "Required for GPU VM sizes not listed below; not on a "
+                        "pool with `gpu: none`."),
+        "sharing": ("mapping", "How one GPU is shared (see `sharing`); not on a pool "
+                    "with `gpu: none`."),
         "spot": ("boolean", "An Azure Spot pool: cheaper, may be evicted."),
         "minNodes": ("integer", "Smallest size; 0 lets the pool scale to zero. The "
                      "dev cluster keeps this many static nodes. 0 under Node Auto "
@@ -96,7 +108,8 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
             f"What scales the pool on AKS: `{Autoscaler.CLUSTER_AUTOSCALER}` (an AKS node "
             f"pool of the cluster autoscaler) or `{Autoscaler.NODE_AUTO_PROVISIONING}` (a "
             f"Karpenter NodePool of AKS Node Auto Provisioning; for "
-            f"{modes_where(lambda m: m.vm_resource)} pools only, with `minNodes: 0`). Both "
+            f"{modes_where(lambda m: m.vm_resource)} pools or CPU-only ones, with "
+            f"`minNodes: 0`). Both "
             f"in one cluster need the subscription feature `{AKS_BOTH_AUTOSCALERS_FEATURE}` "
             "(see the Terraform docs). The dev cluster runs Karpenter for every pool "
             "either way.")),
@@ -118,7 +131,8 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
                    "the team (the first matching team wins)."),
         "namespace": ("namespace name", "Where the team's user pods run."),
         "quota": ("pool -> integer", "Nominal quota per pool, in the pool's GPU "
-                  "units (GPUs, MIG slices or shares)."),
+                  "units (GPUs, MIG slices or shares); on a CPU-only pool in nodes (a "
+                  "node's cpu and memory, less what AKS and the daemonsets keep)."),
         "cohort": ("DNS label", "Kueue cohort: teams in one cohort "
                    "borrow each other's unused quota."),
         "borrowingLimit": ("pool -> integer", "Most units borrowed per pool."),
@@ -142,7 +156,8 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
                   "first with room (Kueue's flavor fungibility). All must offer the same "
                   "GPU resource in the same sharing mode, and no two profiles may prefer "
                   "two pools the other way round. The form shows the price range."),
-        "gpus": ("integer", "Units of the pool's GPU resource (1 on shared pools)."),
+        "gpus": ("integer", "Units of the pool's GPU resource (1 on shared pools); not on "
+                 "a CPU-only pool, where the server asks for no GPU."),
         "cpu": ("cpu quantity", "CPU guarantee and limit, e.g. `8` or `500m`. "
                 "The pool's units per node times this, divided by `gpus`, must fit one "
                 "node's allocatable less `daemonsetOverhead`."),
@@ -150,11 +165,13 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
                    "fit the node like `cpu`."),
         "image": ("string", "Notebook image."),
         "priority": ("priority name", "The Kueue priority of the server."),
-        "idleTimeout": ("duration", "Idle time before the culler stops the server."),
+        "idleTimeout": ("duration", "Idle time before the culler stops the server; on a "
+                        "CPU-only pool the default is the spec's `cpuIdleTimeout`."),
         "maxAge": ("duration", "Age at which the culler stops the server."),
         "queuePatience": ("duration", "How long a user waits in the Kueue queue."),
         "startTimeout": ("duration", "From admission to a running server."),
-        "gpuIdle": ("mapping", "Cull on low GPU use (see `gpuIdle`)."),
+        "gpuIdle": ("mapping", "Cull on low GPU use (see `gpuIdle`); not on a CPU-only "
+                    "pool."),
         "allowedGroups": ("list of strings", "Groups that may use it."),
         "checkpoint": ("mapping", "Checkpoint storage and grace period. Without it the "
                        "profile mounts no checkpoint PVC and its pods keep Kubernetes' "

@@ -1,4 +1,4 @@
-"""The GPU node pools as Terraform input: ``config/terraform/pools.auto.tfvars.json``.
+"""The node pools as Terraform input: ``config/terraform/pools.auto.tfvars.json``.
 
 ``config/terraform/main.tf`` creates one ``azurerm_kubernetes_cluster_node_pool`` per
 entry of ``var.gpu_pools`` (``for_each``): one per pool the cluster autoscaler scales
@@ -23,8 +23,10 @@ and taints GPUSpawner's pods select and tolerate:
   MIG pool never grows. ``main.tf`` merges them into the pool's ``tags``, which AKS
   copies to the pool's scale set.
 
-No pool sets AKS's ``gpu_instance`` (MIG partitioning at node boot) and ``main.tf``
-sets ``gpu_driver = "None"``: the GPU Operator installs the driver and partitions MIG
+A CPU-only pool (``gpu: none``) is a node pool like the others, with ``gpu: false``:
+no GPU taint, no device-plugin labels, no GPU resource in its tags. No pool sets
+AKS's ``gpu_instance`` (MIG partitioning at node boot) and ``main.tf`` sets
+``gpu_driver = "None"`` on every GPU pool: the GPU Operator installs the driver and partitions MIG
 pools from the ``nvidia.com/mig.config`` label (see ``docs/gpu-operator.md``).
 """
 
@@ -54,9 +56,10 @@ def node_labels(pool: Pool) -> dict[str, str]:
 
 
 def autoscaler_tags(pool: Pool) -> dict[str, str]:
-    """What the autoscaler must know of a node of ``pool`` before one exists."""
+    """What the autoscaler must know of a node of ``pool`` before one exists (a
+    CPU-only pool's resources are its VM size's, which the autoscaler knows)."""
     try:
-        return template_tags({pool.resource_name: pool.units_per_node},
+        return template_tags(pool.gpu_resources(pool.units_per_node),
                              {**pool.node_selector, **node_labels(pool)}, pool.taints)
     except TagError as e:
         raise BundleError(f"pool {pool.name!r}: {e}") from e
@@ -66,6 +69,7 @@ def pool_vars(pool: Pool) -> dict:
     """One entry of ``var.gpu_pools`` (see ``config/terraform/variables.tf``)."""
     return {
         "vm_size": pool.vm_size,
+        "gpu": pool.has_gpu,  # main.tf sets gpu_driver = "None" on GPU pools only
         "min_count": pool.min_nodes,
         "max_count": pool.max_nodes,
         "spot": pool.spot,

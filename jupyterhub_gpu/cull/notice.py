@@ -103,7 +103,7 @@ def notice_message(rules: CullRules, now: datetime, checkpoint_problem: str | No
         stops.append(f"after {short(rules.gpu_idle.window_seconds)} with GPU "
                      f"<{rules.gpu_idle.threshold_percent:g}% even if busy")
     parts = [f"Checkpoints will fail: {checkpoint_problem}."] if checkpoint_problem else []
-    parts += [f"This GPU server stops {', '.join(stops[:-1])}{' or ' if stops[1:] else ''}"
+    parts += [f"This server stops {', '.join(stops[:-1])}{' or ' if stops[1:] else ''}"
               f"{stops[-1]}.", "Save work: jupyterhub_gpu.checkpoint"]
     text = ""
     for part in parts:

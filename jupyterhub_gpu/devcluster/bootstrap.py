@@ -1,5 +1,5 @@
 """What ``up`` puts into the running API server: Kueue's and Karpenter's prerequisites,
-the team namespaces, the static fake GPU nodes (``minNodes``) with their daemonsets'
+the bundle's team namespaces with the hub's RBAC and NetworkPolicies, the static fake GPU nodes (``minNodes``) with their daemonsets'
 requests, the platform's Kueue objects and its Karpenter NodePools, with waits."""
 
 from __future__ import annotations
@@ -7,13 +7,16 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable, TypeVar
 
+from kubernetes.dynamic.exceptions import ConflictError
+
 from ..builders.karpenter import karpenter_objects
-from ..contract import KARPENTER_API_VERSION as KARPENTER_API
 from ..builders.kueue import kueue_objects
 from ..builders.nodes import OVERHEAD_NAMESPACE, fake_node, overhead_daemonset
+from ..bundle.namespaces import HubRef, team_objects
+from ..contract import KARPENTER_API_VERSION as KARPENTER_API
 from ..spec import Platform, Pool
 from . import kueue_setup as ks
-from .kubeapi import ApiError, KubeClient
+from .kube import AdminClient, KubeErrors
 from .layout import Layout, Ports
 from .pki import PkiPaths
 from .sources import KueueSources
@@ -28,7 +31,7 @@ class BootstrapError(RuntimeError):
 
 def poll(check: Callable[[], T | None], timeout: float, what: str,
          interval: float = 0.25) -> T:
-    """Call ``check`` until it returns something truthy; ApiErrors count as 'not yet'."""
+    """Call ``check`` until it returns something truthy; API and connection errors count as 'not yet'."""
     deadline = time.monotonic() + timeout
     last = "no answer"
     while True:
@@ -37,7 +40,7 @@ def poll(check: Callable[[], T | None], timeout: float, what: str,
             if result:
                 return result
             last = "not yet"
-        except (ApiError, OSError) as e:
+        except KubeErrors as e:
             last = str(e)
         if time.monotonic() >= deadline:
             raise BootstrapError(f"timed out after {timeout:.0f}s waiting for {what}: {last}")
@@ -49,7 +52,7 @@ def _condition(obj: dict | None, kind: str) -> bool:
     return any(c.get("type") == kind and c.get("status") == "True" for c in conds)
 
 
-def install_crds(client: KubeClient, crds: Iterable[dict], timeout: float = 60) -> None:
+def install_crds(client: AdminClient, crds: Iterable[dict], timeout: float = 60) -> None:
     """Apply the CRDs and wait until every one is established."""
     names = []
     for crd in crds:
@@ -61,7 +64,7 @@ def install_crds(client: KubeClient, crds: Iterable[dict], timeout: float = 60) 
              timeout, f"CRD {name} to be established")
 
 
-def install_kueue_prereqs(client: KubeClient, src: KueueSources, layout: Layout,
+def install_kueue_prereqs(client: AdminClient, src: KueueSources, layout: Layout,
                           ports: Ports, pki: PkiPaths) -> None:
     """Namespace, CRDs, cert Secret, cert files and webhook configurations."""
     base_url = ks.webhook_base_url(ports)
@@ -80,27 +83,35 @@ def install_kueue_prereqs(client: KubeClient, src: KueueSources, layout: Layout,
         client.apply(config)
 
 
-def wait_kueue_webhooks(client: KubeClient, timeout: float = 60) -> None:
+def wait_kueue_webhooks(client: AdminClient, timeout: float = 60) -> None:
     """A dry-run ResourceFlavor create passes Kueue's webhooks only once they answer."""
     poll(lambda: client.create(ks.probe_flavor(), dry_run=True), timeout,
          "Kueue's webhooks to answer (dry-run create of a ResourceFlavor)")
 
 
-def create_namespaces(client: KubeClient, platform: Platform) -> list[str]:
-    names = sorted({t.namespace for t in platform.teams})
-    for name in names:
-        client.apply(ks.namespace(name, managed=True))
-    return names
+TEAM_KINDS = ("Namespace", "Role", "RoleBinding", "NetworkPolicy")
+"""What ``up`` applies of the team-namespaces bundle: all but the checkpoint PVC,
+which nothing provisions here (a test creates the volumes it needs)."""
 
 
-def wait_service_accounts(client: KubeClient, namespaces: Iterable[str],
+def apply_team_objects(client: AdminClient, platform: Platform,
+                       hub: HubRef = HubRef()) -> list[str]:
+    """Apply the bundle's team objects (``config/team-namespaces.yaml``, as an admin
+    does) for the hub ``hub``; return the team namespaces."""
+    objects = [obj for obj in team_objects(platform, hub) if obj["kind"] in TEAM_KINDS]
+    for obj in objects:
+        client.apply(obj)
+    return [obj["metadata"]["name"] for obj in objects if obj["kind"] == "Namespace"]
+
+
+def wait_service_accounts(client: AdminClient, namespaces: Iterable[str],
                           timeout: float = 60) -> None:
     for ns in namespaces:
         poll(lambda n=ns: client.get("v1", "ServiceAccount", "default", n), timeout,
              f"the default ServiceAccount in namespace {ns}")
 
 
-def create_static_nodes(client: KubeClient, platform: Platform) -> list[str]:
+def create_static_nodes(client: AdminClient, platform: Platform) -> list[str]:
     """Create every pool's ``minNodes`` fake nodes (existing ones are kept); Karpenter
     adds the rest on demand."""
     names = []
@@ -109,14 +120,13 @@ def create_static_nodes(client: KubeClient, platform: Platform) -> list[str]:
             node = fake_node(pool, index)
             try:
                 client.create(node)
-            except ApiError as e:
-                if e.status != 409:
-                    raise
+            except ConflictError:
+                pass
             names.append(node["metadata"]["name"])
     return names
 
 
-def run_node_overhead(client: KubeClient, platform: Platform, timeout: float = 120) -> None:
+def run_node_overhead(client: AdminClient, platform: Platform, timeout: float = 120) -> None:
     """Apply each pool's overhead DaemonSet and wait until its pod runs on every static
     node (the DaemonSet controller adds one to each node Karpenter adds later)."""
     for pool in platform.pools:
@@ -133,14 +143,14 @@ def run_node_overhead(client: KubeClient, platform: Platform, timeout: float = 1
              f"the daemonset-overhead pods of pool {pool.name} to run on its nodes")
 
 
-def wait_nodes_ready(client: KubeClient, names: list[str], timeout: float = 60) -> None:
+def wait_nodes_ready(client: AdminClient, names: list[str], timeout: float = 60) -> None:
     def ready() -> bool:
         nodes = {n["metadata"]["name"]: n for n in client.list("v1", "Node")}
         return all(_condition(nodes.get(name), "Ready") for name in names)
     poll(ready, timeout, f"{len(names)} static fake nodes to become Ready (kwok)")
 
 
-def apply_kueue_objects(client: KubeClient, platform: Platform, timeout: float = 60) -> None:
+def apply_kueue_objects(client: AdminClient, platform: Platform, timeout: float = 60) -> None:
     """Apply the platform's Kueue objects and wait for every ClusterQueue to be active."""
     objects = kueue_objects(platform)
     for obj in objects:
@@ -158,7 +168,7 @@ def _conditions(obj: dict) -> str:
                      for c in conds) or "none yet"
 
 
-def apply_karpenter_objects(client: KubeClient, platform: Platform, timeout: float = 60) -> None:
+def apply_karpenter_objects(client: AdminClient, platform: Platform, timeout: float = 60) -> None:
     """Apply every pool's KWOKNodeClass and NodePool; wait until Karpenter reports each
     NodePool Ready (its template validated and its node class found)."""
     objects = karpenter_objects(platform)

@@ -29,6 +29,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from ..contract import ENV_CACHE
+from .layout import log_tail
 
 __all__ = [
     "PINS",
@@ -49,7 +50,7 @@ MIN_GO = "1.26"
 # Bump when the way binaries are built changes (ldflags, wrapper layout...).
 RECIPE = "1"
 GO_PARALLELISM = "2"
-LOG_TAIL_LINES = 40
+BUILD_LOG_LINES = 40  # of a failed build's log, in its error
 
 
 class BuildError(RuntimeError):
@@ -262,10 +263,6 @@ def _build_date(info: Mapping[str, str]) -> str:
     return raw[:19] + "Z"
 
 
-def _log_tail(log: Path) -> str:
-    return "\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
-
-
 def _go_build(name: str, pin: Pin, wrapper: Path, info: Mapping[str, str]) -> Path:
     """Compile one binary into a temporary file, then rename it into place atomically."""
     target = bin_dir(name) / name
@@ -281,7 +278,8 @@ def _go_build(name: str, pin: Pin, wrapper: Path, info: Mapping[str, str]) -> Pa
         proc = subprocess.run(cmd, cwd=wrapper, env=_go_env(), stdout=out, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
-        raise BuildError(f"building {name} {pin.version} failed (log: {log}):\n{_log_tail(log)}")
+        raise BuildError(f"building {name} {pin.version} failed (log: {log}):\n"
+                         f"{log_tail(log, BUILD_LOG_LINES)}")
     os.replace(partial, target)
     return target
 

@@ -6,7 +6,8 @@ kubelets), Kueue's manager and Karpenter with its kwok provider (which adds a po
 node when an admitted notebook needs one and removes it once empty). ``up`` starts
 etcd and the API server waiting for each, installs Kueue's CRDs, webhooks and certs
 and Karpenter's CRDs, writes Karpenter's instance types, starts the rest and waits
-for each to be healthy, then creates the team namespaces, each pool's ``minNodes``
+for each to be healthy, then applies the bundle's team namespaces (with the hub's
+Roles, RoleBindings and NetworkPolicies), creates each pool's ``minNodes``
 static GPU nodes, the platform's Kueue objects and its NodePools. A pool starts at
 ``minNodes`` (0 in the example). If anything fails (or on Ctrl-C / SIGTERM),
 everything ``up`` started is stopped and the failing component's log tail is
@@ -31,7 +32,7 @@ from ..builders.karpenter import instance_types_json
 from ..spec import Platform
 from . import bootstrap, components, kueue_setup, pki as pkimod, procs, sources, stages
 from .components import Component
-from .kubeapi import KubeClient
+from .kube import AdminClient
 from .layout import ALL_INTERFACES, COMPONENTS, HOST, Layout, Ports, default_state_dir
 
 Progress = Callable[[str], None]
@@ -163,7 +164,7 @@ def _start_all(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.Pki
     _wait(comps["etcd"], started["etcd"], layout, pki, progress)
     started["kube-apiserver"] = procs.launch(comps["kube-apiserver"], layout)
     _wait(comps["kube-apiserver"], started["kube-apiserver"], layout, pki, progress)
-    client = KubeClient(components.apiserver_url(ports), pki)
+    client = AdminClient(components.apiserver_url(ports), pki)
     for name in ("kube-scheduler", "kwok"):
         started[name] = procs.launch(comps[name], layout)
     progress("  installing Kueue CRDs, webhook configurations and certificates; Karpenter CRDs")
@@ -177,15 +178,15 @@ def _start_all(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.Pki
     _populate(client, platform, progress)
 
 
-def _populate(client: KubeClient, platform: Platform, progress: Progress) -> None:
-    namespaces = bootstrap.create_namespaces(client, platform)
+def _populate(client: AdminClient, platform: Platform, progress: Progress) -> None:
+    namespaces = bootstrap.apply_team_objects(client, platform)
     nodes = bootstrap.create_static_nodes(client, platform)
     bootstrap.apply_kueue_objects(client, platform)
     bootstrap.apply_karpenter_objects(client, platform)
     bootstrap.wait_nodes_ready(client, nodes)
     bootstrap.run_node_overhead(client, platform)
     bootstrap.wait_service_accounts(client, namespaces)
-    progress(f"  {len(namespaces)} team namespaces, {len(nodes)} static GPU nodes Ready "
+    progress(f"  {len(namespaces)} team namespaces with the hub's RBAC, {len(nodes)} static GPU nodes Ready "
              f"(minNodes) with their daemonset overhead, Kueue objects applied "
              f"({len(platform.teams)} ClusterQueues active), {len(platform.pools)} Karpenter "
              f"NodePools Ready")

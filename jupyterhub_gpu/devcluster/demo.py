@@ -22,7 +22,7 @@ from typing import Callable, Coroutine
 from ..contract import (ENV_DEMO_CHP, ENV_DEMO_HUB_PORT, ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC,
                         ENV_DEMO_URL)
 from . import build
-from .kubeapi import KubeClient
+from .kube import AdminClient
 from .layout import Layout, Ports, default_state_dir
 from .pki import PkiPaths
 from .podrunner import PodRunner
@@ -146,7 +146,7 @@ def run_demo(spec: Path, state_dir: Path | None, url: str,
     ensure_chp(progress)
     layout = Layout(state_dir or default_state_dir())
     status = cluster.up(platform, layout.root, progress, ports=ports)
-    client = KubeClient(status["server"], PkiPaths(layout.pki_dir))
+    client = AdminClient(status["server"], PkiPaths(layout.pki_dir))
     try:
         return asyncio.run(serve(spec, layout.kubeconfig, layout.root / "demo", url, progress,
                                  hub_port=hub_port, proxy_api_port=proxy_api_port,

@@ -25,6 +25,9 @@ c.JupyterHub.services.append(culler_service(os.environ[ENV_DEMO_SPEC],
                                             cull_every_seconds=CULL_EVERY))
 c.JupyterHub.load_roles.append(culler_role())
 
+# As the Helm values do (hub.allowNamedServers): a CPU server beside a GPU server.
+c.JupyterHub.allow_named_servers = True
+
 c.JupyterHub.bind_url = os.environ.get(ENV_DEMO_URL, "http://127.0.0.1:8000")
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = int(os.environ.get(ENV_DEMO_HUB_PORT, "8081"))

@@ -27,10 +27,9 @@ from typing import Iterable, Mapping
 
 import yaml
 
-from ..bundle.kueueconfig import POLICY_KEYS, kueue_configuration
+from ..bundle.kueueconfig import kueue_configuration
 from ..contract import KUEUE_API_VERSION as API_VERSION
-from ..contract import KUEUE_CONFIG_API_VERSION as CONFIG_API_VERSION
-from ..contract import KUEUE_GROUP, MANAGED_LABEL
+from ..contract import KUEUE_GROUP
 from .layout import HOST, Ports
 
 NAMESPACE = "kueue-system"
@@ -49,13 +48,22 @@ def webhook_base_url(ports: Ports) -> str:
     return f"https://{HOST}:{ports.kueue_webhook}"
 
 
-def configuration(ports: Ports, cert_dir: str) -> dict:
-    """Kueue's ``Configuration`` on loopback, without leader election; what Kueue
-    manages and how it admits and preempts is the bundle's (:data:`POLICY_KEYS`)."""
-    shipped = kueue_configuration()
+def dev_overlay(ports: Ports, cert_dir: str) -> dict:
+    """Every field in which the dev cluster's Kueue differs from the shipped
+    Configuration (:func:`~jupyterhub_gpu.bundle.kueueconfig.kueue_configuration`):
+    only where a local process differs from a pod behind a Service.
+
+    * ``namespace``: a pod reads it from its ServiceAccount; a local process has none;
+    * ``health``, ``metrics``, ``webhook``: loopback addresses and the dev cluster's
+      ports; the webhook certs in the state dir;
+    * ``leaderElection``: one Kueue, no lease to wait for;
+    * ``internalCertManagement``: fed the certs ``up`` made (see the module docstring);
+    * ``featureGates``: no visibility API server (it needs a Service).
+
+    What Kueue manages and how it admits and preempts (:data:`~jupyterhub_gpu.bundle.kueueconfig.POLICY_KEYS`) is never
+    here: the dev cluster runs the shipped policy.
+    """
     return {
-        "apiVersion": CONFIG_API_VERSION,
-        "kind": "Configuration",
         "namespace": NAMESPACE,
         "health": {"healthProbeBindAddress": f"{HOST}:{ports.kueue_health}"},
         "metrics": {"bindAddress": f"{HOST}:{ports.kueue_metrics}"},
@@ -63,10 +71,26 @@ def configuration(ports: Ports, cert_dir: str) -> dict:
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": True, "webhookServiceName": SERVICE_NAME,
                                    "webhookSecretName": SECRET_NAME},
-        "clientConnection": {"qps": 50, "burst": 100},
-        **{key: shipped[key] for key in POLICY_KEYS if key in shipped},
         "featureGates": {"VisibilityOnDemand": False},
     }
+
+
+def overlaid(base: Mapping, overlay: Mapping) -> dict:
+    """``base`` with ``overlay`` laid over it: mappings merge key by key, any other
+    value of ``overlay`` replaces ``base``'s."""
+    out = copy.deepcopy(dict(base))
+    for key, value in overlay.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = overlaid(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def configuration(ports: Ports, cert_dir: str) -> dict:
+    """The Configuration the dev cluster's Kueue runs: the shipped one with
+    :func:`dev_overlay` laid over it."""
+    return overlaid(kueue_configuration(), dev_overlay(ports, cert_dir))
 
 
 def _ours(webhook: Mapping) -> bool:
@@ -145,10 +169,9 @@ def webhook_secret(ca_crt: bytes, ca_key: bytes, tls_crt: bytes, tls_key: bytes)
             "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
 
 
-def namespace(name: str, managed: bool = False) -> dict:
-    labels = {MANAGED_LABEL: "true"} if managed else {}
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": labels}}
+def namespace(name: str) -> dict:
+    """A namespace Kueue does not manage (Kueue's own, the hub's)."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
 def probe_flavor() -> dict:

@@ -56,6 +56,15 @@ class Ports:
         return cls(**{k: int(v) for k, v in data.items() if k in known})
 
 
+def log_tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a log (a component's, a build's), or "(no log)"."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
 def default_state_dir() -> Path:
     xdg = os.environ.get("XDG_STATE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"

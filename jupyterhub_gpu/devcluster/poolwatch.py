@@ -15,7 +15,7 @@ from ..contract import KARPENTER_API_VERSION as KARPENTER_API, NODEPOOL_LABEL
 from ..kueue import status as st
 from ..contract import AGENTPOOL_LABEL, PROFILE_LABEL
 from ..spec import Platform, Pool
-from .kubeapi import ApiError, KubeClient
+from .kube import AdminClient, KubeErrors
 
 POLL_SECONDS = 2.0
 
@@ -51,20 +51,20 @@ def pool_lines(platform: Platform, nodes: list[dict], node_claims: list[dict],
     return lines
 
 
-def _snapshot(client: KubeClient, platform: Platform) -> list[str]:
-    pods = client.list("v1", "Pod", labelSelector=PROFILE_LABEL)
+def _snapshot(client: AdminClient, platform: Platform) -> list[str]:
+    pods = client.list("v1", "Pod", label_selector=PROFILE_LABEL)
     return pool_lines(platform, client.list("v1", "Node"),
                       client.list(KARPENTER_API, "NodeClaim"), pods)
 
 
-async def watch_pools(client: KubeClient, platform: Platform, show: Callable[[str], None],
+async def watch_pools(client: AdminClient, platform: Platform, show: Callable[[str], None],
                       interval: float = POLL_SECONDS) -> None:
     """Print every pool's line when any changes, until cancelled."""
     last: list[str] = []
     while True:
         try:
             lines = await asyncio.to_thread(_snapshot, client, platform)
-        except (ApiError, OSError) as e:
+        except KubeErrors as e:
             lines = [f"pools: cannot read the cluster ({e})"]
         if lines != last:
             show("\n".join(lines))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from .components import Component, Health
-from .layout import HOST, Layout
+from .layout import HOST, Layout, log_tail
 from .pki import PkiPaths
 
 LOG_TAIL_LINES = 30
@@ -91,14 +91,6 @@ def records(layout: Layout) -> dict[str, PidRecord]:
         if rec is not None:
             found[rec.name] = rec
     return found
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def _silence_stdout() -> None:
@@ -187,7 +179,7 @@ def probe(health: Health, pki: PkiPaths, timeout: float = 2.0) -> str | None:
 def _failure(component: Component, layout: Layout, what: str) -> ComponentError:
     log = layout.log(component.name)
     return ComponentError(f"{component.name} {what}. Last lines of {log}:\n"
-                          f"{log_tail(log)}")
+                          f"{log_tail(log, LOG_TAIL_LINES)}")
 
 
 def _check_log(component: Component, layout: Layout) -> None:

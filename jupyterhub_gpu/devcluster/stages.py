@@ -83,6 +83,25 @@ nodeInfo:
 phase: Running
 """
 
+_RUNNING = ("running:", "  startedAt: {{ $now | Quote }}")
+_COMPLETED = ("terminated:", "  exitCode: 0", "  reason: Completed",
+              "  startedAt: {{ $now | Quote }}", "  finishedAt: {{ $now | Quote }}")
+
+
+def _statuses(field: str, containers: str, state: tuple[str, ...], ready: bool,
+              started: bool | None) -> str:
+    """A pod status's ``field`` (container statuses): one entry per container of
+    ``.spec.<containers>``, every one in ``state``."""
+    flag = {True: "true", False: "false"}
+    lines = [f"{field}:", f"{{{{ range .spec.{containers} }}}}",
+             "- name: {{ .name | Quote }}", "  image: {{ .image | Quote }}",
+             f"  ready: {flag[ready]}",
+             *([f"  started: {flag[started]}"] if started is not None else []),
+             "  restartCount: 0", "  state:", *(f"    {line}" for line in state),
+             "{{ end }}"]
+    return "\n".join(lines) + "\n"
+
+
 _POD_READY = """\
 {{ $now := Now }}
 conditions:
@@ -96,30 +115,8 @@ conditions:
   status: "True"
   lastTransitionTime: {{ $now | Quote }}
 {{ end }}
-containerStatuses:
-{{ range .spec.containers }}
-- name: {{ .name | Quote }}
-  image: {{ .image | Quote }}
-  ready: true
-  started: true
-  restartCount: 0
-  state:
-    running:
-      startedAt: {{ $now | Quote }}
-{{ end }}
-initContainerStatuses:
-{{ range .spec.initContainers }}
-- name: {{ .name | Quote }}
-  image: {{ .image | Quote }}
-  ready: true
-  restartCount: 0
-  state:
-    terminated:
-      exitCode: 0
-      reason: Completed
-      startedAt: {{ $now | Quote }}
-      finishedAt: {{ $now | Quote }}
-{{ end }}
+""" + _statuses("containerStatuses", "containers", _RUNNING, True, True) + _statuses(
+    "initContainerStatuses", "initContainers", _COMPLETED, True, None) + """\
 {{ with NodeIPsWith .spec.nodeName }}
 hostIP: {{ index . 0 | Quote }}
 hostIPs:
@@ -138,24 +135,9 @@ phase: Running
 startTime: {{ $now | Quote }}
 """
 
-_POD_COMPLETE = """\
-{{ $now := Now }}
-containerStatuses:
-{{ range .spec.containers }}
-- name: {{ .name | Quote }}
-  image: {{ .image | Quote }}
-  ready: false
-  started: false
-  restartCount: 0
-  state:
-    terminated:
-      exitCode: 0
-      reason: Completed
-      startedAt: {{ $now | Quote }}
-      finishedAt: {{ $now | Quote }}
-{{ end }}
-phase: Succeeded
-"""
+_POD_COMPLETE = ("{{ $now := Now }}\n"
+                 + _statuses("containerStatuses", "containers", _COMPLETED, False, False)
+                 + "phase: Succeeded\n")
 
 
 def node_initialize() -> dict:

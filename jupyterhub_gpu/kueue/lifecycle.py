@@ -45,9 +45,9 @@ def _duration(seconds: float) -> str:
 def wanted(grant: Grant) -> Wanted:
     pool, profile = grant.pool, grant.profile
     count = f"{profile.units} x " if profile.units > 1 else ""
-    what = f"{count}{pool.gpu.name} {pool.sharing.mode.message_unit(pool.sharing)}"
+    what = f"{count}{pool.kind} {pool.sharing.mode.message_unit(pool.sharing)}"
     return Wanted(profile=profile.display_name, what=what if count else indefinite(what),
-                  queue=grant.team.local_queue, pool=pool.name, gpu=pool.gpu.name,
+                  queue=grant.team.local_queue, pool=pool.name, gpu=pool.kind,
                   image=profile.image, boot_seconds=pool.boot_seconds)
 
 

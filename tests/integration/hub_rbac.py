@@ -7,7 +7,8 @@ with two sets of permissions and nothing else:
   ``jupyterhub/templates/hub/rbac.yaml``), reproduced by :func:`chart_hub_rbac`;
 * the Roles (and any ClusterRoles) of the team-namespaces bundle, exactly as
   ``jupyterhub-gpu bundle`` renders them into ``config/team-namespaces.yaml``
-  (:func:`jupyterhub_gpu.bundle.namespaces.team_objects`), via :func:`shipped_rbac`.
+  (:func:`jupyterhub_gpu.bundle.namespaces.team_objects`). ``devcluster up`` applies
+  them for the default hub (:data:`HUB`); :func:`shipped_rbac` gives them for another.
 
 :func:`install` creates such a ServiceAccount in the dev cluster with those bindings,
 and :func:`token_kubeconfig` writes a kubeconfig with a token for it from the
@@ -23,7 +24,7 @@ from pathlib import Path
 from jupyterhub_gpu.bundle.namespaces import HubRef, team_objects
 from jupyterhub_gpu.devcluster import kueue_setup, pki
 from jupyterhub_gpu.devcluster.cluster import status
-from jupyterhub_gpu.devcluster.kubeapi import KubeClient
+from jupyterhub_gpu.devcluster.kube import AdminClient
 from jupyterhub_gpu.devcluster.layout import Layout
 from jupyterhub_gpu.spec import Platform
 
@@ -76,7 +77,7 @@ def without(objects: list[dict], resource: str, verb: str) -> list[dict]:
     return changed
 
 
-def install(client: KubeClient, hub: HubRef, objects: list[dict]) -> None:
+def install(client: AdminClient, hub: HubRef, objects: list[dict]) -> None:
     """The hub's namespace and ServiceAccount, bound by ``objects`` only."""
     client.apply(kueue_setup.namespace(hub.namespace))
     client.apply({"apiVersion": "v1", "kind": "ServiceAccount",
@@ -85,17 +86,18 @@ def install(client: KubeClient, hub: HubRef, objects: list[dict]) -> None:
         client.apply(obj)
 
 
-def request_token(client: KubeClient, hub: HubRef) -> str:
+def request_token(client: AdminClient, hub: HubRef) -> str:
     """A token for the hub's ServiceAccount (TokenRequest API, as the kubelet asks)."""
-    path = (f"/api/v1/namespaces/{hub.namespace}/serviceaccounts/"
-            f"{hub.service_account}/token")
-    answer = client.request("POST", path, {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"expirationSeconds": TOKEN_SECONDS}})
-    return answer["status"]["token"]
+    from kubernetes.client import CoreV1Api
+
+    answer = CoreV1Api(client.api_client).create_namespaced_service_account_token(
+        hub.service_account, hub.namespace, {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": TOKEN_SECONDS}})
+    return answer.status.token
 
 
-def token_kubeconfig(client: KubeClient, paths: pki.PkiPaths, hub: HubRef,
+def token_kubeconfig(client: AdminClient, paths: pki.PkiPaths, hub: HubRef,
                      target: Path) -> Path:
     """Write a kubeconfig at ``target`` that authenticates as the hub's ServiceAccount."""
     user = (f"system:serviceaccount:{hub.namespace}:{hub.service_account}",
@@ -103,17 +105,20 @@ def token_kubeconfig(client: KubeClient, paths: pki.PkiPaths, hub: HubRef,
     return pki.write_kubeconfig(target, client.server, paths, user=user)
 
 
-def admin_client(state_dir: Path) -> tuple[KubeClient, pki.PkiPaths]:
+def admin_client(state_dir: Path) -> tuple[AdminClient, pki.PkiPaths]:
     """The dev cluster's admin client (set-up only) and its PKI."""
     paths = pki.PkiPaths(Layout(state_dir).pki_dir)
-    return KubeClient(status(state_dir)["server"], paths), paths
+    return AdminClient(status(state_dir)["server"], paths), paths
 
 
 def give_the_hub_its_identity(state_dir: Path, platform: Platform, target: Path,
                               hub: HubRef = HUB, objects: list[dict] | None = None) -> Path:
     """Install ``hub``'s ServiceAccount bound by ``objects`` (default: the chart's hub
-    Role and the bundle's RBAC for ``platform``); write its kubeconfig to ``target``."""
+    Role, beside the bundle's RBAC that ``devcluster up`` applied for :data:`HUB`);
+    write its kubeconfig to ``target``."""
     client, paths = admin_client(state_dir)
-    install(client, hub, objects if objects is not None
-            else [*chart_hub_rbac(hub), *shipped_rbac(platform, hub)])
+    if objects is None:
+        objects = chart_hub_rbac(hub) if hub == HUB else [*chart_hub_rbac(hub),
+                                                           *shipped_rbac(platform, hub)]
+    install(client, hub, objects)
     return token_kubeconfig(client, paths, hub, target)

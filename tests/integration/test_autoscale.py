@@ -310,11 +310,11 @@ async def test_karpenter_that_cannot_read_its_instance_types_fails_to_start(clus
 async def test_the_demo_shows_a_pools_machine_come_and_go(spawn, kube, cluster,
                                                           cluster_platform):
     """`make demo`'s live line per pool, from the real Nodes, NodeClaims and Pods."""
-    from jupyterhub_gpu.devcluster.kubeapi import KubeClient
+    from jupyterhub_gpu.devcluster.kube import AdminClient
     from jupyterhub_gpu.devcluster.pki import PkiPaths
     from jupyterhub_gpu.devcluster.poolwatch import watch_pools
 
-    client = KubeClient(cluster["server"], PkiPaths(Path(cluster["state_dir"]) / "pki"))
+    client = AdminClient(cluster["server"], PkiPaths(Path(cluster["state_dir"]) / "pki"))
     await _empty(kube, "a100mig")
     shown: list[str] = []
     watcher = asyncio.create_task(watch_pools(client, cluster_platform, shown.append, 0.5))

@@ -210,6 +210,7 @@ async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
     resources = notebook["resources"]
     assert parse_cpu(resources["requests"]["cpu"]) == profile.cpu  # not the chart's 1
     assert parse_memory(resources["limits"]["memory"]) == profile.memory_bytes
-    assert resources["limits"][pool.resource_name] == str(profile.units)
+    gpu = {r: n for r, n in resources["limits"].items() if r.startswith("nvidia.com/")}
+    assert gpu == pool.gpu_resources(profile.units)  # none for a CPU profile
     assert notebook["image"] == profile.image
     assert pod["metadata"]["namespace"] == team.namespace

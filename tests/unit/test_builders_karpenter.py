@@ -86,7 +86,17 @@ def test_node_karpenter_starts_offers_what_a_static_node_offers(platform):
         assert (int(resources["cpu"].removesuffix("m")) - 100
                 == round(parse_cpu(static["cpu"]) * 1000))
         assert parse_memory(resources["memory"]) - 10 * 2**20 == parse_memory(static["memory"])
-        assert resources[pool.resource_name] == static[pool.resource_name]
+        gpu = {k: v for k, v in resources.items() if k not in ("cpu", "memory", "pods")}
+        assert gpu == {k: v for k, v in static.items() if k not in ("cpu", "memory", "pods")}
+        assert gpu == pool.gpu_resources(pool.units_per_node)
+
+
+def test_a_cpu_pool_instance_type_offers_no_gpu(platform):
+    """Karpenter starts a CPU node only for a pod that asks for no GPU resource."""
+    it = karpenter.instance_type(platform.pool("cpu"))
+    assert it["name"] == "Standard_D8s_v5-cpu"
+    assert set(it["resources"]) == {"cpu", "memory", "pods"}
+    assert karpenter.node_pool(platform.pool("cpu"))["spec"]["template"]["spec"]["taints"] == []
 
 
 def test_node_pool_selects_what_the_flavor_and_the_pod_select(platform):
@@ -152,7 +162,7 @@ def test_go_durations(seconds, text):
 
 def test_objects_match_the_karpenter_crds(platform, karpenter_crds):
     objects = karpenter.karpenter_objects(platform)
-    assert [o["kind"] for o in objects] == ["KWOKNodeClass"] * 3 + ["NodePool"] * 3
+    assert [o["kind"] for o in objects] == ["KWOKNodeClass"] * 4 + ["NodePool"] * 4
     for obj in objects:
         group, version = obj["apiVersion"].split("/")
         crd = karpenter_crds[obj["kind"]]

@@ -109,10 +109,10 @@ def test_first_team_in_spec_order_wins(platform):
 
 REJECTIONS = [
     ({"data-science"}, {"profile": "h100-huge"},
-     "The profile 'h100-huge' does not exist. Choose one of: t4-shared, a100-mig-3g.",
+     "The profile 'h100-huge' does not exist. Choose one of: cpu, t4-shared, a100-mig-3g.",
      "requested unknown profile 'h100-huge'"),
     ({"data-science"}, {"profile": "a100-training"},
-     "The profile 'a100-training' is not available to you. Choose one of: t4-shared, "
+     "The profile 'a100-training' is not available to you. Choose one of: cpu, t4-shared, "
      "a100-mig-3g.", "requested forbidden profile 'a100-training'"),
     ({"data-science"}, {"profile": "t4-shared", "image": "evil/miner"},
      "Unexpected server options: image. Choose a profile on the form.",
@@ -122,7 +122,7 @@ REJECTIONS = [
      "in no team of the platform spec"),
     ({"data-science"}, ["t4-shared"], "Invalid server options.", "options are not a mapping"),
     ({"data-science"}, {"profile": ["t4-shared"]},
-     "The profile ['t4-shared'] does not exist. Choose one of: t4-shared, a100-mig-3g.",
+     "The profile ['t4-shared'] does not exist. Choose one of: cpu, t4-shared, a100-mig-3g.",
      "requested unknown profile ['t4-shared']"),
 ]
 

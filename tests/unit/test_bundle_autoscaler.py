@@ -122,7 +122,8 @@ async def test_pending_profile_pod_fits_the_scale_from_zero_template(
     pod = await _admitted_pod(platform, example_spec_path, profile)
     node = template_node(pool.gpus_per_node, node_pool_tags(repo_root, pool.name))
     assert why_not_schedulable(pod, node) == []
-    assert node["capacity"][pool.resource_name] == pool.units_per_node
+    for name, units in pool.gpu_resources(pool.units_per_node).items():  # none: CPU pool
+        assert node["capacity"][name] == int(units)
     assert {(t.key, t.value, t.effect) for t in pool.taints} == {
         (t["key"], t["value"], t["effect"]) for t in node["taints"]}
 

@@ -108,8 +108,7 @@ def test_dev_cluster_manages_the_namespaces_the_bundle_labels(platform):
     assert dev == shipped
     wanted = shipped["matchLabels"].items()
     assert wanted <= namespaces.namespace(platform.teams[0])["metadata"]["labels"].items()
-    assert wanted <= kueue_setup.namespace("jhub-x", managed=True)["metadata"]["labels"].items()
-    assert not wanted <= kueue_setup.namespace("jhub-x")["metadata"]["labels"].items()
+    assert not wanted <= kueue_setup.namespace("jhub-x")["metadata"].get("labels", {}).items()
 
 
 def test_dev_cluster_runs_kueue_with_the_shipped_policy(tmp_path):
@@ -121,6 +120,45 @@ def test_dev_cluster_runs_kueue_with_the_shipped_policy(tmp_path):
     assert {k: dev.get(k) for k in kueueconfig.POLICY_KEYS} == \
         {k: shipped.get(k) for k in kueueconfig.POLICY_KEYS}
     assert "fairSharing" not in dev
+
+
+def _leaves(tree, prefix=()) -> dict:
+    """Every leaf of a nested mapping, by its path of keys."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    return {path: leaf for key, value in tree.items()
+            for path, leaf in _leaves(value, (*prefix, key)).items()}
+
+
+def test_dev_cluster_runs_the_shipped_kueue_configuration_plus_the_dev_overlay(tmp_path):
+    """The dev cluster's Configuration is the shipped one with the named overlay laid
+    over it: every field the overlay names has the overlay's value, every other field
+    the shipped one, and the overlay names none of the policy keys."""
+    from jupyterhub_gpu.devcluster.layout import Ports
+
+    ports = Ports(kueue_webhook=1443, kueue_metrics=1444, kueue_health=1445)
+    overlay = _leaves(kueue_setup.dev_overlay(ports, str(tmp_path)))
+    shipped = _leaves(kueueconfig.kueue_configuration())
+    dev = _leaves(kueue_setup.configuration(ports, str(tmp_path)))
+    assert dev == {**shipped, **overlay}
+    changed = {path for path, value in dev.items() if shipped.get(path, ...) != value}
+    assert changed == set(overlay) - {p for p in overlay if shipped.get(p, ...) == overlay[p]}
+    assert {path[0] for path in overlay} == {
+        "namespace", "health", "metrics", "webhook", "leaderElection",
+        "internalCertManagement", "featureGates"}  # local addresses, certs, one process
+    assert not {path[0] for path in overlay} & set(kueueconfig.POLICY_KEYS)
+
+
+def test_the_dev_overlay_keeps_the_shipped_fields_it_does_not_name(tmp_path):
+    """Laying the overlay over a section keeps that section's other shipped fields
+    (the leader election's lease name stays, only ``leaderElect`` changes)."""
+    from jupyterhub_gpu.devcluster.layout import Ports
+
+    dev = kueue_setup.configuration(Ports(), str(tmp_path))
+    shipped = kueueconfig.kueue_configuration()
+    assert dev["leaderElection"] == {**shipped["leaderElection"], "leaderElect": False}
+    assert dev["controller"] == shipped["controller"]
+    assert dev["webhook"]["certDir"] == str(tmp_path)
 
 
 def _go_json_fields(source: str) -> set[str]:
@@ -150,7 +188,7 @@ def test_kueue_configuration_fields_exist_in_kueue(kueue_crds):
 
 def test_tfvars_golden(platform):
     assert terraform.tfvars(platform)["gpu_pools"]["a100spot"] == {
-        "vm_size": "Standard_NC24ads_A100_v4", "min_count": 0, "max_count": 5,
+        "vm_size": "Standard_NC24ads_A100_v4", "gpu": True, "min_count": 0, "max_count": 5,
         "spot": True,
         "node_labels": {"kubernetes.azure.com/scalesetpriority": "spot",
                         "nvidia.com/device-plugin.config": "default",
@@ -169,6 +207,11 @@ def test_tfvars_golden(platform):
     assert "gpu_instance" not in mig and mig["spot"] is False
     assert mig["node_labels"]["nvidia.com/mig.config"] == "all-3g.40gb"
     assert mig["autoscaler_tags"][f"{RESOURCES}nvidia.com_mig-3g.40gb"] == "2"
+    # a CPU-only pool: no GPU driver setting, taint, device-plugin label or GPU tag
+    assert terraform.tfvars(platform)["gpu_pools"]["cpu"] == {
+        "vm_size": "Standard_D8s_v5", "gpu": False, "min_count": 0, "max_count": 10,
+        "spot": False, "node_labels": {}, "node_taints": [],
+        "autoscaler_tags": {f"{LABEL}kubernetes.azure.com_agentpool": "cpu"}}
 
 
 def test_tfvars_taints_and_labels_are_what_the_spawner_selects(platform):
@@ -216,7 +259,7 @@ def test_names_the_tags_cannot_carry_are_refused(resources, labels, taints, erro
 
 def test_generated_helm_values_golden(platform):
     assert helm.generated_values(platform) == {
-        "hub": {"config": {"OAuthenticator": {
+        "hub": {"allowNamedServers": True, "config": {"OAuthenticator": {
             "manage_groups": True,
             "allowed_groups": ["data-science", "experimentation", "ml-eng"]}}},
         "singleuser": {"startTimeout": 1500},  # a100-mig-3g: 20m patience + 5m start

@@ -154,13 +154,17 @@ DRIFTS = {
         'config/terraform: resource "azurerm_kubernetes_cluster_node_pool": tags: expected '
         "'merge(var.tags, each.value.autoscaler_tags)', found 'var.tags'"),
     "AKS installs its GPU driver": (
-        replace_text("config/terraform/main.tf", 'gpu_driver            = "None"',
-                     'gpu_driver            = "Install"'),
+        replace_text("config/terraform/main.tf",
+                     'gpu_driver            = each.value.gpu ? "None" : null',
+                     'gpu_driver            = each.value.gpu ? "Install" : null'),
         'config/terraform: resource "azurerm_kubernetes_cluster_node_pool": gpu_driver: '
-        """expected '"None"', found '"Install"'"""),
+        """expected 'each.value.gpu ? "None" : null', found """
+        """'each.value.gpu ? "Install" : null'"""),
     "AKS partitions MIG as well": (
-        replace_text("config/terraform/main.tf", 'gpu_driver            = "None"',
-                     'gpu_driver            = "None"\n  gpu_instance          = "MIG3g"'),
+        replace_text("config/terraform/main.tf",
+                     'gpu_driver            = each.value.gpu ? "None" : null',
+                     'gpu_driver            = each.value.gpu ? "None" : null\n'
+                     '  gpu_instance          = "MIG3g"'),
         'config/terraform: resource "azurerm_kubernetes_cluster_node_pool": gpu_instance: '
         f"""expected <missing>, found '"MIG3g"' ({OWNER})"""),
     "a MIG instance profile in the tfvars": (
@@ -314,7 +318,7 @@ def test_committed_bundle_passes(repo_root):
     result = check(repo_root)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout == ("check-bundle: OK: 10 file(s) agree with config/platform.yaml "
-                             "(3 pools, 3 teams, 4 profiles)\n")
+                             "(4 pools, 3 teams, 5 profiles)\n")
 
 
 @pytest.mark.parametrize("case", list(DRIFTS))

@@ -51,7 +51,8 @@ def test_each_pool_advertises_what_its_own_config_says(values, plugin_configs, p
     config still advertises the pool's resource (a global ``single`` would turn the
     MIG pool's slices into ``nvidia.com/gpu``)."""
     env = mig_strategy_env(values)
-    for pool in platform.pools:
+    assert "" not in plugin_configs["data"], "a CPU-only pool has no device-plugin config"
+    for pool in platform.gpu_pools:
         config = yaml.safe_load(plugin_configs["data"][pool.device_plugin_config])
         if env:
             config["flags"]["migStrategy"] = env
@@ -74,7 +75,7 @@ def test_the_operator_owns_driver_toolkit_and_mig(values, repo_root):
     pools = json.loads((repo_root / "config/terraform/pools.auto.tfvars.json").read_text())
     for name, pool in pools["gpu_pools"].items():
         assert "gpu_instance" not in pool, f"{name}: AKS would partition MIG too"
-        assert "nvidia.com/mig.config" in pool["node_labels"], name
+        assert ("nvidia.com/mig.config" in pool["node_labels"]) is pool["gpu"], name
 
 
 def test_the_device_plugin_reads_the_bundles_configs(values, plugin_configs):

@@ -35,10 +35,13 @@ CLI = [sys.executable, "-m", "jupyterhub_gpu.cli"]
 
 
 def nap_spec(spec: dict, *names: str) -> dict:
-    """``spec`` with the pools ``names`` on Node Auto Provisioning, as whole-GPU pools."""
+    """``spec`` with the pools ``names`` on Node Auto Provisioning, as whole-GPU pools
+    (a CPU-only pool stays CPU-only)."""
     for pool in spec["pools"]:
         if pool["name"] in names:
-            pool.update(autoscaler=NAP, sharing={"mode": "exclusive"})
+            pool["autoscaler"] = NAP
+            if pool["gpu"] != "none":
+                pool["sharing"] = {"mode": "exclusive"}
     return spec
 
 
@@ -52,9 +55,11 @@ def test_classic_pools_are_node_pools_with_min_max_tags_and_the_profile(platform
     for pool in platform.pools:
         entry = variables["gpu_pools"][pool.name]
         assert (entry["min_count"], entry["max_count"]) == (pool.min_nodes, pool.max_nodes)
-        assert entry["autoscaler_tags"][
-            f"{TEMPLATE_PREFIX}resources_{pool.resource_name.replace('/', '_')}"] == str(
-            pool.units_per_node)
+        resources = {k.removeprefix(f"{TEMPLATE_PREFIX}resources_"): v
+                     for k, v in entry["autoscaler_tags"].items()
+                     if k.startswith(f"{TEMPLATE_PREFIX}resources_")}
+        assert resources == {r.replace("/", "_"): n
+                             for r, n in pool.gpu_resources(pool.units_per_node).items()}
     assert variables["node_auto_provisioning"] is False
     assert variables["cluster_autoscaler"] == {"scale_down_unneeded": "10m"}
     assert nap_objects(platform) == []
@@ -71,6 +76,7 @@ def test_min_count_comes_from_min_nodes(example_spec):
 def test_scale_down_unneeded_is_the_shortest_consolidate_after_in_whole_minutes(
         example_spec, after, unneeded):
     example_spec["pools"][0]["consolidateAfter"] = "2h"
+    example_spec["pools"][3]["consolidateAfter"] = "2h"  # the CPU pool
     example_spec["pools"][1]["consolidateAfter"] = after
     nap_spec(example_spec, "a100spot")["pools"][2]["consolidateAfter"] = "0s"  # not its own
     variables = tfvars(parse_platform(example_spec))
@@ -81,7 +87,7 @@ def test_a_nap_pool_is_a_node_pool_and_node_class_not_an_aks_node_pool(example_s
     platform = parse_platform(nap_spec(example_spec, "a100spot"))
     pool = platform.pool("a100spot")
     variables = tfvars(platform)
-    assert set(variables["gpu_pools"]) == {"t4dev", "a100mig"}  # no node pool, no tags
+    assert set(variables["gpu_pools"]) == {"t4dev", "a100mig", "cpu"}  # no node pool, no tags
     assert variables["node_auto_provisioning"] is True
     objects = nap_objects(platform)
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
@@ -163,8 +169,8 @@ def test_validate_refuses_nap_for_shared_and_mig_pools(example_spec, index, kind
         f"pool {pool['name']!r}: autoscaler: node-auto-provisioning cannot scale a {kind} "
         f"pool: its Karpenter expects a new node to offer only the VM's nvidia.com/gpu (it "
         f"neither partitions MIG nor shares a GPU), so it starts no node for a notebook that "
-        f"asks for {resource}, which would wait forever; use it for mode exclusive pools "
-        f"only, or autoscaler: cluster-autoscaler"]
+        f"asks for {resource}, which would wait forever; use it only for mode exclusive pools "
+        f"or CPU-only ones, or autoscaler: cluster-autoscaler"]
 
 
 def test_validate_refuses_nap_for_mps_pools(example_spec):
@@ -216,7 +222,7 @@ async def test_selector_under_nap_is_the_node_pool_label(example_spec, tmp_path,
 def test_both_autoscalers_in_one_cluster_need_a_subscription_feature(example_spec):
     mixed = parse_platform(nap_spec(example_spec, "a100spot"))
     assert [w for w in check_warnings(mixed) if "autoscaler" in w] == [
-        "pools: autoscaler: t4dev, a100mig: cluster-autoscaler; a100spot: "
+        "pools: autoscaler: t4dev, a100mig, cpu: cluster-autoscaler; a100spot: "
         "node-auto-provisioning: AKS runs Node Auto Provisioning beside the cluster "
         "autoscaler only in a subscription with the feature Microsoft.ContainerService/"
         "AllowClusterAutoscalerAndNAP registered (see the Terraform docs, Node Auto "
@@ -224,13 +230,13 @@ def test_both_autoscalers_in_one_cluster_need_a_subscription_feature(example_spe
 
 
 def test_nap_alone_needs_no_feature_and_no_autoscaler_profile(example_spec):
-    platform = parse_platform(nap_spec(example_spec, "t4dev", "a100mig", "a100spot"))
+    platform = parse_platform(nap_spec(example_spec, "t4dev", "a100mig", "a100spot", "cpu"))
     assert not [w for w in check_warnings(platform) if "autoscaler" in w]
     variables = tfvars(platform)
     assert variables == {"gpu_pools": {}, "node_auto_provisioning": True,
                          "cluster_autoscaler": None}
     assert sorted(_by_kind(nap_objects(platform), "NodePool")) == ["a100mig", "a100spot",
-                                                                   "t4dev"]
+                                                                   "cpu", "t4dev"]
 
 
 # -- check-bundle on a bundle with a NAP pool ---------------------------------------

@@ -74,9 +74,10 @@ def test_gpu_pools_come_from_the_generated_variables(tf):
 
 def test_aks_installs_nothing_on_gpu_pools(tf):
     """One owner per job: the GPU Operator installs the driver and partitions MIG, so
-    AKS skips its driver on every GPU pool and partitions no pool itself."""
+    AKS skips its driver on every GPU pool (a CPU-only pool sets none) and partitions
+    no pool itself."""
     pool = _resource(tf, "azurerm_kubernetes_cluster_node_pool", "gpu")
-    assert pool["gpu_driver"] == "None"
+    assert pool["gpu_driver"] == '${each.value.gpu ? "None" : null}'
     assert "gpu_instance" not in pool
     assert not any(v in _variable(tf, "gpu_pools")["type"] for v in ("gpu_instance",
                                                                     "gpu_driver"))
@@ -214,12 +215,12 @@ def test_terraform_scales_the_cluster_as_the_spec_says(tf, example_spec, tmp_pat
     assert evaluate((), "classic") == {
         "auto_scaling_enabled": True, "min_count": 1, "max_count": 3, "node_count": None,
         "mode": "Manual", "default_node_pools": "Auto", "scale_down_unneeded": ["10m"],
-        "gpu_pools": ["a100mig", "a100spot", "t4dev"]}
+        "gpu_pools": ["a100mig", "a100spot", "cpu", "t4dev"]}
     assert evaluate(("a100spot",), "mixed") == {
         "auto_scaling_enabled": True, "min_count": 1, "max_count": 3, "node_count": None,
         "mode": "Auto", "default_node_pools": "None", "scale_down_unneeded": ["10m"],
-        "gpu_pools": ["a100mig", "t4dev"]}
-    assert evaluate(("t4dev", "a100mig", "a100spot"), "nap") == {
+        "gpu_pools": ["a100mig", "cpu", "t4dev"]}
+    assert evaluate(("t4dev", "a100mig", "a100spot", "cpu"), "nap") == {
         "auto_scaling_enabled": False, "min_count": None, "max_count": None, "node_count": 1,
         "mode": "Auto", "default_node_pools": "Auto", "scale_down_unneeded": [],
         "gpu_pools": []}

@@ -19,7 +19,7 @@ def test_validate_example(example_spec_path):
     result = run("validate", example_spec_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith(
-        "OK (3 pools, 3 teams, 3 priorities, 4 profiles)")
+        "OK (4 pools, 3 teams, 3 priorities, 5 profiles)")
 
 
 def test_validate_warns_about_quota_the_team_cannot_use(tmp_path, example_spec):
@@ -33,7 +33,7 @@ def test_validate_warns_about_quota_the_team_cannot_use(tmp_path, example_spec):
         "profiles (a100-training, a100-spot) allows the team's groups (data-science); the "
         "team's users cannot use this quota, it can only be lent to the cohort\n")
     assert result.stdout.strip().endswith(
-        "OK (3 pools, 3 teams, 3 priorities, 4 profiles, 1 warning(s))")
+        "OK (4 pools, 3 teams, 3 priorities, 5 profiles, 1 warning(s))")
 
 
 def test_validate_lists_every_error(tmp_path, example_spec):
@@ -91,3 +91,32 @@ def test_committed_manifests_are_not_stale(repo_root, only):
     assert committed == result.stdout, (
         f"config/{only}.yaml is stale; regenerate it with: jupyterhub-gpu manifests "
         f"config/platform.yaml --only {only} > config/{only}.yaml")
+
+
+@pytest.mark.parametrize("command", [["devcluster", "status"], ["devcluster", "build"],
+                                     ["demo"]])
+def test_dev_commands_without_the_dev_extra_name_it(command):
+    """Without the dev extra's modules (made unimportable here, as when the extra is not
+    installed) the dev cluster's commands say what to install, and nothing else runs."""
+    code = ("import sys\nsys.modules['kubernetes'] = None\n"
+            "from jupyterhub_gpu.cli import main\nsys.exit(main(sys.argv[1:]))")
+    result = subprocess.run([sys.executable, "-c", code, *command],
+                            capture_output=True, text=True)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "pip install jupyterhub-gpu[dev]" in result.stderr
+    assert "kubernetes not installed" in result.stderr
+    assert result.stdout == ""
+
+
+def test_the_cli_loads_the_dev_cluster_only_for_its_commands(example_spec_path):
+    """`validate` (like every command but devcluster and demo) runs without importing
+    the dev cluster or its requirements."""
+    code = ("import sys\nfrom jupyterhub_gpu.cli import main\n"
+            "status = main(['validate', sys.argv[1]])\n"
+            "loaded = [m for m in sys.modules if m.startswith('jupyterhub_gpu.devcluster')\n"
+            "          or m.split('.')[0] in ('cryptography', 'kubernetes')]\n"
+            "print(loaded)\nsys.exit(status)")
+    result = subprocess.run([sys.executable, "-c", code, str(example_spec_path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "[]"

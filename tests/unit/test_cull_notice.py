@@ -48,7 +48,7 @@ def test_pod_env_round_trips_into_the_rules(platform):
 
 def test_toast_states_the_rules_and_fits_jupyterlab():
     text = notice_message(MIG, NOW)
-    assert text == ("This GPU server stops at 23:30 UTC (12h limit), after 30m idle or after "
+    assert text == ("This server stops at 23:30 UTC (12h limit), after 30m idle or after "
                     "30m with GPU <5% even if busy. Save work: jupyterhub_gpu.checkpoint")
     assert len(text) <= notice.TOAST_LIMIT
 
@@ -62,7 +62,7 @@ def test_toast_leads_with_a_checkpoint_problem_and_drops_what_does_not_fit():
 
 def test_toast_for_a_profile_without_max_age_or_gpu_rule():
     rules = CullRules("t4-shared", 1800)
-    assert notice_message(rules, NOW) == ("This GPU server stops after 30m idle. "
+    assert notice_message(rules, NOW) == ("This server stops after 30m idle. "
                                           "Save work: jupyterhub_gpu.checkpoint")
 
 
@@ -150,7 +150,7 @@ async def jupyter(tmp_path):
         yield http, base, deadline
     proc.terminate()
     log = proc.communicate(timeout=20)[1]
-    assert "jupyterhub-gpu: This GPU server stops at" in log
+    assert "jupyterhub-gpu: This server stops at" in log
 
 
 async def test_jupyterlab_update_check_shows_the_cull_rules(jupyter):
@@ -159,7 +159,7 @@ async def test_jupyterlab_update_check_shows_the_cull_rules(jupyter):
         notification = (await r.json())["notification"]
     assert notification["type"] == "info"
     assert notification["message"] == (
-        f"This GPU server stops at {deadline:%H:%M} UTC (12h limit), after 30m idle or "
+        f"This server stops at {deadline:%H:%M} UTC (12h limit), after 30m idle or "
         "after 30m with GPU <5% even if busy. Save work: jupyterhub_gpu.checkpoint")
     async with http.get(f"{base}/lab/api/settings/@jupyterlab/apputils-extension:"
                         "notification") as r:

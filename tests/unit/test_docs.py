@@ -53,7 +53,7 @@ def test_every_spec_field_is_described(section):
 
 def test_device_plugin_page_matches_the_example_spec(platform):
     page = (DOCS / "gpu-operator.md").read_text()
-    for pool in platform.pools:
+    for pool in platform.gpu_pools:
         labels = pool_labels(pool)
         row = (f"| {pool.name} | {labels['nvidia.com/device-plugin.config']} | "
                f"{labels['nvidia.com/mig.config']} | {pool.resource_name} | "

@@ -87,14 +87,15 @@ async def test_pod_asks_for_the_profile_and_validates(platform, example_spec_pat
         asks = container["resources"][kind]
         assert quantity(asks["cpu"]) == Fraction(str(profile.cpu))
         assert quantity(asks["memory"]) == profile.memory_bytes
-    assert [quantity(n) for n in _gpu_limits(container).values()] == [profile.units]
+    gpu = [profile.units] if platform.uses_gpu(profile) else []  # a CPU profile: none
+    assert [quantity(n) for n in _gpu_limits(container).values()] == gpu
 
 
 @pytest.mark.parametrize("slug", SLUGS)
 async def test_pool_flavor_and_nodes_take_the_pod(platform, example_spec_path, slug):
     pod = await _pod(platform, example_spec_path, slug)
     pool = platform.pool(platform.profile(slug).pool)
-    selector, tolerations = pod["spec"]["nodeSelector"], pod["spec"]["tolerations"]
+    selector, tolerations = pod["spec"]["nodeSelector"], pod["spec"].get("tolerations", [])
     flavor = kueue.resource_flavor(pool)["spec"]
     assert flavor["nodeLabels"].items() <= selector.items()
     assert all(tolerates(tolerations, taint) for taint in flavor["nodeTaints"])
@@ -113,6 +114,10 @@ async def test_gpu_resource_is_the_one_the_device_plugin_advertises(platform, ex
     pool = platform.pool(platform.profile(slug).pool)
     node = nodes.fake_node(pool, 0)
     labels = node["metadata"]["labels"]
+    if not pool.has_gpu:  # a CPU-only pool: no device plugin, no GPU resource
+        assert DEVICE_PLUGIN_CONFIG_LABEL not in labels
+        assert _gpu_limits(pod["spec"]["containers"][0]) == {}
+        return
     configs = deviceplugin.config_map(platform)["data"]
     config = yaml.safe_load(configs[labels[DEVICE_PLUGIN_CONFIG_LABEL]])
     (resource,) = _gpu_limits(pod["spec"]["containers"][0])

@@ -1,5 +1,7 @@
-"""Every third-party module the package imports is declared in setup.cfg's
-install_requires, not just installed as some other package's dependency."""
+"""Every third-party module the package imports is declared in setup.cfg, not just
+installed as some other package's dependency: in install_requires, or in the ``dev``
+extra where only the dev cluster (``jupyterhub_gpu/devcluster/``) imports it. The
+runtime requirements carry nothing that only the dev cluster needs."""
 
 from __future__ import annotations
 
@@ -20,8 +22,12 @@ NOTEBOOK_SIDE = {
 }
 
 
+DEV_DIR = "devcluster"
+
+
 def _imported_modules(package_dir) -> dict[str, set[str]]:
-    """Top-level name of every absolute import -> the files importing it."""
+    """Top-level name of every absolute import -> the files importing it (relative to
+    ``package_dir``)."""
     found: dict[str, set[str]] = {}
     for path in package_dir.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -32,27 +38,48 @@ def _imported_modules(package_dir) -> dict[str, set[str]]:
             else:
                 continue
             for name in names:
-                found.setdefault(name.split(".")[0], set()).add(path.name)
+                found.setdefault(name.split(".")[0], set()).add(
+                    path.relative_to(package_dir).as_posix())
     return found
 
 
-def _declared(repo_root) -> set[str]:
+def _declared(repo_root, section: str, key: str) -> set[str]:
     cfg = configparser.ConfigParser()
     cfg.read(repo_root / "setup.cfg")
-    lines = cfg["options"]["install_requires"].strip().splitlines()
+    lines = cfg[section][key].strip().splitlines()
     return {canonicalize_name(Requirement(line).name) for line in lines if line.strip()}
 
 
-def test_every_imported_distribution_is_declared(repo_root):
-    declared = _declared(repo_root)
+def _third_party(repo_root) -> dict[str, tuple[set[str], set[str]]]:
+    """Each third-party module imported -> (its distributions, the files importing it)."""
     distributions = importlib.metadata.packages_distributions()
-    missing = {}
+    found = {}
     for module, files in _imported_modules(repo_root / "jupyterhub_gpu").items():
         if (module in sys.stdlib_module_names or module == "jupyterhub_gpu"
                 or module in NOTEBOOK_SIDE):
             continue
         dists = {canonicalize_name(d) for d in distributions.get(module, [])}
         assert dists, f"{module} (imported by {sorted(files)}) is not installed"
-        if not dists & declared:
-            missing[module] = sorted(files)
-    assert missing == {}, f"imported but not in install_requires: {missing}"
+        found[module] = (dists, files)
+    return found
+
+
+def _dev_only(files: set[str]) -> bool:
+    return all(f.startswith(f"{DEV_DIR}/") for f in files)
+
+
+def test_every_imported_distribution_is_declared(repo_root):
+    runtime = _declared(repo_root, "options", "install_requires")
+    dev = _declared(repo_root, "options.extras_require", "dev")
+    missing = {module: sorted(files) for module, (dists, files) in _third_party(repo_root).items()
+               if not dists & (dev if _dev_only(files) else runtime)}
+    assert missing == {}, f"imported but not declared where it is needed: {missing}"
+
+
+def test_the_runtime_requirements_carry_nothing_only_the_dev_cluster_needs(repo_root):
+    runtime = _declared(repo_root, "options", "install_requires")
+    dev_only = {d for dists, files in _third_party(repo_root).values() if _dev_only(files)
+                for d in dists}
+    assert "cryptography" in dev_only  # devcluster/pki.py
+    assert not (dev_only - {d for dists, files in _third_party(repo_root).values()
+                            if not _dev_only(files) for d in dists}) & runtime

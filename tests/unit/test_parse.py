@@ -13,8 +13,10 @@ from jupyterhub_gpu import sharing
 
 
 def test_example_spec_parses(platform):
-    assert [p.name for p in platform.pools] == ["t4dev", "a100mig", "a100spot"]
-    t4, mig, spot = platform.pools
+    assert [p.name for p in platform.pools] == ["t4dev", "a100mig", "a100spot", "cpu"]
+    t4, mig, spot, cpu = platform.pools
+    assert (cpu.has_gpu, cpu.resource_name, cpu.units_per_node, cpu.taints) == (
+        False, "", 1, ())
     assert (t4.sharing.mode, t4.sharing.replicas, t4.units_per_node) == (
         sharing.TIMESLICING, 4, 4)
     assert (mig.sharing.mig_profile, mig.units_per_node, mig.unit_memory_gb) == ("3g.40gb", 2, 40)
@@ -85,9 +87,9 @@ BAD_SPECS = [
      "not exclusive"),
     ("pools.0.sharing", {"mode": "shared"},
      "pool 't4dev': sharing: mode: unknown sharing mode 'shared'; "
-     "valid: exclusive, mig, mps, timeslicing"),
+     "valid: exclusive, mig, mps, timeslicing, none"),
     ("pools.0.gpu", "V100",
-     "pool 't4dev': gpu: unknown gpu model 'V100'; valid: T4, A10, A100-40GB, A100-80GB, "
+     "pool 't4dev': gpu: unknown gpu model 'V100'; valid: none, T4, A10, A100-40GB, A100-80GB, "
      "H100-80GB, H200"),
     ("pools.0.gpu", "A10", "pool 't4dev': gpu: Standard_NC8as_T4_v3 carries T4, not A10"),
     ("pools.0.name", "T4-Dev",
@@ -130,7 +132,7 @@ BAD_SPECS = [
     ("profiles.0.memory", "lots",
      "profile 't4-shared': memory: 'lots' is not a memory size; use e.g. 512Mi, 12Gi or 16G"),
     ("profiles.0.pool", "h100",
-     "profile 't4-shared': pool: unknown pool 'h100'; valid: a100mig, a100spot, t4dev"),
+     "profile 't4-shared': pool: unknown pool 'h100'; valid: a100mig, a100spot, cpu, t4dev"),
     ("profiles.0.priority", "urgent",
      "profile 't4-shared': priority: unknown priority 'urgent'; "
      "valid: batch, interactive, preemptible"),
@@ -154,7 +156,7 @@ BAD_SPECS = [
      "profiles: default: only one profile may be the default, got t4-shared, a100-mig-3g"),
     ("profiles.1.slug", "t4-shared", "profile 't4-shared': defined 2 times; names must be unique"),
     ("teams.0.quota", {"t4dev": 8, "h100": 2},
-     "team 'data-science': quota: unknown pool 'h100'; valid: a100mig, a100spot, t4dev"),
+     "team 'data-science': quota: unknown pool 'h100'; valid: a100mig, a100spot, cpu, t4dev"),
     ("teams.0.quota", {"t4dev": -1},
      "team 'data-science': quota: must map pool names to whole numbers >= 0, got {'t4dev': -1}"),
     ("teams.0.groups", "data-science",
@@ -193,7 +195,7 @@ def test_invalid_pool_does_not_cascade_into_unknown_pool_errors(example_spec):
     with pytest.raises(SpecError) as info:
         parse_platform(example_spec)
     assert info.value.errors == [
-        "pool 'a100mig': gpu: unknown gpu model 'V100'; valid: T4, A10, A100-40GB, "
+        "pool 'a100mig': gpu: unknown gpu model 'V100'; valid: none, T4, A10, A100-40GB, "
         "A100-80GB, H100-80GB, H200"]
 
 
@@ -224,7 +226,7 @@ def test_unknown_top_level_field(example_spec):
         parse_platform(example_spec)
     assert info.value.errors == [
         "spec: profile: unknown field; allowed: pools, teams, priorities, profiles, "
-        "checkpointStorage, groupIds"]
+        "checkpointStorage, groupIds, cpuIdleTimeout, gpuServersPerUser"]
 
 
 def test_unreadable_and_unparsable_files(tmp_path):

@@ -39,4 +39,6 @@ def test_a_line_per_pool_with_machines_coming_and_notebooks_waiting(platform):
         "0 queued",
         "pool a100spot   0 nodes of at most 5; notebooks: 0 running, 0 waiting for a node, "
         "0 queued",
+        "pool cpu        0 nodes of at most 10; notebooks: 0 running, 0 waiting for a node, "
+        "0 queued",
     ]

@@ -126,7 +126,7 @@ def test_node_auto_provisioning_follows_the_record(fair_share_mode, fair_spec, m
     for team in fair_spec["teams"]:
         team["quota"].pop("t4dev", None)
     assert parse_platform(fair_spec).pool("t4dev").node_auto_provisioning
-    assert "for modes exclusive and wholegpu pools only" in spec_reference()
+    assert "for modes exclusive and wholegpu pools or CPU-only ones" in spec_reference()
 
 
 def test_registration_does_not_leak(fair_spec):

@@ -227,7 +227,7 @@ def test_configure_hub_fails_at_start_up_on_a_bad_spec(tmp_path, example_spec_pa
     platform = configure_hub(c, str(example_spec_path))
     assert c.JupyterHub.spawner_class is GPUSpawner
     assert c.GPUSpawner.platform_file == str(example_spec_path)
-    assert len(platform.profiles) == 4
+    assert len(platform.profiles) == 5
     (service,) = c.JupyterHub.services
     assert service["name"] == "gpu-resume"
     assert service["command"][1:] == ["-m", "jupyterhub_gpu.resume", "--spec",

@@ -112,7 +112,7 @@ def test_a_bad_first_load_raises_and_the_next_call_tries_again(tmp_path, example
         SpecSource.shared(path)
     path.write_text(example_spec_path.read_text())
     shared = SpecSource.shared(path)
-    assert shared is SpecSource.shared(str(path)) and len(shared.current().profiles) == 4
+    assert shared is SpecSource.shared(str(path)) and len(shared.current().profiles) == 5
 
 
 async def test_the_spawners_of_a_hub_share_one_source(make_spawner, example_spec_path):

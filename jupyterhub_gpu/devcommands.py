@@ -1,0 +1,104 @@
+"""The ``devcluster`` and ``demo`` commands of ``jupyterhub-gpu``: their parsers only.
+
+What they run is :mod:`jupyterhub_gpu.devcluster`, which needs the ``dev`` extra
+(``pip install jupyterhub-gpu[dev]``: ``cryptography`` for the control plane's
+certificates, the ``kubernetes`` client that sets the cluster up). It is imported
+when one of these commands runs, never when the CLI starts or a hub loads
+GPUSpawner; without the extra the command says what to install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+DEV_EXTRA = "jupyterhub-gpu[dev]"
+DEV_REQUIREMENTS = ("cryptography", "kubernetes")
+"""The modules of the ``dev`` extra (setup.cfg) that :mod:`.devcluster` imports."""
+DEFAULT_SPEC = "config/platform.yaml"
+STATE_DIR_HELP = ("where the cluster keeps logs, pids, certs, etcd data and its kubeconfig "
+                  "(default: $XDG_STATE_HOME/jupyterhub-gpu/devcluster, or "
+                  "~/.local/state/jupyterhub-gpu/devcluster without $XDG_STATE_HOME)")
+
+# (command, one-line help, description, its arguments: (flags, add_argument options))
+Arguments = tuple[tuple[tuple[str, ...], dict], ...]
+_STATE: Arguments = ((("--state-dir",), {"type": Path, "default": None, "metavar": "DIR",
+                                          "help": STATE_DIR_HELP}),)
+_SPEC: Arguments = ((("--spec",), {
+    "default": DEFAULT_SPEC, "metavar": "PATH",
+    "help": f"platform spec (YAML; default: {DEFAULT_SPEC} in the current directory)"}),)
+DEVCLUSTER_ACTIONS: tuple[tuple[str, str, str, Arguments], ...] = (
+    ("build", "build the control-plane binaries with go",
+     "Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, Kueue and "
+     "Karpenter (kwok provider) from the Go module proxy into the cache "
+     "(~/.cache/jupyterhub-gpu). Cold builds take tens of minutes.",
+     ((("--force",), {"action": "store_true", "help": "rebuild even if already built"}),)),
+    ("up", "start the dev cluster for a platform spec",
+     "Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, Kueue and "
+     "Karpenter on 127.0.0.1; apply the bundle's team namespaces with the hub's Roles, "
+     "RoleBindings and NetworkPolicies, minNodes static fake nodes per pool, the spec's "
+     "Kueue objects and a Karpenter NodePool per pool, which adds nodes up to maxNodes when "
+     "notebooks need them and removes them once empty. Kueue runs the bundle's "
+     "Configuration with the dev cluster's local addresses. Prints the kubeconfig path "
+     "when ready.", _SPEC + _STATE),
+    ("down", "stop the dev cluster",
+     "Stop every process `up` started (checked by pid, command line and start time) and "
+     "delete the etcd data. Logs, certificates and the kubeconfig are kept.", _STATE),
+    ("status", "show the dev cluster's components and health",
+     "Show the kubeconfig path and each component's pid and health. Exit status 0 if "
+     "everything is healthy, 3 otherwise.", _STATE),
+)
+DEMO_ARGUMENTS: Arguments = (
+    (("--spec",), {"default": DEFAULT_SPEC, "metavar": "SPEC",
+                   "help": f"platform spec (default: {DEFAULT_SPEC})"}),
+    (("--url",), {"default": "http://127.0.0.1:8000",
+                  "help": "where JupyterHub listens (default: http://127.0.0.1:8000)"}),
+    (("--state-dir",), {"type": Path, "default": None, "metavar": "DIR",
+                        "help": "the dev cluster's state dir (default: as `devcluster up`)"}),
+)
+
+
+def missing_dev_requirements() -> list[str]:
+    """The modules of the ``dev`` extra that cannot be imported here."""
+    return [name for name in DEV_REQUIREMENTS if importlib.util.find_spec(name) is None]
+
+
+def _run(action: str):
+    """``func(args)`` for ``action``: import the dev cluster's code now, or say which
+    extra is missing."""
+    def func(args: argparse.Namespace) -> int:
+        missing = missing_dev_requirements()
+        if missing:
+            print(f"error: `jupyterhub-gpu {args.command}` needs the dev extra "
+                  f"({', '.join(missing)} not installed): pip install {DEV_EXTRA}",
+                  file=sys.stderr)
+            return 1
+        from .devcluster import cli
+        return getattr(cli, action)(args)
+    return func
+
+
+def _add(sub: argparse._SubParsersAction, name: str, help: str, description: str,
+         arguments: Arguments, action: str) -> None:
+    p = sub.add_parser(name, help=help, description=description)
+    for flags, options in arguments:
+        p.add_argument(*flags, **options)
+    p.set_defaults(func=_run(action))
+
+
+def add_dev_parsers(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``devcluster build|up|down|status`` and ``demo`` to ``subparsers``."""
+    parser = subparsers.add_parser(
+        "devcluster", help="run a local GPU dev cluster (kwok fake nodes, Kueue, Karpenter)",
+        description="A local Kubernetes control plane with fake GPU nodes that Karpenter "
+        "adds and removes, and Kueue, run as plain processes on 127.0.0.1 from binaries "
+        f"built with `go`. Needs the dev extra: pip install {DEV_EXTRA}.")
+    sub = parser.add_subparsers(dest="devcluster_command", required=True, metavar="ACTION")
+    for name, help, description, arguments in DEVCLUSTER_ACTIONS:
+        _add(sub, name, help, description, arguments, name)
+    _add(subparsers, "demo", "run the local GPU hub (dev cluster + JupyterHub)",
+         "Build the control plane if needed, start the dev cluster with SPEC's pools and "
+         "queues, and run JupyterHub with GPUSpawner on URL. Ctrl-C stops everything. "
+         f"Needs the dev extra: pip install {DEV_EXTRA}.", DEMO_ARGUMENTS, "demo")
