@@ -126,18 +126,29 @@ def _checkpoint(profile: Profile, pool: Pool, platform: Platform) -> Iterator[st
                f"use at most {AZURE_SPOT_NOTICE_SECONDS}s")
 
 
-def _same_kind(profile: Profile, pools: list[Pool]) -> Iterator[str]:
-    """A fallback profile's pods request one resource: every pool must offer it, in
-    the same sharing mode."""
+def _fallback_pools(profile: Profile, pools: list[Pool]) -> Iterator[str]:
+    """A fallback profile's pods request one GPU resource: every pool must offer it, in
+    the same sharing mode. Fallback is between GPU pools: a CPU-only profile asks
+    for no GPU, so a CPU pool in the list is refused, whichever the others are."""
+    if len(pools) < 2:
+        return
+    label = f"profile {profile.slug!r}: pools"
+    cpu_only = [p.name for p in pools if not p.has_gpu]
+    if cpu_only:
+        yield (f"{label}: {', '.join(map(repr, cpu_only))} "
+               f"{'has' if len(cpu_only) == 1 else 'have'} no GPU (gpu: none); a fallback "
+               f"profile moves between GPU pools of one kind, and a CPU-only profile runs "
+               f"on one pool: use pool: <name>")
+        return
     first = pools[0]
     for other in pools[1:]:
         if (other.resource_name, other.sharing.mode) != (first.resource_name,
                                                           first.sharing.mode):
-            yield (f"profile {profile.slug!r}: pools: pool {other.name!r} "
-                   f"({other.sharing.mode}, {other.resource_name}) and pool {first.name!r} "
-                   f"({first.sharing.mode}, {first.resource_name}) offer different GPU "
-                   f"resources; a profile's pod asks for one, so its pools must share the "
-                   f"sharing mode and the resource")
+            yield (f"{label}: pool {other.name!r} offers {other.resource_name} "
+                   f"({other.sharing.mode}) but pool {first.name!r} offers "
+                   f"{first.resource_name} ({first.sharing.mode}); a profile's pod asks for "
+                   f"one GPU resource, so all its pools must offer the same one in the same "
+                   f"sharing mode")
 
 
 def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator[str]:
@@ -156,7 +167,10 @@ def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator
         known = [pools[n] for n in profile.pool_names if n in pools]
         if len(known) < len(profile.pool_names):
             continue
-        yield from _same_kind(profile, known)
+        mismatched = list(_fallback_pools(profile, known))
+        yield from mismatched
+        if mismatched:  # the checks of each pool would only repeat it
+            continue
         for pool in known:
             yield from _units(profile, pool)
             yield from _fit(profile, pool)

@@ -8,9 +8,10 @@ from typing import Any, Mapping
 
 from ..checkpoint import PRESTOP_COMMAND
 from ..contract import (ENV_CHECKPOINT_DIR, ENV_COUNT, ENV_MEMORY, ENV_MODEL, ENV_POOL,
-                        ENV_PREEMPTIBLE, ENV_PROFILE, ENV_SHARING, ENV_TEAM, POOL_ANNOTATION,
-                        POOL_GATE, PREFIX, PRIORITY_LABEL, PROFILE_LABEL, QUEUE_LABEL,
-                        TEAM_LABEL)
+                        ENV_PREEMPTIBLE, ENV_PROFILE, ENV_SHARING, ENV_TEAM,
+                        GPU_MEMORY_ANNOTATION, GPU_MODEL_ANNOTATION, POOL_ANNOTATION, POOL_GATE,
+                        PREEMPTIBLE_ANNOTATION, PREFIX, PRIORITY_LABEL, PROFILE_LABEL,
+                        QUEUE_LABEL, TEAM_LABEL)
 from ..cull.notice import pod_env as cull_env
 from ..spec import Platform, Pool, Priority, Profile, Team
 
@@ -123,33 +124,59 @@ class SpawnSettings:
         return tuple(f.name for f in fields(cls))
 
 
+#: the notebook's variables that depend on the pool, and the annotation a fallback
+#: profile's pod reads each from (the hub sets them: :func:`pool_annotations`)
+POOL_ENV_ANNOTATIONS = {ENV_POOL: POOL_ANNOTATION, ENV_MODEL: GPU_MODEL_ANNOTATION,
+                        ENV_MEMORY: GPU_MEMORY_ANNOTATION, ENV_PREEMPTIBLE: PREEMPTIBLE_ANNOTATION}
+
+
+def _pool_facts(grant: Grant, pool: Pool) -> dict[str, str]:
+    """The pool-dependent variables of a server of ``grant`` on ``pool``."""
+    return {ENV_POOL: pool.name, ENV_MODEL: pool.gpu.name,
+            ENV_MEMORY: f"{pool.unit_memory_gb}GB",
+            ENV_PREEMPTIBLE: str(pool.spot or grant.priority.preemptible).lower()}
+
+
+def pool_annotations(grant: Grant) -> dict[str, dict[str, str]]:
+    """For each pool of a fallback profile, the annotations the hub records on its pod
+    once Kueue has admitted it there (:mod:`jupyterhub_gpu.kueue.poolgate`)."""
+    return {pool.name: {POOL_ENV_ANNOTATIONS[var]: value
+                        for var, value in _pool_facts(grant, pool).items()}
+            for pool in grant.pools}
+
+
 def pool_env(grant: Grant) -> dict[str, Any]:
-    """The pool the server runs on: a single-pool profile's, or for a fallback
-    profile the one Kueue admitted it to, which only the annotation the hub sets
-    before the pod may start tells (:mod:`jupyterhub_gpu.kueue.poolgate`)."""
+    """The pool the server runs on and its GPU: a single-pool profile's, or for a
+    fallback profile the one Kueue admitted it to, which only the annotations the hub
+    sets before the pod may start tell (the kubelet resolves them when it starts the
+    container)."""
     if not grant.fallbacks:
-        return {ENV_POOL: grant.pool.name}
-    return {ENV_POOL: {"valueFrom": {"fieldRef": {
-        "fieldPath": f"metadata.annotations['{POOL_ANNOTATION}']"}}}}
+        return _pool_facts(grant, grant.pool)
+    return {var: {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}}
+            for var, key in POOL_ENV_ANNOTATIONS.items()}
 
 
 def _placement(grant: Grant) -> tuple[dict[str, str], list[dict], list[dict], list[dict]]:
     """(node selector, tolerations, node affinity terms, scheduling gates).
 
-    A single-pool profile selects and tolerates its pool. A fallback profile's pod
-    carries no pool selector (Kueue fails to merge a flavor's ``nodeLabels`` into a
-    nodeSelector that has another value for the key) and no pool toleration: Kueue
-    adds the admitted flavor's. Its node affinity keeps Kueue (which checks a
-    flavor's ``nodeLabels`` against it) and the scheduler to the profile's pools, and
-    its own scheduling gate holds it until the hub has recorded the admitted pool."""
+    A single-pool profile selects and tolerates its pool itself, as it always has:
+    Kueue's merge of the flavor's ``nodeLabels`` (equal to the selector) and
+    ``tolerations`` (de-duplicated) changes nothing, and the pod still lands on its
+    pool should Kueue not manage its namespace. A fallback profile's pod carries no
+    pool selector (Kueue fails to merge a flavor's ``nodeLabels`` into a nodeSelector
+    that has another value for the key) and no pool toleration: Kueue adds the
+    admitted flavor's. Its node affinity keeps Kueue (which checks a flavor's
+    ``nodeLabels`` against it) and the scheduler to the profile's pools, and its own
+    scheduling gate holds it until the hub has recorded the admitted pool."""
     if not grant.fallbacks:
         return (dict(grant.pool.node_selector), [t.toleration() for t in grant.pool.taints],
                 [], [])
     by_label: dict[str, list[str]] = {}
     for pool in grant.pools:
-        by_label.setdefault(pool.autoscaler.pool_label, []).append(pool.name)
-    terms = [{"matchExpressions": [{"key": key, "operator": "In", "values": names}]}
-             for key, names in by_label.items()]
+        for key, value in pool.node_selector.items():
+            by_label.setdefault(key, []).append(value)
+    terms = [{"matchExpressions": [{"key": key, "operator": "In", "values": values}]}
+             for key, values in by_label.items()]
     return {}, [], terms, [{"name": POOL_GATE}]
 
 
@@ -159,11 +186,8 @@ def profile_env(grant: Grant) -> dict[str, Any]:
     return {
         ENV_PROFILE: profile.slug,
         **pool_env(grant),
-        ENV_MODEL: pool.gpu.name,
-        ENV_SHARING: pool.sharing.mode.name,
+        ENV_SHARING: pool.sharing.mode.name,  # the same on every pool of a profile
         ENV_COUNT: str(profile.units),
-        ENV_MEMORY: f"{pool.unit_memory_gb}GB",
-        ENV_PREEMPTIBLE: str(pool.spot or grant.priority.preemptible).lower(),
         ENV_TEAM: grant.team.name,
         **cull_env(profile),  # idle timeout, max age, GPU-idle rule, grace: for the notices
     }

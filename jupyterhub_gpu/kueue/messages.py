@@ -217,9 +217,10 @@ def stop_notice(pod: dict, workload: dict | None, queue: str, at: datetime,
         words = _DISRUPTION_WORDS.get(disruption.get("reason", ""), "its node went away")
         found = ("evicted", f"stopped because {words}")
     reason, words = found
-    pool = (st.admitted_pool(workload)
-            or (pod["metadata"].get("annotations") or {}).get(POOL_ANNOTATION) or "")
-    ran = f" It ran on pool {pool}." if pool else ""
+    # a fallback profile's pod: the hub recorded the pool Kueue chose, worth saying
+    recorded = (pod["metadata"].get("annotations") or {}).get(POOL_ANNOTATION)
+    pool = recorded or st.admitted_pool(workload) or st.selected_pool(pod) or ""
+    ran = f" It ran on pool {pool}." if recorded else ""
     kept = "Your files are kept"
     if checkpoint_dir:
         kept += f"; your checkpoints are in {checkpoint_dir}"

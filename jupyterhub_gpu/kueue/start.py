@@ -18,12 +18,19 @@ from kubernetes_asyncio.client import ApiException
 from kubespawner.clients import shared_client
 
 from .. import metrics
-from ..builders.pod import Grant
+from ..builders.pod import Grant, pool_annotations
 from . import status as st
-from .lifecycle import POLL_SECONDS, Outcome, QueueWatch, SpawnRefused, wanted
+from .lifecycle import (POLL_SECONDS, Outcome, QueueWatch, SpawnRefused, on_each_pool,
+                        wanted)
 from .messages import Stage, Step
 from .poolgate import record_pool
 from .visibility import PendingWorkloads
+
+
+#: shown when the watch fails before it has let a fallback profile's pod start
+GATE_FAILED = ("The hub could not record which pool your server was given, so the server "
+               "could not start. Try again, or ask your JupyterHub admin (the hub's log "
+               "has the error).")
 
 
 class QueuedStart:
@@ -39,7 +46,8 @@ class QueuedStart:
         self.pool_recorded = False
         self.watch = QueueWatch(wanted(grant), grant.profile.queue_patience_seconds,
                                 pod=pod, workloads=workloads, events=events,
-                                visible_position=self.pending.position)
+                                visible_position=self.pending.position,
+                                on_pool=on_each_pool(grant))
 
     @property
     def stage(self) -> Stage:
@@ -76,6 +84,9 @@ class QueuedStart:
         finally:
             guard.cancel()
         refused = guard.done() and not guard.cancelled() and guard.exception()
+        if refused and not isinstance(refused, SpawnRefused) and self._gated():
+            self._watch_failed(refused)
+            refused = SpawnRefused(GATE_FAILED, Outcome.FAILED)
         if isinstance(refused, SpawnRefused):
             started.cancel()
             self.log.warning("Spawn of %s refused: %s", self.who, refused)
@@ -90,6 +101,10 @@ class QueuedStart:
             except Exception as e:  # noqa: BLE001 - the server runs: do not fail it now
                 self._watch_failed(e)
         return url
+
+    def _gated(self) -> bool:
+        """A fallback profile's pod that only the watch can let start (:mod:`.poolgate`)."""
+        return bool(self.grant.fallbacks) and not self.pool_recorded
 
     def _watch_failed(self, error: BaseException) -> None:
         self.log.error("Queue watch of %s failed (%r); the spawn goes on without it",
@@ -108,7 +123,8 @@ class QueuedStart:
             return
         workload = st.workload_for(pod, self.watch.workloads())
         try:
-            pool = await record_pool(shared_client("CoreV1Api"), pod, workload)
+            pool = await record_pool(shared_client("CoreV1Api"), pod, workload,
+                                     pool_annotations(self.grant))
         except ApiException as e:
             if e.status not in (409, 422):
                 raise
@@ -126,8 +142,17 @@ class QueuedStart:
             except Exception as e:  # noqa: BLE001 - the watch still gives a position
                 self.log.warning("Kueue visibility API failed: %s", e)
 
+    def _pool_label(self, outcome: Outcome) -> str:
+        """The pool Kueue admitted the spawn to; a single-pool profile's that started
+        even if the watch missed the admission; :data:`metrics.NO_POOL` if none."""
+        if self.watch.pool:
+            return self.watch.pool
+        if outcome is Outcome.STARTED and not self.grant.fallbacks:
+            return self.grant.pool.name
+        return metrics.NO_POOL
+
     def _record(self, outcome: Outcome) -> None:
-        slug, pool = self.grant.profile.slug, self.watch.pool or metrics.NO_POOL
+        slug, pool = self.grant.profile.slug, self._pool_label(outcome)
         if outcome is Outcome.STARTED and self.watch.waited is not None:
             metrics.QUEUE_WAIT.labels(slug, self.grant.team.local_queue, pool).observe(
                 self.watch.waited)

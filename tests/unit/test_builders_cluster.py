@@ -39,6 +39,10 @@ def test_cluster_queue(platform):
             "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any",
                            "borrowWithinCohort": {"policy": "LowerPriority",
                                                   "maxPriorityThreshold": 100}},
+            # a fallback profile's workload tries its next pool before borrowing or
+            # preempting in this one (test_fallback.py)
+            "flavorFungibility": {"whenCanBorrow": "TryNextFlavor",
+                                  "whenCanPreempt": "TryNextFlavor"},
             "resourceGroups": [{
                 "coveredResources": COVERED,
                 "flavors": [
@@ -77,10 +81,10 @@ def test_kueue_objects_order(platform):
 
 
 def test_a_cpu_pool_flavor_selects_its_nodes_and_has_no_taint(platform):
-    assert kueue.resource_flavor(platform.pool("cpu")) == {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-        "metadata": {"name": "cpu"},
-        "spec": {"nodeLabels": {"kubernetes.azure.com/agentpool": "cpu"}, "nodeTaints": []}}
+    flavor = kueue.resource_flavor(platform.pool("cpu"))
+    assert (flavor["kind"], flavor["metadata"]) == ("ResourceFlavor", {"name": "cpu"})
+    assert flavor["spec"]["nodeLabels"] == {"kubernetes.azure.com/agentpool": "cpu"}
+    assert not flavor["spec"]["nodeTaints"] and not flavor["spec"]["tolerations"]
 
 
 def test_device_plugin_configs(platform):
