@@ -113,17 +113,18 @@ def _fit(profile: Profile, pool: Pool) -> Iterator[str]:
                    f" > {total(left)} {breakdown}; use {field}: {each(most)} or less")
 
 
-def _checkpoint(profile: Profile, pool: Pool, platform: Platform) -> Iterator[str]:
+def _checkpoint(profile: Profile, pools: list[Pool], platform: Platform) -> Iterator[str]:
     if not profile.checkpoint.enabled:
         return
     label = f"profile {profile.slug!r}: checkpoint"
     if platform.checkpoint_storage is None:
         yield f"{label}: enabled, but the spec has no checkpointStorage"
     grace = profile.checkpoint.grace_period_seconds
-    if pool.spot and grace > AZURE_SPOT_NOTICE_SECONDS:
-        yield (f"{label}: gracePeriod: {grace}s does not fit inside Azure's "
-               f"{AZURE_SPOT_NOTICE_SECONDS}s spot eviction notice on pool {pool.name!r}; "
-               f"use at most {AZURE_SPOT_NOTICE_SECONDS}s")
+    for pool in pools:
+        if pool.spot and grace > AZURE_SPOT_NOTICE_SECONDS:
+            yield (f"{label}: gracePeriod: {grace}s does not fit inside Azure's "
+                   f"{AZURE_SPOT_NOTICE_SECONDS}s spot eviction notice on pool "
+                   f"{pool.name!r}; use at most {AZURE_SPOT_NOTICE_SECONDS}s")
 
 
 def _fallback_pools(profile: Profile, pools: list[Pool]) -> Iterator[str]:
@@ -174,7 +175,7 @@ def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator
         for pool in known:
             yield from _units(profile, pool)
             yield from _fit(profile, pool)
-            yield from _checkpoint(profile, pool, platform)
+        yield from _checkpoint(profile, known, platform)
     yield from order_conflicts(platform.profiles, [p.name for p in platform.pools])
 
 

@@ -56,6 +56,8 @@ def test_cluster_queue(platform):
                         {"name": "nvidia.com/gpu", "nominalQuota": "2", "borrowingLimit": "1"},
                         *({"name": r, "nominalQuota": "0", "borrowingLimit": "0"}
                           for r in COVERED[3:])]},
+                    # the on-demand A100s: the team has none, its profiles do not use them
+                    {"name": "a100", "resources": _quota("0", "0", "0", "0", "0")},
                     # the CPU pool's quota is in nodes: two nodes' cpu and memory, no GPU
                     {"name": "cpu", "resources": _quota("14640m", "57764Mi", "0", "0", "0")},
                 ],
@@ -76,7 +78,7 @@ def test_quota_shares_of_a_node_round_down(platform):
 
 def test_kueue_objects_order(platform):
     kinds = [o["kind"] for o in kueue.kueue_objects(platform)]
-    assert kinds == ["WorkloadPriorityClass"] * 3 + ["ResourceFlavor"] * 4 + \
+    assert kinds == ["WorkloadPriorityClass"] * 3 + ["ResourceFlavor"] * 5 + \
         ["ClusterQueue"] * 3 + ["LocalQueue"] * 3
 
 
