@@ -27,7 +27,7 @@ class ProfileCard:
     price_per_hour: str  # "$0.90", or "$0.90–$3.40" over a fallback profile's pools
     preemptible: bool
     default: bool
-    pools: str = ""  # a fallback profile's pools, in order of preference
+    pools: str = ""  # a fallback profile's pools in order of preference, with their prices
     gpu: bool = True  # False: a CPU-only profile (no GPU facts on its card)
 
 
@@ -56,7 +56,7 @@ def price_per_hour(pool: Pool, profile: Profile) -> float:
 
 def profile_card(platform: Platform, profile: Profile) -> ProfileCard:
     pools = platform.pools_of(profile)
-    pool = pools[0]
+    pool, prices = pools[0], [price_per_hour(p, profile) for p in pools]
     memory = _either([f"{p.unit_memory_gb} GB" for p in pools]) + (
         " (shared)" if pool.sharing.shared else "")
     return ProfileCard(
@@ -69,11 +69,12 @@ def profile_card(platform: Platform, profile: Profile) -> ProfileCard:
         count=profile.units,
         cpu=format_cpu(profile.cpu),
         memory=format_memory(profile.memory_bytes),
-        price_per_hour=_one_or_range([price_per_hour(p, profile) for p in pools]),
+        price_per_hour=_one_or_range(prices),
         preemptible=(any(p.spot for p in pools)
                      or platform.priority(profile.priority).preemptible),
         default=profile.default,
-        pools=", then ".join(p.name for p in pools) if profile.fallback else "",
+        pools=(", then ".join(f"{p.name} (${price:.2f})" for p, price in zip(pools, prices))
+               if profile.fallback else ""),
         gpu=pool.has_gpu,
     )
 

@@ -405,14 +405,15 @@ def _on_pools(errors: list[str], platform: Platform) -> tuple[Profile, ...]:
     pools = {p.name: p for p in platform.pools}
     resolved = []
     for profile in platform.profiles:
-        pool = pools.get(profile.pool)
-        cpu_only = pool is not None and not pool.has_gpu
+        known = [pools[n] for n in profile.pool_names if n in pools]
+        # a fallback over a CPU pool is refused by validation, not here
+        cpu_only = bool(known) and not any(p.has_gpu for p in known)
         if cpu_only:
             given = [("gpus", profile.units), ("gpuIdle", profile.gpu_idle)]
             for key, value in given:
                 if value is not None:
-                    errors.append(f"profile {profile.slug!r}: {key}: pool {pool.name!r} has "
-                                  f"no GPU (gpu: {NO_GPU.name}); remove {key}")
+                    errors.append(f"profile {profile.slug!r}: {key}: pool {known[0].name!r} "
+                                  f"has no GPU (gpu: {NO_GPU.name}); remove {key}")
         units = 0 if cpu_only else profile.units or field_default("profile", "gpus")
         idle = profile.idle_timeout_seconds
         if idle is None:

@@ -122,6 +122,7 @@ class QueuedStart:
         if pod is None:
             return
         workload = st.workload_for(pod, self.watch.workloads())
+        self.watch.pool = st.admitted_pool(workload) or self.watch.pool  # should this fail
         try:
             pool = await record_pool(shared_client("CoreV1Api"), pod, workload,
                                      pool_annotations(self.grant))
