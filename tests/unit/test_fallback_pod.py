@@ -34,6 +34,7 @@ from .. import kueue_admission as kueue_rules
 from .test_bundle_nap import nap_spec
 from .test_fallback_spec import h100_fallback
 from .test_kueue_messages import workload
+from .test_kueue_start import Withdraw, until
 
 TRAINING = "a100-training"  # pools [a100spot, a100]
 ML_ENG = UserRef("max", frozenset({"ml-eng"}))
@@ -198,18 +199,14 @@ def _spawns(outcome: Outcome, pool: str) -> float:
     return REGISTRY.get_sample_value("jupyterhub_gpu_spawns_total", labels) or 0
 
 
-def _queued(platform, cache, monkeypatch, core):
-    monkeypatch.setattr(start_module, "shared_client", lambda kind: core)
+def _queued(platform, cache, monkeypatch=None, core=None):
+    """The spawn's queue-aware start, reading ``cache``; the hub's pod patches go to
+    ``core``."""
+    if monkeypatch is not None:
+        monkeypatch.setattr(start_module, "shared_client", lambda kind: core)
     return QueuedStart(_grant(platform), "jhub-ml-eng", pod=lambda: cache["pod"],
                        workloads=lambda: cache["workloads"], events=list,
                        log=logging.getLogger("test"), who="max")
-
-
-async def _until(check, timeout=30):
-    async def poll():
-        while not check():
-            await asyncio.sleep(0.05)
-    await asyncio.wait_for(poll(), timeout)
 
 
 @pytest.mark.parametrize("failures", [0, 1])
@@ -224,11 +221,11 @@ async def test_the_hub_lets_the_admitted_pod_start_and_counts_its_pool(platform,
 
     async def start():  # KubeSpawner: the pod runs once nothing gates it
         cache["workloads"] = [admitted_workload("a100")]
-        await _until(lambda: not cache["pod"]["spec"]["schedulingGates"])
+        await until(lambda: not cache["pod"]["spec"]["schedulingGates"])
         cache["pod"]["status"]["phase"] = "Running"
         return "http://10.0.0.7:8888"
 
-    assert await queued.run(start, lambda: None) == "http://10.0.0.7:8888"
+    assert await queued.run(start, Withdraw()) == "http://10.0.0.7:8888"
     assert cache["pod"]["metadata"]["annotations"][POOL_ANNOTATION] == "a100"
     assert core.calls == failures + 1
     assert _spawns(Outcome.STARTED, "a100") == before + 1
@@ -240,10 +237,7 @@ async def test_a_pool_gate_the_hub_may_not_lift_fails_the_spawn(platform, monkey
     cache = {"pod": gated_pod({}, gates=(POOL_GATE,)), "workloads": [admitted_workload("a100")]}
     core = FakeCore(cache, ApiException(status=403, reason="Forbidden"), failures=99)
     queued = _queued(platform, cache, monkeypatch, core)
-    withdrawn = []
-
-    async def withdraw():
-        withdrawn.append(True)
+    withdraw = Withdraw()
 
     async def start():
         await asyncio.Event().wait()
@@ -252,7 +246,7 @@ async def test_a_pool_gate_the_hub_may_not_lift_fails_the_spawn(platform, monkey
     with pytest.raises(SpawnRefused) as info:
         await asyncio.wait_for(queued.run(start, withdraw), 30)
     assert str(info.value) == GATE_FAILED and info.value.outcome is Outcome.FAILED
-    assert withdrawn == [True]
+    assert withdraw.calls == 1
     assert _spawns(Outcome.FAILED, "a100") == before + 1
 
 
@@ -262,10 +256,7 @@ def test_messages_name_any_pool_until_admitted_then_the_one_admitted(platform):
     assert (before.pool, before.what) == ("a100spot or a100", "an A100-80GB GPU")
     cache = {"pod": {**gated_pod({}, gates=()), "spec": {}},
              "workloads": [admitted_workload("a100")]}
-    queued = QueuedStart(grant, "jhub-ml-eng", pod=lambda: cache["pod"],
-                         workloads=lambda: cache["workloads"], events=list,
-                         log=logging.getLogger("test"), who="max")
-    assert queued.watch.observe().message == "Finding an A100-80GB node in pool a100"
+    assert _queued(platform, cache).watch.observe().message == "Finding an A100-80GB node in pool a100"
 
 
 # -- after it stopped ------------------------------------------------------------------
