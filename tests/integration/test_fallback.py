@@ -4,8 +4,9 @@ when the spot quota is used up (t4-fallback in platform.yaml: one GPU of each)."
 from __future__ import annotations
 
 from jupyterhub_gpu import metrics
-from jupyterhub_gpu.contract import (AGENTPOOL_LABEL, ENV_POOL, GPU_TAINT_KEY, POOL_ANNOTATION,
-                                     POOL_GATE, SPOT_LABEL)
+from jupyterhub_gpu.contract import (AGENTPOOL_LABEL, ENV_MODEL, ENV_POOL, ENV_PREEMPTIBLE,
+                                     GPU_TAINT_KEY, POOL_ANNOTATION, POOL_GATE, SPOT_LABEL)
+from jupyterhub_gpu.devcluster.podrunner import server_process
 
 from .conftest import wait_for
 
@@ -50,9 +51,15 @@ async def test_the_next_spawn_lands_on_the_second_pool_once_the_first_is_full(
     assert {t.key for t in on_demand.spec.tolerations} >= {GPU_TAINT_KEY}
     assert SPOT_LABEL not in {t.key for t in on_demand.spec.tolerations}
     assert SPOT_LABEL in {t.key for t in spot.spec.tolerations}
-    # the notebook's variable reads the annotation (the kubelet resolves it at start)
+    # the notebook's variables read the annotations the hub set, resolved when the
+    # container starts (by the dev cluster's stand-in kubelet, from the pod as it is)
     (env,) = [e for e in on_demand.spec.containers[0].env if e.name == ENV_POOL]
     assert env.value_from.field_ref.field_path == f"metadata.annotations['{POOL_ANNOTATION}']"
+    for pod, pool, preemptible in ((on_demand, "t4ondemand", "false"),
+                                   (spot, "t4spot", "true")):
+        started = server_process(kube.core.api_client.sanitize_for_serialization(pod)).env
+        assert (started[ENV_POOL], started[ENV_MODEL], started[ENV_PREEMPTIBLE]) == (
+            pool, "T4", preemptible)
 
     workload = await kube.workload_for(on_demand)
     (assignment,) = workload["status"]["admission"]["podSetAssignments"]
