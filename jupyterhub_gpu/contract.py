@@ -18,6 +18,15 @@ PREFIX = "jupyterhub-gpu/"
 PROFILE_LABEL = PREFIX + "profile"
 #: on a notebook pod and on a team namespace: the team
 TEAM_LABEL = PREFIX + "team"
+#: on a fallback profile's pod: the pool Kueue admitted it to, and that pool's GPU
+#: model, GPU memory and whether it is preemptible (the hub sets them; the notebook's
+#: environment reads them)
+POOL_ANNOTATION = PREFIX + "pool"
+GPU_MODEL_ANNOTATION = PREFIX + "gpu-model"
+GPU_MEMORY_ANNOTATION = PREFIX + "gpu-memory"
+PREEMPTIBLE_ANNOTATION = PREFIX + "preemptible"
+#: on a fallback profile's pod: its scheduling gate until the hub has set the pool
+POOL_GATE = PREFIX + "record-pool"
 #: on a team namespace: Kueue manages its pods (``managedJobsNamespaceSelector``)
 MANAGED_LABEL = PREFIX + "managed"
 
@@ -31,6 +40,7 @@ STATE_STOP_NOTICE = "gpu_stop_notice"
 ENV_PREFIX = "JUPYTERHUB_GPU_"
 ENV_PROFILE = ENV_PREFIX + "PROFILE"
 ENV_MODEL = ENV_PREFIX + "MODEL"
+ENV_POOL = ENV_PREFIX + "POOL"  # the node pool the server got
 ENV_SHARING = ENV_PREFIX + "SHARING"
 ENV_COUNT = ENV_PREFIX + "COUNT"
 ENV_MEMORY = ENV_PREFIX + "MEMORY"

@@ -24,10 +24,22 @@ class ProfileCard:
     count: int
     cpu: str
     memory: str
-    price_per_hour: str
+    price_per_hour: str  # "$0.90", or "$0.90–$3.40" over a fallback profile's pools
     preemptible: bool
     default: bool
+    pools: str = ""  # a fallback profile's pools in order of preference, with their prices
     gpu: bool = True  # False: a CPU-only profile (no GPU facts on its card)
+
+
+def _one_or_range(values: list[float]) -> str:
+    """``$0.90`` or, when the pools' prices differ, ``$0.90–$3.40``."""
+    low, high = f"${min(values):.2f}", f"${max(values):.2f}"
+    return low if low == high else f"{low}–{high}"
+
+
+def _either(words: list[str]) -> str:
+    """The distinct ``words`` in order, joined by "or" (the pools of a fallback profile)."""
+    return " or ".join(dict.fromkeys(words))
 
 
 def price_per_hour(pool: Pool, profile: Profile) -> float:
@@ -43,21 +55,26 @@ def price_per_hour(pool: Pool, profile: Profile) -> float:
 
 
 def profile_card(platform: Platform, profile: Profile) -> ProfileCard:
-    pool = platform.pool(profile.pool)
-    memory = f"{pool.unit_memory_gb} GB" + (" (shared)" if pool.sharing.shared else "")
+    pools = platform.pools_of(profile)
+    pool, prices = pools[0], [price_per_hour(p, profile) for p in pools]
+    memory = _either([f"{p.unit_memory_gb} GB" for p in pools]) + (
+        " (shared)" if pool.sharing.shared else "")
     return ProfileCard(
         slug=profile.slug,
         display_name=profile.display_name,
         description=profile.description,
-        gpu_model=pool.gpu.name,
+        gpu_model=_either([p.gpu.name for p in pools]),
         sharing=pool.sharing.mode.form_label(pool.sharing),
         gpu_memory=memory,
         count=profile.units,
         cpu=format_cpu(profile.cpu),
         memory=format_memory(profile.memory_bytes),
-        price_per_hour=f"${price_per_hour(pool, profile):.2f}",
-        preemptible=pool.spot or platform.priority(profile.priority).preemptible,
+        price_per_hour=_one_or_range(prices),
+        preemptible=(any(p.spot for p in pools)
+                     or platform.priority(profile.priority).preemptible),
         default=profile.default,
+        pools=(", then ".join(f"{p.name} (${price:.2f})" for p, price in zip(pools, prices))
+               if profile.fallback else ""),
         gpu=pool.has_gpu,
     )
 

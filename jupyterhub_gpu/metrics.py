@@ -14,23 +14,28 @@ from .poolnodes import failed, pool_node_counts
 PLATFORM_STOP_SCHEMA = "https://jupyterhub-gpu.readthedocs.io/events/platform-stop"
 _SCHEMA_FILE = Path(__file__).parent / "event-schemas" / "platform-stop" / "v1.yaml"
 
+#: the ``pool`` label of a spawn that was never admitted to one
+NO_POOL = "none"
+
 QUEUE_WAIT = Histogram(
     "jupyterhub_gpu_queue_wait_seconds",
-    "Seconds a GPU server waited in its Kueue queue before admission",
-    ["profile", "queue"],
+    "Seconds a GPU server waited in its Kueue queue before admission, by the pool "
+    "it was admitted to",
+    ["profile", "queue", "pool"],
     buckets=(5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, float("inf")),
 )
 SPAWNS = Counter(
     "jupyterhub_gpu_spawns_total",
     "GPU server spawns by profile and outcome "
-    "(started, queue-timeout, never-fits, cancelled, failed)",
-    ["profile", "outcome"],
+    "(started, queue-timeout, never-fits, cancelled, failed) and the pool admitted to "
+    "(none if it never was)",
+    ["profile", "outcome", "pool"],
 )
 STOPS_BY_PLATFORM = Counter(
     "jupyterhub_gpu_preemptions_total",
     "Running GPU servers stopped by the platform, by profile and reason "
-    "(preempted, evicted)",
-    ["profile", "reason"],
+    "(preempted, evicted) and pool",
+    ["profile", "reason", "pool"],
 )
 
 

@@ -48,7 +48,8 @@ SCHEMA: dict[str, tuple[type, dict[str, str]]] = {
     "priority": (Priority, {"name": "name", "value": "value", "description": "description",
                             "preemptible": "preemptible"}),
     "profile": (Profile, {"slug": "slug", "displayName": "display_name",
-                          "description": "description", "pool": "pool", "gpus": "units",
+                          "description": "description", "pool": "pool", "pools": "pools",
+                          "gpus": "units",
                           "cpu": "cpu", "memory": "memory_bytes", "image": "image",
                           "priority": "priority", "idleTimeout": "idle_timeout_seconds",
                           "maxAge": "max_age_seconds",
@@ -344,15 +345,43 @@ def _gpu_idle(errors: list[str], label: str, data: Any) -> GpuIdle | None:
     return None if threshold is None or window is None else GpuIdle(threshold, window)
 
 
+def _pool_list(v: Any) -> tuple[str, ...]:
+    names = _str_list(v)
+    if not names:
+        raise ValueError("must name at least one pool, the preferred first")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"names pool(s) {', '.join(map(repr, twice))} more than once")
+    return names
+
+
+def _profile_pools(s: _Section) -> tuple[str | None, tuple[str, ...]]:
+    """``pool`` (one pool) or ``pools`` (several, in order of preference): the
+    preferred pool, and all of them when there are several."""
+    if s.given("pool") and s.given("pools"):
+        s.fail("pools", "give either pool (one pool) or pools (several, in order of "
+               "preference), not both")
+        return None, ()
+    if s.given("pools"):
+        names = s.get("pools", _pool_list)
+        return (names[0], names if len(names) > 1 else ()) if names else (None, ())
+    if not s.given("pool"):
+        s.fail("pool", "is required (or pools: several, in order of preference)")
+        return None, ()
+    return s.get("pool", _str), ()
+
+
 def _profile(errors: list[str], data: Any, index: int) -> Profile | None:
     s, n_errors = _entry(errors, data, index, "profile", key="slug")
+    pool, pools = _profile_pools(s)
     checkpoint = _block(errors, s.label, s, "checkpoint", _checkpoint)
     gpu_idle = _block(errors, s.label, s, "gpuIdle", _gpu_idle)
     profile = Profile(
         slug=s.get("slug", _name(_DNS_LABEL, "a slug (a-z, 0-9, -)")),
         display_name=s.get("displayName", _str),
         description=s.get("description", _str),
-        pool=s.get("pool", _str),
+        pool=pool,
+        pools=pools,
         units=s.get("gpus", _int(1), None),  # by the pool's kind: _on_pools
         cpu=s.get("cpu", q.parse_cpu),
         memory_bytes=s.get("memory", q.parse_memory),
@@ -376,14 +405,15 @@ def _on_pools(errors: list[str], platform: Platform) -> tuple[Profile, ...]:
     pools = {p.name: p for p in platform.pools}
     resolved = []
     for profile in platform.profiles:
-        pool = pools.get(profile.pool)
-        cpu_only = pool is not None and not pool.has_gpu
+        known = [pools[n] for n in profile.pool_names if n in pools]
+        # a fallback over a CPU pool is refused by validation, not here
+        cpu_only = bool(known) and not any(p.has_gpu for p in known)
         if cpu_only:
             given = [("gpus", profile.units), ("gpuIdle", profile.gpu_idle)]
             for key, value in given:
                 if value is not None:
-                    errors.append(f"profile {profile.slug!r}: {key}: pool {pool.name!r} has "
-                                  f"no GPU (gpu: {NO_GPU.name}); remove {key}")
+                    errors.append(f"profile {profile.slug!r}: {key}: pool {known[0].name!r} "
+                                  f"has no GPU (gpu: {NO_GPU.name}); remove {key}")
         units = 0 if cpu_only else profile.units or field_default("profile", "gpus")
         idle = profile.idle_timeout_seconds
         if idle is None:

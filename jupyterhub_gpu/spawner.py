@@ -440,13 +440,15 @@ class GPUSpawner(KubeSpawner):
             return False
         if self.gpu_stop_notice is None:
             self.gpu_stop_notice = asdict(notice)
-            metrics.STOPS_BY_PLATFORM.labels(slug or "unknown", notice.reason).inc()
+            metrics.STOPS_BY_PLATFORM.labels(slug or "unknown", notice.reason,
+                                             notice.pool or metrics.NO_POOL).inc()
             self.log.warning("Server %s stopped by the platform (%s): %s",
                              self._log_name, notice.reason, notice.message)
             settings = getattr(self.user, "settings", None) or {}
             metrics.emit_platform_stop(
                 settings.get("eventlog"), username=self.user.name, servername=self.name,
-                profile=slug, reason=notice.reason, message=notice.message, at=notice.at)
+                profile=slug, reason=notice.reason, message=notice.message, at=notice.at,
+                pool=notice.pool)
         return True
 
     # -- state --------------------------------------------------------------------

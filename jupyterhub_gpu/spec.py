@@ -257,6 +257,19 @@ class Profile:
     allowed_groups: tuple[str, ...] = ()  # empty: every user who is in a team
     checkpoint: Checkpoint = CHECKPOINT_OFF
     default: bool = False
+    # a fallback profile: every pool it may run on, in order of preference (``pool`` is
+    # the first); empty: ``pool`` only
+    pools: tuple[str, ...] = ()
+
+    @property
+    def pool_names(self) -> tuple[str, ...]:
+        """The pools the profile may run on, the preferred first."""
+        return self.pools or (self.pool,)
+
+    @property
+    def fallback(self) -> bool:
+        """More than one pool: Kueue picks the first with room (flavor fungibility)."""
+        return len(self.pool_names) > 1
 
 
 @dataclass(frozen=True)
@@ -279,6 +292,10 @@ class Platform:
 
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)
+
+    def pools_of(self, profile: Profile) -> tuple[Pool, ...]:
+        """The pools ``profile`` may run on, in its order of preference."""
+        return tuple(self.pool(name) for name in profile.pool_names)
 
     def priority(self, name: str) -> Priority:
         return next(p for p in self.priorities if p.name == name)

@@ -8,6 +8,7 @@ from typing import Iterator
 
 from .allocatable import node_resources, share_of_node
 from .contract import GPU_RESOURCE
+from .fallback import order_conflicts
 from .quantities import format_cpu, format_memory
 from .sharing import modes_where
 from .spec import Autoscaler, Platform, Pool, Profile, Team
@@ -112,17 +113,43 @@ def _fit(profile: Profile, pool: Pool) -> Iterator[str]:
                    f" > {total(left)} {breakdown}; use {field}: {each(most)} or less")
 
 
-def _checkpoint(profile: Profile, pool: Pool, platform: Platform) -> Iterator[str]:
+def _checkpoint(profile: Profile, pools: list[Pool], platform: Platform) -> Iterator[str]:
     if not profile.checkpoint.enabled:
         return
     label = f"profile {profile.slug!r}: checkpoint"
     if platform.checkpoint_storage is None:
         yield f"{label}: enabled, but the spec has no checkpointStorage"
     grace = profile.checkpoint.grace_period_seconds
-    if pool.spot and grace > AZURE_SPOT_NOTICE_SECONDS:
-        yield (f"{label}: gracePeriod: {grace}s does not fit inside Azure's "
-               f"{AZURE_SPOT_NOTICE_SECONDS}s spot eviction notice on pool {pool.name!r}; "
-               f"use at most {AZURE_SPOT_NOTICE_SECONDS}s")
+    for pool in pools:
+        if pool.spot and grace > AZURE_SPOT_NOTICE_SECONDS:
+            yield (f"{label}: gracePeriod: {grace}s does not fit inside Azure's "
+                   f"{AZURE_SPOT_NOTICE_SECONDS}s spot eviction notice on pool "
+                   f"{pool.name!r}; use at most {AZURE_SPOT_NOTICE_SECONDS}s")
+
+
+def _fallback_pools(profile: Profile, pools: list[Pool]) -> Iterator[str]:
+    """A fallback profile's pods request one GPU resource: every pool must offer it, in
+    the same sharing mode. Fallback is between GPU pools: a CPU-only profile asks
+    for no GPU, so a CPU pool in the list is refused, whichever the others are."""
+    if len(pools) < 2:
+        return
+    label = f"profile {profile.slug!r}: pools"
+    cpu_only = [p.name for p in pools if not p.has_gpu]
+    if cpu_only:
+        yield (f"{label}: {', '.join(map(repr, cpu_only))} "
+               f"{'has' if len(cpu_only) == 1 else 'have'} no GPU (gpu: none); a fallback "
+               f"profile moves between GPU pools of one kind, and a CPU-only profile runs "
+               f"on one pool: use pool: <name>")
+        return
+    first = pools[0]
+    for other in pools[1:]:
+        if (other.resource_name, other.sharing.mode) != (first.resource_name,
+                                                          first.sharing.mode):
+            yield (f"{label}: pool {other.name!r} offers {other.resource_name} "
+                   f"({other.sharing.mode}) but pool {first.name!r} offers "
+                   f"{first.resource_name} ({first.sharing.mode}); a profile's pod asks for "
+                   f"one GPU resource, so all its pools must offer the same one in the same "
+                   f"sharing mode")
 
 
 def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator[str]:
@@ -133,15 +160,23 @@ def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator
         if profile.priority not in priorities | declared["priorities"]:
             yield (f"{label}: priority: unknown priority {profile.priority!r}; "
                    f"valid: {', '.join(sorted(priorities)) or 'none defined'}")
-        pool = pools.get(profile.pool)
-        if pool is None:
-            if profile.pool not in declared["pools"]:
-                yield (f"{label}: pool: unknown pool {profile.pool!r}; "
+        field = "pools" if profile.fallback else "pool"
+        for name in profile.pool_names:
+            if name not in pools and name not in declared["pools"]:
+                yield (f"{label}: {field}: unknown pool {name!r}; "
                        f"valid: {', '.join(sorted(pools)) or 'none defined'}")
+        known = [pools[n] for n in profile.pool_names if n in pools]
+        if len(known) < len(profile.pool_names):
             continue
-        yield from _units(profile, pool)
-        yield from _fit(profile, pool)
-        yield from _checkpoint(profile, pool, platform)
+        mismatched = list(_fallback_pools(profile, known))
+        yield from mismatched
+        if mismatched:  # the checks of each pool would only repeat it
+            continue
+        for pool in known:
+            yield from _units(profile, pool)
+            yield from _fit(profile, pool)
+        yield from _checkpoint(profile, known, platform)
+    yield from order_conflicts(platform.profiles, [p.name for p in platform.pools])
 
 
 def _group_refs(platform: Platform, declared: set[str]) -> Iterator[str]:
@@ -182,7 +217,7 @@ def check_platform(platform: Platform, declared: dict[str, set[str]]) -> list[st
 
 def _usable(platform: Platform, team: Team, pool: str) -> list[str]:
     """Slugs of the profiles on ``pool`` that some member of ``team`` may start."""
-    return [p.slug for p in platform.profiles if p.pool == pool
+    return [p.slug for p in platform.profiles if pool in p.pool_names
             and (not p.allowed_groups or set(p.allowed_groups) & set(team.groups))]
 
 
@@ -206,7 +241,7 @@ def check_warnings(platform: Platform) -> list[str]:
         for name, units in team.quota.items():
             if units == 0 or name not in pools or _usable(platform, team, name):
                 continue
-            on_pool = [p.slug for p in platform.profiles if p.pool == name]
+            on_pool = [p.slug for p in platform.profiles if name in p.pool_names]
             why = (f"none of its profiles ({', '.join(on_pool)}) allows the team's groups "
                    f"({', '.join(team.groups)})" if on_pool else "no profile uses that pool")
             warnings.append(

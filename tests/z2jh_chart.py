@@ -14,8 +14,8 @@ Helm values into ``c.KubeSpawner`` traits, and only then runs ``hub.extraConfig`
 so that tests hold GPUSpawner against the shapes the chart really produces: e.g.
 ``volumes`` and ``volume_mounts`` as dicts, ``tolerations`` as a list. Written from
 reading the chart; none of its code is copied. What the chart sets that GPUSpawner
-never touches (scheduler name, affinities, uid, image pull secrets, the
-cloud-metadata init container, ...) is left out: the dev cluster has no
+never touches (scheduler name, preferred node and pod affinities, uid, image pull
+secrets, the cloud-metadata init container, ...) is left out: the dev cluster has no
 user-scheduler, and none of it changes how a profile merges. ``singleuser.extraFiles``
 (a volume of a Secret the chart makes) is refused rather than reproduced.
 
@@ -48,6 +48,7 @@ COPIED = (
     ("start_timeout", "startTimeout"),
     ("extra_labels", "extraLabels"),
     ("node_selector", "nodeSelector"),
+    ("node_affinity_required", "extraNodeAffinity.required"),
     ("lifecycle_hooks", "lifecycleHooks"),
     ("mem_limit", "memory.limit"),
     ("mem_guarantee", "memory.guarantee"),
@@ -59,6 +60,9 @@ COPIED = (
     ("extra_pod_config", "extraPodConfig"),
     ("storage_extra_labels", "storage.extraLabels"),
 )
+# what the chart adds to node_affinity_required with matchNodePurpose: require
+NODE_PURPOSE_TERM = {"matchExpressions": [
+    {"key": "hub.jupyter.org/node-purpose", "operator": "In", "values": ["user"]}]}
 # traits GPUSpawner sets that the chart's hub config (4.4.0) leaves at KubeSpawner's
 # default: no singleuser value maps to them
 CHART_LEAVES_UNSET = frozenset({"delete_grace_period"})
@@ -153,6 +157,8 @@ def kubespawner_config(values: Mapping[str, Any],
             ks[trait] = copy.deepcopy(value)
     if _image(values):
         ks.image = _image(values)
+    if get(values, "scheduling.userPods.nodeAffinity.matchNodePurpose") == "require":
+        ks.node_affinity_required = [*ks.get("node_affinity_required", []), NODE_PURPOSE_TERM]
     tolerations = [*get(values, "scheduling.userPods.tolerations", []),
                    *get(values, "singleuser.extraTolerations", [])]
     if tolerations:

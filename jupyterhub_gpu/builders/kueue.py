@@ -5,14 +5,28 @@ from __future__ import annotations
 from ..allocatable import node_resources, share_of_node
 from ..contract import KUEUE_API_VERSION as API_VERSION
 from ..contract import NAMESPACE_NAME_LABEL
+from ..fallback import flavor_order
 from ..quantities import format_cpu, format_memory
 from ..spec import Platform, Pool, Priority, Team
 from .preemption import cluster_queue_preemption
 
 
+#: How a ClusterQueue goes through its flavors (Kueue's ``FlavorFungibility``, v0.17):
+#: a fallback profile's workload takes the first of its pools where it fits in the
+#: team's own quota; only when none has room does it borrow (on the first pool that
+#: lets it), and it preempts only when neither helps. Kueue's own default stops at the
+#: first pool where borrowing fits (``whenCanBorrow: MayStopSearch``), which would put
+#: a notebook on borrowed quota -- reclaimable at any time -- while a later pool has
+#: room of the team's own.
+FLAVOR_FUNGIBILITY = {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor"}
+
+
 def resource_flavor(pool: Pool) -> dict:
-    """One flavor per pool. Its ``nodeLabels`` equal the pods' node selector, so
-    Kueue's merge into the pod's nodeSelector never conflicts."""
+    """One flavor per pool. Its ``nodeLabels`` equal a single-pool profile's node
+    selector, so Kueue's merge into the pod's nodeSelector never conflicts; a
+    fallback profile's pod has none, and gets the admitted flavor's. Kueue adds the
+    flavor's ``tolerations`` to the pod it admits there, and counts them as the
+    workload's when it checks the flavor's ``nodeTaints``."""
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceFlavor",
@@ -20,6 +34,7 @@ def resource_flavor(pool: Pool) -> dict:
         "spec": {
             "nodeLabels": dict(pool.node_selector),
             "nodeTaints": [t.as_dict() for t in pool.taints],
+            "tolerations": [t.toleration() for t in pool.taints],
         },
     }
 
@@ -57,8 +72,18 @@ def _flavor_quotas(team: Team, pool: Pool, covered: list[str]) -> dict:
     return {"name": pool.name, "resources": resources}
 
 
+def ordered_pools(platform: Platform) -> list[Pool]:
+    """The pools in the order a ClusterQueue tries them: the spec's, reordered so
+    that each fallback profile's pools come in its order of preference."""
+    names = flavor_order([p.name for p in platform.pools], platform.profiles)
+    if names is None:  # validation refuses such a spec
+        raise ValueError("the profiles' orders of pool preference contradict each other")
+    return [platform.pool(n) for n in names]
+
+
 def cluster_queue(platform: Platform, team: Team) -> dict:
-    """One ClusterQueue per team; every pool is a flavor so quota can be borrowed.
+    """One ClusterQueue per team; every pool is a flavor so quota can be borrowed,
+    in fallback order (:func:`ordered_pools`, :data:`FLAVOR_FUNGIBILITY`).
     Preemption is classical (:mod:`.preemption`): no fair-sharing weight."""
     covered = covered_resources(platform)
     spec: dict = {
@@ -66,9 +91,10 @@ def cluster_queue(platform: Platform, team: Team) -> dict:
         "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: team.namespace}},
         "queueingStrategy": "BestEffortFIFO",
         "preemption": cluster_queue_preemption(platform),
+        "flavorFungibility": dict(FLAVOR_FUNGIBILITY),
         "resourceGroups": [{
             "coveredResources": covered,
-            "flavors": [_flavor_quotas(team, pool, covered) for pool in platform.pools],
+            "flavors": [_flavor_quotas(team, pool, covered) for pool in ordered_pools(platform)],
         }],
     }
     return {"apiVersion": API_VERSION, "kind": "ClusterQueue",

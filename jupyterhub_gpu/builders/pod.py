@@ -7,8 +7,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from ..checkpoint import PRESTOP_COMMAND
-from ..contract import (ENV_CHECKPOINT_DIR, ENV_COUNT, ENV_MEMORY, ENV_MODEL, ENV_PREEMPTIBLE,
-                        ENV_PROFILE, ENV_SHARING, ENV_TEAM, PREFIX, PRIORITY_LABEL, PROFILE_LABEL,
+from ..contract import (ENV_CHECKPOINT_DIR, ENV_COUNT, ENV_MEMORY, ENV_MODEL, ENV_POOL,
+                        ENV_PREEMPTIBLE, ENV_PROFILE, ENV_SHARING, ENV_TEAM,
+                        GPU_MEMORY_ANNOTATION, GPU_MODEL_ANNOTATION, POOL_ANNOTATION, POOL_GATE,
+                        PREEMPTIBLE_ANNOTATION, PREFIX, PRIORITY_LABEL, PROFILE_LABEL,
                         QUEUE_LABEL, TEAM_LABEL)
 from ..cull.notice import pod_env as cull_env
 from ..spec import Platform, Pool, Priority, Profile, Team
@@ -30,9 +32,15 @@ class Grant:
     """A profile a user is allowed to start, with everything it resolves to."""
 
     profile: Profile
-    pool: Pool
+    pool: Pool  # the preferred (or only) pool
     team: Team
     priority: Priority
+    fallbacks: tuple[Pool, ...] = ()  # a fallback profile's other pools, in order
+
+    @property
+    def pools(self) -> tuple[Pool, ...]:
+        """Every pool the server may run on, the preferred first."""
+        return (self.pool, *self.fallbacks)
 
 
 class OptionsRejected(ValueError):
@@ -80,7 +88,8 @@ def authorize(platform: Platform, user: UserRef, options: Any) -> Grant:
             f"The profile {slug!r} {reason}. Choose one of: "
             f"{', '.join(p.slug for p in allowed) or 'none'}.",
             f"{who}: requested {'forbidden' if known else 'unknown'} profile {slug!r}")
-    return Grant(profile, platform.pool(profile.pool), team, platform.priority(profile.priority))
+    pool, *fallbacks = platform.pools_of(profile)
+    return Grant(profile, pool, team, platform.priority(profile.priority), tuple(fallbacks))
 
 
 @dataclass(frozen=True)
@@ -98,7 +107,9 @@ class SpawnSettings:
     node_selector: dict[str, str]
     tolerations: list[dict]
     extra_labels: dict[str, str]
-    environment: dict[str, str]
+    environment: dict[str, Any]
+    # node selector terms (ORed); merged into each of the admin's (see merge_traits)
+    node_affinity_required: list[dict] = field(default_factory=list)
     volumes: list[dict] = field(default_factory=list)
     volume_mounts: list[dict] = field(default_factory=list)
     extra_pod_config: dict[str, Any] = field(default_factory=dict)
@@ -113,16 +124,70 @@ class SpawnSettings:
         return tuple(f.name for f in fields(cls))
 
 
-def profile_env(grant: Grant) -> dict[str, str]:
+#: the notebook's variables that depend on the pool, and the annotation a fallback
+#: profile's pod reads each from (the hub sets them: :func:`pool_annotations`)
+POOL_ENV_ANNOTATIONS = {ENV_POOL: POOL_ANNOTATION, ENV_MODEL: GPU_MODEL_ANNOTATION,
+                        ENV_MEMORY: GPU_MEMORY_ANNOTATION, ENV_PREEMPTIBLE: PREEMPTIBLE_ANNOTATION}
+
+
+def _pool_facts(grant: Grant, pool: Pool) -> dict[str, str]:
+    """The pool-dependent variables of a server of ``grant`` on ``pool``."""
+    return {ENV_POOL: pool.name, ENV_MODEL: pool.gpu.name,
+            ENV_MEMORY: f"{pool.unit_memory_gb}GB",
+            ENV_PREEMPTIBLE: str(pool.spot or grant.priority.preemptible).lower()}
+
+
+def pool_annotations(grant: Grant) -> dict[str, dict[str, str]]:
+    """For each pool of a fallback profile, the annotations the hub records on its pod
+    once Kueue has admitted it there (:mod:`jupyterhub_gpu.kueue.poolgate`)."""
+    return {pool.name: {POOL_ENV_ANNOTATIONS[var]: value
+                        for var, value in _pool_facts(grant, pool).items()}
+            for pool in grant.pools}
+
+
+def pool_env(grant: Grant) -> dict[str, Any]:
+    """The pool the server runs on and its GPU: a single-pool profile's, or for a
+    fallback profile the one Kueue admitted it to, which only the annotations the hub
+    sets before the pod may start tell (the kubelet resolves them when it starts the
+    container)."""
+    if not grant.fallbacks:
+        return _pool_facts(grant, grant.pool)
+    return {var: {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}}
+            for var, key in POOL_ENV_ANNOTATIONS.items()}
+
+
+def _placement(grant: Grant) -> tuple[dict[str, str], list[dict], list[dict], list[dict]]:
+    """(node selector, tolerations, node affinity terms, scheduling gates).
+
+    A single-pool profile selects and tolerates its pool itself, as it always has:
+    Kueue's merge of the flavor's ``nodeLabels`` (equal to the selector) and
+    ``tolerations`` (de-duplicated) changes nothing, and the pod still lands on its
+    pool should Kueue not manage its namespace. A fallback profile's pod carries no
+    pool selector (Kueue fails to merge a flavor's ``nodeLabels`` into a nodeSelector
+    that has another value for the key) and no pool toleration: Kueue adds the
+    admitted flavor's. Its node affinity keeps Kueue (which checks a flavor's
+    ``nodeLabels`` against it) and the scheduler to the profile's pools, and its own
+    scheduling gate holds it until the hub has recorded the admitted pool."""
+    if not grant.fallbacks:
+        return (dict(grant.pool.node_selector), [t.toleration() for t in grant.pool.taints],
+                [], [])
+    by_label: dict[str, list[str]] = {}
+    for pool in grant.pools:
+        for key, value in pool.node_selector.items():
+            by_label.setdefault(key, []).append(value)
+    terms = [{"matchExpressions": [{"key": key, "operator": "In", "values": values}]}
+             for key, values in by_label.items()]
+    return {}, [], terms, [{"name": POOL_GATE}]
+
+
+def profile_env(grant: Grant) -> dict[str, Any]:
     """Environment that tells the notebook what it runs on."""
     pool, profile = grant.pool, grant.profile
     return {
         ENV_PROFILE: profile.slug,
-        ENV_MODEL: pool.gpu.name,
-        ENV_SHARING: pool.sharing.mode.name,
+        **pool_env(grant),
+        ENV_SHARING: pool.sharing.mode.name,  # the same on every pool of a profile
         ENV_COUNT: str(profile.units),
-        ENV_MEMORY: f"{pool.unit_memory_gb}GB",
-        ENV_PREEMPTIBLE: str(pool.spot or grant.priority.preemptible).lower(),
         ENV_TEAM: grant.team.name,
         **cull_env(profile),  # idle timeout, max age, GPU-idle rule, grace: for the notices
     }
@@ -145,6 +210,10 @@ def spawn_settings(platform: Platform, grant: Grant) -> SpawnSettings:
     profile, pool, team = grant.profile, grant.pool, grant.team
     gpu = pool.gpu_resources(profile.units)  # none on a CPU-only pool
     volumes, mounts, ckpt_env = _checkpoint_parts(platform, grant)
+    selector, tolerations, affinity, gates = _placement(grant)
+    pod_config: dict[str, Any] = {"schedulingGates": gates} if gates else {}
+    if profile.checkpoint.enabled:
+        pod_config["terminationGracePeriodSeconds"] = profile.checkpoint.grace_period_seconds
     return SpawnSettings(
         namespace=team.namespace,
         image=profile.image,
@@ -154,8 +223,9 @@ def spawn_settings(platform: Platform, grant: Grant) -> SpawnSettings:
         mem_limit=profile.memory_bytes,
         extra_resource_guarantees=dict(gpu),
         extra_resource_limits=dict(gpu),
-        node_selector=dict(pool.node_selector),
-        tolerations=[t.toleration() for t in pool.taints],
+        node_selector=selector,
+        tolerations=tolerations,
+        node_affinity_required=affinity,
         extra_labels={
             QUEUE_LABEL: team.local_queue,
             PRIORITY_LABEL: grant.priority.name,
@@ -165,9 +235,7 @@ def spawn_settings(platform: Platform, grant: Grant) -> SpawnSettings:
         environment={**profile_env(grant), **ckpt_env},
         volumes=volumes,
         volume_mounts=mounts,
-        extra_pod_config={
-            "terminationGracePeriodSeconds": profile.checkpoint.grace_period_seconds
-        } if profile.checkpoint.enabled else {},
+        extra_pod_config=pod_config,
         # on any stop (preemption, eviction, cull) first SIGTERM the kernels that
         # registered a checkpoint callback, within the grace period
         lifecycle_hooks={"preStop": {"exec": {"command": list(PRESTOP_COMMAND)}}},
@@ -227,6 +295,16 @@ def _merge_value(base: Any, mine: Any) -> Any:
     return mine
 
 
+def _all_terms(base: Any, mine: list[dict]) -> Any:
+    """Node selector terms are ORed: each of the admin's terms gets the profile's
+    expressions (one term per profile term), so both must hold."""
+    if not mine or not base:
+        return mine or base
+    return [{**b, "matchExpressions": [*(b.get("matchExpressions") or []),
+                                       *m["matchExpressions"]]}
+            for b in base for m in mine]
+
+
 def merge_traits(base: Mapping[str, Any], settings: SpawnSettings) -> dict[str, Any]:
     """The trait values of a spawn: a profile's ``settings`` combined with the values
     the admin configured (``base``, e.g. what the z2jh chart set), for every trait in
@@ -250,6 +328,8 @@ def merge_traits(base: Mapping[str, Any], settings: SpawnSettings) -> dict[str, 
       key, as KubeSpawner would order them;
     * a profile value of ``None``: the admin's value (``delete_grace_period`` of a
       profile without checkpoints);
+    * ``node_affinity_required``: the admin's terms, each with the profile's
+      expressions added (terms are ORed, so appending would loosen the admin's);
     * anything else (scalars such as ``image``, ``cpu_limit``, ``namespace``, or a
       trait the admin left unset): the profile's value.
 
@@ -259,4 +339,6 @@ def merge_traits(base: Mapping[str, Any], settings: SpawnSettings) -> dict[str, 
     """
     merged = {name: _merge_value(base.get(name), getattr(settings, name))
               for name in SpawnSettings.trait_names()}
+    merged["node_affinity_required"] = _all_terms(base.get("node_affinity_required"),
+                                                  settings.node_affinity_required)
     return copy.deepcopy(merged)

@@ -40,6 +40,9 @@ HUB_RULES: tuple[dict, ...] = (
     # KubeSpawner: the user's pod and home PVC (created and deleted by the hub)
     {"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims"],
      "verbs": [*_READ, "create", "delete"]},
+    # a fallback profile's pod: the hub records the pool Kueue admitted it to and lifts
+    # its scheduling gate (jupyterhub_gpu.kueue.poolgate)
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
     # KubeSpawner's event reflector: progress messages on the spawn page
     {"apiGroups": [""], "resources": ["events"], "verbs": list(_READ)},
     # Kueue: the Workload of each queued pod and the team's LocalQueue

@@ -17,6 +17,7 @@ from typing import Callable
 
 from ..allocatable import (EVICTION_MEMORY, MAX_PODS, kube_reserved_cpu_millis,
                            kube_reserved_memory)
+from ..contract import ENV_POOL
 from ..gpus import GPU_MODELS, VM_SIZES
 from .. import sharing
 from ..parse import FIELDS as PARSER_FIELDS
@@ -150,7 +151,14 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
         "slug": ("DNS label", "The form value and the pod's profile label."),
         "displayName": ("string", "Title on the spawn form."),
         "description": ("string", "Text on the spawn form."),
-        "pool": ("pool name", "The pool the server runs on."),
+        "pool": ("pool name", "The pool the server runs on; or give `pools`."),
+        "pools": ("list of pool names", "Instead of `pool`: a fallback profile's pools in "
+                  "order of preference, e.g. `[a100spot, a100]`; the server runs on the "
+                  "first with room (Kueue's flavor fungibility). All must offer the same "
+                  "GPU resource in the same sharing mode (no CPU-only pool), the profile "
+                  "must fit a node of each, and no two profiles may prefer two pools the "
+                  "other way round. The form shows the price range; "
+                  f"`{ENV_POOL}` tells the notebook which pool it got."),
         "gpus": ("integer", "Units of the pool's GPU resource (1 on shared pools); not on "
                  "a CPU-only pool, where the server asks for no GPU."),
         "cpu": ("cpu quantity", "CPU guarantee and limit, e.g. `8` or `500m`. "
@@ -205,6 +213,7 @@ WORDS: dict[tuple[str, str], str | Parameter] = {
     ("team", "borrowingLimit"): "unlimited",
     ("team", "lendingLimit"): "unlimited",
     ("profile", "allowedGroups"): "every team member",
+    ("profile", "pools"): "`pool` only",
     ("profile", "checkpoint"): "off",
 }
 

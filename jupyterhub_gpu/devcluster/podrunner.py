@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 import sys
 from dataclasses import dataclass
@@ -43,6 +44,19 @@ def _container_port(container: dict) -> int:
     return int(ports[0].get("containerPort", 8888))
 
 
+_FIELD = re.compile(r"^metadata\.(annotations|labels)\['([^']+)'\]$")
+
+
+def _env_value(entry: dict, meta: dict) -> str | None:
+    """An env entry's value as the kubelet resolves it when it starts the container:
+    a plain ``value``, or a Downward API ``fieldRef`` to an annotation or label."""
+    if "value" in entry:
+        return entry["value"]
+    path = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+    found = _FIELD.match(path)
+    return (meta.get(found.group(1)) or {}).get(found.group(2), "") if found else None
+
+
 def server_process(pod: dict) -> ServerProcess | None:
     """The process a running pod needs, or None when it should have none."""
     meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
@@ -53,7 +67,8 @@ def server_process(pod: dict) -> ServerProcess | None:
         return None
     container = spec["containers"][0]
     url = f"http://{ip}:{_container_port(container)}/"
-    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    values = {e["name"]: _env_value(e, meta) for e in container.get("env", [])}
+    env = {name: value for name, value in values.items() if value is not None}
     env[ENV_SERVICE_URL] = url  # listen on the pod IP only
     grace = min(int(spec.get("terminationGracePeriodSeconds", 30)), MAX_GRACE_SECONDS)
     user = meta.get("annotations", {}).get(USERNAME_KEY, meta["name"])

@@ -20,8 +20,11 @@ from .kube import AdminClient, KubeErrors
 POLL_SECONDS = 2.0
 
 
-def _pool_of_pod(pod: dict) -> str | None:
-    return (pod.get("spec", {}).get("nodeSelector") or {}).get(AGENTPOOL_LABEL)
+def _pool_of_pod(platform: Platform, pod: dict) -> str | None:
+    """The pool the pod selects; a fallback profile's queued pod, which selects none
+    until Kueue admits it, counts on its profile's preferred pool."""
+    profile = platform.profile((pod["metadata"].get("labels") or {}).get(PROFILE_LABEL, ""))
+    return st.selected_pool(pod) or (profile.pool if profile else None)
 
 
 def _line(pool: Pool, nodes: list[dict], claims: list[dict], pods: list[dict]) -> str:
@@ -47,7 +50,7 @@ def pool_lines(platform: Platform, nodes: list[dict], node_claims: list[dict],
             [n for n in nodes if n["metadata"].get("labels", {}).get(AGENTPOOL_LABEL) == pool.name],
             [c for c in node_claims
              if c["metadata"].get("labels", {}).get(NODEPOOL_LABEL) == pool.name],
-            [p for p in pods if _pool_of_pod(p) == pool.name]))
+            [p for p in pods if _pool_of_pod(platform, p) == pool.name]))
     return lines
 
 

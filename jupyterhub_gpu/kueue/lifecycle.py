@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any, Callable
 
 from ..builders.pod import Grant
+from ..spec import Pool
 from . import status as st
 from .messages import Stage, Step, Wanted, describe, indefinite
 
@@ -42,13 +43,22 @@ def _duration(seconds: float) -> str:
     return f"{round(seconds)} s" if seconds < 90 else f"{round(seconds / 60)} min"
 
 
-def wanted(grant: Grant) -> Wanted:
-    pool, profile = grant.pool, grant.profile
+def wanted(grant: Grant, pool: Pool | None = None) -> Wanted:
+    """What the messages call the request: on ``pool``, or before Kueue picks one of a
+    fallback profile's pools, on any of them ("T4 or A10", "t4spot or t4ondemand")."""
+    pools, profile = ((pool,) if pool else grant.pools), grant.profile
+    first = pools[0]
     count = f"{profile.units} x " if profile.units > 1 else ""
-    what = f"{count}{pool.kind} {pool.sharing.mode.message_unit(pool.sharing)}"
+    kind = " or ".join(dict.fromkeys(p.kind for p in pools))
+    what = f"{count}{kind} {first.sharing.mode.message_unit(first.sharing)}"
     return Wanted(profile=profile.display_name, what=what if count else indefinite(what),
-                  queue=grant.team.local_queue, pool=pool.name, gpu=pool.kind,
-                  image=profile.image, boot_seconds=pool.boot_seconds)
+                  queue=grant.team.local_queue, pool=" or ".join(p.name for p in pools),
+                  gpu=kind, image=profile.image, boot_seconds=first.boot_seconds)
+
+
+def on_each_pool(grant: Grant) -> dict[str, Wanted]:
+    """A fallback profile's request as the messages name it once admitted to a pool."""
+    return {p.name: wanted(grant, p) for p in grant.pools} if grant.fallbacks else {}
 
 
 @dataclass
@@ -66,6 +76,9 @@ class QueueWatch:
     stage: Stage = field(init=False)
     queued_since: float | None = field(default=None, init=False)
     waited: float | None = field(default=None, init=False)  # seconds until admission
+    # a fallback profile's request on each of its pools, by name (see on_each_pool)
+    on_pool: dict[str, Wanted] = field(default_factory=dict)
+    pool: str | None = field(default=None, init=False)  # the pool Kueue admitted it to
 
     def __post_init__(self) -> None:
         self.stage = describe(self.wanted, None, None, None, [])
@@ -76,9 +89,11 @@ class QueueWatch:
         workload = st.workload_for(pod, workloads) if pod else None
         position = None
         if workload is not None:
+            self.pool = st.admitted_pool(workload) or self.pool
             position = (self.visible_position(workload["metadata"]["name"])
                         or st.queue_position(workload, workloads))
-        self.stage = describe(self.wanted, pod, workload, position, self.events())
+        self.stage = describe(self.on_pool.get(self.pool or "", self.wanted), pod, workload,
+                              position, self.events())
         self._time(self.stage.key)
         return self.stage
 

@@ -7,6 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import NamedTuple
 
+from ..contract import POOL_ANNOTATION
 from . import status as st
 
 # The event source (component) of Karpenter, AKS's node auto-provisioner as well.
@@ -187,6 +188,7 @@ class StopNotice:
     reason: str  # metric label: preempted, evicted, node-drain, ...
     at: str  # ISO time
     message: str
+    pool: str = ""  # the pool the server ran on ("" if unknown)
 
 
 def _preemption(pod: dict, workload: dict | None, queue: str) -> tuple[str, str] | None:
@@ -215,8 +217,12 @@ def stop_notice(pod: dict, workload: dict | None, queue: str, at: datetime,
         words = _DISRUPTION_WORDS.get(disruption.get("reason", ""), "its node went away")
         found = ("evicted", f"stopped because {words}")
     reason, words = found
+    # a fallback profile's pod: the hub recorded the pool Kueue chose, worth saying
+    recorded = (pod["metadata"].get("annotations") or {}).get(POOL_ANNOTATION)
+    pool = recorded or st.admitted_pool(workload) or st.selected_pool(pod) or ""
+    ran = f" It ran on pool {pool}." if recorded else ""
     kept = "Your files are kept"
     if checkpoint_dir:
         kept += f"; your checkpoints are in {checkpoint_dir}"
-    message = f"Your server was {words} at {at:%H:%M} UTC on {at:%Y-%m-%d}. {kept}."
-    return StopNotice(reason, at.isoformat(), message)
+    message = f"Your server was {words} at {at:%H:%M} UTC on {at:%Y-%m-%d}.{ran} {kept}."
+    return StopNotice(reason, at.isoformat(), message, pool)

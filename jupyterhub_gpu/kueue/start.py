@@ -14,13 +14,23 @@ import asyncio
 import logging
 from typing import Any, AsyncIterator, Awaitable, Callable
 
+from kubernetes_asyncio.client import ApiException
 from kubespawner.clients import shared_client
 
 from .. import metrics
-from ..builders.pod import Grant
-from .lifecycle import POLL_SECONDS, Outcome, QueueWatch, SpawnRefused, wanted
+from ..builders.pod import Grant, pool_annotations
+from . import status as st
+from .lifecycle import (POLL_SECONDS, Outcome, QueueWatch, SpawnRefused, on_each_pool,
+                        wanted)
 from .messages import Stage, Step
+from .poolgate import record_pool
 from .visibility import PendingWorkloads
+
+
+#: shown when the watch fails before it has let a fallback profile's pod start
+GATE_FAILED = ("The hub could not record which pool your server was given, so the server "
+               "could not start. Try again, or ask your JupyterHub admin (the hub's log "
+               "has the error).")
 
 
 class QueuedStart:
@@ -33,9 +43,11 @@ class QueuedStart:
                  log: logging.Logger, who: str):
         self.grant, self.log, self.who = grant, log, who
         self.pending = PendingWorkloads.shared(namespace, grant.team.local_queue)
+        self.pool_recorded = False
         self.watch = QueueWatch(wanted(grant), grant.profile.queue_patience_seconds,
                                 pod=pod, workloads=workloads, events=events,
-                                visible_position=self.pending.position)
+                                visible_position=self.pending.position,
+                                on_pool=on_each_pool(grant))
 
     @property
     def stage(self) -> Stage:
@@ -63,7 +75,7 @@ class QueuedStart:
     async def _guarded(self, start: Callable[[], Awaitable[Any]],
                        withdraw: Callable[[], Awaitable[Any]]) -> Any:
         started = asyncio.ensure_future(start())
-        guard = asyncio.ensure_future(self.watch.guard(self._refresh_positions))
+        guard = asyncio.ensure_future(self.watch.guard(self._before_each))
         try:
             await asyncio.wait([started, guard], return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -72,6 +84,9 @@ class QueuedStart:
         finally:
             guard.cancel()
         refused = guard.done() and not guard.cancelled() and guard.exception()
+        if refused and not isinstance(refused, SpawnRefused) and self._gated():
+            self._watch_failed(refused)
+            refused = SpawnRefused(GATE_FAILED, Outcome.FAILED)
         if isinstance(refused, SpawnRefused):
             started.cancel()
             self.log.warning("Spawn of %s refused: %s", self.who, refused)
@@ -87,9 +102,38 @@ class QueuedStart:
                 self._watch_failed(e)
         return url
 
+    def _gated(self) -> bool:
+        """A fallback profile's pod that only the watch can let start (:mod:`.poolgate`)."""
+        return bool(self.grant.fallbacks) and not self.pool_recorded
+
     def _watch_failed(self, error: BaseException) -> None:
         self.log.error("Queue watch of %s failed (%r); the spawn goes on without it",
                        self.who, error)
+
+    async def _before_each(self) -> None:
+        await self._refresh_positions()
+        if self.grant.fallbacks and not self.pool_recorded:
+            await self._record_pool()
+
+    async def _record_pool(self) -> None:
+        """Record a fallback profile's admitted pool on its pod and let it start
+        (:mod:`.poolgate`); a refused patch (the gates moved) is tried again."""
+        pod = self.watch.pod()
+        if pod is None:
+            return
+        workload = st.workload_for(pod, self.watch.workloads())
+        self.watch.pool = st.admitted_pool(workload) or self.watch.pool  # should this fail
+        try:
+            pool = await record_pool(shared_client("CoreV1Api"), pod, workload,
+                                     pool_annotations(self.grant))
+        except ApiException as e:
+            if e.status not in (409, 422):
+                raise
+            self.log.info("Recording the pool of %s: retrying (%s)", self.who, e.reason)
+            return
+        if pool is not None:
+            self.pool_recorded = True
+            self.log.info("%s was admitted to pool %s", self.who, pool)
 
     async def _refresh_positions(self) -> None:
         """Ask Kueue's visibility API (shared, rate-limited) while we are queued."""
@@ -99,12 +143,21 @@ class QueuedStart:
             except Exception as e:  # noqa: BLE001 - the watch still gives a position
                 self.log.warning("Kueue visibility API failed: %s", e)
 
+    def _pool_label(self, outcome: Outcome) -> str:
+        """The pool Kueue admitted the spawn to; a single-pool profile's that started
+        even if the watch missed the admission; :data:`metrics.NO_POOL` if none."""
+        if self.watch.pool:
+            return self.watch.pool
+        if outcome is Outcome.STARTED and not self.grant.fallbacks:
+            return self.grant.pool.name
+        return metrics.NO_POOL
+
     def _record(self, outcome: Outcome) -> None:
-        slug = self.grant.profile.slug
+        slug, pool = self.grant.profile.slug, self._pool_label(outcome)
         if outcome is Outcome.STARTED and self.watch.waited is not None:
-            metrics.QUEUE_WAIT.labels(slug, self.grant.team.local_queue).observe(
+            metrics.QUEUE_WAIT.labels(slug, self.grant.team.local_queue, pool).observe(
                 self.watch.waited)
-        metrics.SPAWNS.labels(slug, outcome.value).inc()
+        metrics.SPAWNS.labels(slug, outcome.value, pool).inc()
 
 
 async def progress(current: Callable[[], QueuedStart | None],

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..checkpoint import UNAVAILABLE
-from ..contract import (ADMISSION_GATE, ENV_API_TOKEN, JOB_UID_LABEL, NVIDIA_PREFIX,
-                        PRIORITY_LABEL, PROFILE_LABEL, QUEUE_LABEL, USERNAME_KEY)
+from ..contract import (ADMISSION_GATE, AGENTPOOL_LABEL, ENV_API_TOKEN, JOB_UID_LABEL,
+                        NODEPOOL_LABEL, NVIDIA_PREFIX, PRIORITY_LABEL, PROFILE_LABEL,
+                        QUEUE_LABEL, USERNAME_KEY)
 
 _NO_FIT_CAPACITY = re.compile(
     r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,]+), .*?"
@@ -29,6 +30,24 @@ def is_true(obj: dict | None, kind: str) -> bool:
 def is_gated(pod: dict) -> bool:
     gates = pod.get("spec", {}).get("schedulingGates") or []
     return any(g.get("name") == ADMISSION_GATE for g in gates)
+
+
+def admitted_pool(workload: dict | None) -> str | None:
+    """The pool (ResourceFlavor) Kueue admitted ``workload`` to, or None before. A
+    pod's requests are one resource group, so every resource has the same flavor."""
+    admission = ((workload or {}).get("status") or {}).get("admission") or {}
+    for assignment in admission.get("podSetAssignments") or []:
+        flavors = assignment.get("flavors") or {}
+        if flavors:
+            return next(iter(flavors.values()))
+    return None
+
+
+def selected_pool(pod: dict) -> str | None:
+    """The pool a pod's nodeSelector names: a single-pool profile's from the start, a
+    fallback profile's once Kueue has merged the admitted flavor's ``nodeLabels``."""
+    selector = pod.get("spec", {}).get("nodeSelector") or {}
+    return selector.get(AGENTPOOL_LABEL) or selector.get(NODEPOOL_LABEL)
 
 
 def workload_for(pod: dict, workloads: Iterable[dict]) -> dict | None:

@@ -46,7 +46,7 @@ async def test_queued_progress_then_admitted(spawn, kube):
     assert "Waiting for an A100-80GB MIG 3g.40gb slice in queue data-science: " \
            "position 1 of 1" in messages
     waits_before = _sample("jupyterhub_gpu_queue_wait_seconds_count",
-                           profile="a100-mig-3g", queue="data-science")
+                           profile="a100-mig-3g", queue="data-science", pool="a100mig")
     await first.stop(now=True)
     await asyncio.wait_for(started, 120)
     await asyncio.wait_for(follower, 10)
@@ -54,7 +54,7 @@ async def test_queued_progress_then_admitted(spawn, kube):
     assert any(m.startswith("Admitted by queue data-science") or m.startswith("Starting")
                or m.startswith("Your server is running") for m in after[1:]), messages
     assert _sample("jupyterhub_gpu_queue_wait_seconds_count", profile="a100-mig-3g",
-                   queue="data-science") == waits_before + 1
+                   queue="data-science", pool="a100mig") == waits_before + 1
 
 
 async def test_request_that_can_never_fit_fails_fast_with_the_quota(spawn, kube):
@@ -71,8 +71,9 @@ async def test_request_that_can_never_fit_fails_fast_with_the_quota(spawn, kube)
 
 
 async def test_queue_patience_withdraws_the_request(spawn, kube, cluster_platform):
+    # never admitted: counted on no pool
     before = _sample("jupyterhub_gpu_spawns_total", profile="a100-mig-impatient",
-                     outcome="queue-timeout")
+                     outcome="queue-timeout", pool="none")
     await spawn("lea", ["data-science"], "a100-mig-3g")  # holds the only slice
     spawner, started = await spawn("max", ["data-science"], "a100-mig-impatient", wait=False)
     with pytest.raises(SpawnRefused) as info:
@@ -85,7 +86,7 @@ async def test_queue_patience_withdraws_the_request(spawn, kube, cluster_platfor
     assert waited and int(waited[1]) >= patience, message  # withdrawn only once it ran out
     await _no_leftovers(kube, "jhub-data-science", spawner.pod_name)
     assert _sample("jupyterhub_gpu_spawns_total", profile="a100-mig-impatient",
-                   outcome="queue-timeout") == before + 1
+                   outcome="queue-timeout", pool="none") == before + 1
 
 
 async def test_start_timeout_leaves_room_for_queue_patience(spawn):
@@ -98,14 +99,15 @@ async def test_cancel_while_queued_removes_pod_and_workload(spawn, kube):
     spawner, started = await spawn("pam", ["data-science"], "a100-mig-3g", wait=False)
     await wait_for(lambda: spawner.queue_stage and spawner.queue_stage.key == "queued",
                    what="the second request to be queued")
-    before = _sample("jupyterhub_gpu_spawns_total", profile="a100-mig-3g", outcome="cancelled")
+    before = _sample("jupyterhub_gpu_spawns_total", profile="a100-mig-3g", outcome="cancelled",
+                     pool="none")
     started.cancel()  # what the hub does when a pending spawn is cancelled: cancel, stop
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(started, 60)
     await spawner.stop(now=True)
     await _no_leftovers(kube, "jhub-data-science", spawner.pod_name)
     assert _sample("jupyterhub_gpu_spawns_total", profile="a100-mig-3g",
-                   outcome="cancelled") == before + 1
+                   outcome="cancelled", pool="none") == before + 1
 
 
 async def test_preemption_is_noticed_explained_and_counted(spawn, kube):
@@ -116,7 +118,7 @@ async def test_preemption_is_noticed_explained_and_counted(spawn, kube):
         spec={"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}})
     await kube.core.create_namespaced_persistent_volume_claim("jhub-ml-eng", pvc)
     before = _sample("jupyterhub_gpu_preemptions_total", profile="a100-spot",
-                     reason="preempted")
+                     reason="preempted", pool="a100spot")
     low = await spawn("quin", ["ml-eng"], "a100-spot")
     await spawn("rex", ["ml-eng"], "a100-training")
     assert await wait_for(lambda: low.poll(), timeout=30, what="poll() to see the stop") == 1
@@ -125,8 +127,9 @@ async def test_preemption_is_noticed_explained_and_counted(spawn, kube):
     assert notice["message"].startswith(
         "Your server was preempted to make room for higher-priority work in queue ml-eng at ")
     assert notice["message"].endswith("UTC on " + notice["at"][:10] + ". Your files are kept.")
+    assert notice["pool"] == "a100spot"
     assert _sample("jupyterhub_gpu_preemptions_total", profile="a100-spot",
-                   reason="preempted") == before + 1
+                   reason="preempted", pool="a100spot") == before + 1
     form = await low.get_options_form()
     assert notice["message"] in form.replace("&#39;", "'")
     assert low.get_state()["gpu_stop_notice"] == notice  # kept across hub restarts

@@ -4,6 +4,7 @@ scheduler binds to the right pool."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 import yaml
@@ -109,13 +110,19 @@ async def test_committed_kueue_manifests_pass_a_server_side_dry_run(kube, repo_r
                  _content_type="application/apply-patch+yaml")
     for doc in docs:
         name, plural = doc["metadata"]["name"], plurals[doc["kind"]]
+        # the raw answer: the client reads none for a 201 (an object the cluster lacks)
         if "namespace" in doc["metadata"]:
-            out = await kube.custom.patch_namespaced_custom_object(
-                *KUEUE, doc["metadata"]["namespace"], plural, name, doc, **apply)
+            answer = await kube.custom.patch_namespaced_custom_object(
+                *KUEUE, doc["metadata"]["namespace"], plural, name, doc,
+                _preload_content=False, **apply)
         else:
-            out = await kube.custom.patch_cluster_custom_object(
-                *KUEUE, plural, name, doc, **apply)
+            answer = await kube.custom.patch_cluster_custom_object(
+                *KUEUE, plural, name, doc, _preload_content=False, **apply)
+        out = json.loads(await answer.read())
+        assert answer.status in (200, 201), out
         assert out["kind"] == doc["kind"] and out["metadata"]["name"] == name
+        if "spec" in doc:  # taken as written (Kueue's defaults beside)
+            assert out["spec"] == {**out["spec"], **doc["spec"]}, (doc["kind"], name)
     bad = dict(docs[[d["kind"] for d in docs].index("ClusterQueue")])
     bad = {**bad, "spec": {**bad["spec"], "queueingStrategy": "Whenever"}}
     with pytest.raises(ApiException) as info:

@@ -61,6 +61,7 @@ def test_the_largest_fitting_request_is_accepted(example_spec):
 def test_multi_gpu_servers_on_a_multi_gpu_node(example_spec):
     example_spec["pools"].append({"name": "a100x4", "vmSize": "Standard_NC96ads_A100_v4",
                                   "gpu": "A100-80GB", "sharing": {"mode": "exclusive"}})
+    example_spec["profiles"][2].pop("pools")  # a100-training, on a100x4 alone
     example_spec["profiles"][2].update(pool="a100x4", gpus=2, cpu=48, memory="400Gi")
     with pytest.raises(SpecError) as info:
         parse_platform(example_spec)
@@ -82,13 +83,14 @@ def test_daemonset_overhead_may_be_zero_and_counts(example_spec):
 def test_every_error_at_once(example_spec):
     example_spec["profiles"][0]["cpu"] = 2
     example_spec["profiles"][1]["memory"] = "110Gi"  # 2 slices per A100 node of 220Gi
-    example_spec["profiles"][2]["cpu"] = 24
+    example_spec["profiles"][2]["cpu"] = 24  # a fallback profile: on each of its pools
     with pytest.raises(SpecError) as info:
         parse_platform(example_spec)
     assert [e.split(": ")[:2] for e in info.value.errors] == [
         ["profile 't4-shared' on pool 't4dev'", "cpu"],
         ["profile 'a100-mig-3g' on pool 'a100mig'", "memory"],
-        ["profile 'a100-training' on pool 'a100spot'", "cpu"]]
+        ["profile 'a100-training' on pool 'a100spot'", "cpu"],
+        ["profile 'a100-training' on pool 'a100'", "cpu"]]
 
 
 def test_fake_node_reports_aks_allocatable(platform):

@@ -39,6 +39,10 @@ def test_cluster_queue(platform):
             "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any",
                            "borrowWithinCohort": {"policy": "LowerPriority",
                                                   "maxPriorityThreshold": 100}},
+            # a fallback profile's workload tries its next pool before borrowing or
+            # preempting in this one (test_fallback.py)
+            "flavorFungibility": {"whenCanBorrow": "TryNextFlavor",
+                                  "whenCanPreempt": "TryNextFlavor"},
             "resourceGroups": [{
                 "coveredResources": COVERED,
                 "flavors": [
@@ -52,6 +56,8 @@ def test_cluster_queue(platform):
                         {"name": "nvidia.com/gpu", "nominalQuota": "2", "borrowingLimit": "1"},
                         *({"name": r, "nominalQuota": "0", "borrowingLimit": "0"}
                           for r in COVERED[3:])]},
+                    # the on-demand A100s: the team has none, its profiles do not use them
+                    {"name": "a100", "resources": _quota("0", "0", "0", "0", "0")},
                     # the CPU pool's quota is in nodes: two nodes' cpu and memory, no GPU
                     {"name": "cpu", "resources": _quota("14640m", "57764Mi", "0", "0", "0")},
                 ],
@@ -72,15 +78,15 @@ def test_quota_shares_of_a_node_round_down(platform):
 
 def test_kueue_objects_order(platform):
     kinds = [o["kind"] for o in kueue.kueue_objects(platform)]
-    assert kinds == ["WorkloadPriorityClass"] * 3 + ["ResourceFlavor"] * 4 + \
+    assert kinds == ["WorkloadPriorityClass"] * 3 + ["ResourceFlavor"] * 5 + \
         ["ClusterQueue"] * 3 + ["LocalQueue"] * 3
 
 
 def test_a_cpu_pool_flavor_selects_its_nodes_and_has_no_taint(platform):
-    assert kueue.resource_flavor(platform.pool("cpu")) == {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-        "metadata": {"name": "cpu"},
-        "spec": {"nodeLabels": {"kubernetes.azure.com/agentpool": "cpu"}, "nodeTaints": []}}
+    flavor = kueue.resource_flavor(platform.pool("cpu"))
+    assert (flavor["kind"], flavor["metadata"]) == ("ResourceFlavor", {"name": "cpu"})
+    assert flavor["spec"]["nodeLabels"] == {"kubernetes.azure.com/agentpool": "cpu"}
+    assert not flavor["spec"]["nodeTaints"] and not flavor["spec"]["tolerations"]
 
 
 def test_device_plugin_configs(platform):

@@ -44,6 +44,7 @@ def test_spot_profile_with_checkpoints(platform):
         },
         "environment": {
             "JUPYTERHUB_GPU_PROFILE": "a100-spot",
+            "JUPYTERHUB_GPU_POOL": "a100spot",
             "JUPYTERHUB_GPU_MODEL": "A100-80GB",
             "JUPYTERHUB_GPU_SHARING": "exclusive",
             "JUPYTERHUB_GPU_COUNT": "1",
@@ -75,6 +76,7 @@ def test_time_sliced_profile(platform):
         },
         "environment": {
             "JUPYTERHUB_GPU_PROFILE": "t4-shared",
+            "JUPYTERHUB_GPU_POOL": "t4dev",
             "JUPYTERHUB_GPU_MODEL": "T4",
             "JUPYTERHUB_GPU_SHARING": "timeslicing",
             "JUPYTERHUB_GPU_COUNT": "1",

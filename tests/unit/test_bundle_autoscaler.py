@@ -14,8 +14,9 @@ encoder: a tag ``k8s.io_cluster-autoscaler_node-template_<kind>_<name>`` gives, 
   whose value does not match ``(.*):(NoSchedule|NoExecute|PreferNoSchedule)`` is
   ignored).
 
-The pod is the one GPUSpawner creates (``render_pod``), with the node labels Kueue adds
-from the pool's ResourceFlavor at admission.
+The pod is the one GPUSpawner creates (``render_pod``), as Kueue leaves it once it has
+admitted it to the pool's ResourceFlavor (tests/kueue_admission.py): a fallback
+profile's, on each of its pools.
 """
 
 from __future__ import annotations
@@ -25,14 +26,18 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from jupyterhub_gpu.builders.kueue import kueue_objects
+from jupyterhub_gpu.parse import load_platform
 from jupyterhub_gpu.render import render_pod
+
+from .. import kueue_admission as kueue_rules
 
 PREFIX = "k8s.io_cluster-autoscaler_node-template_"
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "platform.yaml"
-PROFILES = [p["slug"] for p in yaml.safe_load(EXAMPLE.read_text())["profiles"]]
+PROFILES = load_platform(EXAMPLE).profiles
+#: every (profile, pool) a server may run on: a fallback profile's on each of its pools
+PLACEMENTS = [(p.slug, name) for p in PROFILES for name in p.pool_names]
 TAINT_VALUE = re.compile(r"(.*):(?:NoSchedule|NoExecute|PreferNoSchedule)")
 
 
@@ -85,6 +90,9 @@ def why_not_schedulable(pod: dict, node: dict) -> list[str]:
         if node["labels"].get(key) != value:
             problems.append(f"nodeSelector {key}={value}, template has "
                             f"{node['labels'].get(key, '<no label>')}")
+    if not kueue_rules.selects({"affinity": spec.get("affinity")}, node["labels"]):
+        problems.append(f"required node affinity {spec['affinity']['nodeAffinity']}, "
+                        f"template labels {node['labels']}")
     for taint in node["taints"]:
         if taint["effect"] in ("NoSchedule", "NoExecute") and not any(
                 tolerates(t, taint) for t in spec.get("tolerations") or []):
@@ -104,22 +112,23 @@ def _groups_for(platform, profile) -> list[str]:
     return [*profile.allowed_groups, platform.teams[0].groups[0]]
 
 
-async def _admitted_pod(platform, example_spec_path, profile) -> dict:
+async def _admitted_pod(platform, example_spec_path, profile, pool_name=None) -> dict:
+    """The profile's pod as Kueue leaves it once admitted to ``pool_name`` (the
+    profile's preferred pool by default)."""
     pod = await render_pod(str(example_spec_path), "alice", _groups_for(platform, profile),
                            profile.slug)
+    name = pool_name or profile.pool
     flavor = next(o for o in kueue_objects(platform)
-                  if o["kind"] == "ResourceFlavor" and o["metadata"]["name"] == profile.pool)
-    pod["spec"]["nodeSelector"] = {**(pod["spec"].get("nodeSelector") or {}),
-                                   **flavor["spec"].get("nodeLabels", {})}
-    return pod
+                  if o["kind"] == "ResourceFlavor" and o["metadata"]["name"] == name)
+    return kueue_rules.admit(pod, flavor)
 
 
-@pytest.mark.parametrize("slug", PROFILES)
+@pytest.mark.parametrize("slug, pool_name", PLACEMENTS)
 async def test_pending_profile_pod_fits_the_scale_from_zero_template(
-        platform, example_spec_path, repo_root, slug):
+        platform, example_spec_path, repo_root, slug, pool_name):
     profile = platform.profile(slug)
-    pool = platform.pool(profile.pool)
-    pod = await _admitted_pod(platform, example_spec_path, profile)
+    pool = platform.pool(pool_name)
+    pod = await _admitted_pod(platform, example_spec_path, profile, pool_name)
     node = template_node(pool.gpus_per_node, node_pool_tags(repo_root, pool.name))
     assert why_not_schedulable(pod, node) == []
     for name, units in pool.gpu_resources(pool.units_per_node).items():  # none: CPU pool

@@ -38,6 +38,8 @@ def test_namespace_and_hub_rbac(platform):
     assert namespaces.hub_role(team)["rules"] == [
         {"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims"],
          "verbs": [*READ, "create", "delete"]},
+        # the pool gate of a fallback profile's pod (kueue/poolgate.py): pods only
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": READ},
         {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"],
          "verbs": READ},

@@ -327,7 +327,7 @@ def test_committed_bundle_passes(repo_root):
     result = check(repo_root)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout == ("check-bundle: OK: 10 file(s) agree with config/platform.yaml "
-                             "(4 pools, 3 teams, 5 profiles)\n")
+                             "(5 pools, 3 teams, 5 profiles)\n")
 
 
 @pytest.mark.parametrize("case", list(DRIFTS))

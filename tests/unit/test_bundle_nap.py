@@ -75,8 +75,8 @@ def test_min_count_comes_from_min_nodes(example_spec):
     ("10m", "10m"), ("0s", "1m"), ("90s", "2m"), ("61s", "2m"), ("1h", "60m")])
 def test_scale_down_unneeded_is_the_shortest_consolidate_after_in_whole_minutes(
         example_spec, after, unneeded):
-    example_spec["pools"][0]["consolidateAfter"] = "2h"
-    example_spec["pools"][3]["consolidateAfter"] = "2h"  # the CPU pool
+    for pool in example_spec["pools"]:
+        pool["consolidateAfter"] = "2h"
     example_spec["pools"][1]["consolidateAfter"] = after
     nap_spec(example_spec, "a100spot")["pools"][2]["consolidateAfter"] = "0s"  # not its own
     variables = tfvars(parse_platform(example_spec))
@@ -87,7 +87,8 @@ def test_a_nap_pool_is_a_node_pool_and_node_class_not_an_aks_node_pool(example_s
     platform = parse_platform(nap_spec(example_spec, "a100spot"))
     pool = platform.pool("a100spot")
     variables = tfvars(platform)
-    assert set(variables["gpu_pools"]) == {"t4dev", "a100mig", "cpu"}  # no node pool, no tags
+    # no node pool, no tags
+    assert set(variables["gpu_pools"]) == {"t4dev", "a100mig", "a100", "cpu"}
     assert variables["node_auto_provisioning"] is True
     objects = nap_objects(platform)
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
@@ -222,7 +223,7 @@ async def test_selector_under_nap_is_the_node_pool_label(example_spec, tmp_path,
 def test_both_autoscalers_in_one_cluster_need_a_subscription_feature(example_spec):
     mixed = parse_platform(nap_spec(example_spec, "a100spot"))
     assert [w for w in check_warnings(mixed) if "autoscaler" in w] == [
-        "pools: autoscaler: t4dev, a100mig, cpu: cluster-autoscaler; a100spot: "
+        "pools: autoscaler: t4dev, a100mig, a100, cpu: cluster-autoscaler; a100spot: "
         "node-auto-provisioning: AKS runs Node Auto Provisioning beside the cluster "
         "autoscaler only in a subscription with the feature Microsoft.ContainerService/"
         "AllowClusterAutoscalerAndNAP registered (see the Terraform docs, Node Auto "
@@ -230,13 +231,14 @@ def test_both_autoscalers_in_one_cluster_need_a_subscription_feature(example_spe
 
 
 def test_nap_alone_needs_no_feature_and_no_autoscaler_profile(example_spec):
-    platform = parse_platform(nap_spec(example_spec, "t4dev", "a100mig", "a100spot", "cpu"))
+    every = [p["name"] for p in example_spec["pools"]]
+    platform = parse_platform(nap_spec(example_spec, *every))
     assert not [w for w in check_warnings(platform) if "autoscaler" in w]
     variables = tfvars(platform)
     assert variables == {"gpu_pools": {}, "node_auto_provisioning": True,
                          "cluster_autoscaler": None}
-    assert sorted(_by_kind(nap_objects(platform), "NodePool")) == ["a100mig", "a100spot",
-                                                                   "cpu", "t4dev"]
+    assert sorted(_by_kind(nap_objects(platform), "NodePool")) == sorted(
+        p.name for p in platform.pools)
 
 
 # -- check-bundle on a bundle with a NAP pool ---------------------------------------

@@ -215,12 +215,12 @@ def test_terraform_scales_the_cluster_as_the_spec_says(tf, example_spec, tmp_pat
     assert evaluate((), "classic") == {
         "auto_scaling_enabled": True, "min_count": 1, "max_count": 3, "node_count": None,
         "mode": "Manual", "default_node_pools": "Auto", "scale_down_unneeded": ["10m"],
-        "gpu_pools": ["a100mig", "a100spot", "cpu", "t4dev"]}
+        "gpu_pools": ["a100", "a100mig", "a100spot", "cpu", "t4dev"]}
     assert evaluate(("a100spot",), "mixed") == {
         "auto_scaling_enabled": True, "min_count": 1, "max_count": 3, "node_count": None,
         "mode": "Auto", "default_node_pools": "None", "scale_down_unneeded": ["10m"],
-        "gpu_pools": ["a100mig", "cpu", "t4dev"]}
-    assert evaluate(("t4dev", "a100mig", "a100spot", "cpu"), "nap") == {
+        "gpu_pools": ["a100", "a100mig", "cpu", "t4dev"]}
+    assert evaluate([p["name"] for p in example_spec["pools"]], "nap") == {
         "auto_scaling_enabled": False, "min_count": None, "max_count": None, "node_count": 1,
         "mode": "Auto", "default_node_pools": "Auto", "scale_down_unneeded": [],
         "gpu_pools": []}

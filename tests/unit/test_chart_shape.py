@@ -90,3 +90,25 @@ async def test_every_example_profile_pod_mounts_the_chart_home_volume(make_spawn
         labels = pod["metadata"]["labels"]
         assert labels["hub.jupyter.org/network-access-hub"] == "true"
         assert labels["kueue.x-k8s.io/queue-name"] == spawner.gpu_grant.team.local_queue
+
+
+async def test_a_fallback_pod_keeps_the_charts_required_node_purpose(make_spawner, platform):
+    """With ``matchNodePurpose: require`` the chart requires a node-purpose term; the
+    fallback profile's pools are added to each of its terms, not ORed beside them."""
+    from kubernetes_asyncio.client import ApiClient
+
+    values = z2jh_chart.helm_values(
+        {"scheduling": {"userPods": {"nodeAffinity": {"matchNodePurpose": "require"}}}})
+    config = z2jh_chart.kubespawner_config(values)
+    assert config.KubeSpawner.node_affinity_required == [z2jh_chart.NODE_PURPOSE_TERM]
+    spawner = make_spawner(user="max", groups=["ml-eng"], config=config)
+    await spawner._run_apply_user_options({"profile": "a100-training"})
+    async with ApiClient() as client:
+        pod = client.sanitize_for_serialization(await spawner.get_pod_manifest())
+    await spawner.api.api_client.close()
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [
+        *z2jh_chart.NODE_PURPOSE_TERM["matchExpressions"],
+        {"key": "kubernetes.azure.com/agentpool", "operator": "In",
+         "values": ["a100spot", "a100"]}]}]

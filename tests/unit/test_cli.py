@@ -19,7 +19,7 @@ def test_validate_example(example_spec_path):
     result = run("validate", example_spec_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith(
-        "OK (4 pools, 3 teams, 3 priorities, 5 profiles)")
+        "OK (5 pools, 3 teams, 3 priorities, 5 profiles)")
 
 
 def test_validate_warns_about_quota_the_team_cannot_use(tmp_path, example_spec):
@@ -33,7 +33,7 @@ def test_validate_warns_about_quota_the_team_cannot_use(tmp_path, example_spec):
         "profiles (a100-training, a100-spot) allows the team's groups (data-science); the "
         "team's users cannot use this quota, it can only be lent to the cohort\n")
     assert result.stdout.strip().endswith(
-        "OK (4 pools, 3 teams, 3 priorities, 5 profiles, 1 warning(s))")
+        "OK (5 pools, 3 teams, 3 priorities, 5 profiles, 1 warning(s))")
 
 
 def test_validate_lists_every_error(tmp_path, example_spec):

@@ -1,8 +1,9 @@
 """The pod of every profile fits the cluster objects built for its pool.
 
 Not golden copies of the builders' output: the properties that make a spawn work.
-The pod validates against the Kubernetes API; Kueue's ResourceFlavor of the pool
-selects it and the pool's nodes accept it; the GPU resource it asks for is the one
+The pod validates against the Kubernetes API; Kueue may admit it to the
+ResourceFlavors of its profile's pools and no other, and once admitted there (Kueue's
+merge, tests/kueue_admission.py) the pool's nodes accept it; the GPU resource it asks for is the one
 the device plugin advertises on those nodes and the node offers; and its queue and
 priority labels lead to Kueue objects that cover what it requests.
 """
@@ -23,10 +24,14 @@ from jupyterhub_gpu.devcluster.build import K8S_VERSION
 from jupyterhub_gpu.parse import load_platform
 from jupyterhub_gpu.render import render_pod
 
+from .. import kueue_admission as kueue_rules
 from ..conftest import REPO
 
 SCHEMA_VERSION = K8S_VERSION.lstrip("v").rsplit(".", 1)[0]  # "1.35"
-SLUGS = [p.slug for p in load_platform(REPO / "config" / "platform.yaml").profiles]
+PROFILES = load_platform(REPO / "config" / "platform.yaml").profiles
+SLUGS = [p.slug for p in PROFILES]
+#: every (profile, pool) a server may run on: a fallback profile's on each of its pools
+PLACEMENTS = [(p.slug, name) for p in PROFILES for name in p.pool_names]
 _SUFFIX = {"m": Fraction(1, 1000), "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
@@ -35,17 +40,6 @@ def quantity(value) -> Fraction:
     """A Kubernetes resource quantity ("500m", "220Gi", 20.0) as a number."""
     number, suffix = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", str(value)).groups()
     return Fraction(number) * _SUFFIX[suffix]
-
-
-def tolerates(tolerations: list[dict], taint: dict) -> bool:
-    """Kubernetes' rule: some toleration matches the taint's key, value and effect."""
-    def match(t: dict) -> bool:
-        if t.get("operator", "Equal") == "Exists":
-            key_ok = t.get("key") in (None, "", taint["key"])
-        else:
-            key_ok = t.get("key") == taint["key"] and t.get("value") == taint.get("value")
-        return key_ok and t.get("effect") in (None, "", taint["effect"])
-    return any(match(t) for t in tolerations)
 
 
 def advertised(config: dict, node_labels: dict[str, str]) -> set[str]:
@@ -92,26 +86,41 @@ async def test_pod_asks_for_the_profile_and_validates(platform, example_spec_pat
 
 
 @pytest.mark.parametrize("slug", SLUGS)
-async def test_pool_flavor_and_nodes_take_the_pod(platform, example_spec_path, slug):
+async def test_kueue_may_admit_the_pod_to_its_profiles_pools_only(platform,
+                                                                   example_spec_path, slug):
+    """Every ClusterQueue lists every pool: the pod's selector or node affinity alone
+    keeps Kueue to the profile's pools (the flavors' tolerations pass every taint)."""
     pod = await _pod(platform, example_spec_path, slug)
-    pool = platform.pool(platform.profile(slug).pool)
-    selector, tolerations = pod["spec"]["nodeSelector"], pod["spec"].get("tolerations", [])
-    flavor = kueue.resource_flavor(pool)["spec"]
-    assert flavor["nodeLabels"].items() <= selector.items()
-    assert all(tolerates(tolerations, taint) for taint in flavor["nodeTaints"])
+    flavors = [kueue.resource_flavor(p) for p in platform.pools]
+    keys = {k for f in flavors for k in f["spec"]["nodeLabels"]}
+    admits = [f["metadata"]["name"] for f in flavors if kueue_rules.may_admit(pod, f, keys)]
+    assert sorted(admits) == sorted(platform.profile(slug).pool_names)
+
+
+@pytest.mark.parametrize("slug, pool_name", PLACEMENTS)
+async def test_pool_flavor_and_nodes_take_the_pod(platform, example_spec_path, slug,
+                                                  pool_name):
+    pod = await _pod(platform, example_spec_path, slug)
+    pool = platform.pool(pool_name)
+    flavor = kueue.resource_flavor(pool)
+    admitted = kueue_rules.admit(pod, flavor)["spec"]  # raises on a selector conflict
+    assert flavor["spec"]["nodeLabels"].items() <= admitted["nodeSelector"].items()
     node = nodes.fake_node(pool, 0)
-    assert selector.items() <= node["metadata"]["labels"].items()
-    assert node["spec"]["taints"] == flavor["nodeTaints"]
+    assert kueue_rules.node_takes(admitted, node)
+    assert node["spec"]["taints"] == flavor["spec"]["nodeTaints"]
+    for other in platform.pools:  # and the nodes of no other pool
+        if other.name not in platform.profile(slug).pool_names:
+            assert not kueue_rules.node_takes(admitted, nodes.fake_node(other, 0)), other.name
     allocatable = node["status"]["allocatable"]
     for name, amount in pod["spec"]["containers"][0]["resources"]["requests"].items():
         assert quantity(amount) <= quantity(allocatable.get(name, 0)), name
 
 
-@pytest.mark.parametrize("slug", SLUGS)
+@pytest.mark.parametrize("slug, pool_name", PLACEMENTS)
 async def test_gpu_resource_is_the_one_the_device_plugin_advertises(platform, example_spec_path,
-                                                                    slug):
+                                                                    slug, pool_name):
     pod = await _pod(platform, example_spec_path, slug)
-    pool = platform.pool(platform.profile(slug).pool)
+    pool = platform.pool(pool_name)
     node = nodes.fake_node(pool, 0)
     labels = node["metadata"]["labels"]
     if not pool.has_gpu:  # a CPU-only pool: no device plugin, no GPU resource
@@ -125,11 +134,11 @@ async def test_gpu_resource_is_the_one_the_device_plugin_advertises(platform, ex
     assert quantity(node["status"]["capacity"][resource]) == pool.units_per_node
 
 
-@pytest.mark.parametrize("slug", SLUGS)
+@pytest.mark.parametrize("slug, pool_name", PLACEMENTS)
 async def test_queue_labels_lead_to_kueue_objects_covering_the_pod(platform, example_spec_path,
-                                                                    slug):
+                                                                    slug, pool_name):
     pod = await _pod(platform, example_spec_path, slug)
-    meta, pool = pod["metadata"], platform.pool(platform.profile(slug).pool)
+    meta, pool = pod["metadata"], platform.pool(pool_name)
     team = next(t for t in platform.teams if t.namespace == meta["namespace"])
     ns_labels = {**namespaces.namespace(team)["metadata"]["labels"],
                  "kubernetes.io/metadata.name": team.namespace}  # set by the API server

@@ -20,14 +20,18 @@ from .test_kueue_messages import NO_FIT_MSG, WAIT_MSG, pod, workload
 PROFILE = "a100-mig-3g"
 
 
-def spawns(outcome: Outcome) -> float:
-    return REGISTRY.get_sample_value("jupyterhub_gpu_spawns_total",
-                                     {"profile": PROFILE, "outcome": outcome.value}) or 0
+def spawns(outcome: Outcome, pool: str | None = None) -> float:
+    """Spawns of PROFILE with ``outcome``, labelled with ``pool``: a100mig, the
+    profile's only pool, once started; "none" otherwise (never admitted anywhere)."""
+    if pool is None:
+        pool = "a100mig" if outcome is Outcome.STARTED else "none"
+    labels = {"profile": PROFILE, "outcome": outcome.value, "pool": pool}
+    return REGISTRY.get_sample_value("jupyterhub_gpu_spawns_total", labels) or 0
 
 
 def waits() -> float:
-    return REGISTRY.get_sample_value("jupyterhub_gpu_queue_wait_seconds_count",
-                                     {"profile": PROFILE, "queue": "data-science"}) or 0
+    labels = {"profile": PROFILE, "queue": "data-science", "pool": "a100mig"}
+    return REGISTRY.get_sample_value("jupyterhub_gpu_queue_wait_seconds_count", labels) or 0
 
 
 @pytest.fixture

@@ -47,7 +47,8 @@ GONE_WITH_ITS_NODE = {
     "metadata": {"name": "jupyter-una", "uid": "u1", "namespace": "jhub-experimentation",
                  "labels": {"jupyterhub-gpu/profile": "t4-shared",
                             "kueue.x-k8s.io/queue-name": "experimentation"}},
-    "spec": {"nodeName": "aks-t4dev-0"},
+    "spec": {"nodeName": "aks-t4dev-0",
+             "nodeSelector": {"kubernetes.azure.com/agentpool": "t4dev"}},
     "status": {"phase": "Running", "conditions": [
         {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"}]}}
 
@@ -63,7 +64,8 @@ async def test_the_spawner_reports_a_platform_stop_on_the_hubs_event_log(make_sp
     notice = spawner.get_state()["gpu_stop_notice"]
     assert notice["reason"] == "evicted"
     assert notice["message"].startswith("Your server was stopped because its node went away")
+    assert notice["pool"] == "t4dev"  # the pool the pod selected
     expected = [{"username": "una", "servername": "", "profile": "t4-shared", **notice}]
-    fields = ["username", "servername", "profile", "reason", "message", "at"]
+    fields = ["username", "servername", "profile", "reason", "message", "at", "pool"]
     assert [{k: r[k] for k in fields} for r in _records(out)] == (
         expected if with_eventlog else [])

@@ -13,14 +13,19 @@ from jupyterhub_gpu import sharing
 
 
 def test_example_spec_parses(platform):
-    assert [p.name for p in platform.pools] == ["t4dev", "a100mig", "a100spot", "cpu"]
-    t4, mig, spot, cpu = platform.pools
+    assert [p.name for p in platform.pools] == ["t4dev", "a100mig", "a100spot", "a100", "cpu"]
+    t4, mig, spot, on_demand, cpu = platform.pools
     assert (cpu.has_gpu, cpu.resource_name, cpu.units_per_node, cpu.taints) == (
         False, "", 1, ())
     assert (t4.sharing.mode, t4.sharing.replicas, t4.units_per_node) == (
         sharing.TIMESLICING, 4, 4)
     assert (mig.sharing.mig_profile, mig.units_per_node, mig.unit_memory_gb) == ("3g.40gb", 2, 40)
     assert spot.spot and spot.cpus_per_node == 24 and spot.memory_per_node == 220 * 2**30
+    assert not on_demand.spot and on_demand.resource_name == spot.resource_name
+    training = platform.profile("a100-training")  # spot while there is room, else on demand
+    assert (training.pool, training.pool_names, training.fallback) == (
+        "a100spot", ("a100spot", "a100"), True)
+    assert platform.profile("a100-spot").pool_names == ("a100spot",)
     assert platform.profile("a100-spot").checkpoint.grace_period_seconds == 25
     assert platform.profile("t4-shared").idle_timeout_seconds == 1800
     assert platform.profile("a100-mig-3g").max_age_seconds == 12 * 3600
@@ -132,7 +137,7 @@ BAD_SPECS = [
     ("profiles.0.memory", "lots",
      "profile 't4-shared': memory: 'lots' is not a memory size; use e.g. 512Mi, 12Gi or 16G"),
     ("profiles.0.pool", "h100",
-     "profile 't4-shared': pool: unknown pool 'h100'; valid: a100mig, a100spot, cpu, t4dev"),
+     "profile 't4-shared': pool: unknown pool 'h100'; valid: a100, a100mig, a100spot, cpu, t4dev"),
     ("profiles.0.priority", "urgent",
      "profile 't4-shared': priority: unknown priority 'urgent'; "
      "valid: batch, interactive, preemptible"),
@@ -156,7 +161,7 @@ BAD_SPECS = [
      "profiles: default: only one profile may be the default, got t4-shared, a100-mig-3g"),
     ("profiles.1.slug", "t4-shared", "profile 't4-shared': defined 2 times; names must be unique"),
     ("teams.0.quota", {"t4dev": 8, "h100": 2},
-     "team 'data-science': quota: unknown pool 'h100'; valid: a100mig, a100spot, cpu, t4dev"),
+     "team 'data-science': quota: unknown pool 'h100'; valid: a100, a100mig, a100spot, cpu, t4dev"),
     ("teams.0.quota", {"t4dev": -1},
      "team 'data-science': quota: must map pool names to whole numbers >= 0, got {'t4dev': -1}"),
     ("teams.0.groups", "data-science",
