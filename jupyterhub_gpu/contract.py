@@ -91,6 +91,8 @@ ENV_SERVICE_URL = "JUPYTERHUB_SERVICE_URL"
 #: what JupyterHub's Spawner.get_env tells a server of its limits
 ENV_CPU_LIMIT = "CPU_LIMIT"
 ENV_MEM_LIMIT = "MEM_LIMIT"  # bytes
+#: a pod's name, as Kubernetes sets its containers' hostname
+ENV_HOSTNAME = "HOSTNAME"
 
 # -- Kueue -------------------------------------------------------------------------
 
