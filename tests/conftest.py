@@ -23,6 +23,9 @@ Fixtures (all read-only for tests; copy before changing):
   module at :data:`AZURE_KARPENTER`, the release built on the Karpenter minor the dev
   cluster runs.
 - ``make_spawner``: builds a GPUSpawner for a user and groups, with optional config.
+- :func:`need_tool`: the path of a command a test needs; skips without it, except in
+  CI (``CI`` set, as ``.ci/run`` runs), where a missing tool fails the test: CI
+  installs them all (``make system-packages``).
 
 Integration fixtures live in ``tests/integration/conftest.py``.
 """
@@ -55,6 +58,17 @@ def _use_offline_kubeconfig() -> None:
 
 
 _use_offline_kubeconfig()
+
+
+def need_tool(name: str, why: str) -> str:
+    """``name``'s path on PATH; else skip (fail in CI) saying ``why`` it is needed."""
+    found = shutil.which(name)
+    if found is None:
+        message = f"no `{name}` on PATH: {why} (`make system-packages` installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
 
 
 @pytest.fixture(scope="session")
