@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import datetime, timezone
 
 from .test_labext_server import TOKEN, prometheus, server  # noqa: F401 - fixtures
@@ -42,6 +43,8 @@ def _walk(browser, base: str, run_dir) -> dict:
     browser.driver.refresh()
     danger = _item(browser, "danger")
     seen.update(danger_label=danger.text, danger_toast=_toast(browser, "being stopped now"))
+    browser.wait(lambda: browser.css(".jp-Launcher"), what="JupyterLab's launcher")
+    time.sleep(1)  # the notification slides in: let the picture show it whole
     browser.shot("stopping")
     return seen
 
