@@ -273,7 +273,7 @@ def _label(facts: ServerFacts, now: datetime, stop: NextStop | None,
     elif stop is not None and stop.due:
         parts.append("stopping soon")
     elif stop is not None:
-        left = short(max(60, round((stop.at - now).total_seconds())))
+        left = short(max(60, int((stop.at - now).total_seconds()) // 60 * 60))  # as the words
         parts.append(f"idle stop in {left}" if stop.reason is Reason.IDLE else f"stops in {left}")
     return " · ".join(parts)
 

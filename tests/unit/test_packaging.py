@@ -122,7 +122,9 @@ def test_the_wheel_ships_the_prebuilt_labextension_and_jupyterlab_lists_it(repo_
         for path in files:
             assert f"{data}{target}/{path.name}" in names, f"{path.name} not in {target}"
     prefix = tmp_path / "prefix"
-    subprocess.run([*pip, "install", "--no-deps", "--prefix", str(prefix), str(wheel)],
+    # --ignore-installed: never uninstall the jupyterhub-gpu this test runs from
+    subprocess.run([*pip, "install", "--no-deps", "--ignore-installed", "--prefix", str(prefix),
+                    str(wheel)],
                    check=True, capture_output=True)
     (site,) = prefix.glob("lib/python*/site-packages")
     env = {**os.environ, "PYTHONPATH": str(site),
