@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import datafiles
-from ..contract import COMPONENT_LABEL, ENV_SERVICE_URL, SINGLEUSER_COMPONENT, USERNAME_KEY
+from ..contract import (COMPONENT_LABEL, ENV_RUN_DIR, ENV_SERVICE_URL, SINGLEUSER_COMPONENT,
+                        USERNAME_KEY)
 
 SINGLEUSER_SELECTOR = f"{COMPONENT_LABEL}={SINGLEUSER_COMPONENT}"  # KubeSpawner's default
 MAX_GRACE_SECONDS = 30
@@ -82,7 +83,10 @@ class PodRunner:
         image = datafiles.lay_out(self.workdir / "image")
         env = {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HOME": str(home),
                "LANG": "C.UTF-8", "JUPYTER_CONFIG_PATH": str(image / "etc" / "jupyter"),
-               "JUPYTER_PATH": str(image / "share" / "jupyter"), **want.env}
+               "JUPYTER_PATH": str(image / "share" / "jupyter"),
+               # a run dir of its own, as a container's /tmp is
+               ENV_RUN_DIR: str(self.workdir / "run" / want.key.replace("/", "_")),
+               **want.env}
         logs = self.workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         argv = [str(bin_dir / "jupyterhub-singleuser"), f"--ServerApp.root_dir={home}",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
@@ -26,7 +26,7 @@ from .. import checkpoint
 from ..contract import STATUS_API_PATH
 from ..cull.policy import utcnow
 from .dcgm import UsageSource
-from .status import ServerFacts, status
+from .status import ServerFacts, status, stopping_since
 
 
 class GpuStatusHandler(APIHandler):
@@ -39,11 +39,15 @@ class GpuStatusHandler(APIHandler):
     async def get(self) -> None:
         if self.facts is None:
             raise web.HTTPError(404, "not a jupyterhub-gpu server: no profile in the environment")
-        last = self.application.last_activity()  # as reported to the hub
-        last = last if last.tzinfo else last.replace(tzinfo=timezone.utc)
+        last = _aware(self.application.last_activity())  # as reported to the hub
+        stopping = stopping_since(checkpoint.stopping(), _aware(self.settings["started"]))
         usage = await self.usage.usage() if self.facts.gpu_model and self.usage else None
         self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(status(self.facts, utcnow(), last, checkpoint.stopping(), usage)))
+        self.finish(json.dumps(status(self.facts, utcnow(), last, stopping, usage)))
+
+
+def _aware(when: datetime) -> datetime:
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:

@@ -141,6 +141,18 @@ def next_stop(facts: ServerFacts, now: datetime, last_activity: datetime | None)
     return NextStop(reason, decision.deadline, decision.cull)
 
 
+def stopping_since(notice: Mapping[str, Any] | None,
+                   started: datetime) -> Mapping[str, Any] | None:
+    """The preStop hook's notice if it was left after this server started; an older
+    one (a run dir that outlived its server) is not about this server."""
+    try:
+        at = datetime.fromisoformat(notice["at"]) if notice else None
+    except (KeyError, TypeError, ValueError):
+        return None
+    fresh = at is not None and at.tzinfo and at >= started.replace(microsecond=0)  # whole s
+    return notice if fresh else None
+
+
 def _gib(mib: float) -> str:
     return f"{mib / 1024:.1f}"
 

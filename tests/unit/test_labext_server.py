@@ -151,7 +151,12 @@ async def test_polling_the_status_is_not_activity(server):
 async def test_the_prestop_notice_turns_it_to_danger(server, tmp_path):
     http, base, _ = server
     (tmp_path / "run").mkdir(exist_ok=True)
-    (tmp_path / "run" / "stopping.json").write_text(json.dumps(
+    marker = tmp_path / "run" / "stopping.json"
+    an_hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    marker.write_text(json.dumps({"at": an_hour_ago.isoformat(timespec="seconds"),
+                                  "grace_seconds": 25}))
+    assert (await _status(http, base))["level"] == "warning", "left before it started"
+    marker.write_text(json.dumps(
         {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "grace_seconds": 25}))
     status = await _status(http, base)
     assert status["level"] == "danger" and status["label"].endswith("· stopping now")

@@ -11,7 +11,7 @@ from jupyterhub_gpu.builders.pod import UserRef, authorize, spawn_settings
 from jupyterhub_gpu.cull.notice import deadline_env
 from jupyterhub_gpu.labext import dcgm
 from jupyterhub_gpu.labext.status import (GpuUsage, ServerFacts, UsageUnavailable,
-                                          duration_words, status)
+                                          duration_words, status, stopping_since)
 
 NOW = datetime(2026, 12, 2, 21, 50, tzinfo=timezone.utc)
 STARTED = datetime(2026, 12, 2, 10, 0)  # the hub's naive UTC: max age 12h -> 22:00
@@ -106,6 +106,15 @@ def test_a_stopping_pod_says_so_whatever_the_deadlines(platform):
     rows = dict(answer["rows"])
     assert rows["Stopping"] == "since 21:49 UTC"
     assert rows["Preemptible"].startswith("yes: it may be stopped for higher-priority work")
+
+
+def test_a_stopping_notice_from_before_this_server_started_is_not_about_it():
+    fresh = {"at": "2026-12-02T21:50:30+00:00", "grace_seconds": 25}
+    assert stopping_since(fresh, NOW) == fresh
+    assert stopping_since({"at": "2026-12-02T21:49:30+00:00"}, NOW) is None
+    assert stopping_since({"at": "not a time"}, NOW) is None
+    assert stopping_since({"at": "2026-12-02T21:50:30"}, NOW) is None  # no zone: not ours
+    assert stopping_since(None, NOW) is None
 
 
 def test_the_last_servers_stop_notice_is_told_once_more(platform):

@@ -121,7 +121,8 @@ def test_its_python_runs_the_prestop_hook_itself(built, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     hook = subprocess.run(list(checkpoint.prestop_command(str(log))), cwd=home,
-                          env={"PATH": f"{built / 'bin'}:/usr/bin:/bin", "HOME": str(home)},
+                          env={"PATH": f"{built / 'bin'}:/usr/bin:/bin", "HOME": str(home),
+                               "JUPYTERHUB_GPU_RUN_DIR": str(tmp_path / "run")},
                           capture_output=True, text=True, timeout=60)
     assert (hook.returncode, hook.stderr, log.exists()) == (0, "", False)
 
