@@ -8,7 +8,7 @@ VENV ?= .venv
 SPEC ?= config/platform.yaml
 BIN := $(VENV)/bin
 
-.PHONY: install build demo test test-unit test-cluster docs clean
+.PHONY: install build demo test test-unit test-cluster docs clean labextension system-packages
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,25 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 
 install: $(VENV)/.installed .venv-checkov/bin/checkov
 
+# Debian's Chromium and its WebDriver, for the browser tests (tests/integration/
+# test_browser.py). Installed with apt-get when make runs as root (as CI does);
+# otherwise it says what to install, and the browser tests skip (in CI they fail).
+SYSTEM_PACKAGES := chromium chromium-driver
+system-packages:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
+	else echo "not root: the browser tests need: sudo apt-get install$$missing"; fi
+
+# The JupyterLab extension (labextension/) built into jupyterhub_gpu/labext/labextension/,
+# which is committed (the wheel needs no Node.js); tests/unit/test_labextension_build.py
+# checks that it is what the sources build.
+labextension:
+	cd labextension && npm ci --no-audit --no-fund && npm run build
+
 build: install
 	$(BIN)/jupyterhub-gpu devcluster build
 
@@ -37,7 +56,7 @@ test-unit: install
 docs: install
 	$(BIN)/sphinx-build -W -b html docs docs/_build/html
 
-test-cluster: build
+test-cluster: build system-packages
 	$(BIN)/python -m pytest tests/integration
 
 # Two pytest processes: each tier loads its own kubeconfig (see tests/conftest.py).

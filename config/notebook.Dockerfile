@@ -5,7 +5,10 @@
 #   - the cull notices: the Jupyter Server extension (enabled by
 #     etc/jupyter/jupyter_server_config.d/jupyterhub-gpu.json, which pip installs),
 #     JupyterLab's settings override (share/jupyter/lab/settings/overrides.d) and the
-#     IPython kernel extension (etc/ipython/ipython_kernel_config.json, copied below).
+#     IPython kernel extension (etc/ipython/ipython_kernel_config.json, copied below);
+#   - the GPU status item in JupyterLab's status bar: the prebuilt JupyterLab extension
+#     (share/jupyter/labextensions/jupyterhub-gpu-status, which pip installs; it needs
+#     JupyterLab 4) and its Jupyter Server extension (enabled by the same json).
 # With a stock image the pods still stop normally, but without the last checkpoint;
 # the hub then logs once per image that checkpoint-on-stop is unavailable.
 #
@@ -39,6 +42,7 @@ RUN python -m pip install --no-cache-dir --no-deps "${SRC}" "pyyaml>=6" \
  && rm -rf "${SRC}" \
  && test -f "${CONDA_DIR}/etc/jupyter/jupyter_server_config.d/jupyterhub-gpu.json" \
  && test -f "${CONDA_DIR}/share/jupyter/lab/settings/overrides.d/jupyterhub-gpu.json" \
+ && test -f "${CONDA_DIR}/share/jupyter/labextensions/jupyterhub-gpu-status/package.json" \
  && cd / && python -m jupyterhub_gpu.checkpoint prestop
 
 USER ${NB_UID}

@@ -65,6 +65,7 @@ UNAVAILABLE = "jupyterhub-gpu: checkpoint-on-stop unavailable"
 MANIFEST = "MANIFEST.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _STALE_TMP_SECONDS = 3600
+STOPPING_FILE = "stopping.json"  # in the run dir: the preStop hook has run
 
 
 class CheckpointDirError(RuntimeError):
@@ -277,9 +278,38 @@ def _say(message: str) -> None:
     print(f"jupyterhub_gpu.checkpoint: {message}", file=sys.stderr, flush=True)
 
 
+def _run_dir() -> Path:
+    return Path(os.environ.get(ENV_RUN_DIR) or Path(tempfile.gettempdir()) / "jupyterhub-gpu")
+
+
 def _pid_file() -> Path:
-    run_dir = Path(os.environ.get(ENV_RUN_DIR) or Path(tempfile.gettempdir()) / "jupyterhub-gpu")
-    return run_dir / "checkpoint-pids" / str(os.getpid())
+    return _run_dir() / "checkpoint-pids" / str(os.getpid())
+
+
+def _stopping_file() -> Path:
+    return _run_dir() / STOPPING_FILE
+
+
+def stopping() -> dict | None:
+    """``{"at": ISO time, "grace_seconds": N}`` once the pod's preStop hook has run
+    (the pod is being stopped: preempted, evicted, culled or stopped by its user);
+    None before. JupyterLab's status item reads it (:mod:`jupyterhub_gpu.labext`)."""
+    try:
+        notice = json.loads(_stopping_file().read_text())
+    except (OSError, ValueError):
+        return None
+    return notice if isinstance(notice, dict) and isinstance(notice.get("at"), str) else None
+
+
+def _mark_stopping() -> None:
+    notice = {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "grace_seconds": grace_seconds()}
+    try:
+        path = _stopping_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(notice))
+    except OSError as e:  # telling the user must never hold up the stop
+        _say(f"cannot leave the stop notice in {_run_dir()}: {e}")
 
 
 def _forget_pid() -> None:
@@ -358,7 +388,9 @@ def _alive(pid: int) -> bool:
 def prestop(wait_seconds: float | None = None) -> int:
     """SIGTERM every process that registered a callback; wait until they exit.
 
-    For the pod's preStop hook. Returns how many were still running at the end."""
+    For the pod's preStop hook: first it leaves the notice that the pod is stopping
+    (:func:`stopping`). Returns how many were still running at the end."""
+    _mark_stopping()
     folder = _pid_file().parent
     pids = [int(p.name) for p in folder.glob("*") if p.name.isdigit()] if folder.is_dir() else []
     for pid in pids:

@@ -39,6 +39,9 @@ STATE_STOP_NOTICE = "gpu_stop_notice"
 
 ENV_PREFIX = "JUPYTERHUB_GPU_"
 ENV_PROFILE = ENV_PREFIX + "PROFILE"
+ENV_PROFILE_NAME = ENV_PREFIX + "PROFILE_NAME"  # the profile's displayName
+ENV_GPU_UNIT = ENV_PREFIX + "UNIT"  # what one unit is, as the form says it
+ENV_NAMESPACE = ENV_PREFIX + "NAMESPACE"  # the team namespace the pod runs in
 ENV_MODEL = ENV_PREFIX + "MODEL"
 ENV_POOL = ENV_PREFIX + "POOL"  # the node pool the server got
 ENV_SHARING = ENV_PREFIX + "SHARING"
@@ -56,6 +59,8 @@ ENV_RUN_DIR = ENV_PREFIX + "RUN_DIR"  # where registered processes leave their p
 ENV_CHECKPOINT_DIR = "CHECKPOINT_DIR"  # the user's directory on the checkpoint PVC
 #: in the notebook (kernel extension) and the culler: warn this many seconds before
 ENV_CULL_WARN_BEFORE = ENV_PREFIX + "CULL_WARN_BEFORE"
+#: why the platform stopped the user's previous server of this name (its stop notice)
+ENV_LAST_STOP_NOTICE = ENV_PREFIX + "LAST_STOP_NOTICE"
 
 # -- the culler service's settings (its environment) ---------------------------------
 
@@ -70,6 +75,9 @@ ENV_CULLER_METRICS_PORT = ENV_PREFIX + "CULLER_METRICS_PORT"
 DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 #: the DCGM exporter's graphics engine activity (a ratio): also per MIG instance
 DCGM_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+#: the DCGM exporter's frame buffer (GPU memory) used and free, in MiB
+DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
+DCGM_FB_FREE = "DCGM_FI_DEV_FB_FREE"
 
 # -- JupyterHub and KubeSpawner ------------------------------------------------------
 
@@ -90,6 +98,11 @@ KUBESPAWNER_STATE_NAMESPACE = "namespace"
 ENV_API_TOKEN = "JUPYTERHUB_API_TOKEN"
 ENV_API_URL = "JUPYTERHUB_API_URL"
 ENV_SERVICE_URL = "JUPYTERHUB_SERVICE_URL"
+#: what JupyterHub's Spawner.get_env tells a server of its limits
+ENV_CPU_LIMIT = "CPU_LIMIT"
+ENV_MEM_LIMIT = "MEM_LIMIT"  # bytes
+#: a pod's name, as Kubernetes sets its containers' hostname
+ENV_HOSTNAME = "HOSTNAME"
 
 # -- Kueue -------------------------------------------------------------------------
 
@@ -175,6 +188,10 @@ MIG_STRATEGY_LABEL = NVIDIA_PREFIX + "mig.strategy"
 # -- the notebook server's own API (:mod:`jupyterhub_gpu.cull.server_ext`) -----------
 
 CULL_API_PATH = PREFIX + "api/cull"
+#: the status-bar item's data (:mod:`jupyterhub_gpu.labext.handler`)
+STATUS_API_PATH = PREFIX + "api/status"
+#: the JupyterLab extension (``labextension/package.json``'s name)
+LABEXTENSION_NAME = "jupyterhub-gpu-status"
 
 # -- the demo and the dev cluster ----------------------------------------------------
 

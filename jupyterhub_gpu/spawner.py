@@ -76,8 +76,8 @@ from .kueue.start import QueuedStart
 from .kueue.start import progress as queue_progress
 from .parse import parse_platform
 from .poolnodes import NodeReflector
-from .contract import (COMPONENT_LABEL, PROFILE_LABEL, QUEUE_LABEL, STATE_PROFILE,
-                       STATE_STOP_NOTICE)
+from .contract import (COMPONENT_LABEL, ENV_LAST_STOP_NOTICE, PROFILE_LABEL, QUEUE_LABEL,
+                       STATE_PROFILE, STATE_STOP_NOTICE)
 from .resume import KUBE_ENV
 from .servers import OtherServer, check_gpu_servers, other_server
 from .spec import Platform
@@ -127,6 +127,7 @@ def spec_default(trait: str) -> Callable:
 class GPUSpawner(KubeSpawner):
     gpu_grant: Grant | None = None  # the profile grant of the current/last spawn
     gpu_stop_notice: dict | None = None  # why the platform stopped the last server
+    _last_stop_notice: dict | None = None  # that notice, for the next server's environment
     _grant_platform: Platform | None = None  # the spec gpu_grant came from
     _state_profile: str | None = None  # gpu_profile of the state loaded (hub restart)
     _gpu_base_traits: dict[str, Any] | None = None  # admin values, before any profile
@@ -354,13 +355,19 @@ class GPUSpawner(KubeSpawner):
 
     async def _start_queued(self) -> Any:
         grant = self._profile_for_start()  # sets the namespace, if the hook did not
-        self.gpu_stop_notice = None
+        self._carry_stop_notice()
         await self._start_reflector(kind="workloads", reflector_class=WorkloadReflector)
         await self._watch_nodes(retry=True)
         self._queued = QueuedStart(
             grant, self.namespace, pod=self._my_pod, workloads=self._namespace_workloads,
             events=lambda: self.events, log=self.log, who=self._log_name)
         return await self._queued.run(super().start, lambda: self.stop(now=True))
+
+    def _carry_stop_notice(self) -> None:
+        """A new start clears the last server's stop notice from the state; its
+        environment still carries it, for JupyterLab's status item to tell once more
+        (:data:`~jupyterhub_gpu.contract.ENV_LAST_STOP_NOTICE`)."""
+        self._last_stop_notice, self.gpu_stop_notice = self.gpu_stop_notice, None
 
     @property
     def queue_stage(self) -> Stage | None:
@@ -459,6 +466,9 @@ class GPUSpawner(KubeSpawner):
         if self.gpu_grant is not None and started is not None:
             # the hub set `started` before start(): the max-age deadline counts the queue
             env.update(deadline_env(self.gpu_grant.profile, started))
+        message = (self._last_stop_notice or {}).get("message")
+        if self.gpu_grant is not None and message:
+            env[ENV_LAST_STOP_NOTICE] = message
         return env
 
     def get_state(self) -> dict:

@@ -23,6 +23,12 @@ Fixtures (all read-only for tests; copy before changing):
   module at :data:`AZURE_KARPENTER`, the release built on the Karpenter minor the dev
   cluster runs.
 - ``make_spawner``: builds a GPUSpawner for a user and groups, with optional config.
+- ``browser``: a real headless Chromium driven by Selenium (:mod:`tests.browser`),
+  whose ``shot(name)`` saves screenshots as test artefacts (``build/screenshots/``);
+  on a failure it saves ``failed.png`` before it quits.
+- :func:`need_tool`: the path of a command a test needs; skips without it, except in
+  CI (``CI`` set, as ``.ci/run`` runs), where a missing tool fails the test: CI
+  installs them all (``make system-packages``).
 
 Integration fixtures live in ``tests/integration/conftest.py``.
 """
@@ -55,6 +61,17 @@ def _use_offline_kubeconfig() -> None:
 
 
 _use_offline_kubeconfig()
+
+
+def need_tool(name: str, why: str) -> str:
+    """``name``'s path on PATH; else skip (fail in CI) saying ``why`` it is needed."""
+    found = shutil.which(name)
+    if found is None:
+        message = f"no `{name}` on PATH: {why} (`make system-packages` installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
 
 
 @pytest.fixture(scope="session")
@@ -160,3 +177,24 @@ def make_spawner(offline_kubeconfig, example_spec_path):
                           hub=OfflineHub(), config=cfg)
 
     return make
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"report_{report.when}", report)  # for fixtures that look at the outcome
+
+
+@pytest.fixture
+def browser(request, tmp_path):
+    from .browser import start_browser
+
+    browser = start_browser(request.node.name, tmp_path)
+    yield browser
+    report = getattr(request.node, "report_call", None)
+    try:
+        if report is None or report.failed:
+            browser.shot("failed")
+    finally:
+        browser.driver.quit()

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from ..checkpoint import PRESTOP_COMMAND
-from ..contract import (ENV_CHECKPOINT_DIR, ENV_COUNT, ENV_MEMORY, ENV_MODEL, ENV_POOL,
-                        ENV_PREEMPTIBLE, ENV_PROFILE, ENV_SHARING, ENV_TEAM,
-                        GPU_MEMORY_ANNOTATION, GPU_MODEL_ANNOTATION, POOL_ANNOTATION, POOL_GATE,
-                        PREEMPTIBLE_ANNOTATION, PREFIX, PRIORITY_LABEL, PROFILE_LABEL,
-                        QUEUE_LABEL, TEAM_LABEL)
+from ..contract import (ENV_CHECKPOINT_DIR, ENV_COUNT, ENV_GPU_UNIT, ENV_MEMORY, ENV_MODEL,
+                        ENV_NAMESPACE, ENV_POOL, ENV_PREEMPTIBLE, ENV_PROFILE, ENV_PROFILE_NAME,
+                        ENV_SHARING, ENV_TEAM, GPU_MEMORY_ANNOTATION, GPU_MODEL_ANNOTATION,
+                        POOL_ANNOTATION, POOL_GATE, PREEMPTIBLE_ANNOTATION, PREFIX,
+                        PRIORITY_LABEL, PROFILE_LABEL, QUEUE_LABEL, TEAM_LABEL)
 from ..cull.notice import pod_env as cull_env
 from ..spec import Platform, Pool, Priority, Profile, Team
 
@@ -181,14 +181,18 @@ def _placement(grant: Grant) -> tuple[dict[str, str], list[dict], list[dict], li
 
 
 def profile_env(grant: Grant) -> dict[str, Any]:
-    """Environment that tells the notebook what it runs on."""
+    """Environment that tells the notebook what it runs on (the JupyterLab status
+    item, :mod:`jupyterhub_gpu.labext`, shows it)."""
     pool, profile = grant.pool, grant.profile
     return {
         ENV_PROFILE: profile.slug,
+        ENV_PROFILE_NAME: profile.display_name,
         **pool_env(grant),
         ENV_SHARING: pool.sharing.mode.name,  # the same on every pool of a profile
+        ENV_GPU_UNIT: pool.sharing.mode.form_label(pool.sharing),
         ENV_COUNT: str(profile.units),
         ENV_TEAM: grant.team.name,
+        ENV_NAMESPACE: grant.team.namespace,
         **cull_env(profile),  # idle timeout, max age, GPU-idle rule, grace: for the notices
     }
 

@@ -1,10 +1,16 @@
 """The demo's stand-in kubelet for notebook pods.
 
 kwok marks pods Running but runs no containers. For every running single-user pod,
-the runner starts a real ``jupyterhub-singleuser`` with that pod's environment,
+the runner starts a real ``jupyterhub-singleuser`` (with JupyterLab) with that pod's environment,
 listening on the pod's IP (kwok hands out loopback pod IPs in the dev cluster) and
 port, which is where KubeSpawner tells the hub to look. When the pod goes away the
 process gets SIGTERM, then SIGKILL after the pod's grace period, like a kubelet.
+
+The servers run from this Python environment, as if it were the notebook image: the
+package's data files (the Jupyter Server extensions' config, JupyterLab's settings, the
+prebuilt GPU status extension), which pip installs into the image but not into an
+editable install, are copied into a prefix of the runner's own
+(:func:`jupyterhub_gpu.datafiles.lay_out`) that the servers' Jupyter paths point at.
 
 One watch over all namespaces serves every pod.
 """
@@ -21,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..contract import COMPONENT_LABEL, ENV_SERVICE_URL, SINGLEUSER_COMPONENT, USERNAME_KEY
+from .. import datafiles
+from ..contract import (COMPONENT_LABEL, ENV_RUN_DIR, ENV_SERVICE_URL, SINGLEUSER_COMPONENT,
+                        USERNAME_KEY)
 
 SINGLEUSER_SELECTOR = f"{COMPONENT_LABEL}={SINGLEUSER_COMPONENT}"  # KubeSpawner's default
 MAX_GRACE_SECONDS = 30
@@ -87,11 +95,17 @@ class PodRunner:
         home = self.workdir / "home" / want.user
         home.mkdir(parents=True, exist_ok=True)
         bin_dir = Path(sys.executable).parent
+        image = datafiles.lay_out(self.workdir / "image")
         env = {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HOME": str(home),
-               "LANG": "C.UTF-8", **want.env}
+               "LANG": "C.UTF-8", "JUPYTER_CONFIG_PATH": str(image / "etc" / "jupyter"),
+               "JUPYTER_PATH": str(image / "share" / "jupyter"),
+               # a run dir of its own, as a container's /tmp is
+               ENV_RUN_DIR: str(self.workdir / "run" / want.key.replace("/", "_")),
+               **want.env}
         logs = self.workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        argv = [str(bin_dir / "jupyterhub-singleuser"), f"--ServerApp.root_dir={home}"]
+        argv = [str(bin_dir / "jupyterhub-singleuser"), f"--ServerApp.root_dir={home}",
+                f"--LabApp.app_settings_dir={image / 'share' / 'jupyter' / 'lab' / 'settings'}"]
         if os.geteuid() == 0:  # containers run as jovyan; here we may be root (CI is)
             argv.append("--allow-root")
         with open(logs / f"{want.key.replace('/', '_')}.log", "ab") as out:

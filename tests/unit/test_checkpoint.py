@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -190,8 +191,13 @@ def test_prestop_signals_registered_processes_and_returns_once_they_saved(env, t
     wait_for_line(child, "ready")
     bystander = spawn("import time; print('ready', flush=True); time.sleep(600)", env)
     wait_for_line(bystander, "ready")
+    assert checkpoint.stopping() is None
     hook, log = run_prestop_hook(tmp_path, env, sys.executable)  # once saved, not at grace end
     assert hook.returncode == 0, hook.stderr
+    notice = checkpoint.stopping()  # what JupyterLab's status item shows meanwhile
+    assert notice["grace_seconds"] == 3600
+    assert abs(datetime.now(timezone.utc) - datetime.fromisoformat(notice["at"])) < \
+        timedelta(minutes=1)
     assert not log.exists() and checkpoint.UNAVAILABLE not in hook.stderr
     assert "still saving" not in hook.stderr
     assert child.poll() == -signal.SIGTERM

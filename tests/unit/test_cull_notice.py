@@ -257,6 +257,7 @@ def test_pod_side_modules_need_none_of_the_hub_side_packages():
         sys.meta_path.insert(0, Block())
         import jupyterhub_gpu.checkpoint, jupyterhub_gpu.cull.kernel_ext
         import jupyterhub_gpu.cull.lab_notice, jupyterhub_gpu.cull.server_ext
+        import jupyterhub_gpu.labext.handler, jupyterhub_gpu.labext.dcgm
         print("ok")
         """)
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

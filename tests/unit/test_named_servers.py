@@ -10,7 +10,7 @@ from tornado import web
 from traitlets.config import Config
 
 from jupyterhub_gpu.builders.pod import OptionsRejected, UserRef, authorize
-from jupyterhub_gpu.contract import STATE_PROFILE
+from jupyterhub_gpu.contract import ENV_LAST_STOP_NOTICE, STATE_PROFILE
 from jupyterhub_gpu.parse import SpecError, parse_platform
 from jupyterhub_gpu.render import OfflineHub, _Group
 from jupyterhub_gpu.servers import OtherServer, check_gpu_servers
@@ -173,6 +173,21 @@ async def test_a_stop_notice_shows_on_its_own_server_only(user):
     assert "gpu-stop-notice" in await restored.get_options_form()
     assert "gpu-stop-notice" not in await default.get_options_form()
     assert "gpu_stop_notice" not in default.get_state()
+
+
+async def test_the_next_start_clears_the_notice_and_its_server_is_told(user):
+    """Starting again clears the notice from the state; the new server's environment
+    carries it, for JupyterLab's status item; the other server's does not."""
+    from .test_metrics_event import GONE_WITH_ITS_NODE
+
+    gpu, default = user.server("gpu"), user.server("")
+    assert gpu._notice_platform_stop(GONE_WITH_ITS_NODE)
+    for spawner in (gpu, default):
+        await spawner._run_apply_user_options({"profile": "t4-shared"})
+        spawner._carry_stop_notice()
+    assert "gpu_stop_notice" not in gpu.get_state()
+    assert gpu.get_env()[ENV_LAST_STOP_NOTICE].startswith("Your server was stopped because")
+    assert ENV_LAST_STOP_NOTICE not in default.get_env()
 
 
 def test_culling_applies_each_servers_own_profile(platform):

@@ -107,6 +107,13 @@ def test_the_image_gets_this_package_and_its_jupyter_config_files(built):
             ("etc/ipython/ipython_kernel_config.json", "ipython/ipython_kernel_config.json")]:
         assert json.loads((built / installed).read_text()) == json.loads(
             (etc / source).read_text()), installed
+    # the GPU status item: the prebuilt JupyterLab extension, every file of it
+    from jupyterhub_gpu import datafiles
+
+    labext = built / datafiles.LABEXTENSIONS / "jupyterhub-gpu-status"
+    shipped = REPO / "jupyterhub_gpu" / "labext" / "labextension"
+    assert sorted(p.relative_to(labext) for p in labext.rglob("*") if p.is_file()) == \
+        sorted(p.relative_to(shipped) for p in shipped.rglob("*") if p.is_file())
 
 
 def test_its_python_runs_the_prestop_hook_itself(built, tmp_path):
@@ -114,7 +121,8 @@ def test_its_python_runs_the_prestop_hook_itself(built, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     hook = subprocess.run(list(checkpoint.prestop_command(str(log))), cwd=home,
-                          env={"PATH": f"{built / 'bin'}:/usr/bin:/bin", "HOME": str(home)},
+                          env={"PATH": f"{built / 'bin'}:/usr/bin:/bin", "HOME": str(home),
+                               "JUPYTERHUB_GPU_RUN_DIR": str(tmp_path / "run")},
                           capture_output=True, text=True, timeout=60)
     assert (hook.returncode, hook.stderr, log.exists()) == (0, "", False)
 

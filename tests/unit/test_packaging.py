@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import configparser
+import json
+import re
 import importlib.metadata
 import sys
 
@@ -83,3 +85,63 @@ def test_the_runtime_requirements_carry_nothing_only_the_dev_cluster_needs(repo_
     assert "cryptography" in dev_only  # devcluster/pki.py
     assert not (dev_only - {d for dists, files in _third_party(repo_root).values()
                             if not _dev_only(files) for d in dists}) & runtime
+
+
+# -- the files pip installs outside the package: Jupyter config, the labextension -----
+
+def test_setup_cfg_installs_the_data_files_the_dev_cluster_lays_out(repo_root):
+    from jupyterhub_gpu import datafiles
+
+    cfg = configparser.ConfigParser()
+    cfg.read(repo_root / "setup.cfg")
+    declared = {target.strip(): tuple(line.strip() for line in files.strip().splitlines())
+                for target, files in cfg["options.data_files"].items()}
+    assert declared == {target: tuple(f"jupyterhub_gpu/{p}" for p in patterns)
+                        for target, patterns in datafiles.DATA_FILES.items()}
+    assert all(datafiles.files().values()), "every pattern matches a file"
+
+
+def test_the_wheel_ships_the_prebuilt_labextension_and_jupyterlab_lists_it(repo_root,
+                                                                             tmp_path):
+    """Build the wheel, install it as pip does into a prefix, and ask JupyterLab
+    there: the status extension is listed, enabled and OK."""
+    import os
+    import subprocess
+    import zipfile
+
+    from jupyterhub_gpu import datafiles
+    from jupyterhub_gpu.contract import LABEXTENSION_NAME
+
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(repo_root)],
+                   check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    data = f"jupyterhub_gpu-{wheel.name.split('-')[1]}.data/data/"
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for target, files in datafiles.files().items():
+        for path in files:
+            assert f"{data}{target}/{path.name}" in names, f"{path.name} not in {target}"
+    prefix = tmp_path / "prefix"
+    # --ignore-installed: never uninstall the jupyterhub-gpu this test runs from
+    subprocess.run([*pip, "install", "--no-deps", "--ignore-installed", "--prefix", str(prefix),
+                    str(wheel)],
+                   check=True, capture_output=True)
+    (site,) = prefix.glob("lib/python*/site-packages")
+    env = {**os.environ, "PYTHONPATH": str(site),
+           "JUPYTER_PATH": str(prefix / "share" / "jupyter"),
+           "JUPYTER_CONFIG_PATH": str(prefix / "etc" / "jupyter")}
+
+    def jupyter(*args):
+        done = subprocess.run([sys.executable, "-m", "jupyter", *args], env=env,
+                              capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        return re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)
+
+    listing = jupyter("labextension", "list")
+    assert str(prefix / "share" / "jupyter" / "labextensions") in listing
+    assert re.search(rf"{LABEXTENSION_NAME} v0\.1\.0 enabled\s+OK", listing), listing
+    # `jupyter server extension list` reads no JUPYTER_CONFIG_PATH: the installed file
+    # (which tests/unit/test_labext_server.py starts a server with) enables both
+    config = json.loads((prefix / "etc" / "jupyter" / "jupyter_server_config.d" /
+                         "jupyterhub-gpu.json").read_text())
+    assert config["ServerApp"]["jpserver_extensions"] == {
+        "jupyterhub_gpu.cull.server_ext": True, "jupyterhub_gpu.labext": True}

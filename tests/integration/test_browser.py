@@ -1,0 +1,115 @@
+"""[ux] What a data scientist sees, in a real headless Chromium: the demo's JupyterHub
+with GPUSpawner on the dev cluster, the pod runner starting a real JupyterLab with the
+package's extensions (as the notebook image has them).
+
+Log in, see only the profiles the user's groups allow, pick one, watch the progress
+messages until JupyterLab opens, find the GPU status item in the status bar and open
+its panel. The screenshots are kept in ``build/screenshots/`` (the user guide's
+pictures come from there).
+
+Selenium blocks; the pod runner shares this test's event loop, so the browser runs in
+a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from .test_demo import URL, hub  # noqa: F401 - hub is a fixture
+
+USER, GROUPS, PROFILE = "alice", frozenset({"data-science"}), "t4-shared"
+
+
+def _log_in(browser) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser.driver
+    driver.get(f"{URL}/hub/login")
+    browser.wait(lambda: browser.css("#username_input"), what="the login form")
+    driver.find_element(By.ID, "username_input").send_keys(USER)
+    driver.find_element(By.ID, "password_input").send_keys("gpu-demo")
+    browser.shot("login")
+    driver.find_element(By.ID, "login_submit").click()
+    browser.wait(lambda: driver.current_url.endswith("/hub/spawn"), what="the spawn form")
+
+
+def _pick(browser, slug: str) -> None:
+    browser.css(f"label[for='profile-{slug}']")[0].click()
+    assert browser.css(f"#profile-{slug}")[0].is_selected()
+    browser.css("#spawn_form [type=submit]")[0].click()
+
+
+def _watch_progress(browser) -> list[str]:
+    """Every progress message shown, until JupyterLab's page is loaded."""
+    seen: list[str] = []
+    shot = False
+
+    def lab_or_more():
+        for event in browser.css("#progress-log .progress-log-event"):
+            text = (event.get_attribute("textContent") or "").strip()  # also while folded
+            if text and text not in seen:
+                seen.append(text)
+        nonlocal shot
+        if seen and not shot and "spawn-pending" in browser.driver.current_url:
+            browser.css("#progress-details")[0].click()  # open the log, as a user would
+            browser.shot("progress")
+            shot = True
+        return "/lab" in browser.driver.current_url and browser.css("#jp-main-statusbar")
+
+    browser.wait(lab_or_more, timeout=180, what="JupyterLab to open")
+    return seen
+
+
+def _walk(browser, allowed: list[tuple[str, str]]) -> dict:
+    _log_in(browser)
+    cards = browser.css("#gpu-profiles input[name=profile]")
+    names = [label.find_element("css selector", "strong").text
+             for label in browser.css("#gpu-profiles label.gpu-profile")]
+    browser.shot("spawn-form")
+    shown = list(zip([c.get_attribute("value") for c in cards], names))
+    _pick(browser, PROFILE)
+    messages = _watch_progress(browser)
+    item = browser.wait(lambda: [e for e in browser.css("[data-jupyterhub-gpu-status]")
+                                 if e.text.strip()], what="the GPU status item")[0]
+    browser.wait(lambda: browser.css(".jp-Launcher"), what="JupyterLab's launcher")
+    label, title = item.text, item.get_attribute("title")
+    browser.shot("jupyterlab")
+    item.click()
+    panel = browser.wait(lambda: [p for p in browser.css(".jp-GpuStatus-panel")
+                                  if "Profile" in p.text], what="the status panel")[0]
+    rows = {row.find_element("css selector", "th").text: row.find_element("css selector",
+                                                                          "td").text
+            for row in panel.find_elements("css selector", "tr")}
+    browser.shot("status-panel")
+    return {"shown": shown, "messages": messages, "label": label, "title": title,
+            "rows": rows, "level": item.get_attribute("data-level")}
+
+
+async def test_log_in_pick_a_profile_and_see_the_gpu_status_in_jupyterlab(  # noqa: F811
+        hub, browser, cluster_platform):
+    allowed = [(p.slug, p.display_name) for p in cluster_platform.profiles_for(GROUPS)]
+    seen = await asyncio.to_thread(_walk, browser, allowed)
+
+    # only the profiles alice's groups allow, CPU-only ones first, as the spec names them
+    cpu_first = sorted(allowed, key=lambda p: cluster_platform.uses_gpu(
+        cluster_platform.profile(p[0])))
+    assert seen["shown"] == cpu_first
+    # the progress, in the queue's and the pool's words, until the server runs
+    profile = cluster_platform.profile(PROFILE)
+    pool = cluster_platform.pool(profile.pool)
+    messages = seen["messages"]
+    assert messages[0] == "Server requested" and messages[-1] == (
+        "Your server is running; connecting"), messages
+    assert any(f"pool {pool.name}" in m or "queue data-science" in m for m in messages), \
+        messages
+    # the status item: the profile's GPU and the time left before its idle cull
+    assert seen["label"].startswith(f"{pool.gpu.name} · idle stop in "), seen["label"]
+    assert seen["level"] == "ok"
+    assert seen["title"].startswith(f"{profile.display_name}: ")
+    rows = seen["rows"]
+    assert rows["Profile"] == f"{profile.display_name} ({PROFILE})"
+    assert rows["GPU"].startswith(f"{pool.gpu.name} {pool.sharing.mode.form_label(pool.sharing)}")
+    assert rows["GPU use"].startswith("not reachable: no Prometheus configured")
+    assert rows["Team"] == "data-science"
+    assert rows["Next stop"].endswith("if it stays idle (" f"{profile.idle_timeout_seconds // 60}"
+                                      "m idle timeout)")
