@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,8 @@ from jupyterhub_gpu.cull import notice
 from jupyterhub_gpu.cull.kernel_ext import DeadlineWarner
 from jupyterhub_gpu.cull.notice import CullRules, deadline_warning, notice_message
 from jupyterhub_gpu.spec import GpuIdle
+
+from .. import jupyter_server
 
 NOW = datetime(2025, 3, 4, 12, 0, tzinfo=timezone.utc)
 ETC = Path(notice.__file__).parent / "etc"
@@ -104,12 +105,6 @@ def test_status_uses_the_cullers_decision():
 
 # -- a real Jupyter server with the extension, JupyterLab and the shipped config --------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 async def jupyter(tmp_path):
     config = tmp_path / "etc-jupyter"
@@ -117,36 +112,18 @@ async def jupyter(tmp_path):
     settings = tmp_path / "lab-settings"
     shutil.copytree(ETC / "lab_settings_overrides.d", settings / "overrides.d")
     deadline = datetime.now(timezone.utc) + timedelta(hours=11, minutes=30)
-    port, token = _free_port(), "test-token"
-    env = {**os.environ, "JUPYTER_CONFIG_PATH": str(config),
+    token = "test-token"
+    env = {"JUPYTER_CONFIG_PATH": str(config),
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
            "JUPYTERHUB_GPU_PROFILE": "a100-mig-3g", "JUPYTERHUB_GPU_IDLE_TIMEOUT": "1800",
            "JUPYTERHUB_GPU_MAX_AGE": "43200",
            "JUPYTERHUB_GPU_MAX_AGE_DEADLINE": deadline.isoformat(timespec="seconds"),
            "JUPYTERHUB_GPU_IDLE_GPU_THRESHOLD": "5", "JUPYTERHUB_GPU_IDLE_GPU_WINDOW": "1800",
            "CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--no-browser", "--ip=127.0.0.1",
-         f"--port={port}", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={tmp_path}", f"--LabApp.app_settings_dir={settings}",
-         *(["--allow-root"] if os.geteuid() == 0 else [])],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
+    proc, base = jupyter_server.start(env, tmp_path, settings, token)
     async with aiohttp.ClientSession(headers={"Authorization": f"token {token}"},
                                      timeout=aiohttp.ClientTimeout(total=20)) as http:
-        for _ in range(150):
-            if proc.poll() is not None:
-                break
-            try:
-                async with http.get(f"{base}/api/status") as r:
-                    if r.status == 200:
-                        break
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-        else:
-            proc.kill()
-            pytest.fail(f"jupyter server did not start: {proc.communicate()[1]}")
+        await jupyter_server.wait_up(http, proc, base)
         yield http, base, deadline
     proc.terminate()
     log = proc.communicate(timeout=20)[1]

@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import socket
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
 import aiohttp
@@ -19,13 +15,9 @@ from aiohttp import web
 
 from jupyterhub_gpu import datafiles
 
+from .. import jupyter_server
+
 TOKEN = "test-token"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -48,7 +40,7 @@ async def prometheus():
     app.router.add_get("/api/v1/query", query)
     runner = web.AppRunner(app)
     await runner.setup()
-    port = _free_port()
+    port = jupyter_server.free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     yield f"http://127.0.0.1:{port}", queries
     await runner.cleanup()
@@ -56,34 +48,12 @@ async def prometheus():
 
 async def _start_server(tmp_path, env_extra):
     image = datafiles.lay_out(tmp_path / "image")
-    port = _free_port()
-    env = {**os.environ, "JUPYTER_CONFIG_PATH": str(image / "etc" / "jupyter"),
+    env = {"JUPYTER_CONFIG_PATH": str(image / "etc" / "jupyter"),
            "JUPYTER_PATH": str(image / "share" / "jupyter"),
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
            "JUPYTERHUB_GPU_RUN_DIR": str(tmp_path / "run"), **env_extra}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--no-browser", "--ip=127.0.0.1",
-         f"--port={port}", f"--IdentityProvider.token={TOKEN}",
-         f"--ServerApp.root_dir={tmp_path}",
-         f"--LabApp.app_settings_dir={image / 'share' / 'jupyter' / 'lab' / 'settings'}",
-         *(["--allow-root"] if os.geteuid() == 0 else [])],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    return proc, f"http://127.0.0.1:{port}"
-
-
-async def _wait_up(http, proc, base):
-    for _ in range(150):
-        if proc.poll() is not None:
-            break
-        try:
-            async with http.get(f"{base}/api/status") as r:
-                if r.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.2)
-    proc.kill()
-    pytest.fail(f"jupyter server did not start: {proc.communicate()[1]}")
+    return jupyter_server.start(env, tmp_path, image / "share" / "jupyter" / "lab" / "settings",
+                                TOKEN)
 
 
 @pytest.fixture
@@ -104,7 +74,7 @@ async def server(tmp_path, prometheus):
     proc, base = await _start_server(tmp_path, env)
     async with aiohttp.ClientSession(headers={"Authorization": f"token {TOKEN}"},
                                      timeout=aiohttp.ClientTimeout(total=20)) as http:
-        await _wait_up(http, proc, base)
+        await jupyter_server.wait_up(http, proc, base)
         yield http, base, deadline
     proc.terminate()
     proc.communicate(timeout=20)
@@ -178,7 +148,7 @@ async def test_outside_a_jupyterhub_gpu_server_it_answers_404(tmp_path):
     proc, base = await _start_server(tmp_path, {})
     try:
         async with aiohttp.ClientSession(headers={"Authorization": f"token {TOKEN}"}) as http:
-            await _wait_up(http, proc, base)
+            await jupyter_server.wait_up(http, proc, base)
             async with http.get(f"{base}/jupyterhub-gpu/api/status") as r:
                 assert r.status == 404  # the item hides itself
     finally:
