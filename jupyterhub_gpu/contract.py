@@ -78,6 +78,8 @@ DCGM_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 #: the DCGM exporter's frame buffer (GPU memory) used and free, in MiB
 DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
 DCGM_FB_FREE = "DCGM_FI_DEV_FB_FREE"
+#: each utilisation metric above -> its factor to percent
+DCGM_PERCENT_FACTOR = {DCGM_GPU_UTIL: 1.0, DCGM_ENGINE_ACTIVE: 100.0}
 
 # -- JupyterHub and KubeSpawner ------------------------------------------------------
 

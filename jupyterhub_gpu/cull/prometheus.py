@@ -26,15 +26,11 @@ from typing import Any, Mapping
 
 import aiohttp
 
-from ..contract import DCGM_ENGINE_ACTIVE, DCGM_GPU_UTIL
+from ..contract import DCGM_GPU_UTIL, DCGM_PERCENT_FACTOR
 from .gpu_window import GpuSeries
 from .policy import PodRef
 
-# metric name -> factor to percent
-METRICS: Mapping[str, float] = MappingProxyType({
-    DCGM_GPU_UTIL: 1.0,
-    DCGM_ENGINE_ACTIVE: 100.0,
-})
+METRICS: Mapping[str, float] = MappingProxyType(DCGM_PERCENT_FACTOR)  # metric -> factor to percent
 POD_LABELS = ("namespace", "pod", "exported_namespace", "exported_pod")
 MAX_POINTS = 10_000  # Prometheus refuses more than 11,000 points per series
 

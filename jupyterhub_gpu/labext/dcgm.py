@@ -21,8 +21,8 @@ from typing import Any, Mapping
 from urllib.parse import urlencode
 
 from ..contract import (DCGM_ENGINE_ACTIVE, DCGM_FB_FREE, DCGM_FB_USED, DCGM_GPU_UTIL,
-                        ENV_HOSTNAME, ENV_NAMESPACE, ENV_PROMETHEUS_TOKEN_FILE,
-                        ENV_PROMETHEUS_URL)
+                        DCGM_PERCENT_FACTOR, ENV_HOSTNAME, ENV_NAMESPACE,
+                        ENV_PROMETHEUS_TOKEN_FILE, ENV_PROMETHEUS_URL)
 from .status import GpuUsage, UsageUnavailable
 
 TIMEOUT_SECONDS = 3.0
@@ -31,7 +31,8 @@ CACHE_SECONDS = 15.0  # every open tab polls; Prometheus is asked at most this o
 
 def utilization_metric(partitioned: bool) -> tuple[str, float]:
     """The metric and its factor to percent: a MIG instance has no GPU_UTIL of its own."""
-    return (DCGM_ENGINE_ACTIVE, 100.0) if partitioned else (DCGM_GPU_UTIL, 1.0)
+    metric = DCGM_ENGINE_ACTIVE if partitioned else DCGM_GPU_UTIL
+    return metric, DCGM_PERCENT_FACTOR[metric]
 
 
 def usage_query(namespace: str, pod: str, partitioned: bool) -> str:
