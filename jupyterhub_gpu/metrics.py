@@ -1,10 +1,15 @@
 """Prometheus metrics of the hub process (JupyterHub serves them on ``/hub/metrics``
 from its default registry) and the hub event this package emits."""
 
-from pathlib import Path
-from typing import Any
+from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from pathlib import Path
+from typing import Any, Iterator
+
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from .poolnodes import failed, pool_node_counts
 
 PLATFORM_STOP_SCHEMA = "https://jupyterhub-gpu.readthedocs.io/events/platform-stop"
 _SCHEMA_FILE = Path(__file__).parent / "event-schemas" / "platform-stop" / "v1.yaml"
@@ -27,6 +32,46 @@ STOPS_BY_PLATFORM = Counter(
     "(preempted, evicted)",
     ["profile", "reason"],
 )
+
+
+
+class PoolNodesCollector:
+    """``jupyterhub_gpu_pool_nodes{pool, ready}``: each pool's nodes, Ready
+    (``ready="true"``) or not yet or no longer (``"false"``), 0 included, counted at
+    each scrape from the hub's shared node watch (:mod:`jupyterhub_gpu.poolnodes`) and
+    the spec as it is then. Absent until the hub first starts or polls a server (the
+    watch starts then) and while the watch fails (e.g. without the hub's ClusterRole):
+    no number is better than a stale one."""
+
+    NAME = "jupyterhub_gpu_pool_nodes"
+    HELP = "Nodes of each pool of the GPU platform spec, by readiness"
+
+    def __init__(self) -> None:
+        self._source: tuple[Any, Any] | None = None
+
+    def count_from(self, spec_source: Any, reflector: Any) -> None:
+        """Count ``reflector``'s nodes into the pools of ``spec_source.current()``."""
+        self._source = (spec_source, reflector)
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(self.NAME, self.HELP, labels=["pool", "ready"])
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield self._family()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if self._source is None or failed(self._source[1]):
+            return
+        spec_source, reflector = self._source
+        family = self._family()
+        for count in pool_node_counts(spec_source.current(), list(reflector.resources.values())):
+            family.add_metric([count.pool, "true"], count.ready)
+            family.add_metric([count.pool, "false"], count.not_ready)
+        yield family
+
+
+POOL_NODES = PoolNodesCollector()
+REGISTRY.register(POOL_NODES)
 
 
 def emit_platform_stop(eventlog: Any, **event: str) -> None:

@@ -25,7 +25,8 @@ oldest pin, ``.ci/oldest-constraints.txt``) and 7.1.0, and JupyterHub 5.3.0 and
 - ``KubeSpawner._start_reflector``: starts the shared Workload watch, and the pod
   watch that remembers deleted pods (:mod:`jupyterhub_gpu.kueue.reflectors`).
 - ``KubeSpawner._start_watching_pods``: overridden to start that pod watch.
-- ``KubeSpawner._get_reflector_key``: finds the namespace's shared Workload watch.
+- ``KubeSpawner._get_reflector_key``: finds the namespace's shared Workload watch;
+  overridden so that the node watch is one for the whole cluster.
 - ``KubeSpawner._make_create_pod_request``: overridden to adopt a pod left queued by
   a hub that died.
 - ``KubeSpawner._options_form_default``: KubeSpawner's own form, without a spec
@@ -63,7 +64,7 @@ from tornado import web
 from traitlets import Any as AnyTrait
 from traitlets import Dict, Unicode, default, validate
 
-from . import metrics
+from . import metrics, poolnodes
 from .builders.pod import (Grant, OptionsRejected, SpawnSettings, UserRef, authorize,
                            merge_traits, spawn_settings)
 from .cull.notice import deadline_env
@@ -74,6 +75,7 @@ from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
 from .kueue.start import QueuedStart
 from .kueue.start import progress as queue_progress
 from .parse import parse_platform
+from .poolnodes import NodeReflector
 from .contract import (COMPONENT_LABEL, PROFILE_LABEL, QUEUE_LABEL, STATE_PROFILE,
                        STATE_STOP_NOTICE)
 from .resume import KUBE_ENV
@@ -317,6 +319,20 @@ class GPUSpawner(KubeSpawner):
             labels={COMPONENT_LABEL: self.component_label},
             omit_namespace=self.enable_user_namespaces, replace=replace)
 
+    def _get_reflector_key(self, kind: str) -> tuple:
+        if kind == NodeReflector.kind:
+            return (kind, None)  # one node watch for the hub, whatever the namespace
+        return super()._get_reflector_key(kind)
+
+    async def _watch_nodes(self, retry: bool) -> None:
+        """Start the hub's node watch, which ``POOL_NODES`` counts (:func:`~.poolnodes.watch`)."""
+        nodes = await poolnodes.watch(
+            lambda replace: self._start_reflector(kind=NodeReflector.kind, replace=replace,
+                                                  reflector_class=NodeReflector),
+            self.reflectors.get(self._get_reflector_key(NodeReflector.kind)), retry, self.log)
+        if nodes is not None:
+            metrics.POOL_NODES.count_from(self.spec_source, nodes)
+
     def _my_pod(self) -> dict | None:
         pods = self.pod_reflector
         return pods.resources.get(f"{self.namespace}/{self.pod_name}") if pods else None
@@ -340,6 +356,7 @@ class GPUSpawner(KubeSpawner):
         grant = self._profile_for_start()  # sets the namespace, if the hook did not
         self.gpu_stop_notice = None
         await self._start_reflector(kind="workloads", reflector_class=WorkloadReflector)
+        await self._watch_nodes(retry=True)
         self._queued = QueuedStart(
             grant, self.namespace, pod=self._my_pod, workloads=self._namespace_workloads,
             events=lambda: self.events, log=self.log, who=self._log_name)
@@ -381,6 +398,7 @@ class GPUSpawner(KubeSpawner):
 
     @spec_only
     async def poll(self):
+        await self._watch_nodes(retry=False)  # after a hub restart, with servers running
         pods = await self._start_watching_pods()
         key = f"{self.namespace}/{self.pod_name}"
         uid = getattr(self, "pod_id", None)  # KubeSpawner sets it once a start succeeded

@@ -152,9 +152,16 @@ def check_kueue_configuration(file: str, docs: list) -> list[Drift]:
             for f, e, a in field_diffs(kueue_configuration(), found)]
 
 
+#: Why the hub's cluster-scoped RBAC must be what the bundle generates.
+NODE_WATCH_HINT = ("the hub's one node watch needs get, list and watch on nodes; without "
+                   "them /hub/metrics lacks jupyterhub_gpu_pool_nodes")
+
+
 def check_team_namespaces(platform: Platform, file: str, docs: list,
                           hub: HubRef, selector: dict | None) -> list[Drift]:
-    drifts = compare_objects(file, team_objects(platform, hub), docs)
+    drifts = [replace(d, hint=d.hint or NODE_WATCH_HINT)
+              if d.obj.startswith(("ClusterRole ", "ClusterRoleBinding ")) else d
+              for d in compare_objects(file, team_objects(platform, hub), docs)]
     wanted = (selector or {}).get("matchLabels") or {MANAGED_LABEL: "true"}
     for doc in docs:
         if isinstance(doc, dict) and doc.get("kind") == "Namespace":

@@ -32,7 +32,8 @@ NODE_AUTO_PROVISIONING = "config/node-auto-provisioning.yaml"
 GENERATED: dict[str, tuple[str, str]] = {
     "kueue-configuration": (KUEUE_CONFIGURATION, "Kueue's manager Configuration"),
     "team-namespaces": (TEAM_NAMESPACES,
-                        "team namespaces, the hub's Role in each, NetworkPolicy, PVC"),
+                        "team namespaces, the hub's Role in each, NetworkPolicy, PVC; "
+                        "the hub's ClusterRole to read nodes"),
     "terraform-pools": (TERRAFORM_POOLS, "GPU node pools for config/terraform"),
     "helm-values": (HELM_GENERATED, "the spec-derived z2jh Helm values"),
     "gpu-operator-values": (GPU_OPERATOR_VALUES, "the NVIDIA GPU Operator's Helm values"),

@@ -1,4 +1,4 @@
-"""Team namespaces and what the hub may do in them.
+"""Team namespaces and what the hub may do in them, and on the cluster.
 
 z2jh's hub Role is namespaced to the Helm release's namespace, but GPUSpawner starts
 each user's pod in the namespace of the user's team. So every team namespace gets:
@@ -7,10 +7,15 @@ each user's pod in the namespace of the user's team. So every team namespace get
   hub's NetworkPolicy lets its user servers in;
 * a Role and RoleBinding for the hub's ServiceAccount: KubeSpawner's own needs
   (pods, PVCs, events -- one pod and one event reflector per namespace, no
-  cluster-wide watch) and reading Kueue Workloads, LocalQueues and the visibility
-  API's pending workloads;
+  cluster-wide watch of them) and reading Kueue Workloads, LocalQueues and the
+  visibility API's pending workloads;
 * a NetworkPolicy for the user servers like the one z2jh puts in its own namespace;
 * the checkpoint PVC named in the spec (Azure Files, ReadWriteMany).
+
+And once for the hub, a ClusterRole and ClusterRoleBinding to read Nodes (get, list,
+watch; nothing else): the hub's one node watch, which counts each pool's nodes for
+its metrics (:mod:`jupyterhub_gpu.poolnodes`). Nodes are cluster-scoped, so no Role
+can grant it.
 """
 
 from __future__ import annotations
@@ -43,6 +48,11 @@ HUB_RULES: tuple[dict, ...] = (
     # Kueue's visibility API: a pending pod's position in its LocalQueue
     {"apiGroups": [KUEUE_VISIBILITY_GROUP],
      "resources": ["localqueues/pendingworkloads"], "verbs": list(_READ)},
+)
+
+#: the hub's one node watch (:mod:`jupyterhub_gpu.poolnodes`)
+HUB_CLUSTER_RULES: tuple[dict, ...] = (
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": list(_READ)},
 )
 
 
@@ -84,6 +94,26 @@ def hub_role_binding(team: Team, hub: HubRef) -> dict:
                         "name": ROLE_NAME}}
 
 
+def hub_cluster_role_name(hub: HubRef) -> str:
+    """One per hub (a cluster may run two releases): named by its namespace."""
+    return f"{ROLE_NAME}-{hub.namespace}"
+
+
+def hub_cluster_role(hub: HubRef) -> dict:
+    return {"apiVersion": RBAC_API_VERSION, "kind": "ClusterRole",
+            "metadata": {"name": hub_cluster_role_name(hub)},
+            "rules": [dict(rule, verbs=list(rule["verbs"])) for rule in HUB_CLUSTER_RULES]}
+
+
+def hub_cluster_role_binding(hub: HubRef) -> dict:
+    name = hub_cluster_role_name(hub)
+    return {"apiVersion": RBAC_API_VERSION, "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": hub.service_account,
+                          "namespace": hub.namespace}],
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": name}}
+
+
 def _from_hub_pods(hub: HubRef, components: list[str]) -> dict:
     return {"namespaceSelector": {"matchLabels": {
                 NAMESPACE_NAME_LABEL: hub.namespace}},
@@ -123,8 +153,9 @@ def checkpoint_claim(platform: Platform, team: Team, volume: CheckpointVolume) -
 
 def team_objects(platform: Platform, hub: HubRef = HubRef(),
                  volume: CheckpointVolume = CheckpointVolume()) -> list[dict]:
-    """Everything each team namespace needs, in an order ``kubectl apply`` accepts."""
-    objects: list[dict] = []
+    """The hub's ClusterRole and its binding, then everything each team namespace
+    needs, in an order ``kubectl apply`` accepts."""
+    objects: list[dict] = [hub_cluster_role(hub), hub_cluster_role_binding(hub)]
     for team in platform.teams:
         claim = checkpoint_claim(platform, team, volume)
         objects += [namespace(team), hub_role(team), hub_role_binding(team, hub),

@@ -89,7 +89,8 @@ def wait_kueue_webhooks(client: AdminClient, timeout: float = 60) -> None:
          "Kueue's webhooks to answer (dry-run create of a ResourceFlavor)")
 
 
-TEAM_KINDS = ("Namespace", "Role", "RoleBinding", "NetworkPolicy")
+TEAM_KINDS = ("ClusterRole", "ClusterRoleBinding", "Namespace", "Role", "RoleBinding",
+              "NetworkPolicy")
 """What ``up`` applies of the team-namespaces bundle: all but the checkpoint PVC,
 which nothing provisions here (a test creates the volumes it needs)."""
 

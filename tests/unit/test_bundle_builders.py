@@ -52,6 +52,23 @@ def test_namespace_and_hub_rbac(platform):
                     "name": "jupyterhub-gpu-hub"}}
 
 
+def test_the_hubs_cluster_rbac_reads_nodes_only(platform):
+    """The hub's node watch (jupyterhub_gpu_pool_nodes) is its only cluster-scoped
+    right; named by the hub's namespace, so two hubs in one cluster do not clash."""
+    hub = namespaces.HubRef("hub-ns", "hub-sa")
+    objects = namespaces.team_objects(platform, hub)
+    cluster = [o for o in objects if "namespace" not in o["metadata"] and o["kind"] != "Namespace"]
+    assert cluster == [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "jupyterhub-gpu-hub-hub-ns"},
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": READ}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "jupyterhub-gpu-hub-hub-ns"},
+         "subjects": [{"kind": "ServiceAccount", "name": "hub-sa", "namespace": "hub-ns"}],
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "jupyterhub-gpu-hub-hub-ns"}}]
+
+
 def test_team_objects_cover_every_team_and_are_valid(platform):
     objects = namespaces.team_objects(platform)
     kinds = [(o["kind"], o["metadata"].get("namespace", o["metadata"]["name"])) for o in objects]
@@ -281,7 +298,10 @@ def test_start_timeout_is_the_longest_wait(example_spec):
 
 def test_callers_get_fresh_objects(platform):
     objs = namespaces.team_objects(platform)
-    objs[1]["rules"][0]["verbs"].append("patch")
+    for obj in objs:
+        for rule in obj.get("rules", []):
+            rule["verbs"].append("patch")
     assert "patch" not in namespaces.HUB_RULES[0]["verbs"]
+    assert "patch" not in namespaces.HUB_CLUSTER_RULES[0]["verbs"]
     assert yaml.safe_dump(namespaces.team_objects(platform)) == yaml.safe_dump(
         namespaces.team_objects(platform))

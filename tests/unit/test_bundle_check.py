@@ -119,6 +119,10 @@ def _role_verbs(docs):
     role["rules"][2]["verbs"] = ["get"]
 
 
+def _no_cluster_role(docs):
+    docs[:] = [d for d in docs if d["kind"] != "ClusterRole"]
+
+
 DRIFTS = {
     "a taint changed in the tfvars": (
         edit_json("config/terraform/pools.auto.tfvars.json", lambda d: d["gpu_pools"]["a100spot"][
@@ -270,6 +274,11 @@ DRIFTS = {
         edit_yaml("config/team-namespaces.yaml", _role_verbs),
         "config/team-namespaces.yaml: Role jhub-experimentation/jupyterhub-gpu-hub: "
         "rules[2].verbs: expected ['get', 'list', 'watch'], found ['get']"),
+    "the hub's ClusterRole left out": (
+        edit_yaml("config/team-namespaces.yaml", _no_cluster_role),
+        "config/team-namespaces.yaml: ClusterRole jupyterhub-gpu-hub-jupyterhub: (object): "
+        "expected 'present', found 'missing' (the hub's one node watch needs get, list and "
+        "watch on nodes; without them /hub/metrics lacks jupyterhub_gpu_pool_nodes)"),
     "a start timeout shorter than the queue patience": (
         replace_text("helm-values/generated.yaml", "startTimeout: 1500", "startTimeout: 300"),
         "helm-values/generated.yaml: z2jh values: singleuser.startTimeout: expected "
