@@ -122,6 +122,8 @@ KARPENTER_API_VERSION = f"{KARPENTER_GROUP}/v1"
 NODEPOOL_LABEL = f"{KARPENTER_GROUP}/nodepool"
 #: on a node Karpenter started: ``spot`` or ``on-demand``
 CAPACITY_TYPE_LABEL = f"{KARPENTER_GROUP}/capacity-type"
+#: the taint Karpenter puts on a node it is about to remove (consolidation, expiry)
+KARPENTER_DISRUPTED_TAINT = f"{KARPENTER_GROUP}/disrupted"
 #: AKS Node Auto Provisioning's node class (Azure/karpenter-provider-azure pkg/apis:
 #: v1beta1 is the version its CRD stores)
 AKS_NODE_CLASS_GROUP = "karpenter.azure.com"
