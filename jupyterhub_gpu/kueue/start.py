@@ -5,7 +5,9 @@ KubeSpawner's ``start()`` creates the pod and waits for it to run; beside it a
 in the shared caches and refuses the spawn when waiting cannot help (the request
 never fits) or the profile's queue patience runs out. The watch's stage is what
 :func:`progress` shows the user, and every spawn's outcome (and, once started, its
-wait in the queue) is counted here and only here.
+wait in the queue) is counted here and only here; the wait, also of a spawn that ran
+out of patience, goes to ``save_wait`` (the hub's database,
+:mod:`jupyterhub_gpu.queuewaits`).
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ from .visibility import PendingWorkloads
 class QueuedStart:
     """One spawn through the team's queue. ``pod``, ``workloads`` and ``events`` read
     the shared reflectors (the spawn's pod, its namespace's Workloads, the pod's
-    events); ``who`` names the server in the log."""
+    events); ``who`` names the server in the log; ``save_wait`` keeps the seconds the
+    spawn waited in the queue, if it waited and was admitted or gave up."""
 
     def __init__(self, grant: Grant, namespace: str, *, pod: Callable[[], dict | None],
                  workloads: Callable[[], list[dict]], events: Callable[[], list[dict]],
-                 log: logging.Logger, who: str):
-        self.grant, self.log, self.who = grant, log, who
+                 log: logging.Logger, who: str,
+                 save_wait: Callable[[float], None] | None = None):
+        self.grant, self.log, self.who, self.save_wait = grant, log, who, save_wait
         self.pending = PendingWorkloads.shared(namespace, grant.team.local_queue)
         self.watch = QueueWatch(wanted(grant), grant.profile.queue_patience_seconds,
                                 pod=pod, workloads=workloads, events=events,
@@ -100,11 +104,19 @@ class QueuedStart:
                 self.log.warning("Kueue visibility API failed: %s", e)
 
     def _record(self, outcome: Outcome) -> None:
-        slug = self.grant.profile.slug
-        if outcome is Outcome.STARTED and self.watch.waited is not None:
-            metrics.QUEUE_WAIT.labels(slug, self.grant.team.local_queue).observe(
-                self.watch.waited)
+        slug, watch = self.grant.profile.slug, self.watch
+        waited = None
+        if outcome is Outcome.STARTED and watch.waited is not None:
+            waited = watch.waited
+            metrics.QUEUE_WAIT.labels(slug, self.grant.team.local_queue).observe(waited)
+        elif outcome is Outcome.QUEUE_TIMEOUT and watch.queued_since is not None:
+            waited = watch.clock() - watch.queued_since
         metrics.SPAWNS.labels(slug, outcome.value).inc()
+        if waited is not None and self.save_wait is not None:
+            try:
+                self.save_wait(waited)
+            except Exception as e:  # noqa: BLE001 - the spawn's outcome stands
+                self.log.error("Could not record the queue wait of %s: %r", self.who, e)
 
 
 async def progress(current: Callable[[], QueuedStart | None],
