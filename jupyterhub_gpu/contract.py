@@ -164,6 +164,13 @@ GPU_MEMORY_LABEL = NVIDIA_PREFIX + "gpu.memory"
 SHARING_STRATEGY_LABEL = NVIDIA_PREFIX + "gpu.sharing-strategy"
 MIG_STRATEGY_LABEL = NVIDIA_PREFIX + "mig.strategy"
 
+# -- the hub's availability API (:mod:`jupyterhub_gpu.hubapi`), under the hub's prefix --
+
+#: the profiles the token's owner may start, with their availability
+PROFILES_API_PATH = "api/gpu/profiles"
+#: the same for one user (scope ``read:servers`` on that user)
+USER_PROFILES_API_PATH = "api/gpu/users/{name}/profiles"
+
 # -- the notebook server's own API (:mod:`jupyterhub_gpu.cull.server_ext`) -----------
 
 CULL_API_PATH = PREFIX + "api/cull"
