@@ -142,3 +142,18 @@ def test_the_form_asks_the_users_own_url(platform):
     assert "window.setInterval(ask, 15000)" in form
     bare = render_form(platform, frozenset({"data-science"}), None)
     assert "<script>" not in bare and "id=\"availability-" not in bare
+
+
+async def test_without_a_node_watch_the_nodes_are_unknown(make_spawner, caplog):
+    """The unit tier's kubeconfig names an address nothing listens on: the node watch's
+    first listing fails, as it does without the hub's ClusterRole."""
+    from jupyterhub_gpu.poolnodes import NodeReflector
+
+    spawner = make_spawner()
+    key = spawner._get_reflector_key(NodeReflector.kind)
+    caplog.set_level(logging.WARNING)
+    try:
+        assert await hubapi._node_watch(spawner) is None
+        assert "Cannot watch the cluster's nodes" in caplog.text
+    finally:
+        spawner.reflectors.pop(key, None)
