@@ -2,9 +2,9 @@
 
 Each spawn that waited in its team's queue adds one row: the queue, the profile, the
 seconds it waited, and when. A spawn admitted records its wait until admission (what
-``jupyterhub_gpu_queue_wait_seconds`` observes); one that ran out of queue patience
-records the time it waited before it was withdrawn, so a queue where most requests
-give up does not look fast. The typical wait on the form is their median over the
+``jupyterhub_gpu_queue_wait_seconds`` observes); one that ran out of queue patience,
+or that its user stopped while it waited, records the time it was queued, so a queue
+where most requests give up does not look fast. The typical wait on the form is their median over the
 last :data:`~jupyterhub_gpu.availability.WAIT_DAYS` days
 (:func:`jupyterhub_gpu.availability.typical_wait`).
 

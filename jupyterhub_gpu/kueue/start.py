@@ -6,7 +6,7 @@ in the shared caches and refuses the spawn when waiting cannot help (the request
 never fits) or the profile's queue patience runs out. The watch's stage is what
 :func:`progress` shows the user, and every spawn's outcome (and, once started, its
 wait in the queue) is counted here and only here; the wait, also of a spawn that ran
-out of patience, goes to ``save_wait`` (the hub's database,
+out of patience or was cancelled in the queue, goes to ``save_wait`` (the hub's database,
 :mod:`jupyterhub_gpu.queuewaits`).
 """
 
@@ -29,7 +29,8 @@ class QueuedStart:
     """One spawn through the team's queue. ``pod``, ``workloads`` and ``events`` read
     the shared reflectors (the spawn's pod, its namespace's Workloads, the pod's
     events); ``who`` names the server in the log; ``save_wait`` keeps the seconds the
-    spawn waited in the queue, if it waited and was admitted or gave up."""
+    spawn waited in the queue until admission, or, if it ran out of patience or was
+    cancelled before, the seconds it was queued."""
 
     def __init__(self, grant: Grant, namespace: str, *, pod: Callable[[], dict | None],
                  workloads: Callable[[], list[dict]], events: Callable[[], list[dict]],
@@ -105,13 +106,13 @@ class QueuedStart:
 
     def _record(self, outcome: Outcome) -> None:
         slug, watch = self.grant.profile.slug, self.watch
-        waited = None
         if outcome is Outcome.STARTED and watch.waited is not None:
-            waited = watch.waited
-            metrics.QUEUE_WAIT.labels(slug, self.grant.team.local_queue).observe(waited)
-        elif outcome is Outcome.QUEUE_TIMEOUT and watch.queued_since is not None:
-            waited = watch.clock() - watch.queued_since
+            metrics.QUEUE_WAIT.labels(slug, self.grant.team.local_queue).observe(watch.waited)
         metrics.SPAWNS.labels(slug, outcome.value).inc()
+        waited = watch.waited  # until admission; or, left the queue unadmitted, its time there
+        if waited is None and watch.queued_since is not None and outcome in (
+                Outcome.QUEUE_TIMEOUT, Outcome.CANCELLED):
+            waited = watch.clock() - watch.queued_since
         if waited is not None and self.save_wait is not None:
             try:
                 self.save_wait(waited)

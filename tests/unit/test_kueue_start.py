@@ -227,6 +227,22 @@ async def test_a_spawn_that_ran_out_of_patience_saves_the_time_it_waited(platfor
     assert saved == [20 * 60 + 5]
 
 
+async def test_a_spawn_cancelled_in_the_queue_saves_the_time_it_was_queued(platform, cache):
+    saved: list[float] = []
+    queued = _saving(platform, cache, saved)
+    now = [50.0]
+    queued.watch.clock = lambda: now[0]
+    cache["pod"] = pod()
+    cache["workloads"] = [workload("w", reserved=False, message=WAIT_MSG)]
+    task = asyncio.ensure_future(queued.run(lambda: asyncio.Event().wait(), Withdraw()))
+    await until(lambda: queued.watch.queued_since is not None)
+    now[0] += 90
+    task.cancel()  # the user stopped the pending spawn
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert saved == [90]
+
+
 async def test_a_failed_start_saves_no_wait_and_a_failing_store_fails_no_spawn(
         platform, cache, caplog):
     saved: list[float] = []
