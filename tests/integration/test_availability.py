@@ -69,7 +69,7 @@ def _guide_blocks(language: str) -> list[str]:
 
 
 async def test_a_users_profiles_and_their_numbers_as_a_server_starts(
-        hub, kube, cluster_platform, spawn):  # noqa: F811
+        hub, kube, cluster_platform, spawn, capsys):  # noqa: F811
     for path in ("gpu/profiles", "gpu/users/alice/profiles"):
         assert (await _api("GET", path))[0] == 403, "no token, no answer"
     alice, bob = await _token("alice"), await _token("bob")  # data-science, ml-eng
@@ -87,6 +87,7 @@ async def test_a_users_profiles_and_their_numbers_as_a_server_starts(
     assert t4["new_machine_seconds"] == cluster_platform.pool("t4dev").boot_seconds
     assert t4["words"][:2] == ["No machine running now", "A new machine takes under a minute"]
     assert mine["cpu"]["words"][0] == "No machine running now"
+    before = t4["words"]
 
     # start alice's server with the user guide's own commands
     (commands,) = _guide_blocks("bash")
@@ -125,6 +126,10 @@ async def test_a_users_profiles_and_their_numbers_as_a_server_starts(
     assert (mig["queue_waiting"], mig["quota"]) == (1, 1)
     assert "1 request waiting in your queue (data-science)" in mig["words"]
     assert (await _profiles(alice))["t4-shared"]["waiting"] == 0, "it waits for an A100"
+    with capsys.disabled():
+        print("\n  measured: alice's t4-shared before:", " · ".join(before),
+              "\n  measured: after her start:", " · ".join(t4["words"]),
+              "\n  measured: a100-mig-3g, one admitted, one queued:", " · ".join(mig["words"]))
 
 
 async def _quota_used(token, slug, used):
