@@ -17,10 +17,12 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from jupyterhub_gpu.contract import PROFILE_LABEL
 
-from .conftest import wait_for
+from . import cdp
+from .conftest import PORT_OFFSET, wait_for
 from .test_demo import URL, _login, _login_session, _serving, _xsrf, hub  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,6 +154,42 @@ async def test_the_spawn_form_asks_the_api_as_its_script_does(hub):  # noqa: F81
         assert r.status == 403, "the cookie alone is not enough for a script"
     async with hub.get(url, headers={**cors, "X-XSRFToken": _xsrf(hub)}) as r:
         assert r.status == 200 and (await r.json())["user"] == "alice"
+
+
+@pytest.mark.skipif(cdp.chromium() is None, reason="no chromium (Debian: apt install chromium)")
+async def test_in_a_browser_the_form_follows_the_cluster_without_a_reload(hub):  # noqa: F811
+    """Headless Chromium: alice's spawn form shows each profile's availability, and when
+    bob's server takes a share of the T4 pool it says so on the same page."""
+    bob = await _token("bob")  # ml-eng: t4-shared too, on the same pool
+    async with cdp.browser(19222 + PORT_OFFSET) as page:
+        await page.goto(f"{URL}/hub/login")
+        await page.evaluate("document.getElementById('username_input').value = 'alice';"
+                            "document.getElementById('password_input').value = 'gpu-demo';"
+                            "document.querySelector('form').submit(); true")
+        await wait_for(lambda: _on(page, "/hub/spawn"), what="the spawn form")
+        await page.evaluate("window.samePage = true")
+
+        def shown():
+            return page.evaluate("(document.getElementById('availability-t4-shared')"
+                                 " || {}).textContent || ''")
+
+        first = await wait_for(shown, timeout=30, what="the form's first answer")
+        assert " · Nobody waiting in your queue (data-science) · " in first, first
+        status, body = await _api("POST", "users/bob/server", bob, {"profile": "t4-shared"})
+        assert status in (201, 202), body
+        await wait_for(lambda: _ready(bob, "bob"), timeout=120, what="bob's server")
+
+        async def updated():
+            text = await shown()
+            return text if text.startswith("3 of 4 shares free") else None
+
+        final = await wait_for(updated, timeout=60, what="the form to show bob's share taken")
+        assert final != first and await page.evaluate("window.samePage === true")
+
+
+async def _on(page, path: str) -> bool:
+    return (await page.evaluate("location.pathname") == path
+            and await page.evaluate("document.readyState") == "complete")
 
 
 async def test_the_guides_python_example_and_vs_codes_empty_start(
