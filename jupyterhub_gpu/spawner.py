@@ -37,6 +37,11 @@ oldest pin, ``.ci/oldest-constraints.txt``) and 7.1.0, and JupyterHub 5.3.0 and
   ``user_options`` (where the granted profile is stored for the next start).
 - ``Spawner._run_apply_user_options``: tests only, to do what the hub does before
   ``start()``.
+- ``KubeSpawner.reflectors``: the shared watches, by ``_get_reflector_key``'s key;
+  the availability API (:mod:`jupyterhub_gpu.hubapi`) starts each team namespace's
+  pod and Workload watch there, under the key a spawner of that namespace uses.
+- ``ResourceReflector.first_load_future``: whether a watch's first listing is done
+  or failed (the availability API and :mod:`jupyterhub_gpu.poolnodes`).
 - ``ResourceReflector.resources``: replaced on each full listing, set and popped
   per watch event (how the reflectors keep a graveyard of deleted objects).
 
