@@ -147,6 +147,8 @@ KARPENTER_API_VERSION = f"{KARPENTER_GROUP}/v1"
 NODEPOOL_LABEL = f"{KARPENTER_GROUP}/nodepool"
 #: on a node Karpenter started: ``spot`` or ``on-demand``
 CAPACITY_TYPE_LABEL = f"{KARPENTER_GROUP}/capacity-type"
+#: the taint Karpenter puts on a node it is about to remove (consolidation, expiry)
+KARPENTER_DISRUPTED_TAINT = f"{KARPENTER_GROUP}/disrupted"
 #: AKS Node Auto Provisioning's node class (Azure/karpenter-provider-azure pkg/apis:
 #: v1beta1 is the version its CRD stores)
 AKS_NODE_CLASS_GROUP = "karpenter.azure.com"
@@ -186,6 +188,13 @@ GPU_COUNT_LABEL = NVIDIA_PREFIX + "gpu.count"
 GPU_MEMORY_LABEL = NVIDIA_PREFIX + "gpu.memory"
 SHARING_STRATEGY_LABEL = NVIDIA_PREFIX + "gpu.sharing-strategy"
 MIG_STRATEGY_LABEL = NVIDIA_PREFIX + "mig.strategy"
+
+# -- the hub's availability API (:mod:`jupyterhub_gpu.hubapi`), under the hub's prefix --
+
+#: the profiles the token's owner may start, with their availability
+PROFILES_API_PATH = "api/gpu/profiles"
+#: the same for one user (scope ``read:servers`` on that user)
+USER_PROFILES_API_PATH = "api/gpu/users/{name}/profiles"
 
 # -- the notebook server's own API (:mod:`jupyterhub_gpu.cull.server_ext`) -----------
 

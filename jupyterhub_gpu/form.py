@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from .allocatable import node_resources
+from .contract import USER_PROFILES_API_PATH
 from .quantities import format_cpu, format_memory
 from .spec import Platform, Pool, Profile
+
+#: how often the spawn form asks the availability API again
+REFRESH_SECONDS = 15
+
+
+def user_profiles_url(hub_base_url: str, name: str) -> str:
+    """Where the form of ``name``'s server asks for availability (``hub_base_url``:
+    the hub's, ``/hub/``)."""
+    return hub_base_url.rstrip("/") + "/" + USER_PROFILES_API_PATH.format(
+        name=quote(name, safe=""))
 
 
 @dataclass(frozen=True)
@@ -84,12 +96,16 @@ _env = Environment(loader=PackageLoader("jupyterhub_gpu", "templates"),
 
 
 def render_form(platform: Platform, groups: frozenset[str], selected: str | None,
-                notice: str | None = None) -> str:
+                notice: str | None = None, availability_url: str | None = None,
+                refresh_seconds: int = REFRESH_SECONDS) -> str:
     """HTML for the spawn page. Only profiles the user's groups allow are listed,
     CPU-only ones first; ``notice`` says why the platform stopped the user's last
-    server."""
+    server. With ``availability_url`` (the hub's availability API for this user,
+    :mod:`jupyterhub_gpu.hubapi`) a small script shows each profile's availability
+    under it and asks again every ``refresh_seconds`` while the page is open."""
     cards = [profile_card(platform, p) for p in platform.profiles_for(groups)]
     if cards and not any(c.slug == selected for c in cards):
         selected = next((c.slug for c in cards if c.default), cards[0].slug)
-    return _env.get_template("form.html").render(cards=cards, selected=selected,
-                                                 notice=notice)
+    return _env.get_template("form.html").render(
+        cards=cards, selected=selected, notice=notice, availability_url=availability_url,
+        refresh_ms=refresh_seconds * 1000)

@@ -37,6 +37,11 @@ oldest pin, ``.ci/oldest-constraints.txt``) and 7.1.0, and JupyterHub 5.3.0 and
   ``user_options`` (where the granted profile is stored for the next start).
 - ``Spawner._run_apply_user_options``: tests only, to do what the hub does before
   ``start()``.
+- ``KubeSpawner.reflectors``: the shared watches, by ``_get_reflector_key``'s key;
+  the availability API (:mod:`jupyterhub_gpu.hubapi`) starts each team namespace's
+  pod and Workload watch there, under the key a spawner of that namespace uses.
+- ``ResourceReflector.first_load_future``: whether a watch's first listing is done
+  or failed (the availability API and :mod:`jupyterhub_gpu.poolnodes`).
 - ``ResourceReflector.resources``: replaced on each full listing, set and popped
   per watch event (how the reflectors keep a graveyard of deleted objects).
 
@@ -64,11 +69,11 @@ from tornado import web
 from traitlets import Any as AnyTrait
 from traitlets import Dict, Unicode, default, validate
 
-from . import metrics, poolnodes
+from . import metrics, poolnodes, queuewaits
 from .builders.pod import (Grant, OptionsRejected, SpawnSettings, UserRef, authorize,
                            merge_traits, spawn_settings)
 from .cull.notice import deadline_env
-from .form import render_form
+from .form import render_form, user_profiles_url
 from .kueue import status as kstatus
 from .kueue.messages import Stage, stop_notice
 from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
@@ -198,7 +203,8 @@ class GPUSpawner(KubeSpawner):
     def _platform_form(self) -> Any:
         return lambda spawner: render_form(
             spawner.platform, spawner.user_ref.groups, spawner.user_options.get("profile"),
-            (spawner.gpu_stop_notice or {}).get("message"))
+            (spawner.gpu_stop_notice or {}).get("message"),
+            user_profiles_url(spawner.hub.base_url, spawner.user.name))
 
     @spec_default("apply_user_options")
     def _platform_apply_user_options(self) -> Any:
@@ -360,7 +366,9 @@ class GPUSpawner(KubeSpawner):
         await self._watch_nodes(retry=True)
         self._queued = QueuedStart(
             grant, self.namespace, pod=self._my_pod, workloads=self._namespace_workloads,
-            events=lambda: self.events, log=self.log, who=self._log_name)
+            events=lambda: self.events, log=self.log, who=self._log_name,
+            save_wait=queuewaits.saver(getattr(self.user, "db", None),
+                                       grant.team.local_queue, grant.profile.slug))
         return await self._queued.run(super().start, lambda: self.stop(now=True))
 
     def _carry_stop_notice(self) -> None:
@@ -519,9 +527,14 @@ def configure_hub(c: Any, platform_file: str, resume: bool = True) -> Platform:
     spawns, and a broken one is logged and ignored (:mod:`jupyterhub_gpu.specsource`). With ``resume`` (the default) it also adds the
     hub service ``gpu-resume`` (:mod:`jupyterhub_gpu.resume`), which restarts the
     spawns that were queued when the hub last stopped, keeping their queue place.
+    It adds the hub's availability API too (:mod:`jupyterhub_gpu.hubapi`), which the
+    spawn form polls.
     """
+    from .hubapi import handlers  # JupyterHub's handlers: only where a hub runs
+
     platform = SpecSource.shared(platform_file).current()
     c.JupyterHub.spawner_class = GPUSpawner
+    c.JupyterHub.extra_handlers = [*c.JupyterHub.get("extra_handlers", []), *handlers()]
     c.GPUSpawner.platform_file = platform_file
     if resume:
         _add_resume_service(c, platform_file)

@@ -5,7 +5,9 @@ KubeSpawner's ``start()`` creates the pod and waits for it to run; beside it a
 in the shared caches and refuses the spawn when waiting cannot help (the request
 never fits) or the profile's queue patience runs out. The watch's stage is what
 :func:`progress` shows the user, and every spawn's outcome (and, once started, its
-wait in the queue) is counted here and only here.
+wait in the queue) is counted here and only here; the wait, also of a spawn that ran
+out of patience or was cancelled in the queue, goes to ``save_wait`` (the hub's database,
+:mod:`jupyterhub_gpu.queuewaits`).
 """
 
 from __future__ import annotations
@@ -36,12 +38,15 @@ GATE_FAILED = ("The hub could not record which pool your server was given, so th
 class QueuedStart:
     """One spawn through the team's queue. ``pod``, ``workloads`` and ``events`` read
     the shared reflectors (the spawn's pod, its namespace's Workloads, the pod's
-    events); ``who`` names the server in the log."""
+    events); ``who`` names the server in the log; ``save_wait`` keeps the seconds the
+    spawn waited in the queue until admission, or, if it ran out of patience or was
+    cancelled before, the seconds it was queued."""
 
     def __init__(self, grant: Grant, namespace: str, *, pod: Callable[[], dict | None],
                  workloads: Callable[[], list[dict]], events: Callable[[], list[dict]],
-                 log: logging.Logger, who: str):
-        self.grant, self.log, self.who = grant, log, who
+                 log: logging.Logger, who: str,
+                 save_wait: Callable[[float], None] | None = None):
+        self.grant, self.log, self.who, self.save_wait = grant, log, who, save_wait
         self.pending = PendingWorkloads.shared(namespace, grant.team.local_queue)
         self.pool_recorded = False
         self.watch = QueueWatch(wanted(grant), grant.profile.queue_patience_seconds,
@@ -158,6 +163,19 @@ class QueuedStart:
             metrics.QUEUE_WAIT.labels(slug, self.grant.team.local_queue, pool).observe(
                 self.watch.waited)
         metrics.SPAWNS.labels(slug, outcome.value, pool).inc()
+        self._save_wait(outcome)
+
+    def _save_wait(self, outcome: Outcome) -> None:
+        watch = self.watch
+        waited = watch.waited  # until admission; or, left the queue unadmitted, its time there
+        if waited is None and watch.queued_since is not None and outcome in (
+                Outcome.QUEUE_TIMEOUT, Outcome.CANCELLED):
+            waited = watch.clock() - watch.queued_since
+        if waited is not None and self.save_wait is not None:
+            try:
+                self.save_wait(waited)
+            except Exception as e:  # noqa: BLE001 - the spawn's outcome stands
+                self.log.error("Could not record the queue wait of %s: %r", self.who, e)
 
 
 async def progress(current: Callable[[], QueuedStart | None],

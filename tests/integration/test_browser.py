@@ -36,7 +36,11 @@ def _log_in(browser) -> None:
 def _pick(browser, slug: str) -> None:
     browser.css(f"label[for='profile-{slug}']")[0].click()
     assert browser.css(f"#profile-{slug}")[0].is_selected()
-    browser.css("#spawn_form [type=submit]")[0].click()
+    submit = browser.css("#spawn_form [type=submit]")[0]  # below the fold, as a user scrolls
+    # at once: Bootstrap's smooth scrolling would still be moving the button at the click
+    browser.driver.execute_script(
+        "arguments[0].scrollIntoView({block: 'center', behavior: 'instant'})", submit)
+    submit.click()
 
 
 def _watch_progress(browser) -> list[str]:

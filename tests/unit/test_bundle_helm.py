@@ -102,3 +102,6 @@ def test_extra_config_runs_as_z2jh_runs_it(example_spec_path, monkeypatch):
     assert c.JupyterHub.spawner_class is GPUSpawner
     assert c.GPUSpawner.platform_file == str(example_spec_path)
     assert c.JupyterHub.hub_connect_url == "http://hub.jupyterhub.svc.cluster.local:8081"
+    from jupyterhub_gpu.hubapi import handlers
+
+    assert c.JupyterHub.extra_handlers == handlers(), "the availability API the form polls"

@@ -185,3 +185,89 @@ async def test_progress_shows_each_stage_once_until_the_start_is_done(queued, ca
             "position 1 of 1") in messages
     assert messages[-1] == "Your server is running; connecting"
     assert len(messages) == len(set(messages))
+
+
+def _saving(platform, cache, saved, profile=PROFILE, save=None):
+    grant = authorize(platform, UserRef("ann", frozenset({"data-science"})),
+                      {"profile": profile})
+    return QueuedStart(grant, "jhub-data-science", pod=lambda: cache["pod"],
+                       workloads=lambda: cache["workloads"], events=list,
+                       log=logging.getLogger("test"), who="ann",
+                       save_wait=save or saved.append)
+
+
+async def test_a_start_that_waited_saves_its_wait(platform, cache):
+    saved: list[float] = []
+    queued = _saving(platform, cache, saved)
+
+    async def start():
+        cache["pod"] = pod()
+        cache["workloads"] = [workload("w", reserved=False, message=WAIT_MSG)]
+        await until(lambda: queued.stage.key is Step.QUEUED)
+        cache["pod"] = pod(gated=False, node="n1", phase="Running")
+        return "http://10.0.0.5:8888"
+
+    await queued.run(start, Withdraw())
+    assert len(saved) == 1 and saved[0] == queued.watch.waited and saved[0] >= 0
+
+
+async def test_a_spawn_that_ran_out_of_patience_saves_the_time_it_waited(platform, cache):
+    """a100-mig-3g waits 20 minutes at most (the queue clock is the watch's)."""
+    saved: list[float] = []
+    queued = _saving(platform, cache, saved)
+    now = [1000.0]
+    queued.watch.clock = lambda: now[0]
+    cache["pod"] = pod()
+    cache["workloads"] = [workload("w", reserved=False, message=WAIT_MSG)]
+
+    async def start():
+        await until(lambda: queued.watch.queued_since is not None)
+        now[0] += 20 * 60 + 5
+        await asyncio.Event().wait()
+
+    with pytest.raises(SpawnRefused) as info:
+        await queued.run(start, Withdraw())
+    assert info.value.outcome is Outcome.QUEUE_TIMEOUT
+    assert saved == [20 * 60 + 5]
+
+
+async def test_a_spawn_cancelled_in_the_queue_saves_the_time_it_was_queued(platform, cache):
+    saved: list[float] = []
+    queued = _saving(platform, cache, saved)
+    now = [50.0]
+    queued.watch.clock = lambda: now[0]
+    cache["pod"] = pod()
+    cache["workloads"] = [workload("w", reserved=False, message=WAIT_MSG)]
+    task = asyncio.ensure_future(queued.run(lambda: asyncio.Event().wait(), Withdraw()))
+    await until(lambda: queued.watch.queued_since is not None)
+    now[0] += 90
+    task.cancel()  # the user stopped the pending spawn
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert saved == [90]
+
+
+async def test_a_failed_start_saves_no_wait_and_a_failing_store_fails_no_spawn(
+        platform, cache, caplog):
+    saved: list[float] = []
+    queued = _saving(platform, cache, saved)
+
+    async def fail():
+        raise RuntimeError("the pod never became ready")
+
+    with pytest.raises(RuntimeError):
+        await queued.run(fail, Withdraw())
+    assert saved == []
+
+    def broken(seconds):
+        raise OSError("database is locked")
+
+    queued = _saving(platform, cache, saved, save=broken)
+
+    async def start():
+        cache["pod"] = pod(gated=False, node="n1", phase="Running")
+        return "http://10.0.0.5:8888"
+
+    caplog.set_level(logging.ERROR, logger="test")
+    assert await queued.run(start, Withdraw()) == "http://10.0.0.5:8888"
+    assert "Could not record the queue wait of ann: OSError('database is locked')" in caplog.text
