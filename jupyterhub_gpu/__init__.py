@@ -9,9 +9,9 @@ __all__ = ["SpecError", "configure_hub", "load_platform", "parse_platform"]
 
 
 def configure_hub(c, platform_file, resume=True):  # noqa: D103 - documented where it lives
-    from .spawner import configure_hub as _configure_hub
+    from .hubconfig import configure_hub as _configure_hub
 
     return _configure_hub(c, platform_file, resume)
 
 
-configure_hub.__doc__ = "See :func:`jupyterhub_gpu.spawner.configure_hub`."
+configure_hub.__doc__ = "See :func:`jupyterhub_gpu.hubconfig.configure_hub`."

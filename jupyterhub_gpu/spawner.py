@@ -59,7 +59,6 @@ import copy
 import functools
 import inspect
 import os
-import sys
 from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -83,7 +82,6 @@ from .parse import parse_platform
 from .poolnodes import NodeReflector
 from .contract import (COMPONENT_LABEL, ENV_LAST_STOP_NOTICE, PROFILE_LABEL, QUEUE_LABEL,
                        STATE_PROFILE, STATE_STOP_NOTICE)
-from .resume import KUBE_ENV
 from .servers import OtherServer, check_gpu_servers, other_server
 from .spec import Platform
 from .specsource import FixedSpec, SpecSource
@@ -497,45 +495,3 @@ class GPUSpawner(KubeSpawner):
         super().load_state(state)
         self.gpu_stop_notice = state.get(STATE_STOP_NOTICE)
         self._state_profile = state.get(STATE_PROFILE)
-
-
-RESUME_SERVICE = "gpu-resume"
-
-
-def _add_resume_service(c: Any, platform_file: str) -> None:
-    # a managed service gets few of the hub's variables (PATH, LANG...): pass these
-    env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
-    service = {"name": RESUME_SERVICE, "environment": env,
-               "command": [sys.executable, "-m", "jupyterhub_gpu.resume",
-                           "--spec", os.path.abspath(platform_file)]}
-    role = {"name": RESUME_SERVICE, "services": [RESUME_SERVICE],
-            "scopes": ["list:users", "read:servers", "servers"]}
-    c.JupyterHub.services = [*c.JupyterHub.get("services", []), service]
-    c.JupyterHub.load_roles = [*c.JupyterHub.get("load_roles", []), role]
-
-
-def configure_hub(c: Any, platform_file: str, resume: bool = True) -> Platform:
-    """Wire GPUSpawner into a ``jupyterhub_config.py`` and validate the spec now.
-
-    Example::
-
-        from jupyterhub_gpu import configure_hub
-        configure_hub(c, "/etc/jupyterhub-gpu/platform.yaml")
-
-    A bad spec raises :class:`~jupyterhub_gpu.parse.SpecError` listing every error,
-    which stops the hub at start-up. Later edits of the file are picked up by new
-    spawns, and a broken one is logged and ignored (:mod:`jupyterhub_gpu.specsource`). With ``resume`` (the default) it also adds the
-    hub service ``gpu-resume`` (:mod:`jupyterhub_gpu.resume`), which restarts the
-    spawns that were queued when the hub last stopped, keeping their queue place.
-    It adds the hub's availability API too (:mod:`jupyterhub_gpu.hubapi`), which the
-    spawn form polls.
-    """
-    from .hubapi import handlers  # JupyterHub's handlers: only where a hub runs
-
-    platform = SpecSource.shared(platform_file).current()
-    c.JupyterHub.spawner_class = GPUSpawner
-    c.JupyterHub.extra_handlers = [*c.JupyterHub.get("extra_handlers", []), *handlers()]
-    c.GPUSpawner.platform_file = platform_file
-    if resume:
-        _add_resume_service(c, platform_file)
-    return platform
