@@ -426,9 +426,10 @@ def describe(a: ProfileAvailability) -> tuple[str, ...]:
     if a.typical_wait_seconds is None:
         words.append(f"No queue wait recorded in the last {WAIT_DAYS} days")
     else:
-        wait = "none" if a.typical_wait_seconds < 1 else _minutes(a.typical_wait_seconds)
-        words.append(f"Typical wait (last {WAIT_DAYS} days): {wait}, "
-                     f"over {_plural(a.wait_samples, 'request')}")
+        wait = ("no wait" if a.typical_wait_seconds < 1
+                else _minutes(a.typical_wait_seconds))
+        words.append(f"Typical wait: {wait} (median of "
+                     f"{_plural(a.wait_samples, 'request')} in the last {WAIT_DAYS} days)")
     if a.quota_used is not None and a.quota:
         words.append(f"Your team: {a.quota_used} of its {_plural(a.quota, a.unit)} in use")
     return tuple(words)

@@ -205,8 +205,8 @@ def test_the_typical_wait_in_words(platform):
     waits = [QueueWait(NOW, "data-science", "t4-shared", s) for s in (100, 200, 260)]
     waits += [QueueWait(NOW, "data-science", "cpu", 0.2)]
     found = by_slug(user_availability(platform, ALICE, Cluster([], [], []), waits, NOW))
-    assert "Typical wait (last 7 days): about 3 min, over 3 requests" in found["t4-shared"].words
-    assert "Typical wait (last 7 days): none, over 1 request" in found["cpu"].words
+    assert "Typical wait: about 3 min (median of 3 requests in the last 7 days)" in found["t4-shared"].words
+    assert "Typical wait: no wait (median of 1 request in the last 7 days)" in found["cpu"].words
     assert ("No queue wait recorded in the last 7 days"
             in found["a100-mig-3g"].words)
 
