@@ -3,8 +3,10 @@
 kwok marks pods Running but runs no containers. For every running single-user pod,
 the runner starts a real ``jupyterhub-singleuser`` (with JupyterLab) with that pod's environment,
 listening on the pod's IP (kwok hands out loopback pod IPs in the dev cluster) and
-port, which is where KubeSpawner tells the hub to look. When the pod goes away the
-process gets SIGTERM, then SIGKILL after the pod's grace period, like a kubelet.
+port, which is where KubeSpawner tells the hub to look. When the pod is being deleted
+the runner does what a kubelet does: it runs the container's preStop exec hook (with
+the server's environment), then sends SIGTERM, then SIGKILL once the pod's grace
+period is over.
 
 The servers run from this Python environment, as if it were the notebook image: the
 package's data files (the Jupyter Server extensions' config, JupyterLab's settings, the
@@ -45,6 +47,7 @@ class ServerProcess:
     url: str
     env: dict[str, str]
     grace_seconds: int
+    prestop: tuple[str, ...] = ()  # the container's preStop exec command, if any
 
 
 def _container_port(container: dict) -> int:
@@ -81,7 +84,8 @@ def server_process(pod: dict) -> ServerProcess | None:
     grace = min(int(spec.get("terminationGracePeriodSeconds", 30)), MAX_GRACE_SECONDS)
     user = meta.get("annotations", {}).get(USERNAME_KEY, meta["name"])
     key = f"{meta['namespace']}/{meta['name']}/{meta['uid']}"
-    return ServerProcess(key, user, url, env, grace)
+    hook = ((container.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}
+    return ServerProcess(key, user, url, env, grace, tuple(hook.get("command") or ()))
 
 
 class PodRunner:
@@ -90,38 +94,79 @@ class PodRunner:
     def __init__(self, kubeconfig: Path, workdir: Path):
         self.kubeconfig, self.workdir = kubeconfig, workdir
         self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.running: dict[str, ServerProcess] = {}  # what each process was started for
+        self._image: Path | None = None
+
+    @property
+    def image(self) -> Path:
+        """The package's data files laid out as the image has them (once per runner)."""
+        if self._image is None:
+            self._image = datafiles.lay_out(self.workdir / "image")
+        return self._image
+
+    def _environment(self, want: ServerProcess) -> dict[str, str]:
+        """The container's environment, as the image and the pod spec give it."""
+        home = self.workdir / "home" / want.user
+        bin_dir = Path(sys.executable).parent
+        image = self.image
+        return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HOME": str(home),
+                "LANG": "C.UTF-8", "JUPYTER_CONFIG_PATH": str(image / "etc" / "jupyter"),
+                "JUPYTER_PATH": str(image / "share" / "jupyter"),
+                # a run dir of its own, as a container's /tmp is
+                ENV_RUN_DIR: str(self.workdir / "run" / want.key.replace("/", "_")),
+                **want.env}
+
+    def _log_file(self, key: str) -> Path:
+        logs = self.workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        return logs / f"{key.replace('/', '_')}.log"
 
     async def _start(self, want: ServerProcess) -> None:
         home = self.workdir / "home" / want.user
         home.mkdir(parents=True, exist_ok=True)
         bin_dir = Path(sys.executable).parent
-        image = datafiles.lay_out(self.workdir / "image")
-        env = {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HOME": str(home),
-               "LANG": "C.UTF-8", "JUPYTER_CONFIG_PATH": str(image / "etc" / "jupyter"),
-               "JUPYTER_PATH": str(image / "share" / "jupyter"),
-               # a run dir of its own, as a container's /tmp is
-               ENV_RUN_DIR: str(self.workdir / "run" / want.key.replace("/", "_")),
-               **want.env}
-        logs = self.workdir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
+        env = self._environment(want)
+        settings = self.image / "share" / "jupyter" / "lab" / "settings"
         argv = [str(bin_dir / "jupyterhub-singleuser"), f"--ServerApp.root_dir={home}",
-                f"--LabApp.app_settings_dir={image / 'share' / 'jupyter' / 'lab' / 'settings'}"]
+                f"--LabApp.app_settings_dir={settings}"]
         if os.geteuid() == 0:  # containers run as jovyan; here we may be root (CI is)
             argv.append("--allow-root")
-        with open(logs / f"{want.key.replace('/', '_')}.log", "ab") as out:
+        with open(self._log_file(want.key), "ab") as out:
             proc = await asyncio.create_subprocess_exec(
                 *argv, env=env, cwd=home, stdout=out, stderr=out, start_new_session=True)
         self.procs[want.key] = proc
+        self.running[want.key] = want
         log.info("started jupyterhub-singleuser for %s at %s (pid %s)", want.key, want.url,
                  proc.pid)
 
+    async def _prestop(self, want: ServerProcess, grace: float) -> None:
+        """The preStop exec hook, as the kubelet runs it: in the container (here, with
+        its environment and home), within the grace period, its failure only logged."""
+        home = self.workdir / "home" / want.user
+        with open(self._log_file(want.key), "ab") as out:
+            hook = await asyncio.create_subprocess_exec(
+                *want.prestop, env=self._environment(want), cwd=home, stdout=out, stderr=out,
+                start_new_session=True)
+            try:
+                code = await asyncio.wait_for(hook.wait(), grace)
+            except asyncio.TimeoutError:
+                os.killpg(hook.pid, signal.SIGKILL)
+                code = await hook.wait()
+        if code:
+            log.warning("the preStop hook of %s exited %s", want.key, code)
+
     async def _stop(self, key: str, grace: int = MAX_GRACE_SECONDS) -> None:
         proc = self.procs.pop(key, None)
+        want = self.running.pop(key, None)
         if proc is None or proc.returncode is not None:
             return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        if want is not None and want.prestop:
+            await self._prestop(want, grace)
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(proc.wait(), grace)
+            await asyncio.wait_for(proc.wait(), max(1.0, deadline - loop.time()))
         except asyncio.TimeoutError:
             os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()

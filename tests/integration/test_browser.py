@@ -20,13 +20,13 @@ from .test_demo import URL, hub  # noqa: F401 - hub is a fixture
 USER, GROUPS, PROFILE = "alice", frozenset({"data-science"}), "t4-shared"
 
 
-def _log_in(browser) -> None:
+def _log_in(browser, user: str = USER) -> None:
     from selenium.webdriver.common.by import By
 
     driver = browser.driver
     driver.get(f"{URL}/hub/login")
     browser.wait(lambda: browser.css("#username_input"), what="the login form")
-    driver.find_element(By.ID, "username_input").send_keys(USER)
+    driver.find_element(By.ID, "username_input").send_keys(user)
     driver.find_element(By.ID, "password_input").send_keys("gpu-demo")
     browser.shot("login")
     driver.find_element(By.ID, "login_submit").click()
@@ -43,7 +43,7 @@ def _pick(browser, slug: str) -> None:
     submit.click()
 
 
-def _watch_progress(browser) -> list[str]:
+def _watch_progress(browser, shot_name: str = "progress") -> list[str]:
     """Every progress message shown, until JupyterLab's page is loaded."""
     seen: list[str] = []
     shot = False
@@ -56,7 +56,7 @@ def _watch_progress(browser) -> list[str]:
         nonlocal shot
         if seen and not shot and "spawn-pending" in browser.driver.current_url:
             browser.css("#progress-details")[0].click()  # open the log, as a user would
-            browser.shot("progress")
+            browser.shot(shot_name)
             shot = True
         return "/lab" in browser.driver.current_url and browser.css("#jp-main-statusbar")
 
@@ -73,20 +73,26 @@ def _walk(browser, allowed: list[tuple[str, str]]) -> dict:
     shown = list(zip([c.get_attribute("value") for c in cards], names))
     _pick(browser, PROFILE)
     messages = _watch_progress(browser)
+    return {"shown": shown, "messages": messages, **_status(browser, "jupyterlab",
+                                                            "status-panel")}
+
+
+def _status(browser, lab_shot: str, panel_shot: str) -> dict:
+    """The GPU status item of the JupyterLab page open now, and its panel's rows."""
     item = browser.wait(lambda: [e for e in browser.css("[data-jupyterhub-gpu-status]")
                                  if e.text.strip()], what="the GPU status item")[0]
     browser.wait(lambda: browser.css(".jp-Launcher"), what="JupyterLab's launcher")
     label, title = item.text, item.get_attribute("title")
-    browser.shot("jupyterlab")
+    browser.shot(lab_shot)
     item.click()
     panel = browser.wait(lambda: [p for p in browser.css(".jp-GpuStatus-panel")
                                   if "Profile" in p.text], what="the status panel")[0]
     rows = {row.find_element("css selector", "th").text: row.find_element("css selector",
                                                                           "td").text
             for row in panel.find_elements("css selector", "tr")}
-    browser.shot("status-panel")
-    return {"shown": shown, "messages": messages, "label": label, "title": title,
-            "rows": rows, "level": item.get_attribute("data-level")}
+    browser.shot(panel_shot)
+    return {"label": label, "title": title, "rows": rows,
+            "level": item.get_attribute("data-level")}
 
 
 async def test_log_in_pick_a_profile_and_see_the_gpu_status_in_jupyterlab(  # noqa: F811

@@ -1,0 +1,59 @@
+"""The dev cluster's stand-in kubelet stops a notebook as a kubelet does: the pod's own
+preStop hook (the real one GPUSpawner puts on every pod) runs first, in the server's
+environment, and only then does the server get SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from jupyterhub_gpu.checkpoint import PRESTOP_COMMAND, STOPPING_FILE
+from jupyterhub_gpu.contract import ENV_RUN_DIR
+from jupyterhub_gpu.devcluster.podrunner import PodRunner, server_process
+
+# A server that records, when it gets SIGTERM, whether the preStop hook had already
+# left its stopping notice.
+SERVER = ('trap \'if [ -f "$%s/%s" ]; then echo after > "$HOME/term"; '
+          'else echo before > "$HOME/term"; fi; exit 0\' TERM; '
+          'while true; do sleep 0.05; done') % (ENV_RUN_DIR, STOPPING_FILE)
+
+
+def _pod(command: list[str] | None) -> dict:
+    container = {"name": "notebook", "ports": [{"containerPort": 8888}],
+                 "env": [{"name": "JUPYTERHUB_USER", "value": "alice"}]}
+    if command is not None:
+        container["lifecycle"] = {"preStop": {"exec": {"command": command}}}
+    return {"metadata": {"name": "jupyter-alice", "namespace": "jhub-a", "uid": "u1",
+                         "annotations": {"hub.jupyter.org/username": "alice"}},
+            "spec": {"containers": [container], "terminationGracePeriodSeconds": 20},
+            "status": {"phase": "Running", "podIP": "127.0.0.7"}}
+
+
+async def _stop_a_server(tmp_path, command: list[str] | None) -> str:
+    runner = PodRunner(tmp_path / "kubeconfig", tmp_path)
+    want = server_process(_pod(command))
+    home = tmp_path / "home" / want.user
+    home.mkdir(parents=True)
+    proc = await asyncio.create_subprocess_exec(
+        "sh", "-c", SERVER, env=runner._environment(want), start_new_session=True)
+    runner.procs[want.key], runner.running[want.key] = proc, want
+    await asyncio.sleep(0.3)  # the trap is set
+    await runner._stop(want.key, want.grace_seconds)
+    assert proc.returncode == 0, "it exited on SIGTERM, not killed"
+    return (home / "term").read_text().strip()
+
+
+async def test_the_pods_prestop_hook_runs_before_sigterm(tmp_path):
+    assert await _stop_a_server(tmp_path, list(PRESTOP_COMMAND)) == "after"
+    (run_dir,) = (tmp_path / "run").iterdir()
+    notice = json.loads((run_dir / STOPPING_FILE).read_text())
+    assert notice["grace_seconds"] > 0
+
+
+async def test_without_a_hook_the_server_just_gets_sigterm(tmp_path):
+    assert await _stop_a_server(tmp_path, None) == "before"
+
+
+def test_the_hook_is_read_from_the_pods_container():
+    assert server_process(_pod(["sh", "-c", "true"])).prestop == ("sh", "-c", "true")
+    assert server_process(_pod(None)).prestop == ()
