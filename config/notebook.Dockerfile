@@ -33,8 +33,10 @@ ARG SRC=/tmp/jupyterhub-gpu
 COPY --chown=${NB_UID}:${NB_GID} setup.cfg pyproject.toml README.md ${SRC}/
 COPY --chown=${NB_UID}:${NB_GID} jupyterhub_gpu ${SRC}/jupyterhub_gpu
 # --no-deps keeps the image's own JupyterHub, Jupyter Server and JupyterLab as they
-# are: the pod side needs only them, the standard library and PyYAML. The last line
-# runs the preStop hook once, as the kubelet will.
+# are: the pod side needs only them, the standard library and PyYAML. The build
+# stops unless the image's JupyterLab lists the GPU status extension as enabled and
+# OK (JupyterLab 4: CI runs it in 4.0 and in the newest). The last line runs the
+# preStop hook once, as the kubelet will.
 RUN python -m pip install --no-cache-dir --no-deps "${SRC}" "pyyaml>=6" \
  && mkdir -p "${CONDA_DIR}/etc/ipython" \
  && cp "${SRC}/jupyterhub_gpu/cull/etc/ipython/ipython_kernel_config.json" \
@@ -43,6 +45,7 @@ RUN python -m pip install --no-cache-dir --no-deps "${SRC}" "pyyaml>=6" \
  && test -f "${CONDA_DIR}/etc/jupyter/jupyter_server_config.d/jupyterhub-gpu.json" \
  && test -f "${CONDA_DIR}/share/jupyter/lab/settings/overrides.d/jupyterhub-gpu.json" \
  && test -f "${CONDA_DIR}/share/jupyter/labextensions/jupyterhub-gpu-status/package.json" \
+ && jupyter labextension list 2>&1 | grep -Eq "jupyterhub-gpu-status v[0-9.]+ .*enabled.*OK" \
  && cd / && python -m jupyterhub_gpu.checkpoint prestop
 
 USER ${NB_UID}

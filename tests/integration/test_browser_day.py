@@ -28,10 +28,23 @@ def _add_server(browser, user: str, name: str, slug: str) -> list[str]:
     field = browser.wait(lambda: browser.css(".new-server-name"), what="the named servers")[0]
     field.send_keys(name)
     browser.css(".new-server-btn")[0].click()
-    browser.wait(lambda: browser.driver.current_url.endswith(f"/hub/spawn/{user}/{name}")
-                 and browser.css("#gpu-profiles"), what=f"the form of server {name!r}")
+    _to_form(browser, user, name)
     _pick(browser, slug)
     return _watch_progress(browser, f"progress-{name}")
+
+
+def _to_form(browser, user: str, name: str) -> None:
+    """JupyterHub 5 opens the new server's form at once; JupyterHub 6 adds the server
+    to the list, where the user presses its "start"."""
+    def form():
+        if browser.driver.current_url.endswith(f"/hub/spawn/{user}/{name}"):
+            return browser.css("#gpu-profiles")
+        start = browser.css(f"a#start-{name}")
+        if start and start[0].is_displayed():
+            start[0].click()
+        return False
+
+    browser.wait(form, what=f"the form of server {name!r}")
 
 
 def _home_rows(browser) -> dict[str, dict]:
@@ -66,7 +79,7 @@ def _third_server_refused(browser) -> str:
     field = browser.wait(lambda: browser.css(".new-server-name"), what="the home page")[0]
     field.send_keys("gpu2")
     browser.css(".new-server-btn")[0].click()
-    browser.wait(lambda: browser.css("#gpu-profiles"), what="the form of server gpu2")
+    _to_form(browser, "alice", "gpu2")
     _pick(browser, "a100-mig-3g")
     error = browser.wait(lambda: browser.css(".spawn-error-msg"), what="the refusal")[0]
     browser.shot("second-gpu-server-refused")

@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -60,10 +61,15 @@ def copy_into(args: str, env: dict[str, str]) -> None:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    """A fresh venv after the Dockerfile's steps (ARG, COPY, RUN) replayed into it."""
+    """A fresh venv with JupyterLab, as the base image has it, after the Dockerfile's
+    steps (ARG, COPY, RUN) replayed into it."""
     root = tmp_path_factory.mktemp("notebook-image")
     conda_dir = root / "conda"
     subprocess.run([sys.executable, "-m", "venv", str(conda_dir)], check=True)
+    # the base image's JupyterLab: the one these tests run with (CI: oldest and newest)
+    subprocess.run([str(conda_dir / "bin" / "python"), "-m", "pip", "install", "-q",
+                    "--disable-pip-version-check", f"jupyterlab=={version('jupyterlab')}"],
+                   check=True, capture_output=True, timeout=600)
     env = {"CONDA_DIR": str(conda_dir), "NB_UID": "1000", "NB_GID": "100",
            "PATH": f"{conda_dir / 'bin'}:/usr/bin:/bin", "HOME": str(root)}
     for op, args in instructions(DOCKERFILE):
