@@ -88,6 +88,25 @@ def server_process(pod: dict) -> ServerProcess | None:
     return ServerProcess(key, user, url, env, grace, tuple(hook.get("command") or ()))
 
 
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:  # gone already
+        pass
+
+
+async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM to the process group, SIGKILL if it is still there after ``grace``."""
+    if proc.returncode is not None:
+        return
+    _kill(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+    except asyncio.TimeoutError:
+        _kill(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
 class PodRunner:
     """Keeps one ``jupyterhub-singleuser`` per running single-user pod."""
 
@@ -149,27 +168,30 @@ class PodRunner:
                 start_new_session=True)
             try:
                 code = await asyncio.wait_for(hook.wait(), grace)
-            except asyncio.TimeoutError:
-                os.killpg(hook.pid, signal.SIGKILL)
-                code = await hook.wait()
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                _kill(hook.pid, signal.SIGKILL)
+                await hook.wait()
+                raise
         if code:
             log.warning("the preStop hook of %s exited %s", want.key, code)
 
     async def _stop(self, key: str, grace: int = MAX_GRACE_SECONDS) -> None:
-        proc = self.procs.pop(key, None)
-        want = self.running.pop(key, None)
-        if proc is None or proc.returncode is not None:
+        """preStop hook, SIGTERM, SIGKILL after the grace period: the server goes even
+        when the runner is cancelled meanwhile (the demo stopping)."""
+        proc, want = self.procs.get(key), self.running.get(key)
+        if proc is None:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
-        if want is not None and want.prestop:
-            await self._prestop(want, grace)
-        os.killpg(proc.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(proc.wait(), max(1.0, deadline - loop.time()))
+            if proc.returncode is None and want is not None and want.prestop:
+                await self._prestop(want, grace)
         except asyncio.TimeoutError:
-            os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+            log.warning("the preStop hook of %s ran out of its grace period", key)
+        finally:
+            self.procs.pop(key, None)
+            self.running.pop(key, None)
+            await _terminate(proc, max(1.0, deadline - loop.time()))
         log.info("stopped the server of %s", key)
 
     async def handle(self, event_type: str, pod: dict) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 
+from jupyterhub_gpu.cull.notice import short
+
 from .conftest import wait_for
 from .test_availability import _api, _token
 from .test_browser import _log_in, _pick, _status, _watch_progress
@@ -102,7 +104,8 @@ async def test_a_named_cpu_server_beside_a_gpu_server_from_the_home_page(  # noq
     assert "GPU use" not in cpu_status["rows"]
     cpu = cluster_platform.profile("cpu")
     assert cpu_status["rows"]["Next stop"].endswith(
-        f"({cpu.idle_timeout_seconds // 60}m idle timeout)"), cpu_status["rows"]
+        f"({short(cpu.idle_timeout_seconds)} idle timeout)"), cpu_status["rows"]
+    assert cpu.idle_timeout_seconds > cluster_platform.profile("t4-shared").idle_timeout_seconds
     assert "/user/alice/cpu/lab" in seen["lab_url"]
     assert seen["rows"] == {"gpu": {"ready": True, "stoppable": True},
                             "cpu": {"ready": True, "stoppable": True}}

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
+
+import pytest
 
 from jupyterhub_gpu.checkpoint import PRESTOP_COMMAND, STOPPING_FILE
 from jupyterhub_gpu.contract import ENV_RUN_DIR
@@ -57,3 +60,27 @@ async def test_without_a_hook_the_server_just_gets_sigterm(tmp_path):
 def test_the_hook_is_read_from_the_pods_container():
     assert server_process(_pod(["sh", "-c", "true"])).prestop == ("sh", "-c", "true")
     assert server_process(_pod(None)).prestop == ()
+
+
+async def test_a_runner_cancelled_during_a_long_hook_still_stops_the_server(tmp_path):
+    """The demo stopping while a hook runs (a checkpoint being written) must not leave
+    the server running: a later pod on its IP would get this server's answers."""
+    runner = PodRunner(tmp_path / "kubeconfig", tmp_path)
+    want = server_process(_pod(["sh", "-c", "echo $$ > hook.pid; exec sleep 60"]))
+    home = tmp_path / "home" / want.user
+    home.mkdir(parents=True)
+    proc = await asyncio.create_subprocess_exec(
+        "sh", "-c", SERVER, env=runner._environment(want), start_new_session=True)
+    runner.procs[want.key], runner.running[want.key] = proc, want
+    await asyncio.sleep(0.3)
+    stopping = asyncio.ensure_future(runner._stop(want.key, want.grace_seconds))
+    while not (home / "hook.pid").exists():
+        await asyncio.sleep(0.05)
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    assert proc.returncode == 0 and (home / "term").read_text().strip() == "before"
+    hook_pid = int((home / "hook.pid").read_text())
+    assert not Path(f"/proc/{hook_pid}").exists() or \
+        Path(f"/proc/{hook_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    assert runner.procs == {} and runner.running == {}
