@@ -17,9 +17,15 @@ from .layout import HOST, Layout, Ports
 from .pki import PkiPaths
 
 SERVICE_CIDR = "10.96.0.0/16"
-# kwok hands out pod IPs from here. Loopback, so that the demo's pod runner can listen
-# on a pod's IP and the hub reaches it without any traffic leaving the machine.
-POD_CIDR = "127.64.0.1/16"
+
+
+def pod_cidr(ports: Ports) -> str:
+    """Where kwok hands out pod IPs: a /16 of loopback, so that the demo's pod runner
+    can listen on a pod's IP and the hub reaches it without any traffic leaving the
+    machine; one of 64 in 127.64.0.0/10, picked by the cluster's ports, so that two
+    clusters on one machine (a demo and a test run) never hand out the same IP."""
+    return f"127.{64 + ports.kwok // 100 % 64}.0.1/16"
+
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 KWOK_NODE_SELECTOR = f"{KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}"
 # Controllers of kube-controller-manager we run: no cloud, attach/detach or eviction ones.
@@ -140,7 +146,7 @@ def kwok(bin_: Path, layout: Layout, ports: Ports) -> Component:
     argv = (str(bin_), f"--kubeconfig={layout.kubeconfig}", f"--config={layout.kwok_config}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}",
-            f"--server-address={HOST}:{ports.kwok}", f"--cidr={POD_CIDR}",
+            f"--server-address={HOST}:{ports.kwok}", f"--cidr={pod_cidr(ports)}",
             f"--node-ip={HOST}")
     # KWOK_WORKDIR keeps kwok from also loading the user's ~/.kwok/kwok.yaml.
     return Component("kwok", argv, Health(f"http://{HOST}:{ports.kwok}/healthz"),

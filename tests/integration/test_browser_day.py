@@ -152,13 +152,12 @@ def _next_server(browser) -> dict:
 
 
 async def test_preempted_then_told_on_the_next_visit(hub, browser, spawn):  # noqa: F811
+    token = await _token("bob")  # for the test's own look at the hub, made before bob starts
     first = await asyncio.to_thread(_start_preemptible, browser)
     assert first["rows"]["Preemptible"].startswith("yes"), first["rows"]
 
     # higher-priority work in the same queue takes the spot pool's only quota
     await spawn("rex", ["ml-eng"], "a100-training")
-
-    token = await _token("bob")
 
     async def hub_saw_the_stop():
         status, body = await _api("GET", "users/bob", token)

@@ -140,3 +140,20 @@ def test_a_new_pin_rebuilds_only_its_own_binary(monkeypatch):
     assert after["karpenter-kwok"] != before["karpenter-kwok"]
     assert {k: v for k, v in after.items() if k not in ("karpenter-kwok", "extra")} == {
         k: v for k, v in before.items() if k != "karpenter-kwok"}
+
+
+def test_clusters_on_other_ports_hand_out_other_pod_ips():
+    """A demo (default ports) and test runs (shifted by JUPYTERHUB_GPU_TEST_PORT_OFFSET,
+    in hundreds, up to 3000) on one machine: a pod IP of one must never be a pod IP of another, or
+    the hub of one reaches the other's notebook."""
+    import ipaddress
+
+    from jupyterhub_gpu.devcluster.components import pod_cidr
+    from jupyterhub_gpu.devcluster.layout import Ports
+
+    default = Ports()
+    shifted = [Ports(**{n: v - 12000 + offset for n, v in default.as_dict().items()})
+               for offset in range(0, 3100, 100)]
+    nets = [ipaddress.ip_network(pod_cidr(p), strict=False) for p in [default, *shifted]]
+    assert all(n.subnet_of(ipaddress.ip_network("127.0.0.0/8")) for n in nets)
+    assert len(set(nets)) == len(nets)
