@@ -34,13 +34,20 @@ def _log_in(browser, user: str = USER) -> None:
 
 
 def _pick(browser, slug: str) -> None:
-    browser.css(f"label[for='profile-{slug}']")[0].click()
+    card = browser.css(f"label[for='profile-{slug}']")[0]
+    _scroll_to(browser, card)  # it may be below the fold, as a user scrolls
+    card.click()
     assert browser.css(f"#profile-{slug}")[0].is_selected()
-    submit = browser.css("#spawn_form [type=submit]")[0]  # below the fold, as a user scrolls
-    # at once: Bootstrap's smooth scrolling would still be moving the button at the click
-    browser.driver.execute_script(
-        "arguments[0].scrollIntoView({block: 'center', behavior: 'instant'})", submit)
+    submit = browser.css("#spawn_form [type=submit]")[0]
+    _scroll_to(browser, submit)
     submit.click()
+
+
+def _scroll_to(browser, element) -> None:
+    """At once: Bootstrap's smooth scrolling would still be moving the element when
+    Selenium clicks where it was."""
+    browser.driver.execute_script(
+        "arguments[0].scrollIntoView({block: 'center', behavior: 'instant'})", element)
 
 
 def _watch_progress(browser, shot_name: str = "progress") -> list[str]:
