@@ -135,7 +135,9 @@ ADMISSION_GATE = f"{KUEUE_GROUP}/admission"
 BATCH_GROUP = "batch"
 BATCH_API_VERSION = f"{BATCH_GROUP}/v1"
 #: on an Indexed Job's pod: its completion index (the Job controller sets it)
-JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+JOB_COMPLETION_INDEX_ANNOTATION = f"{BATCH_GROUP}.kubernetes.io/job-completion-index"
+#: on a Job's pods: the Job's name (the Job controller sets it)
+JOB_NAME_LABEL = f"{BATCH_GROUP}.kubernetes.io/job-name"
 #: the pod condition of a disruption: preemption, eviction, a node going away
 DISRUPTION_TARGET = "DisruptionTarget"
 

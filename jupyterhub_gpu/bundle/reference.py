@@ -17,7 +17,8 @@ from typing import Callable
 
 from ..allocatable import (EVICTION_MEMORY, MAX_PODS, kube_reserved_cpu_millis,
                            kube_reserved_memory)
-from ..contract import ENV_CHECKPOINT_DIR, ENV_POOL
+from ..contract import (BATCH_API_VERSION, ENV_CHECKPOINT_DIR, ENV_MASTER_ADDR,
+                        ENV_MASTER_PORT, ENV_POOL, ENV_RANK, ENV_WORLD_SIZE)
 from ..gpus import GPU_MODELS, VM_SIZES
 from .. import sharing
 from ..parse import FIELDS as PARSER_FIELDS
@@ -39,7 +40,8 @@ SECTIONS: dict[str, str] = {
     "team": "`teams[]`",
     "priority": "`priorities[]`",
     "profile": "`profiles[]`",
-    "jobProfile": "`jobProfiles[]`: kinds of batch job (Kueue-queued `batch/v1` Jobs)",
+    "jobProfile": f"`jobProfiles[]`: kinds of batch job (Kueue-queued `{BATCH_API_VERSION}` "
+                  "Jobs)",
     "checkpoint": "`profiles[].checkpoint`, `jobProfiles[].checkpoint`",
     "gpuIdle": "`profiles[].gpuIdle`",
     "checkpointStorage": "`checkpointStorage`",
@@ -69,7 +71,7 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
                               "refused before anything is created; CPU servers never "
                               "count."),
         "jobProfiles": ("list", "The kinds of batch job users may submit: Kueue-queued "
-                        "`batch/v1` Jobs in the team's namespace, on the same queues, quota "
+                        f"`{BATCH_API_VERSION}` Jobs in the team's namespace, on the same queues, quota "
                         "and priorities as notebooks (admin guide, Job profiles)."),
         "jobsPerUser": ("integer >= 0", "How many of one user's jobs may be queued or "
                         "running at once."),
@@ -199,8 +201,9 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
         "gpus": ("integer", "Units of the pool's GPU resource per pod; not on a CPU-only "
                  "pool, where the pods ask for no GPU."),
         "pods": ("integer >= 1", "Pods of one job. More than 1: an Indexed Job whose pods "
-                 "get PyTorch DDP's rendezvous environment (`MASTER_ADDR`, "
-                 "`MASTER_PORT`, `WORLD_SIZE`, `RANK`), admitted by Kueue all at once."),
+                 f"get PyTorch DDP's rendezvous environment (`{ENV_MASTER_ADDR}`, "
+                 f"`{ENV_MASTER_PORT}`, `{ENV_WORLD_SIZE}`, `{ENV_RANK}`), admitted by "
+                 "Kueue all at once."),
         "cpu": ("cpu quantity", "CPU guarantee and limit per pod; must fit the pool's node "
                 "as a notebook profile's `cpu` does."),
         "memory": ("quantity", "Memory guarantee and limit per pod; must fit the node."),

@@ -106,7 +106,7 @@ def test_checkpoint_claim_follows_the_spec(platform, example_spec):
                              "storageClassName": "azurefile-premium",
                              "resources": {"requests": {"storage": "1Ti"}}}
     del example_spec["checkpointStorage"]
-    for profile in example_spec["profiles"]:
+    for profile in example_spec["profiles"] + example_spec["jobProfiles"]:
         profile.pop("checkpoint", None)
     kinds = {o["kind"] for o in namespaces.team_objects(parse_platform(example_spec))}
     assert "PersistentVolumeClaim" not in kinds
