@@ -15,8 +15,7 @@ from typing import Any
 
 from . import quantities as q
 from .spec import JobProfile, Platform
-from .specfields import (DNS_LABEL, list_entry, read_block, read_checkpoint, read_int,
-                         read_name, read_names, read_profile_pools, read_str, units_on_pools)
+from .specfields import list_entry, profile_fields, read_int, read_str, units_on_pools
 
 SECTION = "jobProfile"
 
@@ -24,23 +23,13 @@ SECTION = "jobProfile"
 def job_profile(errors: list[str], data: Any, index: int) -> JobProfile | None:
     """``jobProfiles[index]``, or None when it has an error (each is in ``errors``)."""
     s, n_errors = list_entry(errors, data, index, SECTION, key="slug")
-    pool, pools = read_profile_pools(s)
+    common = profile_fields(s)  # gpus by the pool's kind: job_profiles_on_pools
     profile = JobProfile(
-        slug=s.get("slug", read_name(DNS_LABEL, "a slug (a-z, 0-9, -)")),
-        display_name=s.get("displayName", read_str),
-        description=s.get("description", read_str),
-        pool=pool,
-        pools=pools,
-        units=s.get("gpus", read_int(1), None),  # by the pool's kind: job_profiles_on_pools
+        **common,
         pods=s.get("pods", read_int(1)),
-        cpu=s.get("cpu", q.parse_cpu),
-        memory_bytes=s.get("memory", q.parse_memory),
         image=s.get("image", read_str),
-        priority=s.get("priority", read_str),
         max_run_seconds=s.get("maxRunTime", q.parse_duration),
         retries=s.get("retries", read_int(0)),
-        checkpoint=read_block(errors, s.label, s, "checkpoint", read_checkpoint),
-        allowed_groups=s.get("allowedGroups", read_names),
     )
     return profile if len(errors) == n_errors else None
 

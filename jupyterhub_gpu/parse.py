@@ -22,10 +22,10 @@ from .sharing import Parameter
 from .spec import Autoscaler, CheckpointStorage, GpuIdle, Platform, Pool, Priority, Profile, Team
 from .spec import DaemonsetOverhead, Sharing
 from .specfields import (DNS_LABEL, FIELDS, POOL_NAME, REMOVED, REQUIRED, SCHEMA, Section,
-                         SpecError, field_default, list_entry, read_block, read_bool,
-                         read_checkpoint, read_choice, read_counts, read_duration_or_zero,
-                         read_int, read_items, read_name, read_names, read_number,
-                         read_profile_pools, read_str, units_on_pools)
+                         SpecError, field_default, list_entry, profile_fields, read_block,
+                         read_bool, read_choice, read_counts, read_duration_or_zero, read_int,
+                         read_items, read_name, read_names, read_number, read_str,
+                         units_on_pools)
 from .validate import check_platform
 
 __all__ = ["FIELDS", "REMOVED", "SCHEMA", "SpecError", "field_default", "load_platform",
@@ -167,27 +167,15 @@ def _gpu_idle(errors: list[str], label: str, data: Any) -> GpuIdle | None:
 
 def _profile(errors: list[str], data: Any, index: int) -> Profile | None:
     s, n_errors = list_entry(errors, data, index, "profile", key="slug")
-    pool, pools = read_profile_pools(s)
-    checkpoint = read_block(errors, s.label, s, "checkpoint", read_checkpoint)
-    gpu_idle = read_block(errors, s.label, s, "gpuIdle", _gpu_idle)
+    common = profile_fields(s)  # gpus by the pool's kind: _on_pools
     profile = Profile(
-        slug=s.get("slug", read_name(DNS_LABEL, "a slug (a-z, 0-9, -)")),
-        display_name=s.get("displayName", read_str),
-        description=s.get("description", read_str),
-        pool=pool,
-        pools=pools,
-        units=s.get("gpus", read_int(1), None),  # by the pool's kind: _on_pools
-        cpu=s.get("cpu", q.parse_cpu),
-        memory_bytes=s.get("memory", q.parse_memory),
+        **common,
         image=s.get("image", read_str),
-        priority=s.get("priority", read_str),
         idle_timeout_seconds=s.get("idleTimeout", q.parse_duration, None),  # _on_pools
         max_age_seconds=s.get("maxAge", q.parse_duration),
         queue_patience_seconds=s.get("queuePatience", q.parse_duration),
         start_timeout_seconds=s.get("startTimeout", q.parse_duration),
-        gpu_idle=gpu_idle,
-        allowed_groups=s.get("allowedGroups", read_names),
-        checkpoint=checkpoint,
+        gpu_idle=read_block(errors, s.label, s, "gpuIdle", _gpu_idle),
         default=s.get("default", read_bool),
     )
     return profile if len(errors) == n_errors else None

@@ -243,6 +243,25 @@ def read_profile_pools(s: Section) -> tuple[str | None, tuple[str, ...]]:
     return s.get("pool", read_str), ()
 
 
+def profile_fields(s: Section) -> dict[str, Any]:
+    """The fields a notebook profile and a job profile share, as their dataclasses'
+    keyword arguments (``units`` None when not given: its default is the pool's)."""
+    pool, pools = read_profile_pools(s)
+    return dict(
+        checkpoint=read_block(s.errors, s.label, s, "checkpoint", read_checkpoint),
+        slug=s.get("slug", read_name(DNS_LABEL, "a slug (a-z, 0-9, -)")),
+        display_name=s.get("displayName", read_str),
+        description=s.get("description", read_str),
+        pool=pool,
+        pools=pools,
+        units=s.get("gpus", read_int(1), None),
+        cpu=s.get("cpu", q.parse_cpu),
+        memory_bytes=s.get("memory", q.parse_memory),
+        priority=s.get("priority", read_str),
+        allowed_groups=s.get("allowedGroups", read_names),
+    )
+
+
 def read_items(errors: list[str], data: Mapping, key: str, parse: Callable) -> tuple:
     raw = data.get(key) or []
     if not isinstance(raw, list):
