@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.builders.job import JobGrant, JobRequest, build_job
+from jupyterhub_gpu.builders.job import Home, JobGrant, JobRequest, build_job
 from jupyterhub_gpu.contract import (JOB_COMPLETION_INDEX_ANNOTATION, JOB_NAME_LABEL,
                                      JOB_UID_LABEL, RUN_FOR_ANNOTATION)
 
@@ -51,6 +51,36 @@ async def hub_batch(hub_kubeconfig, cluster_platform):
         else:
             await core.delete_namespaced_service(name, namespace)
     await api_client.close()
+
+
+async def test_every_example_job_profile_builds_objects_the_api_server_accepts(
+        hub_kubeconfig, cluster_platform, platform):
+    """The example spec's job profiles -- a fallback, checkpoints, a home volume, two
+    pods -- built for a member of each allowed team and created with the hub's identity
+    as a dry run (validation, admission webhooks and RBAC, nothing stored)."""
+    from kubernetes_asyncio import client, config
+
+    namespaces = {t.namespace for t in cluster_platform.teams}
+    api_client = await config.new_client_from_config(config_file=str(hub_kubeconfig))
+    batch, core = client.BatchV1Api(api_client), client.CoreV1Api(api_client)
+    checked = []
+    try:
+        for profile in platform.job_profiles:
+            team = platform.team_for(set(profile.allowed_groups or platform.teams[0].groups))
+            assert team.namespace in namespaces  # the example's teams are the tier's too
+            job, service = build_job(JobRequest(
+                name=f"dry-{profile.slug}", user_slug="max-mustermann---1ca42713",
+                grant=JobGrant.of(platform, profile, team), image="jupyter/minimal",
+                command=("python", "train.py"), home=Home("claim-max", "/home/jovyan"),
+                checkpoint_storage=platform.checkpoint_storage))
+            if service is not None:
+                await core.create_namespaced_service(team.namespace, service, dry_run="All")
+            created = await batch.create_namespaced_job(team.namespace, job, dry_run="All")
+            assert created.spec.suspend is True, profile.slug  # Kueue's webhook ran
+            checked.append((profile.slug, service is not None))
+    finally:
+        await api_client.close()
+    assert ("a100-ddp-2", True) in checked and len(checked) == len(platform.job_profiles)
 
 
 def _request(platform, slug: str, name: str) -> JobRequest:
