@@ -25,7 +25,8 @@ def _validate(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     noted = f", {len(warnings)} warning(s)" if warnings else ""
     print(f"{args.spec}: OK ({len(platform.pools)} pools, {len(platform.teams)} teams, "
-          f"{len(platform.priorities)} priorities, {len(platform.profiles)} profiles{noted})")
+          f"{len(platform.priorities)} priorities, {len(platform.profiles)} profiles, "
+          f"{len(platform.job_profiles)} job profiles{noted})")
     return 0
 
 

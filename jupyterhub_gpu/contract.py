@@ -29,6 +29,11 @@ PREEMPTIBLE_ANNOTATION = PREFIX + "preemptible"
 POOL_GATE = PREFIX + "record-pool"
 #: on a team namespace: Kueue manages its pods (``managedJobsNamespaceSelector``)
 MANAGED_LABEL = PREFIX + "managed"
+#: on a batch Job and its pods: the job profile it runs
+JOB_PROFILE_LABEL = PREFIX + "job-profile"
+#: the ``component`` of a batch Job's pods (never the single-user server's: the
+#: singleuser NetworkPolicy and the demo's pod runner select that one)
+JOB_COMPONENT = "gpu-job"
 
 #: the server state (``Spawner.get_state``) the culler reads (``admin:server_state``)
 STATE_PROFILE = "gpu_profile"
@@ -57,6 +62,12 @@ ENV_GPU_IDLE_WINDOW = ENV_PREFIX + "IDLE_GPU_WINDOW"  # seconds
 ENV_GRACE = ENV_PREFIX + "GRACE_SECONDS"  # the preStop hook's time to checkpoint
 ENV_RUN_DIR = ENV_PREFIX + "RUN_DIR"  # where registered processes leave their pid
 ENV_CHECKPOINT_DIR = "CHECKPOINT_DIR"  # the user's directory on the checkpoint PVC
+#: a multi-pod job's rendezvous, as PyTorch's ``env://`` init method reads it
+ENV_MASTER_ADDR = "MASTER_ADDR"
+ENV_MASTER_PORT = "MASTER_PORT"
+ENV_WORLD_SIZE = "WORLD_SIZE"
+ENV_RANK = "RANK"
+ENV_NODE_RANK = "NODE_RANK"
 #: in the notebook (kernel extension) and the culler: warn this many seconds before
 ENV_CULL_WARN_BEFORE = ENV_PREFIX + "CULL_WARN_BEFORE"
 #: why the platform stopped the user's previous server of this name (its stop notice)
@@ -121,6 +132,15 @@ ADMISSION_GATE = f"{KUEUE_GROUP}/admission"
 
 # -- Kubernetes ----------------------------------------------------------------------
 
+BATCH_GROUP = "batch"
+BATCH_API_VERSION = f"{BATCH_GROUP}/v1"
+#: on an Indexed Job's pod: its completion index (the Job controller sets it)
+JOB_COMPLETION_INDEX_ANNOTATION = f"{BATCH_GROUP}.kubernetes.io/job-completion-index"
+#: on a Job's pods: the Job's name (the Job controller sets it)
+JOB_NAME_LABEL = f"{BATCH_GROUP}.kubernetes.io/job-name"
+#: the pod condition of a disruption: preemption, eviction, a node going away
+DISRUPTION_TARGET = "DisruptionTarget"
+
 RBAC_GROUP = "rbac.authorization.k8s.io"
 RBAC_API_VERSION = f"{RBAC_GROUP}/v1"
 NETWORKING_API_VERSION = "networking.k8s.io/v1"
@@ -164,6 +184,10 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
+#: on a Job's pod template in the dev cluster: how long its pods run (a Go duration,
+#: e.g. ``30s``) before they succeed; without it they succeed at once
+#: (:mod:`jupyterhub_gpu.devcluster.stages`)
+RUN_FOR_ANNOTATION = PREFIX + "run-for"
 
 # -- NVIDIA: device plugin, GPU feature discovery, MIG manager -----------------------
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from itertools import combinations
 from typing import Iterable, Sequence
 
-from .spec import Profile
+from .spec import AnyProfile
 
 
-def _before(profiles: Iterable[Profile], known: set[str]) -> dict[str, set[str]]:
+def _before(profiles: Iterable[AnyProfile], known: set[str]) -> dict[str, set[str]]:
     """For each pool, the pools some profile prefers to it."""
     before: dict[str, set[str]] = {name: set() for name in known}
     for profile in profiles:
@@ -26,7 +26,7 @@ def _before(profiles: Iterable[Profile], known: set[str]) -> dict[str, set[str]]
     return before
 
 
-def flavor_order(pools: Sequence[str], profiles: Iterable[Profile]) -> list[str] | None:
+def flavor_order(pools: Sequence[str], profiles: Iterable[AnyProfile]) -> list[str] | None:
     """``pools`` (the spec's order) reordered as little as needed so that each
     profile's pools come in its order of preference: of the pools no profile still
     prefers another unplaced one to, the first in spec order goes next. None when
@@ -43,12 +43,12 @@ def flavor_order(pools: Sequence[str], profiles: Iterable[Profile]) -> list[str]
     return placed
 
 
-def _precedes(profile: Profile, first: str, second: str) -> bool:
+def _precedes(profile: AnyProfile, first: str, second: str) -> bool:
     names = profile.pool_names
     return first in names and second in names and names.index(first) < names.index(second)
 
 
-def order_conflicts(profiles: Sequence[Profile], pools: Sequence[str]) -> list[str]:
+def order_conflicts(profiles: Sequence[AnyProfile], pools: Sequence[str]) -> list[str]:
     """Why no one ClusterQueue order suits every fallback profile, naming them."""
     fallbacks = [p for p in profiles if p.fallback]
     found = []
@@ -56,8 +56,8 @@ def order_conflicts(profiles: Sequence[Profile], pools: Sequence[str]) -> list[s
         for a, b in combinations(p.pool_names, 2):
             if _precedes(q, b, a):
                 found.append(
-                    f"profile {q.slug!r}: pools: prefers pool {b!r} to {a!r}, but profile "
-                    f"{p.slug!r} prefers {a!r} to {b!r}; every team's ClusterQueue tries "
+                    f"{q.kind} {q.slug!r}: pools: prefers pool {b!r} to {a!r}, but "
+                    f"{p.kind} {p.slug!r} prefers {a!r} to {b!r}; every team's ClusterQueue tries "
                     f"its pools in one order, so two profiles cannot prefer them the other "
                     f"way round: give both the same order")
     if not found and flavor_order(pools, fallbacks) is None:

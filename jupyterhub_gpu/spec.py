@@ -238,8 +238,27 @@ class CheckpointStorage:
     mount_path: str = "/home/jovyan/checkpoints"
 
 
+class _OnPools:
+    """What a notebook profile and a job profile share: the pools they run on."""
+
+    #: how messages name it: ``profile 'x'``, ``job profile 'x'``
+    kind = "profile"
+    pool: str
+    pools: tuple[str, ...]
+
+    @property
+    def pool_names(self) -> tuple[str, ...]:
+        """The pools it may run on, the preferred first."""
+        return self.pools or (self.pool,)
+
+    @property
+    def fallback(self) -> bool:
+        """More than one pool: Kueue picks the first with room (flavor fungibility)."""
+        return len(self.pool_names) > 1
+
+
 @dataclass(frozen=True)
-class Profile:
+class Profile(_OnPools):
     slug: str
     display_name: str
     pool: str
@@ -261,15 +280,34 @@ class Profile:
     # the first); empty: ``pool`` only
     pools: tuple[str, ...] = ()
 
-    @property
-    def pool_names(self) -> tuple[str, ...]:
-        """The pools the profile may run on, the preferred first."""
-        return self.pools or (self.pool,)
 
-    @property
-    def fallback(self) -> bool:
-        """More than one pool: Kueue picks the first with room (flavor fungibility)."""
-        return len(self.pool_names) > 1
+@dataclass(frozen=True)
+class JobProfile(_OnPools):
+    """A kind of batch job users may submit: a Kueue-queued ``batch/v1`` Job of
+    ``pods`` pods, each with ``units`` of its pool's GPU resource
+    (:mod:`jupyterhub_gpu.builders.job`)."""
+
+    kind = "job profile"
+    slug: str
+    display_name: str
+    pool: str
+    cpu: float  # per pod
+    memory_bytes: int  # per pod
+    priority: str
+    units: int = 1  # GPUs (or slices, shares) per pod; 0 on a CPU pool
+    pods: int = 1  # more than 1: an Indexed Job with PyTorch DDP's rendezvous
+    description: str = ""
+    image: str = ""  # empty: the image of the user's running server
+    max_run_seconds: int = 24 * 3600  # the Job's activeDeadlineSeconds
+    # crashes retried (the Job's backoffLimit); a disruption never counts
+    retries: int = 2
+    checkpoint: Checkpoint = CHECKPOINT_OFF
+    allowed_groups: tuple[str, ...] = ()  # empty: every user who is in a team
+    pools: tuple[str, ...] = ()  # as a fallback profile's
+
+
+#: Whatever asks for a pool: a notebook profile or a job profile.
+AnyProfile = Profile | JobProfile
 
 
 @dataclass(frozen=True)
@@ -285,6 +323,9 @@ class Platform:
     cpu_idle_timeout_seconds: int = 4 * 3600
     # how many servers of GPU profiles one user may run at once (named servers)
     gpu_servers_per_user: int = 1
+    job_profiles: tuple[JobProfile, ...] = ()
+    # how many of one user's jobs may be queued or running at once
+    jobs_per_user: int = 2
 
     @property
     def gpu_pools(self) -> tuple[Pool, ...]:
@@ -293,7 +334,15 @@ class Platform:
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)
 
-    def pools_of(self, profile: Profile) -> tuple[Pool, ...]:
+    @property
+    def all_profiles(self) -> tuple[Profile | JobProfile, ...]:
+        """Notebook profiles, then job profiles: everything that asks for a pool."""
+        return (*self.profiles, *self.job_profiles)
+
+    def job_profile(self, slug: str) -> JobProfile | None:
+        return next((p for p in self.job_profiles if p.slug == slug), None)
+
+    def pools_of(self, profile: Profile | JobProfile) -> tuple[Pool, ...]:
         """The pools ``profile`` may run on, in its order of preference."""
         return tuple(self.pool(name) for name in profile.pool_names)
 

@@ -11,7 +11,7 @@ from .contract import GPU_RESOURCE
 from .fallback import order_conflicts
 from .quantities import format_cpu, format_memory
 from .sharing import modes_where
-from .spec import Autoscaler, Platform, Pool, Profile, Team
+from .spec import AnyProfile, Autoscaler, Platform, Pool, Team
 
 AZURE_SPOT_NOTICE_SECONDS = 30
 #: the subscription feature without which AKS does not run Node Auto Provisioning on a
@@ -36,8 +36,8 @@ def _team_refs(platform: Platform, pools: set[str]) -> Iterator[str]:
                            f"valid: {', '.join(sorted(pools))}")
 
 
-def _units(profile: Profile, pool: Pool) -> Iterator[str]:
-    label = f"profile {profile.slug!r}: gpus"
+def _units(profile: AnyProfile, pool: Pool) -> Iterator[str]:
+    label = f"{profile.kind} {profile.slug!r}: gpus"
     if pool.sharing.shared and profile.units > 1:
         yield (f"{label}: {profile.units} shares of pool {pool.name!r} ({pool.sharing.mode}) "
                f"cannot be requested; the device plugin fails pods that ask for more than "
@@ -84,7 +84,7 @@ def _bytes(n: float) -> str:
     return format_memory(int(n))
 
 
-def _fit(profile: Profile, pool: Pool) -> Iterator[str]:
+def _fit(profile: AnyProfile, pool: Pool) -> Iterator[str]:
     """A profile's servers must fill a node: every unit of it taken by this profile
     (its share, ``units / units_per_node``, of each resource) fits what the node has
     left once AKS's reservations and the pool's daemonsets are counted."""
@@ -108,15 +108,15 @@ def _fit(profile: Profile, pool: Pool) -> Iterator[str]:
     )
     for field, asked, left, most, each, total, breakdown in checks:
         if asked * per_node_units > left * units:
-            yield (f"profile {profile.slug!r} on pool {pool.name!r}: {field}: {per_node} × "
+            yield (f"{profile.kind} {profile.slug!r} on pool {pool.name!r}: {field}: {per_node} × "
                    f"{field} {each(asked)} = {total(asked * per_node_units / units)}"
                    f" > {total(left)} {breakdown}; use {field}: {each(most)} or less")
 
 
-def _checkpoint(profile: Profile, pools: list[Pool], platform: Platform) -> Iterator[str]:
+def _checkpoint(profile: AnyProfile, pools: list[Pool], platform: Platform) -> Iterator[str]:
     if not profile.checkpoint.enabled:
         return
-    label = f"profile {profile.slug!r}: checkpoint"
+    label = f"{profile.kind} {profile.slug!r}: checkpoint"
     if platform.checkpoint_storage is None:
         yield f"{label}: enabled, but the spec has no checkpointStorage"
     grace = profile.checkpoint.grace_period_seconds
@@ -127,13 +127,13 @@ def _checkpoint(profile: Profile, pools: list[Pool], platform: Platform) -> Iter
                    f"{pool.name!r}; use at most {AZURE_SPOT_NOTICE_SECONDS}s")
 
 
-def _fallback_pools(profile: Profile, pools: list[Pool]) -> Iterator[str]:
+def _fallback_pools(profile: AnyProfile, pools: list[Pool]) -> Iterator[str]:
     """A fallback profile's pods request one GPU resource: every pool must offer it, in
     the same sharing mode. Fallback is between GPU pools: a CPU-only profile asks
     for no GPU, so a CPU pool in the list is refused, whichever the others are."""
     if len(pools) < 2:
         return
-    label = f"profile {profile.slug!r}: pools"
+    label = f"{profile.kind} {profile.slug!r}: pools"
     cpu_only = [p.name for p in pools if not p.has_gpu]
     if cpu_only:
         yield (f"{label}: {', '.join(map(repr, cpu_only))} "
@@ -155,8 +155,8 @@ def _fallback_pools(profile: Profile, pools: list[Pool]) -> Iterator[str]:
 def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator[str]:
     pools = {p.name: p for p in platform.pools}
     priorities = {p.name for p in platform.priorities}
-    for profile in platform.profiles:
-        label = f"profile {profile.slug!r}"
+    for profile in platform.all_profiles:
+        label = f"{profile.kind} {profile.slug!r}"
         if profile.priority not in priorities | declared["priorities"]:
             yield (f"{label}: priority: unknown priority {profile.priority!r}; "
                    f"valid: {', '.join(sorted(priorities)) or 'none defined'}")
@@ -176,7 +176,7 @@ def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator
             yield from _units(profile, pool)
             yield from _fit(profile, pool)
         yield from _checkpoint(profile, known, platform)
-    yield from order_conflicts(platform.profiles, [p.name for p in platform.pools])
+    yield from order_conflicts(platform.all_profiles, [p.name for p in platform.pools])
 
 
 def _group_refs(platform: Platform, declared: set[str]) -> Iterator[str]:
@@ -184,8 +184,8 @@ def _group_refs(platform: Platform, declared: set[str]) -> Iterator[str]:
     if not declared:
         return
     uses = [(f"team {t.name!r}: groups", t.groups) for t in platform.teams]
-    uses += [(f"profile {p.slug!r}: allowedGroups", p.allowed_groups)
-             for p in platform.profiles]
+    uses += [(f"{p.kind} {p.slug!r}: allowedGroups", p.allowed_groups)
+             for p in platform.all_profiles]
     for label, groups in uses:
         for group in groups:
             if group not in declared:
@@ -204,6 +204,7 @@ def check_platform(platform: Platform, declared: dict[str, set[str]]) -> list[st
     errors += _duplicates("team", [t.name for t in platform.teams])
     errors += _duplicates("priority", [p.name for p in platform.priorities])
     errors += _duplicates("profile", [p.slug for p in platform.profiles])
+    errors += _duplicates("job profile", [p.slug for p in platform.job_profiles])
     errors += _group_refs(platform, declared.get("groupIds", set()))
     errors += _team_refs(platform, {p.name for p in platform.pools} | declared["pools"])
     errors += _profile_refs(platform, declared)
@@ -217,7 +218,7 @@ def check_platform(platform: Platform, declared: dict[str, set[str]]) -> list[st
 
 def _usable(platform: Platform, team: Team, pool: str) -> list[str]:
     """Slugs of the profiles on ``pool`` that some member of ``team`` may start."""
-    return [p.slug for p in platform.profiles if pool in p.pool_names
+    return [p.slug for p in platform.all_profiles if pool in p.pool_names
             and (not p.allowed_groups or set(p.allowed_groups) & set(team.groups))]
 
 
@@ -241,7 +242,7 @@ def check_warnings(platform: Platform) -> list[str]:
         for name, units in team.quota.items():
             if units == 0 or name not in pools or _usable(platform, team, name):
                 continue
-            on_pool = [p.slug for p in platform.profiles if name in p.pool_names]
+            on_pool = [p.slug for p in platform.all_profiles if name in p.pool_names]
             why = (f"none of its profiles ({', '.join(on_pool)}) allows the team's groups "
                    f"({', '.join(team.groups)})" if on_pool else "no profile uses that pool")
             warnings.append(

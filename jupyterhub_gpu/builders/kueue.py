@@ -75,7 +75,7 @@ def _flavor_quotas(team: Team, pool: Pool, covered: list[str]) -> dict:
 def ordered_pools(platform: Platform) -> list[Pool]:
     """The pools in the order a ClusterQueue tries them: the spec's, reordered so
     that each fallback profile's pools come in its order of preference."""
-    names = flavor_order([p.name for p in platform.pools], platform.profiles)
+    names = flavor_order([p.name for p in platform.pools], platform.all_profiles)
     if names is None:  # validation refuses such a spec
         raise ValueError("the profiles' orders of pool preference contradict each other")
     return [platform.pool(n) for n in names]

@@ -13,7 +13,7 @@ from ..contract import (ENV_CHECKPOINT_DIR, ENV_COUNT, ENV_GPU_UNIT, ENV_MEMORY,
                         POOL_ANNOTATION, POOL_GATE, PREEMPTIBLE_ANNOTATION, PREFIX,
                         PRIORITY_LABEL, PROFILE_LABEL, QUEUE_LABEL, TEAM_LABEL)
 from ..cull.notice import pod_env as cull_env
-from ..spec import Platform, Pool, Priority, Profile, Team
+from ..spec import Checkpoint, CheckpointStorage, Platform, Pool, Priority, Profile, Team
 
 CHECKPOINT_VOLUME = "checkpoints"
 ALLOWED_OPTION_KEYS = frozenset({"profile"})
@@ -156,8 +156,9 @@ def pool_env(grant: Grant) -> dict[str, Any]:
             for var, key in POOL_ENV_ANNOTATIONS.items()}
 
 
-def _placement(grant: Grant) -> tuple[dict[str, str], list[dict], list[dict], list[dict]]:
-    """(node selector, tolerations, node affinity terms, scheduling gates).
+def placement(pools: tuple[Pool, ...]) -> tuple[dict[str, str], list[dict], list[dict]]:
+    """(node selector, tolerations, node affinity terms) of a pod that may run on
+    ``pools`` (the preferred first), which Kueue admits to one of them.
 
     A single-pool profile selects and tolerates its pool itself, as it always has:
     Kueue's merge of the flavor's ``nodeLabels`` (equal to the selector) and
@@ -167,17 +168,17 @@ def _placement(grant: Grant) -> tuple[dict[str, str], list[dict], list[dict], li
     that has another value for the key) and no pool toleration: Kueue adds the
     admitted flavor's. Its node affinity keeps Kueue (which checks a flavor's
     ``nodeLabels`` against it) and the scheduler to the profile's pools, and its own
-    scheduling gate holds it until the hub has recorded the admitted pool."""
-    if not grant.fallbacks:
-        return (dict(grant.pool.node_selector), [t.toleration() for t in grant.pool.taints],
-                [], [])
+    scheduling gate (:func:`spawn_settings`) holds it until the hub has recorded the
+    admitted pool."""
+    if len(pools) == 1:
+        return dict(pools[0].node_selector), [t.toleration() for t in pools[0].taints], []
     by_label: dict[str, list[str]] = {}
-    for pool in grant.pools:
+    for pool in pools:
         for key, value in pool.node_selector.items():
             by_label.setdefault(key, []).append(value)
     terms = [{"matchExpressions": [{"key": key, "operator": "In", "values": values}]}
              for key, values in by_label.items()]
-    return {}, [], terms, [{"name": POOL_GATE}]
+    return {}, [], terms
 
 
 def profile_env(grant: Grant) -> dict[str, Any]:
@@ -197,15 +198,20 @@ def profile_env(grant: Grant) -> dict[str, Any]:
     }
 
 
-def _checkpoint_parts(platform: Platform, grant: Grant) -> tuple[list, list, dict]:
-    storage = platform.checkpoint_storage
-    if not grant.profile.checkpoint.enabled or storage is None:
+#: a notebook's directory on the checkpoint PVC: KubeSpawner expands it to the user's
+#: escaped, unique name
+USER_SUBPATH = "{username}"
+
+
+def checkpoint_parts(storage: CheckpointStorage | None, checkpoint: Checkpoint,
+                     sub_path: str = USER_SUBPATH) -> tuple[list, list, dict]:
+    """(volumes, mounts, environment) of the user's directory ``sub_path`` on the
+    checkpoint PVC, when ``checkpoint`` is on and the spec has checkpoint storage."""
+    if not checkpoint.enabled or storage is None:
         return [], [], {}
     volume = {"name": CHECKPOINT_VOLUME,
               "persistentVolumeClaim": {"claimName": storage.claim_name}}
-    # {username} is expanded by KubeSpawner to the user's escaped, unique name
-    mount = {"name": CHECKPOINT_VOLUME, "mountPath": storage.mount_path,
-             "subPath": "{username}"}
+    mount = {"name": CHECKPOINT_VOLUME, "mountPath": storage.mount_path, "subPath": sub_path}
     return [volume], [mount], {ENV_CHECKPOINT_DIR: storage.mount_path}
 
 
@@ -213,8 +219,10 @@ def spawn_settings(platform: Platform, grant: Grant) -> SpawnSettings:
     """The KubeSpawner settings that start ``grant.profile`` for its team."""
     profile, pool, team = grant.profile, grant.pool, grant.team
     gpu = pool.gpu_resources(profile.units)  # none on a CPU-only pool
-    volumes, mounts, ckpt_env = _checkpoint_parts(platform, grant)
-    selector, tolerations, affinity, gates = _placement(grant)
+    volumes, mounts, ckpt_env = checkpoint_parts(platform.checkpoint_storage,
+                                                 profile.checkpoint)
+    selector, tolerations, affinity = placement(grant.pools)
+    gates = [{"name": POOL_GATE}] if grant.fallbacks else []  # see placement()
     pod_config: dict[str, Any] = {"schedulingGates": gates} if gates else {}
     if profile.checkpoint.enabled:
         pod_config["terminationGracePeriodSeconds"] = profile.checkpoint.grace_period_seconds

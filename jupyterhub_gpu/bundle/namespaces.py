@@ -7,8 +7,10 @@ each user's pod in the namespace of the user's team. So every team namespace get
   hub's NetworkPolicy lets its user servers in;
 * a Role and RoleBinding for the hub's ServiceAccount: KubeSpawner's own needs
   (pods, PVCs, events -- one pod and one event reflector per namespace, no
-  cluster-wide watch of them) and reading Kueue Workloads, LocalQueues and the
-  visibility API's pending workloads;
+  cluster-wide watch of them), reading Kueue Workloads, LocalQueues and the
+  visibility API's pending workloads, and users' training jobs: batch Jobs and the
+  headless Services of multi-pod ones, which the hub creates and deletes for them
+  (:mod:`jupyterhub_gpu.builders.job`);
 * a NetworkPolicy for the user servers like the one z2jh puts in its own namespace;
 * the checkpoint PVC named in the spec (Azure Files, ReadWriteMany).
 
@@ -22,7 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..contract import (COMPONENT_LABEL, HUB_COMPONENT, KUEUE_GROUP, KUEUE_VISIBILITY_GROUP,
+from ..contract import (BATCH_GROUP, COMPONENT_LABEL, HUB_COMPONENT, KUEUE_GROUP,
+                        KUEUE_VISIBILITY_GROUP,
                         MANAGED_LABEL, NAMESPACE_NAME_LABEL, NETWORKING_API_VERSION,
                         PROXY_COMPONENT, RBAC_API_VERSION, RBAC_GROUP, SINGLEUSER_COMPONENT,
                         TEAM_LABEL)
@@ -51,6 +54,10 @@ HUB_RULES: tuple[dict, ...] = (
     # Kueue's visibility API: a pending pod's position in its LocalQueue
     {"apiGroups": [KUEUE_VISIBILITY_GROUP],
      "resources": ["localqueues/pendingworkloads"], "verbs": list(_READ)},
+    # training jobs the hub submits for its users (jupyterhub_gpu.builders.job): the
+    # Job, and a multi-pod job's headless Service (its pods' rendezvous)
+    {"apiGroups": [BATCH_GROUP], "resources": ["jobs"], "verbs": [*_READ, "create", "delete"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": [*_READ, "create", "delete"]},
 )
 
 #: the hub's one node watch (:mod:`jupyterhub_gpu.poolnodes`)

@@ -17,7 +17,8 @@ from typing import Callable
 
 from ..allocatable import (EVICTION_MEMORY, MAX_PODS, kube_reserved_cpu_millis,
                            kube_reserved_memory)
-from ..contract import ENV_POOL
+from ..contract import (BATCH_API_VERSION, ENV_CHECKPOINT_DIR, ENV_MASTER_ADDR,
+                        ENV_MASTER_PORT, ENV_POOL, ENV_RANK, ENV_WORLD_SIZE)
 from ..gpus import GPU_MODELS, VM_SIZES
 from .. import sharing
 from ..parse import FIELDS as PARSER_FIELDS
@@ -39,7 +40,9 @@ SECTIONS: dict[str, str] = {
     "team": "`teams[]`",
     "priority": "`priorities[]`",
     "profile": "`profiles[]`",
-    "checkpoint": "`profiles[].checkpoint`",
+    "jobProfile": f"`jobProfiles[]`: kinds of batch job (Kueue-queued `{BATCH_API_VERSION}` "
+                  "Jobs)",
+    "checkpoint": "`profiles[].checkpoint`, `jobProfiles[].checkpoint`",
     "gpuIdle": "`profiles[].gpuIdle`",
     "checkpointStorage": "`checkpointStorage`",
 }
@@ -67,6 +70,11 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
                               "can run a CPU server beside them). A further GPU server is "
                               "refused before anything is created; CPU servers never "
                               "count."),
+        "jobProfiles": ("list", "The kinds of batch job users may submit: Kueue-queued "
+                        f"`{BATCH_API_VERSION}` Jobs in the team's namespace, on the same queues, quota "
+                        "and priorities as notebooks (admin guide, Job profiles)."),
+        "jobsPerUser": ("integer >= 0", "How many of one user's jobs may be queued or "
+                        "running at once."),
     },
     "pool": {
         "name": ("string", "AKS agent pool (or Node Auto Provisioning NodePool) name: "
@@ -182,6 +190,35 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
                        "says `enabled: false`."),
         "default": ("boolean", "Preselected on the form."),
     },
+    "jobProfile": {
+        "slug": ("DNS label", "The name users submit a job with."),
+        "displayName": ("string", "Title in job listings."),
+        "description": ("string", "What the job profile is for."),
+        "pool": ("pool name", "The pool the job's pods run on; or give `pools`."),
+        "pools": ("list of pool names", "Instead of `pool`: pools in order of preference, "
+                  "validated as a fallback profile's (same GPU resource and sharing mode, "
+                  "the pod fits a node of each, one order for all profiles)."),
+        "gpus": ("integer", "Units of the pool's GPU resource per pod; not on a CPU-only "
+                 "pool, where the pods ask for no GPU."),
+        "pods": ("integer >= 1", "Pods of one job. More than 1: an Indexed Job whose pods "
+                 f"get PyTorch DDP's rendezvous environment (`{ENV_MASTER_ADDR}`, "
+                 f"`{ENV_MASTER_PORT}`, `{ENV_WORLD_SIZE}`, `{ENV_RANK}`), admitted by "
+                 "Kueue all at once."),
+        "cpu": ("cpu quantity", "CPU guarantee and limit per pod; must fit the pool's node "
+                "as a notebook profile's `cpu` does."),
+        "memory": ("quantity", "Memory guarantee and limit per pod; must fit the node."),
+        "image": ("string", "The job's image; empty: the image of the user's running "
+                  "server."),
+        "priority": ("priority name", "The Kueue priority of the job."),
+        "maxRunTime": ("duration", "The Job's `activeDeadlineSeconds`: it fails once it "
+                       "has run this long, retries and restarts included."),
+        "retries": ("integer >= 0", "How often a crashed pod (a non-zero exit) is started "
+                    "again (the Job's `backoffLimit`). A disruption (spot eviction, "
+                    "preemption, a node going away) never counts against it."),
+        "checkpoint": ("mapping", "As a notebook profile's: the checkpoint PVC at the same "
+                       f"per-user path, `{ENV_CHECKPOINT_DIR}`, and the grace period."),
+        "allowedGroups": ("list of strings", "Groups that may submit it."),
+    },
     "checkpoint": {
         "enabled": ("boolean", "Mount the checkpoint PVC (per-user subPath) and set the "
                     "grace period."),
@@ -215,6 +252,10 @@ WORDS: dict[tuple[str, str], str | Parameter] = {
     ("profile", "allowedGroups"): "every team member",
     ("profile", "pools"): "`pool` only",
     ("profile", "checkpoint"): "off",
+    ("spec", "jobProfiles"): "none",
+    ("jobProfile", "allowedGroups"): "every team member",
+    ("jobProfile", "pools"): "`pool` only",
+    ("jobProfile", "checkpoint"): "off",
 }
 
 #: How a default of a field of each type is written.

@@ -4,7 +4,8 @@ Kueue is written to run in a pod behind a Service. Here it runs as a local proce
 with its webhook server on 127.0.0.1, so:
 
 * the webhook configurations are upstream's (``config/components/webhook``), kept
-  to the pod and ``kueue.x-k8s.io`` webhooks (only the ``pod`` integration runs),
+  to the webhooks of the integrations that run (pods and batch Jobs) and of
+  ``kueue.x-k8s.io``,
   with ``clientConfig.service`` replaced by ``url: https://127.0.0.1:<port><path>``;
 * the CRDs upstream serves through a conversion webhook get one at the same URL;
 * internal cert management stays *on* but is fed our own certs: with it off, Kueue
@@ -29,7 +30,7 @@ import yaml
 
 from ..bundle.kueueconfig import kueue_configuration
 from ..contract import KUEUE_API_VERSION as API_VERSION
-from ..contract import KUEUE_GROUP
+from ..contract import BATCH_GROUP, KUEUE_GROUP
 from .layout import HOST, Ports
 
 NAMESPACE = "kueue-system"
@@ -94,9 +95,10 @@ def configuration(ports: Ports, cert_dir: str) -> dict:
 
 
 def _ours(webhook: Mapping) -> bool:
-    """Webhooks on core pods or on Kueue's own objects (the ones Kueue serves here)."""
+    """Webhooks on core pods, batch Jobs or Kueue's own objects (the ones Kueue serves
+    here)."""
     groups = {g for rule in webhook.get("rules", []) for g in rule.get("apiGroups", [])}
-    return bool(groups & {"", KUEUE_GROUP})
+    return bool(groups & {"", BATCH_GROUP, KUEUE_GROUP})
 
 
 def _selectors(kustomization: Mapping) -> dict[str, dict]:

@@ -7,7 +7,10 @@ pods stay Pending. These are our own stages for the lifecycle the dev cluster ne
   keeping the capacity the node was created with (``builders.nodes.fake_node``).
 * ``node-heartbeat``: a Ready node refreshes its condition heartbeats every 20-25 s.
 * ``pod-ready``: a pending pod bound to a fake node gets a pod IP and runs.
-* ``pod-complete``: a running pod owned by a Job succeeds.
+* ``pod-complete``: a running pod owned by a Job succeeds: after the duration its
+  :data:`~jupyterhub_gpu.contract.RUN_FOR_ANNOTATION` gives (a Go duration such as
+  ``30s``, set on the Job's pod template), at once without it. Other pods (notebooks)
+  run until they are deleted.
 * ``pod-delete``: a pod being deleted goes away (kwok deletes it with grace 0; the
   object then disappears once Kueue has removed its finalizer).
 
@@ -16,6 +19,8 @@ The status templates are Go templates rendered by kwok; ``Now``, ``NodeIP``,
 """
 
 from __future__ import annotations
+
+from ..contract import RUN_FOR_ANNOTATION
 
 API_VERSION = "kwok.x-k8s.io/v1alpha1"
 NODE_REF = {"apiGroup": "v1", "kind": "Node"}
@@ -165,11 +170,18 @@ def pod_ready() -> dict:
 
 
 def pod_complete() -> dict:
+    """A Job's running pod succeeds after its run-for annotation's duration: kwok
+    reads a string delay as a Go duration, and with no value takes
+    ``durationMilliseconds`` (kwok v0.8.0, ``pkg/utils/lifecycle``). The pod's
+    deletion in the meantime (preemption, a node going away) is another stage's."""
+    run_for = f'.metadata.annotations["{RUN_FOR_ANNOTATION}"]'
     return _stage("pod-complete", POD_REF,
                   [_expr(".metadata.deletionTimestamp", "DoesNotExist"),
                    _expr(".status.phase", "In", "Running"),
                    _expr(".metadata.ownerReferences.[].kind", "In", "Job")],
-                  {"statusTemplate": _POD_COMPLETE})
+                  {"statusTemplate": _POD_COMPLETE},
+                  delay={"durationMilliseconds": 0,
+                         "durationFrom": {"jq": {"expression": run_for}}})
 
 
 def pod_delete() -> dict:

@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import NamedTuple
 
-from ..contract import POOL_ANNOTATION
+from ..contract import DISRUPTION_TARGET, POOL_ANNOTATION
 from . import status as st
 
 # The event source (component) of Karpenter, AKS's node auto-provisioner as well.
@@ -211,7 +211,7 @@ def stop_notice(pod: dict, workload: dict | None, queue: str, at: datetime,
     it (Kueue preemption or eviction, a node going away); None for a normal stop."""
     found = _preemption(pod, workload, queue)
     if found is None:
-        disruption = st.condition(pod, "DisruptionTarget")
+        disruption = st.condition(pod, DISRUPTION_TARGET)
         if not disruption:
             return None
         words = _DISRUPTION_WORDS.get(disruption.get("reason", ""), "its node went away")

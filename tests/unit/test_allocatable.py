@@ -125,7 +125,8 @@ def test_quota_on_a_pool_no_profile_of_the_team_may_use_is_warned(example_spec):
     example_spec["teams"][2]["quota"]["idle"] = 1
     assert check_warnings(parse_platform(example_spec)) == [
         "team 'data-science': quota: 2 GPUs of pool 'a100spot', but none of its profiles "
-        "(a100-training, a100-spot) allows the team's groups (data-science); the team's "
+        "(a100-training, a100-spot, a100-train, a100-ddp-2) allows the team's groups "
+        "(data-science); the team's "
         "users cannot use this quota, it can only be lent to the cohort",
         "team 'experimentation': quota: 1 GPU of pool 'idle', but no profile uses that pool; "
         "the team's users cannot use this quota, it can only be lent to the cohort"]

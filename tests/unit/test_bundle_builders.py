@@ -45,6 +45,9 @@ def test_namespace_and_hub_rbac(platform):
          "verbs": READ},
         {"apiGroups": ["visibility.kueue.x-k8s.io"],
          "resources": ["localqueues/pendingworkloads"], "verbs": READ},
+        # training jobs the hub submits for users, and a multi-pod job's rendezvous
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": [*READ, "create", "delete"]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": [*READ, "create", "delete"]},
     ]
     assert namespaces.hub_role_binding(team, hub) == {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -103,7 +106,7 @@ def test_checkpoint_claim_follows_the_spec(platform, example_spec):
                              "storageClassName": "azurefile-premium",
                              "resources": {"requests": {"storage": "1Ti"}}}
     del example_spec["checkpointStorage"]
-    for profile in example_spec["profiles"]:
+    for profile in example_spec["profiles"] + example_spec["jobProfiles"]:
         profile.pop("checkpoint", None)
     kinds = {o["kind"] for o in namespaces.team_objects(parse_platform(example_spec))}
     assert "PersistentVolumeClaim" not in kinds
@@ -112,7 +115,7 @@ def test_checkpoint_claim_follows_the_spec(platform, example_spec):
 def test_kueue_configuration_golden():
     config = kueueconfig.kueue_configuration()
     assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
-    assert config["integrations"] == {"frameworks": ["pod"]}
+    assert config["integrations"] == {"frameworks": ["pod", "batch/job"]}
     assert config["manageJobsWithoutQueueName"] is False
     assert config["managedJobsNamespaceSelector"] == {
         "matchLabels": {"jupyterhub-gpu/managed": "true"}}

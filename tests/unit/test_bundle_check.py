@@ -119,6 +119,13 @@ def _role_verbs(docs):
     role["rules"][2]["verbs"] = ["get"]
 
 
+def _no_job_create(docs):
+    role = next(d for d in docs if d["kind"] == "Role"
+                and d["metadata"]["namespace"] == "jhub-ml-eng")
+    rule = next(r for r in role["rules"] if r["apiGroups"] == ["batch"])
+    rule["verbs"].remove("create")
+
+
 def _no_cluster_role(docs):
     docs[:] = [d for d in docs if d["kind"] != "ClusterRole"]
 
@@ -251,9 +258,9 @@ DRIFTS = {
         "'nvidia.com/gpu.shared', found 'nvidia.com/gpu'"),
     "a framework added to Kueue's Configuration": (
         edit_yaml("config/kueue-configuration.yaml",
-                  lambda d: d[0]["integrations"]["frameworks"].append("batch/job")),
+                  lambda d: d[0]["integrations"]["frameworks"].append("jobset.x-k8s.io/jobset")),
         "config/kueue-configuration.yaml: Configuration: integrations.frameworks: "
-        "expected ['pod'], found ['pod', 'batch/job']"),
+        "expected ['pod', 'batch/job'], found ['pod', 'batch/job', 'jobset.x-k8s.io/jobset']"),
     "a fair-sharing weight under classical preemption": (
         edit_yaml("config/kueue.yaml", _fair_share_weight),
         "config/kueue.yaml: ClusterQueue ml-eng: spec.fairSharing: expected <missing>, found "
@@ -274,6 +281,11 @@ DRIFTS = {
         edit_yaml("config/team-namespaces.yaml", _role_verbs),
         "config/team-namespaces.yaml: Role jhub-experimentation/jupyterhub-gpu-hub: "
         "rules[2].verbs: expected ['get', 'list', 'watch'], found ['get']"),
+    "the hub may not create training jobs": (
+        edit_yaml("config/team-namespaces.yaml", _no_job_create),
+        "config/team-namespaces.yaml: Role jhub-ml-eng/jupyterhub-gpu-hub: rules[5].verbs: "
+        "expected ['get', 'list', 'watch', 'create', 'delete'], found ['get', 'list', "
+        "'watch', 'delete']"),
     "the hub's ClusterRole left out": (
         edit_yaml("config/team-namespaces.yaml", _no_cluster_role),
         "config/team-namespaces.yaml: ClusterRole jupyterhub-gpu-hub-jupyterhub: (object): "

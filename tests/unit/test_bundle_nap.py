@@ -116,7 +116,7 @@ def test_a_nap_pool_is_a_node_pool_and_node_class_not_an_aks_node_pool(example_s
 
 def test_on_demand_nap_pool(example_spec):
     example_spec["pools"][2]["spot"] = False
-    for profile in example_spec["profiles"]:
+    for profile in example_spec["profiles"] + example_spec["jobProfiles"]:
         profile.pop("checkpoint", None)
     node_pool = _by_kind(nap_objects(parse_platform(nap_spec(example_spec, "a100spot"))),
                          "NodePool")["a100spot"]

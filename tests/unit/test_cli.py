@@ -19,7 +19,7 @@ def test_validate_example(example_spec_path):
     result = run("validate", example_spec_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith(
-        "OK (5 pools, 3 teams, 3 priorities, 5 profiles)")
+        "OK (5 pools, 3 teams, 3 priorities, 5 profiles, 4 job profiles)")
 
 
 def test_validate_warns_about_quota_the_team_cannot_use(tmp_path, example_spec):
@@ -30,10 +30,11 @@ def test_validate_warns_about_quota_the_team_cannot_use(tmp_path, example_spec):
     assert result.returncode == 0, result.stderr
     assert result.stderr == (
         "warning: team 'data-science': quota: 1 GPU of pool 'a100spot', but none of its "
-        "profiles (a100-training, a100-spot) allows the team's groups (data-science); the "
+        "profiles (a100-training, a100-spot, a100-train, a100-ddp-2) allows the team's "
+        "groups (data-science); the "
         "team's users cannot use this quota, it can only be lent to the cohort\n")
     assert result.stdout.strip().endswith(
-        "OK (5 pools, 3 teams, 3 priorities, 5 profiles, 1 warning(s))")
+        "OK (5 pools, 3 teams, 3 priorities, 5 profiles, 4 job profiles, 1 warning(s))")
 
 
 def test_validate_lists_every_error(tmp_path, example_spec):

@@ -107,6 +107,7 @@ def test_a_cpu_pool_in_a_fallback_is_refused(example_spec, pools):
 def test_every_pool_of_a_fallback_profile_is_checked(example_spec):
     """The profile's cpu must fit a node of each pool, and its checkpoint grace each
     spot pool's eviction notice; the missing checkpoint storage is said once."""
+    del example_spec["jobProfiles"]  # notebook profiles only (test_job_profiles.py)
     example_spec["pools"].append({**_exclusive_a100("a100small"),
                                   "vmSize": "Standard_NC24ads_A100_v4", "cpusPerNode": 16})
     _profile(example_spec)["pools"] = ["a100spot", "a100small"]
@@ -118,6 +119,7 @@ def test_every_pool_of_a_fallback_profile_is_checked(example_spec):
 
 
 def test_two_profiles_may_not_prefer_two_pools_the_other_way_round(example_spec):
+    del example_spec["jobProfiles"]  # a job profile's order: test_job_profiles.py
     example_spec["profiles"].append(_copy_of_training(example_spec, "od-first",
                                                       ["a100", "a100spot"]))
     assert _errors(example_spec) == [
@@ -128,6 +130,7 @@ def test_two_profiles_may_not_prefer_two_pools_the_other_way_round(example_spec)
 
 
 def test_orders_that_form_a_cycle_are_refused_naming_the_profiles(example_spec):
+    del example_spec["jobProfiles"]
     example_spec["pools"].append(_exclusive_a100("a100b"))
     _profile(example_spec)["pools"] = ["a100spot", "a100"]
     example_spec["profiles"] += [_copy_of_training(example_spec, "second", ["a100", "a100b"]),

@@ -26,6 +26,8 @@ def _minimal(example_spec: dict) -> dict:
                           for p in example_spec["priorities"]]
     spec["profiles"] = [{k: example_spec["profiles"][0][k] for k in (
         "slug", "displayName", "pool", "cpu", "memory", "image", "priority")}]
+    spec["jobProfiles"] = [{k: example_spec["jobProfiles"][2][k] for k in (
+        "slug", "displayName", "pool", "cpu", "memory", "priority")}]
     return spec
 
 
@@ -38,7 +40,7 @@ def test_every_spec_field_fills_a_field_of_its_dataclass():
 def test_an_absent_field_gets_its_dataclass_default(example_spec):
     platform = parse_platform(_minimal(example_spec))
     parsed = {"team": platform.teams[0], "priority": platform.priorities[0],
-              "profile": platform.profiles[0]}
+              "profile": platform.profiles[0], "jobProfile": platform.job_profiles[0]}
     checked = 0
     for section, item in parsed.items():
         cls, keys = SCHEMA[section]
@@ -47,7 +49,7 @@ def test_an_absent_field_gets_its_dataclass_default(example_spec):
             if default is not REQUIRED:
                 assert getattr(item, attr) == default, (section, key)
                 checked += 1
-    assert checked >= 15
+    assert checked >= 20
     assert platform.checkpoint_storage is field_default("spec", "checkpointStorage") is None
 
 

@@ -179,7 +179,7 @@ async def test_a_server_keeps_its_grant_when_its_profile_leaves_the_spec(
     example_spec["profiles"] = [p for p in example_spec["profiles"]
                                 if p["slug"] != "a100-training"]
     del example_spec["checkpointStorage"]
-    for profile in example_spec["profiles"]:
+    for profile in example_spec["profiles"] + example_spec["jobProfiles"]:
         profile.pop("checkpoint", None)
     _write_spec(path, example_spec)
     assert running.platform.profile("a100-training") is None  # the spec has moved on

@@ -1,0 +1,209 @@
+"""A user's training job as a Kueue-queued ``batch/v1`` Job: pure, no I/O.
+
+:func:`build_job` turns a :class:`JobRequest` into the Job (and, for a job of several
+pods, the headless Service of their rendezvous). The Job runs in the user's team
+namespace, on the team's LocalQueue with the job profile's WorkloadPriorityClass, so
+Kueue queues, admits and preempts it like a notebook of that team; it gets the
+user's home and checkpoint volumes as their notebook pod has them, and the pool's
+GPU resource, selector and tolerations from the same pieces as the notebook pod
+(:mod:`jupyterhub_gpu.builders.pod`).
+
+A disruption -- spot eviction, Kueue preemption, a node going away: the pod
+condition ``DisruptionTarget`` -- starts the pod again without using up a retry
+(``podFailurePolicy`` action ``Ignore``); a crash, a non-zero exit, counts against
+``backoffLimit`` (the profile's ``retries``), except exit codes 126 and 127 (the
+shell could not run the command: not executable, not found), which fail the Job at
+once, since no retry can fix them. ``maxRunTime`` bounds all of it
+(``activeDeadlineSeconds``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, NamedTuple
+
+from ..contract import (BATCH_API_VERSION, COMPONENT_LABEL, DISRUPTION_TARGET, ENV_MASTER_ADDR,
+                        ENV_MASTER_PORT, ENV_NODE_RANK, ENV_RANK, ENV_WORLD_SIZE,
+                        JOB_COMPLETION_INDEX_ANNOTATION, JOB_COMPONENT, JOB_NAME_LABEL,
+                        JOB_PROFILE_LABEL, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL,
+                        USERNAME_KEY)
+from ..quantities import format_cpu, format_memory
+from ..spec import CheckpointStorage, JobProfile, Platform, Pool, Priority, Team
+from .pod import CHECKPOINT_VOLUME, checkpoint_parts, placement
+
+HOME_VOLUME = "home"
+CONTAINER = "job"
+#: the rendezvous port of rank 0 (PyTorch's default)
+RENDEZVOUS_PORT = 29500
+#: exit codes of a shell that could not run the command: retrying cannot help
+UNRUNNABLE_EXIT_CODES = (126, 127)
+
+POD_FAILURE_POLICY: Mapping[str, Any] = {"rules": (
+    {"action": "Ignore", "onPodConditions": ({"type": DISRUPTION_TARGET},)},
+    {"action": "FailJob", "onExitCodes": {"operator": "In", "values": UNRUNNABLE_EXIT_CODES}},
+    {"action": "Count", "onExitCodes": {"operator": "NotIn", "values": (0,)}},
+)}
+"""Rules apply in order, the first match wins: a disrupted pod's exit code (it may be
+killed with one) never counts."""
+
+
+@dataclass(frozen=True)
+class Home:
+    """The user's home volume as their notebook pod mounts it (:func:`home_of`)."""
+
+    claim_name: str
+    mount_path: str
+    sub_path: str = ""
+
+
+@dataclass(frozen=True)
+class JobGrant:
+    """A job profile a user may submit, resolved for their team."""
+
+    profile: JobProfile
+    team: Team
+    priority: Priority
+    pools: tuple[Pool, ...]  # the preferred first
+
+    @classmethod
+    def of(cls, platform: Platform, profile: JobProfile, team: Team) -> "JobGrant":
+        return cls(profile, team, platform.priority(profile.priority),
+                   platform.pools_of(profile))
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """Everything a Job is built from."""
+
+    name: str  # the Job's name: a DNS label, unique in the namespace
+    #: the user's name as KubeSpawner expands ``{username}`` for their notebook (its
+    #: ``slug_scheme``): their directory on the checkpoint PVC, and a label value
+    user_slug: str
+    grant: JobGrant
+    image: str  # the user's running server's, or the spec's
+    command: tuple[str, ...]
+    home: Home | None = None
+    checkpoint_storage: CheckpointStorage | None = None
+
+
+class JobManifests(NamedTuple):
+    job: dict
+    service: dict | None  # a multi-pod job's headless Service
+
+
+def home_of(pod: Mapping[str, Any]) -> Home | None:
+    """The home volume of a notebook pod: its one claim other than the checkpoint
+    PVC, where its container mounts it."""
+    spec = pod.get("spec") or {}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
+              for v in spec.get("volumes") or [] if v.get("persistentVolumeClaim")
+              and v["name"] != CHECKPOINT_VOLUME}
+    for container in spec.get("containers") or []:
+        for mount in container.get("volumeMounts") or []:
+            if mount["name"] in claims:
+                return Home(claims[mount["name"]], mount["mountPath"],
+                            mount.get("subPath") or "")
+    return None
+
+
+def _volumes(req: JobRequest) -> tuple[list[dict], list[dict], dict[str, str]]:
+    """(volumes, mounts, environment): the home and the checkpoint directory."""
+    volumes, mounts, env = checkpoint_parts(req.checkpoint_storage,
+                                            req.grant.profile.checkpoint, sub_path=req.user_slug)
+    if req.home is not None:
+        volumes.insert(0, {"name": HOME_VOLUME,
+                           "persistentVolumeClaim": {"claimName": req.home.claim_name}})
+        mount = {"name": HOME_VOLUME, "mountPath": req.home.mount_path}
+        mounts.insert(0, {**mount, "subPath": req.home.sub_path} if req.home.sub_path
+                      else mount)
+    return volumes, mounts, env
+
+
+def _rendezvous(req: JobRequest) -> list[dict]:
+    """PyTorch DDP's ``env://`` variables: rank 0's pod (hostname ``<job>-0`` under the
+    headless Service's subdomain) and this pod's rank, its completion index."""
+    index = {"valueFrom": {"fieldRef": {
+        "fieldPath": f"metadata.annotations['{JOB_COMPLETION_INDEX_ANNOTATION}']"}}}
+    return [{"name": ENV_MASTER_ADDR, "value": f"{req.name}-0.{req.name}"},
+            {"name": ENV_MASTER_PORT, "value": str(RENDEZVOUS_PORT)},
+            {"name": ENV_WORLD_SIZE, "value": str(req.grant.profile.pods)},
+            {"name": ENV_RANK, **index}, {"name": ENV_NODE_RANK, **index}]
+
+
+def _container(req: JobRequest, mounts: list[dict], env: dict[str, str]) -> dict:
+    profile, pool = req.grant.profile, req.grant.pools[0]
+    resources = {"cpu": format_cpu(profile.cpu), "memory": format_memory(profile.memory_bytes),
+                 **pool.gpu_resources(profile.units)}  # one GPU resource on every pool
+    variables = [{"name": k, "value": v} for k, v in env.items()]
+    if profile.pods > 1:
+        variables += _rendezvous(req)
+    container = {"name": CONTAINER, "image": req.image, "command": list(req.command),
+                 "env": variables, "volumeMounts": mounts,
+                 "resources": {"requests": resources, "limits": dict(resources)}}
+    if req.home is not None:
+        container["workingDir"] = req.home.mount_path
+    return container
+
+
+def labels(req: JobRequest) -> dict[str, str]:
+    """The labels of the Job's pods (the Job has them too, and Kueue's)."""
+    return {JOB_PROFILE_LABEL: req.grant.profile.slug, TEAM_LABEL: req.grant.team.name,
+            USERNAME_KEY: req.user_slug, COMPONENT_LABEL: JOB_COMPONENT}
+
+
+def _pod_spec(req: JobRequest) -> dict:
+    profile = req.grant.profile
+    volumes, mounts, env = _volumes(req)
+    selector, tolerations, affinity = placement(req.grant.pools)
+    spec: dict[str, Any] = {"restartPolicy": "Never",  # podFailurePolicy requires it
+                            "automountServiceAccountToken": False,
+                            "containers": [_container(req, mounts, env)],
+                            "volumes": volumes, "nodeSelector": selector,
+                            "tolerations": tolerations}
+    if affinity:
+        spec["affinity"] = {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": affinity}}}
+    if profile.checkpoint.enabled:
+        spec["terminationGracePeriodSeconds"] = profile.checkpoint.grace_period_seconds
+    if profile.pods > 1:
+        spec["subdomain"] = req.name
+    return spec
+
+
+def _service(req: JobRequest) -> dict:
+    """The headless Service that gives each pod of the job a DNS name."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": req.name, "namespace": req.grant.team.namespace,
+                         "labels": labels(req)},
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                     "selector": {JOB_NAME_LABEL: req.name},
+                     "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT}]}}
+
+
+def _plain(value: Any) -> Any:
+    """Tuples and read-only mappings as JSON's lists and dicts."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def build_job(req: JobRequest) -> JobManifests:
+    """The Job for ``req`` (and the Service of a multi-pod one)."""
+    profile, team = req.grant.profile, req.grant.team
+    spec: dict[str, Any] = {
+        "parallelism": profile.pods, "completions": profile.pods,
+        "backoffLimit": profile.retries,
+        "activeDeadlineSeconds": profile.max_run_seconds,
+        "podFailurePolicy": _plain(POD_FAILURE_POLICY),
+        "template": {"metadata": {"labels": labels(req)}, "spec": _pod_spec(req)},
+    }
+    if profile.pods > 1:
+        spec["completionMode"] = "Indexed"
+    job = {"apiVersion": BATCH_API_VERSION, "kind": "Job",
+           "metadata": {"name": req.name, "namespace": team.namespace,
+                        "labels": {**labels(req), QUEUE_LABEL: team.local_queue,
+                                   PRIORITY_LABEL: req.grant.priority.name}},
+           "spec": spec}
+    return JobManifests(job, _service(req) if profile.pods > 1 else None)
