@@ -203,7 +203,9 @@ async def spawn(cluster, cluster_spec_path):
         spawner.user_options = {"profile": profile}
         await spawner._run_apply_user_options(spawner.user_options)
         started.append(spawner)
-        task = asyncio.ensure_future(spawner.start())
+        # as JupyterHub's User.spawn does: the start gets the spawner's start_timeout
+        # (the profile's queue patience plus its start timeout), then it is cancelled
+        task = asyncio.ensure_future(asyncio.wait_for(spawner.start(), spawner.start_timeout))
         if wait:
             await task
             return spawner

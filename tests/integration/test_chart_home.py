@@ -163,6 +163,11 @@ async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
     await home_storage.home(team.namespace, claim_name, storage)
     await wait_for(lambda: _quota_free(kube, team.namespace), timeout=120,
                    what=f"earlier tests' quota in {team.namespace} to be released")
+    # An earlier test's node, empty since its server stopped, is being removed: a pod
+    # bound to it in that moment is evicted by Karpenter ("Empty"). A new node each time.
+    for name in profile.pool_names:
+        await wait_for(lambda: kube.pool_is_empty(name), timeout=120,
+                       what=f"pool {name}'s earlier node to go")
     spawner = await spawn(user, [group], slug, config=hub_config)
 
     raw = await kube.core.read_namespaced_pod(spawner.pod_name, team.namespace)
