@@ -55,7 +55,7 @@ _locks: dict[tuple, asyncio.Lock] = {}
 _failed_at: dict[tuple, float] = {}
 
 
-async def _namespace_watch(spawner: Any, kind: str, reflector_class: type, namespace: str,
+async def namespace_watch(spawner: Any, kind: str, reflector_class: type, namespace: str,
                            **kwargs: Any) -> Any:
     """The hub's shared ``kind`` watch of ``namespace``, started if need be; None while it
     cannot run. It is stored under KubeSpawner's key, so a spawn in that namespace
@@ -83,7 +83,8 @@ async def _namespace_watch(spawner: Any, kind: str, reflector_class: type, names
                 del spawner.reflectors[key]
             _failed_at[key] = time.monotonic()
             spawner.log.warning("Cannot watch %s in namespace %s (%s): the availability of "
-                                "profiles is unknown until it can", kind, namespace, e)
+                                "profiles and the stop notices that read them are "
+                                "incomplete until it can", kind, namespace, e)
             return None
         if running is not None:
             await running.stop()
@@ -106,8 +107,8 @@ async def cluster_now(spawner: Any, platform: Platform, team: Team) -> Cluster:
     labels = {COMPONENT_LABEL: spawner.component_label}
     nodes, workloads, *pods = await asyncio.gather(
         _node_watch(spawner),
-        _namespace_watch(spawner, "workloads", WorkloadReflector, team.namespace),
-        *(_namespace_watch(spawner, "pods", RecordingPodReflector, ns, labels=labels)
+        namespace_watch(spawner, "workloads", WorkloadReflector, team.namespace),
+        *(namespace_watch(spawner, "pods", RecordingPodReflector, ns, labels=labels)
           for ns in namespaces))
     every_pod = (None if any(p is None for p in pods)
                  else [pod for reflector in pods for pod in reflector.resources.values()])
