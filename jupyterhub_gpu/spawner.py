@@ -73,7 +73,7 @@ from .builders.pod import (Grant, OptionsRejected, SpawnSettings, UserRef, autho
                            merge_traits, spawn_settings)
 from .cull.notice import deadline_env
 from .form import render_form, user_profiles_url
-from .hubapi import namespace_watch
+from .kueue.watches import namespace_watch
 from .kueue import status as kstatus
 from .kueue.messages import Preemptor, Stage, preempting_job, stop_notice
 from .kueue.reflectors import RecordingPodReflector, WorkloadReflector

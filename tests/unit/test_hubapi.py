@@ -15,6 +15,7 @@ from traitlets.config import Config
 
 from jupyterhub_gpu import configure_hub, hubapi
 from jupyterhub_gpu.form import render_form, user_profiles_url
+from jupyterhub_gpu.kueue import watches
 from jupyterhub_gpu.kueue.reflectors import RecordingPodReflector
 
 NS = "jhub-test-watch"
@@ -75,7 +76,7 @@ async def test_one_watch_per_namespace_however_many_ask(spawner):
 async def test_a_watch_that_cannot_start_is_retried_at_most_every_minute(
         spawner, monkeypatch, caplog):
     clock = [1000.0]
-    monkeypatch.setattr(hubapi.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(watches.time, "monotonic", lambda: clock[0])
     Reflector.fail = True
     caplog.set_level(logging.WARNING)
     assert await hubapi.namespace_watch(spawner, "pods", Reflector, NS) is None
