@@ -42,32 +42,43 @@ async def _evicted_for_readiness(jobs: Jobs, uid: str) -> dict | None:
 
 async def test_a_job_whose_pods_cannot_all_start_is_evicted_and_requeued(
         hub_batch, kube, cluster_platform):  # noqa: F811
-    """Quota for both pods, but the pool may have one node: one pod runs, the other
-    finds no machine. Kueue evicts the job after the timeout and requeues it, instead of
-    the running pod holding its GPU until maxRunTime."""
+    """Quota for both pods, but the pool may have one node, and has it already (a pod
+    outside Kueue holds it, with room for one of the job's pods): one pod runs, the
+    other finds no machine. Kueue evicts the job after the timeout and requeues it,
+    instead of the running pod holding its GPU until maxRunTime. (Karpenter exceeds a
+    NodePool's node limit when it launches several NodeClaims in one batch, so the
+    limit is reached before the job's pods come.)"""
     pool = cluster_platform.pool("t4train")
     jobs = Jobs(kube, TRAINERS)
 
-    async def at_most_one_node():
-        return len(await kube.pool_nodes(pool.name)) <= 1
+    async def no_node():
+        return not await kube.pool_nodes(pool.name)
 
-    await wait_for(at_most_one_node, timeout=180, what="pool t4train down to one node")
+    await wait_for(no_node, timeout=180, what="pool t4train to have no node left")
     await kube.set_node_limit(pool.name, 1)
+    pin = {"metadata": {"name": "pin-t4train", "namespace": "default"},
+           "spec": {"nodeSelector": dict(pool.node_selector),
+                    "tolerations": [t.toleration() for t in pool.taints],
+                    "containers": [{"name": "pin", "image": "pause",
+                                    "resources": {"requests": {"cpu": "10m"}}}]}}
+    await kube.core.create_namespaced_pod("default", pin)
     try:
+        async def pinned():
+            pod = await kube.core.read_namespaced_pod("pin-t4train", "default")
+            return pod.status.phase == "Running"
+
+        await wait_for(pinned, timeout=90, what="the pool's one node")
         gang = await hub_batch(build_job(_request(cluster_platform, "t4-ddp-2", "gang")),
                                run_for="30m")
         uid = gang.metadata.uid
         admitted = await wait_for(lambda: jobs.admitted(uid), timeout=60, what="admission")
         assert admitted["status"]["admission"]["podSetAssignments"][0]["count"] == 2
 
-        seen: list[list[str]] = []
-
         async def half_started():
-            seen.append(await _phases(jobs, "gang"))
-            return seen[-1] == ["Pending", "Running"]
+            return await _phases(jobs, "gang") == ["Pending", "Running"]
 
-        await wait_for(half_started, timeout=90,
-                       what=f"one pod running, one without a node (saw {seen})")
+        await wait_for(half_started, timeout=90, what="one pod running, one without a node")
+        assert len(await kube.pool_nodes(pool.name)) == 1
         workload = await wait_for(lambda: _evicted_for_readiness(jobs, uid),
                                   timeout=pods_ready_timeout(cluster_platform) + 90,
                                   interval=1, what="Kueue to evict the half-started job")
@@ -83,6 +94,7 @@ async def test_a_job_whose_pods_cannot_all_start_is_evicted_and_requeued(
         assert workload["spec"].get("active", True), "requeued, not deactivated"
         assert not _condition(await jobs.job("gang"), "Failed")
     finally:
+        await kube.core.delete_namespaced_pod("pin-t4train", "default", grace_period_seconds=0)
         await kube.restore_node_limit(pool)
 
 
