@@ -185,9 +185,12 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
 #: on a Job's pod template in the dev cluster: how long its pods run (a Go duration,
-#: e.g. ``30s``) before they succeed; without it they succeed at once
-#: (:mod:`jupyterhub_gpu.devcluster.stages`)
+#: e.g. ``30s``) before they succeed, kwok alone playing their kubelet; without it the
+#: demo's pod runner runs the container's command (:mod:`jupyterhub_gpu.devcluster.stages`)
 RUN_FOR_ANNOTATION = PREFIX + "run-for"
+#: on a Job's pod in the dev cluster: the exit code of the process the pod runner ran
+#: for it, which kwok turns into the pod's phase and its container's exit code
+EXIT_CODE_ANNOTATION = PREFIX + "exit-code"
 
 # -- NVIDIA: device plugin, GPU feature discovery, MIG manager -----------------------
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
@@ -46,49 +45,8 @@ from .availability import Cluster, user_availability
 from .contract import COMPONENT_LABEL, PROFILES_API_PATH, USER_PROFILES_API_PATH
 from .form import REFRESH_SECONDS, profile_card
 from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
+from .kueue.watches import RETRY_SECONDS, _failed_at, namespace_watch  # noqa: F401
 from .spec import Platform, Team
-
-#: the least time between two attempts to start a watch that failed
-RETRY_SECONDS = 60
-
-_locks: dict[tuple, asyncio.Lock] = {}
-_failed_at: dict[tuple, float] = {}
-
-
-async def _namespace_watch(spawner: Any, kind: str, reflector_class: type, namespace: str,
-                           **kwargs: Any) -> Any:
-    """The hub's shared ``kind`` watch of ``namespace``, started if need be; None while it
-    cannot run. It is stored under KubeSpawner's key, so a spawn in that namespace
-    uses the same one (and one this starts replaces a failed one there)."""
-    if spawner.enable_user_namespaces:
-        return None  # one watch of every namespace: not what GPUSpawner's teams use
-    key = (kind, namespace)  # KubeSpawner._get_reflector_key in ``namespace``
-    async with _locks.setdefault(key, asyncio.Lock()):
-        running = spawner.reflectors.get(key)
-        if running is not None and not poolnodes.failed(running):
-            try:
-                await running.first_load_future
-                return running
-            except Exception:  # noqa: BLE001 - failed: start another below
-                pass
-        if time.monotonic() - _failed_at.get(key, float("-inf")) < RETRY_SECONDS:
-            return None
-        reflector = reflector_class(parent=spawner, namespace=namespace, **kwargs)
-        spawner.reflectors[key] = reflector
-        try:
-            await reflector.start()
-            await reflector.first_load_future
-        except Exception as e:  # noqa: BLE001 - the API answers without it
-            if spawner.reflectors.get(key) is reflector:
-                del spawner.reflectors[key]
-            _failed_at[key] = time.monotonic()
-            spawner.log.warning("Cannot watch %s in namespace %s (%s): the availability of "
-                                "profiles is unknown until it can", kind, namespace, e)
-            return None
-        if running is not None:
-            await running.stop()
-        return reflector
-
 
 async def _node_watch(spawner: Any) -> Any:
     await spawner._watch_nodes(retry=False)  # the hub's one node watch
@@ -106,8 +64,8 @@ async def cluster_now(spawner: Any, platform: Platform, team: Team) -> Cluster:
     labels = {COMPONENT_LABEL: spawner.component_label}
     nodes, workloads, *pods = await asyncio.gather(
         _node_watch(spawner),
-        _namespace_watch(spawner, "workloads", WorkloadReflector, team.namespace),
-        *(_namespace_watch(spawner, "pods", RecordingPodReflector, ns, labels=labels)
+        namespace_watch(spawner, "workloads", WorkloadReflector, team.namespace),
+        *(namespace_watch(spawner, "pods", RecordingPodReflector, ns, labels=labels)
           for ns in namespaces))
     every_pod = (None if any(p is None for p in pods)
                  else [pod for reflector in pods for pod in reflector.resources.values()])

@@ -73,8 +73,9 @@ from .builders.pod import (Grant, OptionsRejected, SpawnSettings, UserRef, autho
                            merge_traits, spawn_settings)
 from .cull.notice import deadline_env
 from .form import render_form, user_profiles_url
+from .kueue.watches import namespace_watch
 from .kueue import status as kstatus
-from .kueue.messages import Stage, stop_notice
+from .kueue.messages import Preemptor, Stage, preempting_job, stop_notice
 from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
 from .kueue.start import QueuedStart
 from .kueue.start import progress as queue_progress
@@ -412,6 +413,7 @@ class GPUSpawner(KubeSpawner):
     @spec_only
     async def poll(self):
         await self._watch_nodes(retry=False)  # after a hub restart, with servers running
+        await self._watch_cohort_workloads()
         pods = await self._start_watching_pods()
         key = f"{self.namespace}/{self.pod_name}"
         uid = getattr(self, "pod_id", None)  # KubeSpawner sets it once a start succeeded
@@ -427,6 +429,25 @@ class GPUSpawner(KubeSpawner):
             return None
         candidates = [*reflector.resources.values(), *reflector.graveyard.buried()]
         return kstatus.workload_for(pod, candidates)
+
+    def _cohort_namespaces(self) -> list[str]:
+        """Where Kueue may find what preempts our server: its team's cohort."""
+        grant = self.gpu_grant
+        return self._grant_platform.cohort_namespaces(grant.team) if grant else []
+
+    async def _watch_cohort_workloads(self) -> None:
+        """The hub's shared Workload watch of each cohort namespace (one per namespace
+        for all spawners, under KubeSpawner's key; the bundle's Role in every team
+        namespace already lets the hub read Workloads), started once."""
+        for namespace in self._cohort_namespaces():
+            await namespace_watch(self, "workloads", WorkloadReflector, namespace)
+
+    def _preemptor(self, workload: dict | None) -> Preemptor | None:
+        """The training job Kueue preempted our server for, from the shared watches."""
+        watches = [self.reflectors.get(("workloads", ns)) for ns in self._cohort_namespaces()]
+        candidates = [w for r in watches if r is not None
+                      for w in (*r.resources.values(), *r.graveyard.buried())]
+        return preempting_job(workload, candidates, self._grant_platform)
 
     def _checkpoint_dir(self, slug: str) -> str | None:
         """Where a stopped server of profile ``slug`` keeps its checkpoints: by the
@@ -447,8 +468,10 @@ class GPUSpawner(KubeSpawner):
             return False
         labels = pod["metadata"].get("labels") or {}
         slug = labels.get(PROFILE_LABEL, "")
-        notice = stop_notice(pod, self._workload_of(pod), labels.get(QUEUE_LABEL, ""),
-                             datetime.now(timezone.utc), self._checkpoint_dir(slug))
+        workload = self._workload_of(pod)
+        notice = stop_notice(pod, workload, labels.get(QUEUE_LABEL, ""),
+                             datetime.now(timezone.utc), self._checkpoint_dir(slug),
+                             self._preemptor(workload))
         if notice is None:
             return False
         if self.gpu_stop_notice is None:

@@ -349,6 +349,11 @@ class Platform:
     def priority(self, name: str) -> Priority:
         return next(p for p in self.priorities if p.name == name)
 
+    def cohort_namespaces(self, team: Team) -> list[str]:
+        """The namespaces of ``team``'s cohort (its own included): Kueue borrows and
+        preempts within a cohort only."""
+        return sorted({t.namespace for t in self.teams if t.cohort == team.cohort})
+
     def profile(self, slug: str) -> Profile | None:
         return next((p for p in self.profiles if p.slug == slug), None)
 

@@ -103,10 +103,12 @@ def check_kueue(platform: Platform, file: str, docs: list) -> list[Drift]:
     return compare_objects(file, kueue_objects(platform), docs)
 
 
-def check_preemption_model(file: str, docs: list, configuration: Any = None) -> list[Drift]:
+def check_preemption_model(platform: Platform, file: str, docs: list,
+                           configuration: Any = None) -> list[Drift]:
     """Fields of the Kueue objects that Kueue ignores under the preemption model of
     ``configuration`` (default: the shipped Configuration)."""
-    config = configuration if isinstance(configuration, dict) else kueue_configuration()
+    config = (configuration if isinstance(configuration, dict)
+              else kueue_configuration(platform))
     model = model_of(config)
     return [Drift(file, obj, path, MISSING, value, f"{why}; Kueue runs {model}")
             for obj, path, value, why in ignored_fields(config, docs)]
@@ -146,10 +148,10 @@ def check_device_plugin(platform: Platform, file: str, docs: list) -> list[Drift
     return drifts
 
 
-def check_kueue_configuration(file: str, docs: list) -> list[Drift]:
+def check_kueue_configuration(platform: Platform, file: str, docs: list) -> list[Drift]:
     found = docs[0] if docs else MISSING
     return [Drift(file, "Configuration", f, e, a)
-            for f, e, a in field_diffs(kueue_configuration(), found)]
+            for f, e, a in field_diffs(kueue_configuration(platform), found)]
 
 
 #: Why the hub's cluster-scoped RBAC must be what the bundle generates.

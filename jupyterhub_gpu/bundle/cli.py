@@ -92,12 +92,12 @@ def run_checks(platform, bundle: Bundle, hub: HubRef) -> list[Drift]:
         drifts += check_device_plugin(platform, *bundle.device_plugin)
     selector = config = None
     if bundle.kueue_configuration:
-        drifts += check_kueue_configuration(*bundle.kueue_configuration)
+        drifts += check_kueue_configuration(platform, *bundle.kueue_configuration)
         docs = bundle.kueue_configuration[1]
         config = docs[0] if docs else None
         selector = (config or {}).get("managedJobsNamespaceSelector")
     if bundle.kueue:  # these say why; they replace a plain difference in the same field
-        explained = check_preemption_model(*bundle.kueue, config)
+        explained = check_preemption_model(platform, *bundle.kueue, config)
         keys = {(d.file, d.obj, d.field) for d in explained}
         drifts = [d for d in drifts if (d.file, d.obj, d.field) not in keys] + explained
     if bundle.team_namespaces:

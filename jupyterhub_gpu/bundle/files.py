@@ -57,7 +57,7 @@ _NO_NAP_POOL = ("# No pool has autoscaler: node-auto-provisioning, so there is n
 
 def _renderers(platform: Platform, hub: HubRef) -> dict[str, Callable[[], str]]:
     return {
-        "kueue-configuration": lambda: _yaml([kueue_configuration()]),
+        "kueue-configuration": lambda: _yaml([kueue_configuration(platform)]),
         "team-namespaces": lambda: _yaml(team_objects(platform, hub)),
         "terraform-pools": lambda: json.dumps(tfvars(platform), indent=2) + "\n",
         "helm-values": lambda: _yaml([generated_values(platform)]),

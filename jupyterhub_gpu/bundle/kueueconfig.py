@@ -1,8 +1,9 @@
 """Kueue's manager ``Configuration`` (``config.kueue.x-k8s.io/v1beta2``) for AKS.
 
-It does not depend on the spec: every team namespace carries the same label
-(:data:`~jupyterhub_gpu.contract.MANAGED_LABEL`), so adding a team never means
-restarting Kueue.
+Which namespaces Kueue manages does not depend on the spec: every team namespace
+carries the same label (:data:`~jupyterhub_gpu.contract.MANAGED_LABEL`), so adding a
+team never means restarting Kueue. Only ``waitForPodsReady`` is derived from the
+spec (:func:`wait_for_pods_ready`).
 
 * the ``pod`` integration (notebooks are plain pods) and ``batch/job`` (training
   jobs, :mod:`jupyterhub_gpu.builders.job`);
@@ -16,7 +17,9 @@ restarting Kueue.
 * ``manageJobsWithoutQueueName: false``: a pod without a queue label is not held;
 * no ``fairSharing`` section: Kueue runs classical preemption, the model the
   ClusterQueues are built for (:mod:`~jupyterhub_gpu.builders.preemption`); with
-  fair sharing on, their ``borrowWithinCohort`` would be ignored.
+  fair sharing on, their ``borrowWithinCohort`` would be ignored;
+* ``waitForPodsReady``: all-or-nothing admission for multi-pod jobs
+  (:func:`wait_for_pods_ready`).
 
 Install it with Kueue's Helm chart: ``--set-file
 managerConfig.controllerManagerConfigYaml=config/kueue-configuration.yaml`` (the
@@ -28,6 +31,8 @@ from __future__ import annotations
 from ..builders.preemption import FAIR_SHARING_KEY
 from ..contract import KUEUE_CONFIG_API_VERSION as CONFIG_API_VERSION
 from ..contract import BATCH_GROUP, KUEUE_GROUP, MANAGED_LABEL
+from ..quantities import format_duration
+from ..spec import Platform
 
 #: Kueue's integrations: notebooks' plain pods and training jobs' batch Jobs
 FRAMEWORKS = ("pod", f"{BATCH_GROUP}/job")
@@ -38,7 +43,63 @@ POLICY_KEYS = ("manageJobsWithoutQueueName", "managedJobsNamespaceSelector", "in
 (the dev cluster runs Kueue with the shipped values of these)."""
 
 
-def kueue_configuration() -> dict:
+#: beyond the slowest boot and start: Karpenter's batching window (up to 10 s), a
+#: NodeClaim's registration, the scheduler's retry, the kubelet's first readiness
+READY_MARGIN_SECONDS = 60
+#: requeues after a timeout before Kueue deactivates the Workload (``spec.active``)
+REQUEUE_LIMIT = 3
+#: the first requeue waits about this long, each next one twice as long ...
+REQUEUE_BACKOFF_BASE_SECONDS = 60
+#: ... up to this
+REQUEUE_BACKOFF_MAX_SECONDS = 1800
+
+
+def pods_ready_timeout(platform: Platform) -> int:
+    """Seconds an admitted workload has to get all its pods Ready: the slowest pool's
+    ``bootTime`` plus the longest profile ``startTimeout``, plus
+    :data:`READY_MARGIN_SECONDS`.
+
+    Kueue applies ``waitForPodsReady`` to every workload it admits, notebooks too
+    (Kueue 0.17: counted from the ``Admitted`` condition; a plain pod that runs out of
+    it is deleted, and a notebook server with it). An admitted notebook may wait for a
+    new node of its pool (``bootTime``) and then take its profile's ``startTimeout``
+    (the image pull and the server's start) before it is Ready; so no notebook that
+    starts within what the spec allows is ever evicted, whichever pool and profile.
+    Job profiles have no start timeout of their own: their pods get the same window.
+    """
+    boot = max((p.boot_seconds for p in platform.pools), default=0)
+    start = max((p.start_timeout_seconds for p in platform.profiles), default=0)
+    return boot + start + READY_MARGIN_SECONDS
+
+
+def wait_for_pods_ready(platform: Platform) -> dict:
+    """Kueue's all-or-nothing admission: an admitted workload whose pods are not all
+    Ready within :func:`pods_ready_timeout` (e.g. the second pod of a two-pod job finds
+    no node: the pool is at ``maxNodes``, or spot capacity is gone) is evicted, its
+    quota released and it is requeued, instead of holding the GPUs its running pods
+    already got until ``maxRunTime``.
+
+    * ``blockAdmission: false``: with ``true`` Kueue admits nothing anywhere while any
+      admitted workload is not Ready, so every team's spawns would wait behind one
+      node's boot (minutes on AKS), and pools scale up one workload at a time. The
+      quota already bounds what is admitted to what the pools' nodes can hold; the
+      timeout undoes the rare partial start.
+    * ``recoveryTimeout``: the same window for a running job whose pod was disrupted
+      (its node went away) to get its replacement Ready, on a new node if need be.
+    * ``requeuingStrategy``: requeued by the eviction's time (behind what queued
+      meanwhile), after a backoff of about 1, 2, 4 minutes (at most 30), and
+      deactivated after :data:`REQUEUE_LIMIT` timeouts, so a job that can never start
+      whole stops asking (``kubectl get workloads`` shows it inactive).
+    """
+    timeout = format_duration(pods_ready_timeout(platform))
+    return {"timeout": timeout, "blockAdmission": False, "recoveryTimeout": timeout,
+            "requeuingStrategy": {"timestamp": "Eviction",
+                                  "backoffLimitCount": REQUEUE_LIMIT,
+                                  "backoffBaseSeconds": REQUEUE_BACKOFF_BASE_SECONDS,
+                                  "backoffMaxSeconds": REQUEUE_BACKOFF_MAX_SECONDS}}
+
+
+def kueue_configuration(platform: Platform) -> dict:
     """The manager configuration Kueue's chart puts in ``kueue-manager-config``."""
     return {
         "apiVersion": CONFIG_API_VERSION,
@@ -54,4 +115,5 @@ def kueue_configuration() -> dict:
         "manageJobsWithoutQueueName": False,
         "managedJobsNamespaceSelector": {"matchLabels": {MANAGED_LABEL: "true"}},
         "integrations": {"frameworks": list(FRAMEWORKS)},
+        "waitForPodsReady": wait_for_pods_ready(platform),
     }

@@ -114,7 +114,7 @@ def _write_configs(platform: Platform, layout: Layout, ports: Ports, pki: pkimod
     layout.karpenter_instance_types.write_text(instance_types_json(platform))
     layout.kwok_config.write_text(yaml.safe_dump_all(stages.stages(), sort_keys=False))
     layout.kueue_config.write_text(yaml.safe_dump(
-        kueue_setup.configuration(ports, str(layout.kueue_cert_dir)), sort_keys=False))
+        kueue_setup.configuration(platform, ports, str(layout.kueue_cert_dir)), sort_keys=False))
     layout.cluster_file.write_text(json.dumps({
         "server": server, "ports": ports.as_dict(),
         "binaries": {k: str(v) for k, v in bins.items()}, "started_at": time.time()},

@@ -31,6 +31,7 @@ import yaml
 from ..bundle.kueueconfig import kueue_configuration
 from ..contract import KUEUE_API_VERSION as API_VERSION
 from ..contract import BATCH_GROUP, KUEUE_GROUP
+from ..spec import Platform
 from .layout import HOST, Ports
 
 NAMESPACE = "kueue-system"
@@ -88,10 +89,10 @@ def overlaid(base: Mapping, overlay: Mapping) -> dict:
     return out
 
 
-def configuration(ports: Ports, cert_dir: str) -> dict:
-    """The Configuration the dev cluster's Kueue runs: the shipped one with
-    :func:`dev_overlay` laid over it."""
-    return overlaid(kueue_configuration(), dev_overlay(ports, cert_dir))
+def configuration(platform: Platform, ports: Ports, cert_dir: str) -> dict:
+    """The Configuration the dev cluster's Kueue runs: the one shipped for
+    ``platform`` with :func:`dev_overlay` laid over it."""
+    return overlaid(kueue_configuration(platform), dev_overlay(ports, cert_dir))
 
 
 def _ours(webhook: Mapping) -> bool:

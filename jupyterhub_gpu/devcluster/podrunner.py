@@ -1,4 +1,4 @@
-"""The demo's stand-in kubelet for notebook pods.
+"""The demo's stand-in kubelet for notebook pods and training Jobs' pods.
 
 kwok marks pods Running but runs no containers. For every running single-user pod,
 the runner starts a real ``jupyterhub-singleuser`` (with JupyterLab) with that pod's environment,
@@ -13,6 +13,12 @@ package's data files (the Jupyter Server extensions' config, JupyterLab's settin
 prebuilt GPU status extension), which pip installs into the image but not into an
 editable install, are copied into a prefix of the runner's own
 (:func:`jupyterhub_gpu.datafiles.lay_out`) that the servers' Jupyter paths point at.
+
+A training Job's pod without kwok's run-for annotation gets its container's command
+run as a real process (:mod:`jupyterhub_gpu.devcluster.jobprocess`: its volumes as
+directories of the runner's), and its exit code written back on the pod
+(:data:`~jupyterhub_gpu.contract.EXIT_CODE_ANNOTATION`), which kwok turns into the
+pod's result.
 
 One watch over all namespaces serves every pod.
 """
@@ -30,10 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import datafiles
-from ..contract import (COMPONENT_LABEL, ENV_RUN_DIR, ENV_SERVICE_URL, SINGLEUSER_COMPONENT,
-                        USERNAME_KEY)
+from ..contract import (COMPONENT_LABEL, ENV_RUN_DIR, ENV_SERVICE_URL, EXIT_CODE_ANNOTATION,
+                        JOB_COMPONENT, SINGLEUSER_COMPONENT, USERNAME_KEY)
+from .jobprocess import JobProcess, job_process, result_annotation
 
-SINGLEUSER_SELECTOR = f"{COMPONENT_LABEL}={SINGLEUSER_COMPONENT}"  # KubeSpawner's default
+#: the pods the runner plays the kubelet of: notebooks (KubeSpawner's default
+#: component) and training Jobs' pods
+SELECTOR = f"{COMPONENT_LABEL} in ({SINGLEUSER_COMPONENT},{JOB_COMPONENT})"
 MAX_GRACE_SECONDS = 30
 log = logging.getLogger("jupyterhub_gpu.podrunner")
 
@@ -68,9 +77,19 @@ def _env_value(entry: dict, meta: dict) -> str | None:
     return (meta.get(found.group(1)) or {}).get(found.group(2), "") if found else None
 
 
+def pod_env(pod: dict) -> dict[str, str]:
+    """The first container's environment as the kubelet resolves it."""
+    meta, container = pod["metadata"], pod["spec"]["containers"][0]
+    values = {e["name"]: _env_value(e, meta) for e in container.get("env", [])}
+    return {name: value for name, value in values.items() if value is not None}
+
+
 def server_process(pod: dict) -> ServerProcess | None:
     """The process a running pod needs, or None when it should have none."""
     meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(COMPONENT_LABEL, SINGLEUSER_COMPONENT) != SINGLEUSER_COMPONENT:
+        return None
     if meta.get("deletionTimestamp") or status.get("phase") != "Running":
         return None
     ip = status.get("podIP")
@@ -78,8 +97,7 @@ def server_process(pod: dict) -> ServerProcess | None:
         return None
     container = spec["containers"][0]
     url = f"http://{ip}:{_container_port(container)}/"
-    values = {e["name"]: _env_value(e, meta) for e in container.get("env", [])}
-    env = {name: value for name, value in values.items() if value is not None}
+    env = pod_env(pod)
     env[ENV_SERVICE_URL] = url  # listen on the pod IP only
     grace = min(int(spec.get("terminationGracePeriodSeconds", 30)), MAX_GRACE_SECONDS)
     user = meta.get("annotations", {}).get(USERNAME_KEY, meta["name"])
@@ -108,13 +126,18 @@ async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
 
 
 class PodRunner:
-    """Keeps one ``jupyterhub-singleuser`` per running single-user pod."""
+    """Keeps one ``jupyterhub-singleuser`` per running single-user pod, and one
+    process per running Job pod it runs."""
 
     def __init__(self, kubeconfig: Path, workdir: Path):
         self.kubeconfig, self.workdir = kubeconfig, workdir
         self.procs: dict[str, asyncio.subprocess.Process] = {}
-        self.running: dict[str, ServerProcess] = {}  # what each process was started for
+        # what each process was started for
+        self.running: dict[str, ServerProcess | JobProcess] = {}
         self._image: Path | None = None
+        self._v1: Any = None  # the CoreV1Api of run(), to report a Job process's exit
+        self._waiters: set[asyncio.Task] = set()
+        self._exited: set[str] = set()  # Job pods whose process ended by itself
 
     @property
     def image(self) -> Path:
@@ -158,6 +181,45 @@ class PodRunner:
         log.info("started jupyterhub-singleuser for %s at %s (pid %s)", want.key, want.url,
                  proc.pid)
 
+    def _job_environment(self, want: JobProcess) -> dict[str, str]:
+        """A Job container's environment: this Python as the image's, then the pod's."""
+        bin_dir = Path(sys.executable).parent
+        return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "LANG": "C.UTF-8",
+                **want.env}
+
+    async def _start_job(self, want: JobProcess) -> None:
+        for mount in want.mounts:
+            (self.workdir / mount.host_dir).mkdir(parents=True, exist_ok=True)
+        cwd = self.workdir / want.cwd
+        cwd.mkdir(parents=True, exist_ok=True)
+        with open(self._log_file(want.key), "ab") as out:
+            proc = await asyncio.create_subprocess_exec(
+                *want.argv, env=self._job_environment(want), cwd=cwd, stdout=out,
+                stderr=out, start_new_session=True)
+        self.procs[want.key] = proc
+        self.running[want.key] = want
+        waiter = asyncio.create_task(self._report_exit(want.key, proc))
+        self._waiters.add(waiter)
+        waiter.add_done_callback(self._waiters.discard)
+        log.info("started %s for Job pod %s (pid %s)", want.argv[:1], want.key, proc.pid)
+
+    async def _report_exit(self, key: str, proc: asyncio.subprocess.Process) -> None:
+        """Once the process ends by itself, its exit code on the pod (for kwok)."""
+        code = await proc.wait()
+        if self.procs.get(key) is not proc:
+            return  # stopped by us: the pod is going anyway
+        self._exited.add(key)
+        self.procs.pop(key, None)
+        self.running.pop(key, None)
+        namespace, name, _ = key.split("/")
+        patch = {"metadata": {"annotations": {EXIT_CODE_ANNOTATION: result_annotation(code)}}}
+        log.info("the process of Job pod %s exited %s", key, code)
+        if self._v1 is not None:
+            try:
+                await self._v1.patch_namespaced_pod(name, namespace, patch)
+            except Exception as e:  # gone meanwhile
+                log.warning("could not record the exit of %s: %s", key, e)
+
     async def _prestop(self, want: ServerProcess, grace: float) -> None:
         """The preStop exec hook, as the kubelet runs it: in the container (here, with
         its environment and home), within the grace period, its failure only logged."""
@@ -184,7 +246,8 @@ class PodRunner:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
         try:
-            if proc.returncode is None and want is not None and want.prestop:
+            if (proc.returncode is None and isinstance(want, ServerProcess)
+                    and want.prestop):
                 await self._prestop(want, grace)
         except asyncio.TimeoutError:
             log.warning("the preStop hook of %s ran out of its grace period", key)
@@ -192,24 +255,35 @@ class PodRunner:
             self.procs.pop(key, None)
             self.running.pop(key, None)
             await _terminate(proc, max(1.0, deadline - loop.time()))
-        log.info("stopped the server of %s", key)
+        log.info("stopped the process of %s", key)
+
+    def _wanted(self, pod: dict) -> ServerProcess | JobProcess | None:
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get(COMPONENT_LABEL) == JOB_COMPONENT:
+            if (pod["metadata"].get("annotations") or {}).get(EXIT_CODE_ANNOTATION):
+                return None  # it ran: kwok ends the pod
+            return job_process(pod, pod_env(pod), str(self.workdir))
+        return server_process(pod)
 
     async def handle(self, event_type: str, pod: dict) -> None:
-        want = server_process(pod) if event_type != "DELETED" else None
+        want = self._wanted(pod) if event_type != "DELETED" else None
         meta = pod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}/{meta['uid']}"
-        if want is not None and key not in self.procs:
+        if isinstance(want, JobProcess) and key not in self.procs:
+            if key not in self._exited:  # a pod's process runs once (restartPolicy Never)
+                await self._start_job(want)
+        elif want is not None and key not in self.procs:
             await self._start(want)
         elif want is None and key in self.procs:
             grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
             await self._stop(key, min(grace, MAX_GRACE_SECONDS))
 
     async def run(self) -> None:
-        """Watch single-user pods until cancelled; stop every process on the way out."""
+        """Watch the pods until cancelled; stop every process on the way out."""
         from kubernetes_asyncio import client, config, watch
 
         api = await config.new_client_from_config(config_file=str(self.kubeconfig))
-        v1 = client.CoreV1Api(api)
+        v1 = self._v1 = client.CoreV1Api(api)
         try:
             while True:
                 try:
@@ -219,10 +293,12 @@ class PodRunner:
                     await asyncio.sleep(1)
         finally:
             await asyncio.gather(*(self._stop(k) for k in list(self.procs)))
+            await asyncio.gather(*self._waiters, return_exceptions=True)
+            self._v1 = None
             await api.close()
 
     async def _watch_once(self, v1: Any, w: Any) -> None:
-        listing = await v1.list_pod_for_all_namespaces(label_selector=SINGLEUSER_SELECTOR)
+        listing = await v1.list_pod_for_all_namespaces(label_selector=SELECTOR)
         raw = v1.api_client.sanitize_for_serialization(listing)
         for pod in raw["items"]:
             await self.handle("ADDED", pod)
@@ -231,7 +307,7 @@ class PodRunner:
         for key in set(self.procs) - seen:
             await self._stop(key)
         async for event in w.stream(v1.list_pod_for_all_namespaces,
-                                    label_selector=SINGLEUSER_SELECTOR,
+                                    label_selector=SELECTOR,
                                     resource_version=raw["metadata"]["resourceVersion"],
                                     timeout_seconds=300):
             await self.handle(event["type"], event["raw_object"])

@@ -7,10 +7,15 @@ pods stay Pending. These are our own stages for the lifecycle the dev cluster ne
   keeping the capacity the node was created with (``builders.nodes.fake_node``).
 * ``node-heartbeat``: a Ready node refreshes its condition heartbeats every 20-25 s.
 * ``pod-ready``: a pending pod bound to a fake node gets a pod IP and runs.
-* ``pod-complete``: a running pod owned by a Job succeeds: after the duration its
-  :data:`~jupyterhub_gpu.contract.RUN_FOR_ANNOTATION` gives (a Go duration such as
-  ``30s``, set on the Job's pod template), at once without it. Other pods (notebooks)
-  run until they are deleted.
+* ``pod-complete``: a running pod owned by a Job with the
+  :data:`~jupyterhub_gpu.contract.RUN_FOR_ANNOTATION` succeeds after the duration it
+  gives (a Go duration such as ``30s``, set on the Job's pod template).
+* ``pod-exit``: a running pod whose process the demo's pod runner ran ends as that
+  process did: the runner writes its exit code in
+  :data:`~jupyterhub_gpu.contract.EXIT_CODE_ANNOTATION`, and the pod becomes
+  Succeeded (0) or Failed, its container terminated with that exit code. A Job's pod
+  without run-for and without the runner (no demo hub) runs until it is deleted, as
+  notebooks do.
 * ``pod-delete``: a pod being deleted goes away (kwok deletes it with grace 0; the
   object then disappears once Kueue has removed its finalizer).
 
@@ -20,7 +25,7 @@ The status templates are Go templates rendered by kwok; ``Now``, ``NodeIP``,
 
 from __future__ import annotations
 
-from ..contract import RUN_FOR_ANNOTATION
+from ..contract import EXIT_CODE_ANNOTATION, RUN_FOR_ANNOTATION
 
 API_VERSION = "kwok.x-k8s.io/v1alpha1"
 NODE_REF = {"apiGroup": "v1", "kind": "Node"}
@@ -144,6 +149,14 @@ _POD_COMPLETE = ("{{ $now := Now }}\n"
                  + _statuses("containerStatuses", "containers", _COMPLETED, False, False)
                  + "phase: Succeeded\n")
 
+_EXITED = ("terminated:", "  exitCode: {{ $code }}",
+           '  reason: {{ if eq $code "0" }}Completed{{ else }}Error{{ end }}',
+           "  startedAt: {{ $now | Quote }}", "  finishedAt: {{ $now | Quote }}")
+_POD_EXIT = ("{{ $now := Now }}\n"
+             f'{{{{ $code := index .metadata.annotations "{EXIT_CODE_ANNOTATION}" }}}}\n'
+             + _statuses("containerStatuses", "containers", _EXITED, False, False)
+             + '{{ if eq $code "0" }}phase: Succeeded{{ else }}phase: Failed{{ end }}\n')
+
 
 def node_initialize() -> dict:
     return _stage("node-initialize", NODE_REF,
@@ -171,17 +184,26 @@ def pod_ready() -> dict:
 
 def pod_complete() -> dict:
     """A Job's running pod succeeds after its run-for annotation's duration: kwok
-    reads a string delay as a Go duration, and with no value takes
-    ``durationMilliseconds`` (kwok v0.8.0, ``pkg/utils/lifecycle``). The pod's
+    reads a string delay as a Go duration (kwok v0.8.0, ``pkg/utils/lifecycle``). The pod's
     deletion in the meantime (preemption, a node going away) is another stage's."""
     run_for = f'.metadata.annotations["{RUN_FOR_ANNOTATION}"]'
     return _stage("pod-complete", POD_REF,
                   [_expr(".metadata.deletionTimestamp", "DoesNotExist"),
                    _expr(".status.phase", "In", "Running"),
-                   _expr(".metadata.ownerReferences.[].kind", "In", "Job")],
+                   _expr(".metadata.ownerReferences.[].kind", "In", "Job"),
+                   _expr(run_for, "Exists")],
                   {"statusTemplate": _POD_COMPLETE},
                   delay={"durationMilliseconds": 0,
                          "durationFrom": {"jq": {"expression": run_for}}})
+
+
+def pod_exit() -> dict:
+    """A running pod ends as the process the pod runner ran for it did."""
+    return _stage("pod-exit", POD_REF,
+                  [_expr(".metadata.deletionTimestamp", "DoesNotExist"),
+                   _expr(".status.phase", "In", "Running"),
+                   _expr(f'.metadata.annotations["{EXIT_CODE_ANNOTATION}"]', "Exists")],
+                  {"statusTemplate": _POD_EXIT})
 
 
 def pod_delete() -> dict:
@@ -192,4 +214,5 @@ def pod_delete() -> dict:
 
 def stages() -> list[dict]:
     """Every stage the dev cluster's kwok runs, as kwok ``--config`` documents."""
-    return [node_initialize(), node_heartbeat(), pod_ready(), pod_complete(), pod_delete()]
+    return [node_initialize(), node_heartbeat(), pod_ready(), pod_complete(), pod_exit(),
+            pod_delete()]

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from ..contract import DISRUPTION_TARGET, POOL_ANNOTATION
+from ..spec import Platform
 from . import status as st
 
 # The event source (component) of Karpenter, AKS's node auto-provisioner as well.
@@ -182,6 +183,14 @@ _DISRUPTION_WORDS = {
 
 
 @dataclass(frozen=True)
+class Preemptor:
+    """The training job whose admission preempted a server."""
+
+    job: str
+    team: str
+
+
+@dataclass(frozen=True)
 class StopNotice:
     """Why a running server was stopped by the platform, for the user's next page."""
 
@@ -191,10 +200,26 @@ class StopNotice:
     pool: str = ""  # the pool the server ran on ("" if unknown)
 
 
-def _preemption(pod: dict, workload: dict | None, queue: str) -> tuple[str, str] | None:
+def preempting_job(workload: dict | None, candidates: list[dict],
+                   platform: Platform) -> Preemptor | None:
+    """The training job (a batch Job's Workload among ``candidates``) that Kueue
+    preempted ``workload`` for, with its team; None for anything else."""
+    found = st.preemptor(workload, candidates)
+    job = st.owner_job(found) if found else None
+    if job is None:
+        return None
+    namespace = found["metadata"].get("namespace", "")
+    team = next((t.name for t in platform.teams if t.namespace == namespace), namespace)
+    return Preemptor(job, team)
+
+
+def _preemption(pod: dict, workload: dict | None, queue: str,
+                by: Preemptor | None) -> tuple[str, str] | None:
     target = st.condition(pod, "TerminationTarget")
     if not target:
         return None
+    if by is not None:
+        return "preempted", f"preempted for training job {by.job} of team {by.team}"
     preempted = st.condition(workload, "Preempted") or {}
     words = _PREEMPTION_WORDS.get(preempted.get("reason", ""))
     if words:
@@ -206,10 +231,11 @@ def _preemption(pod: dict, workload: dict | None, queue: str) -> tuple[str, str]
 
 
 def stop_notice(pod: dict, workload: dict | None, queue: str, at: datetime,
-                checkpoint_dir: str | None) -> StopNotice | None:
+                checkpoint_dir: str | None, by: Preemptor | None = None) -> StopNotice | None:
     """A notice when the last seen state of a vanished pod shows the platform stopped
-    it (Kueue preemption or eviction, a node going away); None for a normal stop."""
-    found = _preemption(pod, workload, queue)
+    it (Kueue preemption or eviction, a node going away); None for a normal stop.
+    ``by``: the training job Kueue preempted it for, when it was one."""
+    found = _preemption(pod, workload, queue, by)
     if found is None:
         disruption = st.condition(pod, DISRUPTION_TARGET)
         if not disruption:

@@ -15,6 +15,9 @@ _NO_FIT_CAPACITY = re.compile(
     r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,]+), .*?"
     r"current podset request \((?P<request>[^)]*)\) > maximum capacity \((?P<max>[^)]*)\)")
 _QUEUE_PROBLEM = re.compile(r"(LocalQueue|ClusterQueue) (\S+) (doesn't exist|is inactive)")
+# Kueue 0.17's Preempted condition (pkg/scheduler/preemption, preemptionMessage)
+_PREEMPTOR = re.compile(r"to accommodate a workload \(UID: (?P<uid>[^,]+), "
+                        r"JobUID: (?P<job_uid>[^)]+)\)")
 
 
 def condition(obj: dict | None, kind: str) -> dict | None:
@@ -55,6 +58,24 @@ def workload_for(pod: dict, workloads: Iterable[dict]) -> dict | None:
     uid = pod["metadata"].get("uid")
     return next((w for w in workloads
                  if (w["metadata"].get("labels") or {}).get(JOB_UID_LABEL) == uid), None)
+
+
+def preemptor(workload: dict | None, candidates: Iterable[dict]) -> dict | None:
+    """The Workload that preempted ``workload``, among ``candidates``: Kueue names its
+    UID and its job's UID (the ``job-uid`` label) in the ``Preempted`` condition."""
+    found = _PREEMPTOR.search((condition(workload, "Preempted") or {}).get("message", ""))
+    if not found:
+        return None
+    uid, job_uid = found["uid"], found["job_uid"]
+    return next((w for w in candidates if w["metadata"].get("uid") == uid
+                 or (w["metadata"].get("labels") or {}).get(JOB_UID_LABEL) == job_uid), None)
+
+
+def owner_job(workload: dict) -> str | None:
+    """The name of the batch Job a Workload was made for, or None (a notebook's pod)."""
+    return next((o["name"] for o in workload["metadata"].get("ownerReferences") or []
+                 if o.get("kind") == "Job" and o.get("apiVersion", "").startswith("batch/")),
+                None)
 
 
 @dataclass(frozen=True)

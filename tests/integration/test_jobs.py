@@ -31,10 +31,12 @@ async def hub_batch(hub_kubeconfig, cluster_platform):
     batch, core = client.BatchV1Api(api_client), client.CoreV1Api(api_client)
     made: list[tuple[str, str, str]] = []
 
-    async def create(manifests, run_for: str):
+    async def create(manifests, run_for: str | None):
+        """``run_for``: kwok runs the pods that long; None: the pod runner, if one runs."""
         job, service = manifests
-        job["spec"]["template"]["metadata"].setdefault("annotations", {})[
-            RUN_FOR_ANNOTATION] = run_for
+        if run_for is not None:
+            job["spec"]["template"]["metadata"].setdefault("annotations", {})[
+                RUN_FOR_ANNOTATION] = run_for
         namespace = job["metadata"]["namespace"]
         if service is not None:
             await core.create_namespaced_service(namespace, service)

@@ -91,7 +91,7 @@ async def test_queue_patience_withdraws_the_request(spawn, kube, cluster_platfor
 
 async def test_start_timeout_leaves_room_for_queue_patience(spawn):
     spawner = await spawn("ned", ["experimentation"], "t4-shared")
-    assert spawner.start_timeout == 600 + 300  # queuePatience + startTimeout defaults
+    assert spawner.start_timeout == 600 + 60  # queuePatience default + startTimeout
 
 
 async def test_cancel_while_queued_removes_pod_and_workload(spawn, kube):

@@ -22,6 +22,7 @@ from jupyterhub_gpu.devcluster.build import K8S_VERSION, PINS
 from jupyterhub_gpu.devcluster.layout import Ports
 from jupyterhub_gpu.gpus import GPU_MODELS
 from jupyterhub_gpu.parse import parse_platform
+from jupyterhub_gpu.quantities import format_duration
 from jupyterhub_gpu.spec import Taint
 
 SCHEMA_VERSION = K8S_VERSION.lstrip("v").rsplit(".", 1)[0]
@@ -112,8 +113,8 @@ def test_checkpoint_claim_follows_the_spec(platform, example_spec):
     assert "PersistentVolumeClaim" not in kinds
 
 
-def test_kueue_configuration_golden():
-    config = kueueconfig.kueue_configuration()
+def test_kueue_configuration_golden(platform):
+    config = kueueconfig.kueue_configuration(platform)
     assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
     assert config["integrations"] == {"frameworks": ["pod", "batch/job"]}
     assert config["manageJobsWithoutQueueName"] is False
@@ -123,22 +124,38 @@ def test_kueue_configuration_golden():
     assert "namespace" not in config  # the chart's release namespace applies
 
 
+def test_pods_ready_timeout_outlasts_the_slowest_boot_and_the_longest_start(example_spec):
+    """Kueue's waitForPodsReady covers notebooks too: its timeout is the slowest
+    pool's bootTime plus the longest profile startTimeout, plus the margin."""
+    example_spec["pools"][0]["bootTime"] = "17m"
+    example_spec["profiles"][-1]["startTimeout"] = "25m"
+    config = kueueconfig.kueue_configuration(parse_platform(example_spec))["waitForPodsReady"]
+    margin = kueueconfig.READY_MARGIN_SECONDS
+    assert margin > 0
+    assert config["timeout"] == config["recoveryTimeout"] == format_duration(
+        17 * 60 + 25 * 60 + margin)
+    assert config["blockAdmission"] is False
+    strategy = config["requeuingStrategy"]
+    assert strategy["backoffLimitCount"] > 0 and strategy["timestamp"] == "Eviction"
+    assert 0 < strategy["backoffBaseSeconds"] < strategy["backoffMaxSeconds"]
+
+
 def test_dev_cluster_manages_the_namespaces_the_bundle_labels(platform):
     """Kueue manages pods in the team namespaces, in the dev cluster as on AKS."""
-    shipped = kueueconfig.kueue_configuration()["managedJobsNamespaceSelector"]
-    dev = kueue_setup.configuration(Ports(), "/certs")["managedJobsNamespaceSelector"]
+    shipped = kueueconfig.kueue_configuration(platform)["managedJobsNamespaceSelector"]
+    dev = kueue_setup.configuration(platform, Ports(), "/certs")["managedJobsNamespaceSelector"]
     assert dev == shipped
     wanted = shipped["matchLabels"].items()
     assert wanted <= namespaces.namespace(platform.teams[0])["metadata"]["labels"].items()
     assert not wanted <= kueue_setup.namespace("jhub-x")["metadata"].get("labels", {}).items()
 
 
-def test_dev_cluster_runs_kueue_with_the_shipped_policy(tmp_path):
+def test_dev_cluster_runs_kueue_with_the_shipped_policy(platform, tmp_path):
     """What Kueue manages and how it preempts on the dev cluster is what the bundle ships."""
     from jupyterhub_gpu.devcluster.layout import Ports
 
-    dev = kueue_setup.configuration(Ports(), str(tmp_path))
-    shipped = kueueconfig.kueue_configuration()
+    dev = kueue_setup.configuration(platform, Ports(), str(tmp_path))
+    shipped = kueueconfig.kueue_configuration(platform)
     assert {k: dev.get(k) for k in kueueconfig.POLICY_KEYS} == \
         {k: shipped.get(k) for k in kueueconfig.POLICY_KEYS}
     assert "fairSharing" not in dev
@@ -152,7 +169,8 @@ def _leaves(tree, prefix=()) -> dict:
             for path, leaf in _leaves(value, (*prefix, key)).items()}
 
 
-def test_dev_cluster_runs_the_shipped_kueue_configuration_plus_the_dev_overlay(tmp_path):
+def test_dev_cluster_runs_the_shipped_kueue_configuration_plus_the_dev_overlay(
+        platform, tmp_path):
     """The dev cluster's Configuration is the shipped one with the named overlay laid
     over it: every field the overlay names has the overlay's value, every other field
     the shipped one, and the overlay names none of the policy keys."""
@@ -160,8 +178,8 @@ def test_dev_cluster_runs_the_shipped_kueue_configuration_plus_the_dev_overlay(t
 
     ports = Ports(kueue_webhook=1443, kueue_metrics=1444, kueue_health=1445)
     overlay = _leaves(kueue_setup.dev_overlay(ports, str(tmp_path)))
-    shipped = _leaves(kueueconfig.kueue_configuration())
-    dev = _leaves(kueue_setup.configuration(ports, str(tmp_path)))
+    shipped = _leaves(kueueconfig.kueue_configuration(platform))
+    dev = _leaves(kueue_setup.configuration(platform, ports, str(tmp_path)))
     assert dev == {**shipped, **overlay}
     changed = {path for path, value in dev.items() if shipped.get(path, ...) != value}
     assert changed == set(overlay) - {p for p in overlay if shipped.get(p, ...) == overlay[p]}
@@ -171,13 +189,13 @@ def test_dev_cluster_runs_the_shipped_kueue_configuration_plus_the_dev_overlay(t
     assert not {path[0] for path in overlay} & set(kueueconfig.POLICY_KEYS)
 
 
-def test_the_dev_overlay_keeps_the_shipped_fields_it_does_not_name(tmp_path):
+def test_the_dev_overlay_keeps_the_shipped_fields_it_does_not_name(platform, tmp_path):
     """Laying the overlay over a section keeps that section's other shipped fields
     (the leader election's lease name stays, only ``leaderElect`` changes)."""
     from jupyterhub_gpu.devcluster.layout import Ports
 
-    dev = kueue_setup.configuration(Ports(), str(tmp_path))
-    shipped = kueueconfig.kueue_configuration()
+    dev = kueue_setup.configuration(platform, Ports(), str(tmp_path))
+    shipped = kueueconfig.kueue_configuration(platform)
     assert dev["leaderElection"] == {**shipped["leaderElection"], "leaderElect": False}
     assert dev["controller"] == shipped["controller"]
     assert dev["webhook"]["certDir"] == str(tmp_path)
@@ -187,7 +205,7 @@ def _go_json_fields(source: str) -> set[str]:
     return set(re.findall(r'json:"([A-Za-z]+)[,"]', source))
 
 
-def test_kueue_configuration_fields_exist_in_kueue(kueue_crds):
+def test_kueue_configuration_fields_exist_in_kueue(kueue_crds, platform):
     """Every key is a field of Kueue's Configuration type at the pinned version
     (``kueue_crds`` provides the module; its apis/config holds the Go types)."""
     pin = PINS["kueue"]
@@ -203,7 +221,7 @@ def test_kueue_configuration_fields_exist_in_kueue(kueue_crds):
                 if key not in ("groupKindConcurrency", "matchLabels"):
                     yield key
                     yield from keys(value)
-    unknown = sorted(set(keys(kueueconfig.kueue_configuration())) - known)
+    unknown = sorted(set(keys(kueueconfig.kueue_configuration(platform))) - known)
     assert unknown == [], f"not fields of Kueue {pin.version}'s Configuration: {unknown}"
     assert set(kueueconfig.POLICY_KEYS) <= known
 

@@ -142,7 +142,7 @@ async def test_queue_labels_lead_to_kueue_objects_covering_the_pod(platform, exa
     team = next(t for t in platform.teams if t.namespace == meta["namespace"])
     ns_labels = {**namespaces.namespace(team)["metadata"]["labels"],
                  "kubernetes.io/metadata.name": team.namespace}  # set by the API server
-    managed = kueueconfig.kueue_configuration()["managedJobsNamespaceSelector"]
+    managed = kueueconfig.kueue_configuration(platform)["managedJobsNamespaceSelector"]
     assert managed["matchLabels"].items() <= ns_labels.items()
     objects = kueue.kueue_objects(platform)
 

@@ -8,7 +8,8 @@ import pytest
 
 from jupyterhub_gpu.kueue import status as st
 from jupyterhub_gpu.kueue.lifecycle import QueueWatch, SpawnRefused, wanted
-from jupyterhub_gpu.kueue.messages import Wanted, describe, stop_notice
+from jupyterhub_gpu.kueue.messages import (Preemptor, Wanted, describe, preempting_job,
+                                          stop_notice)
 from jupyterhub_gpu.builders.pod import UserRef, authorize
 
 W = Wanted(profile="A100 MIG 3g.40gb slice", what="an A100-80GB MIG 3g.40gb slice",
@@ -172,6 +173,33 @@ def test_preemption_notice():
     assert stop_notice(gone, displaced, "q", AT, None).message.startswith(
         "Your server was preempted to make room for another team's higher-priority work on "
         "GPUs your team had borrowed at 14:02 UTC")
+
+
+def test_preemption_for_a_training_job_names_the_job_and_its_team(platform):
+    """Kueue 0.17's Preempted message names the preemptor's Workload UID and JobUID;
+    the Job is the preemptor Workload's owner, the team its namespace's."""
+    gone = pod(gated=False, node="n1", phase="Running", conditions=[
+        {"type": "TerminationTarget", "status": "True",
+         "reason": "WorkloadEvictedDueToPreempted", "message": "Preempted"}])
+    message = ("Preempted to accommodate a workload (UID: wl-9, JobUID: job-9) due to "
+               "reclamation within the cohort; preemptor path: /c/ml-eng; preemptee path: /c/x")
+    wl = workload("w", conditions=[{"type": "Preempted", "status": "True",
+                                    "reason": "InCohortReclamation", "message": message}])
+    team = platform.teams[1]
+    job_wl = {"metadata": {"name": "job-finetune-1a2b3", "namespace": team.namespace,
+                           "uid": "wl-9", "labels": {"kueue.x-k8s.io/job-uid": "job-9"},
+                           "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                                "name": "finetune"}]}}
+    notebook_wl = {"metadata": {"name": "pod-x", "namespace": team.namespace, "uid": "wl-9",
+                                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
+                                                     "name": "jupyter-x"}]}}
+    by = preempting_job(wl, [workload("other"), job_wl], platform)
+    assert by == Preemptor("finetune", team.name)
+    assert stop_notice(gone, wl, "q", AT, None, by).message == (
+        f"Your server was preempted for training job finetune of team {team.name} at "
+        "14:02 UTC on 2026-12-02. Your files are kept.")
+    assert preempting_job(wl, [notebook_wl], platform) is None  # a notebook: old words
+    assert preempting_job(workload("w"), [job_wl], platform) is None
 
 
 def test_node_loss_notice_and_normal_stop():

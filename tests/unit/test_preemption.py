@@ -16,9 +16,10 @@ CLASSICAL_FIELDS = {"withinClusterQueue", "reclaimWithinCohort", "borrowWithinCo
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_generated_objects_set_no_field_kueue_ignores(repo_root, spec):
-    config = kueue_configuration()
+    platform = load_platform(repo_root / spec)
+    config = kueue_configuration(platform)
     assert preemption.model_of(config) == preemption.MODEL == preemption.CLASSICAL
-    objects = kueue_objects(load_platform(repo_root / spec))
+    objects = kueue_objects(platform)
     assert preemption.ignored_fields(config, objects) == []
     queues = [o for o in objects if o["kind"] == "ClusterQueue"]
     assert queues and all(set(q["spec"]["preemption"]) == CLASSICAL_FIELDS for q in queues)
