@@ -58,6 +58,8 @@ HUB_RULES: tuple[dict, ...] = (
     # Job, and a multi-pod job's headless Service (its pods' rendezvous)
     {"apiGroups": [BATCH_GROUP], "resources": ["jobs"], "verbs": [*_READ, "create", "delete"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": [*_READ, "create", "delete"]},
+    # a job's log for its user (the gpu-jobs service: jupyterhub_gpu.jobs)
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 )
 
 #: the hub's one node watch (:mod:`jupyterhub_gpu.poolnodes`)

@@ -12,6 +12,7 @@ the Job).
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, AsyncIterator, Iterable
 
 from kubespawner.clients import load_config, shared_client
@@ -179,13 +180,29 @@ async def delete(job: dict) -> None:
                 raise
 
 
+class NoLogs(Exception):
+    """The API server could not get the pod's log from its node (Kubernetes' words)."""
+
+
 async def log_chunks(pod: dict) -> AsyncIterator[bytes]:
     """The pod's log as the kubelet serves it, followed while the pod runs; raises
-    ``ApiException`` where the cluster serves no log."""
+    :class:`NoLogs` where the cluster serves none."""
+    from kubernetes_asyncio.client import ApiException
+
     meta = pod["metadata"]
-    response = await shared_client("CoreV1Api").read_namespaced_pod_log(
-        meta["name"], meta["namespace"], follow=True, _preload_content=False)
     try:
+        response = await shared_client("CoreV1Api").read_namespaced_pod_log(
+            meta["name"], meta["namespace"], follow=True, _preload_content=False)
+    except ApiException as e:
+        raise NoLogs(f"{e.status} {e.reason}") from None
+    try:
+        if response.status >= 400:
+            text = (await response.read()).decode(errors="replace")
+            try:
+                text = json.loads(text).get("message", text)
+            except ValueError:
+                pass
+            raise NoLogs(f"{response.status}: {text}")
         async for chunk in response.content.iter_any():
             yield chunk
     finally:

@@ -179,8 +179,6 @@ class LogsHandler(_API):
 
     @web.authenticated
     async def get(self, name: str) -> None:
-        from kubernetes_asyncio.client import ApiException
-
         pods = [p for p in self.jobs.watches.pods_of(self.own_job(name))
                 if (p["spec"] or {}).get("nodeName")]
         if not pods:
@@ -191,12 +189,10 @@ class LogsHandler(_API):
             async for chunk in cluster.log_chunks(pods[-1]):
                 self.write(chunk)
                 await self.flush()
-        except ApiException as e:
-            if self._headers_written:
-                raise
+        except cluster.NoLogs as e:
             raise web.HTTPError(503, f"The cluster serves no logs of pod "
-                                f"{pods[-1]['metadata']['name']} ({e.status} {e.reason}): "
-                                "its node's kubelet does not answer log requests.") from None
+                                f"{pods[-1]['metadata']['name']}: its node's kubelet did not "
+                                f"answer ({e}).") from None
         self.finish()
 
 
