@@ -153,4 +153,9 @@ def describe(platform: Platform, job: dict, pods: list[dict], workload: dict | N
     evicted = _evicted(pods, platform, pool, bool(profile and profile.checkpoint.enabled))
     if evicted:
         return evicted
+    if not live and any(_phase(p) == "Succeeded" for p in pods):
+        return JobStatus("finishing", "finishing")  # the Job controller has yet to say
+    crashed = _pod_failure([p for p in pods if _phase(p) == "Failed"])
+    if not live and crashed:
+        return JobStatus("retrying", f"crashed ({crashed}), retrying")
     return JobStatus("admitted", f"admitted to pool {pool}, starting" if pool else "admitted")
