@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any, AsyncIterator, Iterable
 
 from kubespawner.clients import load_config, shared_client
@@ -27,6 +28,7 @@ from ..kueue import status as st
 from ..kueue.reflectors import WorkloadReflector
 from ..kueue.visibility import PendingWorkloads
 
+log = logging.getLogger("jupyterhub_gpu.jobs")
 #: how long a new Job may take to reach the watch before its creator goes on
 SEEN_TIMEOUT = 10.0
 
@@ -135,7 +137,11 @@ class Watches:
         else from the Workload watch."""
         ns, queue = workload["metadata"]["namespace"], workload["spec"].get("queueName", "")
         pending = PendingWorkloads.shared(ns, queue)
-        await pending.refresh_if_stale(shared_client("CustomObjectsApi"))
+        try:
+            await pending.refresh_if_stale(shared_client("CustomObjectsApi"))
+        except Exception as e:  # noqa: BLE001 - the watch still knows the order
+            log.warning("Kueue's visibility API failed (%s): queue positions from the "
+                        "Workload watch", e)
         found = pending.position(workload["metadata"]["name"])
         return found or st.queue_position(workload, self.workloads[ns].resources.values())
 

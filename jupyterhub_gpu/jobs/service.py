@@ -29,14 +29,16 @@ import secrets
 from typing import Any
 from urllib.parse import urlparse
 
-from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+from jupyterhub.services.auth import (HubOAuth, HubOAuthCallbackHandler, HubOAuthenticated,
+                                      UserNotAllowed)
 from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ..builders.job import build_job
 from ..builders.pod import UserRef
 from ..contract import (ENV_JOBS_BIND, ENV_PLATFORM_FILE, ENV_SERVICE_PREFIX, ENV_SERVICE_URL,
-                        JOB_PROFILE_LABEL, JOBS_API_PATH, JOBS_SERVICE_NAME, USERNAME_KEY)
+                        JOB_PROFILE_LABEL, JOBS_ACCESS_SCOPE, JOBS_API_PATH, JOBS_SERVICE_NAME,
+                        USERNAME_KEY)
 from ..kueue import status as st
 from ..specsource import SpecSource
 from . import cluster
@@ -82,8 +84,20 @@ class Jobs:
 
 
 class _API(HubOAuthenticated, web.RequestHandler):
-    def initialize(self, jobs: Jobs) -> None:
-        self.jobs = jobs
+    def initialize(self, jobs: Jobs, hub_auth: HubOAuth) -> None:
+        self.jobs, self.hub_auth = jobs, hub_auth
+
+    async def prepare(self) -> None:
+        # who calls, asked of the hub without blocking the other requests (the
+        # synchronous get_current_user would)
+        model = await self.hub_auth.get_user(self, sync=False)
+        if model is None and self.request.headers.get("Authorization"):
+            raise web.HTTPError(403, "The hub does not know this token (expired or revoked?).")
+        try:
+            self.current_user = self.check_hub_user(model) if model else None
+        except UserNotAllowed:
+            raise web.HTTPError(403, f"{model.get('name')} lacks the scope "
+                                f"{JOBS_ACCESS_SCOPE} (ask your JupyterHub admin).") from None
 
     def check_xsrf_cookie(self) -> None:
         # a token in the Authorization header is no cookie a page could forge
@@ -196,11 +210,19 @@ class LogsHandler(_API):
         self.finish()
 
 
-def make_app(jobs: Jobs, prefix: str, job_annotations: dict[str, str]) -> web.Application:
+class _Callback(HubOAuthCallbackHandler):
+    def initialize(self, hub_auth: HubOAuth) -> None:
+        self.hub_auth = hub_auth
+
+
+def make_app(jobs: Jobs, prefix: str, job_annotations: dict[str, str],
+             hub_auth: HubOAuth) -> web.Application:
+    """The service's Tornado app: its API under ``prefix``, users known by ``hub_auth``
+    (JupyterHub's, from the service's environment)."""
     api = url_path_join(prefix, JOBS_API_PATH)
-    args = {"jobs": jobs}
+    args = {"jobs": jobs, "hub_auth": hub_auth}
     return web.Application([
-        (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
+        (url_path_join(prefix, "oauth_callback"), _Callback, {"hub_auth": hub_auth}),
         (api, JobsHandler, args),
         (url_path_join(api, NAME), JobHandler, args),
         (url_path_join(api, NAME, "logs"), LogsHandler, args),
@@ -232,7 +254,7 @@ async def _serve(platform_file: str, annotations: dict[str, str]) -> None:
     await watches.start()
     url = urlparse(os.environ[ENV_SERVICE_URL])
     prefix = os.environ[ENV_SERVICE_PREFIX]
-    app = make_app(Jobs(platform_file, watches), prefix, annotations)
+    app = make_app(Jobs(platform_file, watches), prefix, annotations, HubOAuth())
     app.listen(url.port or 80, os.environ.get(ENV_JOBS_BIND) or url.hostname)
     log.info("Serving %s on %s (prefix %s)", JOBS_SERVICE_NAME, url.geturl(), prefix)
     await asyncio.Event().wait()
