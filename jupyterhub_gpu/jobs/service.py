@@ -70,7 +70,8 @@ class Jobs:
         meta, workload = job["metadata"], w.workload_of(job)
         platform = self.platform
         position = taken_by = None
-        if workload is not None and not st.is_true(workload, "QuotaReserved"):
+        if (workload is not None and not cluster.finished(job)
+                and not st.is_true(workload, "QuotaReserved")):
             position = await w.position(workload)
             teams = {t.namespace: t.name for t in platform.teams}
             taken_by = preemptor(workload, w.every_workload(), teams)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -199,3 +200,47 @@ async def test_forged_submits_are_refused_and_create_nothing(hub, kube, cluster_
     assert (await _post(url, None, FORGED[0][0]))[0] == 403, "no token, nothing"
     assert (await _post(url, "not-a-token", FORGED[0][0]))[0] == 403
     assert await _snapshot(kube, cluster_platform) == before
+
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
+EXAMPLE_JOB = "job-alice-1a2b3c"  # the name the guide's commands use
+
+
+def _guide_commands() -> list[str]:
+    section = GUIDE.read_text().split("## Run a training job from your notebook", 1)[1]
+    lines = [line.split("  #")[0].strip() for block in re.findall(r"```bash\n(.*?)```",
+                                                                    section, re.S)
+             for line in block.replace("\\\n", " ").splitlines()]
+    return [line for line in lines if line and not line.startswith("cd ")]
+
+
+async def test_the_user_guides_commands_run_as_written(hub, kube, tmp_path):
+    """Each command of the guide's section, in a shell with the server's environment;
+    only the job's name differs (it is made at submit)."""
+    terminal, _ = await _alice(hub, kube, tmp_path)
+    name = None
+    for command in _guide_commands():
+        command = command.replace(EXAMPLE_JOB, name or EXAMPLE_JOB)
+        proc = await asyncio.create_subprocess_shell(
+            command.replace("jupyterhub-gpu ", f"{CLI} ", 1), env=terminal.env,
+            cwd=terminal.cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = (b.decode() for b in await proc.communicate())
+        if " job logs " in command:  # kwok serves no logs: the guide says so
+            assert proc.returncode == 1 and "The cluster serves no logs of pod" in err, err
+            continue
+        assert proc.returncode == 0, (command, out, err)
+        if " job submit " in command:
+            name = out.split(":")[0]
+            await wait_for(lambda: _is(terminal, name, "running on pool cpu"), timeout=60,
+                           what="the job to run")
+        if command.startswith("curl -X POST"):  # a second job, through the REST API
+            posted = json.loads(out)
+            assert posted["command"] == ["python", "train/train.py", "--epochs", "3"], posted
+            assert (await terminal.job("cancel", posted["name"]))[0] == 0
+            await wait_for(lambda: _nothing_left_of(kube, posted["name"]), timeout=60,
+                           what="the second job's cancel")
+        elif command.startswith("curl"):  # after the cancel: at most "cancelling"
+            assert all(j["name"] != name or j["state"] == "cancelling"
+                       for j in json.loads(out)["jobs"]), out
+    assert name is not None
+    await wait_for(lambda: _nothing_left_of(kube, name), timeout=60, what="the cancel")
