@@ -244,3 +244,24 @@ async def test_the_user_guides_commands_run_as_written(hub, kube, tmp_path):
                        for j in json.loads(out)["jobs"]), out
     assert name is not None
     await wait_for(lambda: _nothing_left_of(kube, name), timeout=60, what="the cancel")
+
+
+async def test_cancel_of_a_multi_pod_job_leaves_no_service_behind(hub, kube, tmp_path):
+    """A job of two pods has a headless Service for its rendezvous, owned by the Job:
+    cancel removes it with the Job, its pods and its Workload."""
+    terminal, _ = await _alice(hub, kube, tmp_path)
+    code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-ddp-2")
+    assert code == 0, err
+    name = out.split(":")[0]
+    service = await kube.core.read_namespaced_service(name, NAMESPACE)
+    assert [(o.kind, o.name) for o in service.metadata.owner_references] == [("Job", name)]
+    await wait_for(lambda: _is(terminal, name, "running on pool cpu"), timeout=60,
+                   what="both pods to run")
+    assert (await terminal.job("cancel", name))[0] == 0
+
+    async def gone():
+        services = (await kube.core.list_namespaced_service(NAMESPACE)).items
+        return await _nothing_left_of(kube, name) and name not in {
+            s.metadata.name for s in services}
+
+    await wait_for(gone, timeout=60, what=f"{name}'s Job, pods, Workload and Service to go")
