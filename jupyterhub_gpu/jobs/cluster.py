@@ -81,19 +81,41 @@ class Watches:
         self.pods: dict[str, UserPodReflector] = {}
         self.workloads: dict[str, WorkloadReflector] = {}
 
+    ready = False  # every watch has its first listing
+
     async def start(self) -> None:
+        """Start every watch; on a failure (no permission, no API server) stop them all
+        and raise."""
         load_config()
         for ns in self.namespaces:
             self.jobs[ns] = JobReflector(namespace=ns, labels={COMPONENT_LABEL: JOB_COMPONENT})
             self.pods[ns] = UserPodReflector(namespace=ns)
             self.workloads[ns] = WorkloadReflector(namespace=ns)
         every = [*self.jobs.values(), *self.pods.values(), *self.workloads.values()]
-        await asyncio.gather(*(r.start() for r in every))
-        await asyncio.gather(*(r.first_load_future for r in every))
+        try:
+            await asyncio.gather(*(r.start() for r in every))
+            await asyncio.gather(*(r.first_load_future for r in every))
+        except Exception:
+            await self.stop()
+            raise
+        self.ready = True
 
     async def stop(self) -> None:
+        self.ready = False
         for r in [*self.jobs.values(), *self.pods.values(), *self.workloads.values()]:
             await r.stop()
+        self.jobs, self.pods, self.workloads = {}, {}, {}
+
+    async def keep_starting(self, retry_seconds: float = 60) -> None:
+        """Start the watches, trying again every ``retry_seconds`` while they fail."""
+        while True:
+            try:
+                await self.start()
+                return
+            except Exception as e:  # noqa: BLE001 - the API says 503 meanwhile
+                log.error("Cannot watch the team namespaces (%s); the API answers 503 "
+                          "until it can. Retrying in %ss.", e, retry_seconds)
+                await asyncio.sleep(retry_seconds)
 
     def jobs_of(self, user: str) -> list[dict]:
         """The user's Jobs, oldest first."""

@@ -91,6 +91,9 @@ class _API(HubOAuthenticated, web.RequestHandler):
     async def prepare(self) -> None:
         # who calls, asked of the hub without blocking the other requests (the
         # synchronous get_current_user would)
+        if not self.jobs.watches.ready:
+            raise web.HTTPError(503, "The jobs service cannot read the cluster yet; try "
+                                "again in a minute (its log says why).")
         model = await self.hub_auth.get_user(self, sync=False)
         if model is None and self.request.headers.get("Authorization"):
             raise web.HTTPError(403, "The hub does not know this token (expired or revoked?).")
@@ -252,12 +255,13 @@ def main(argv: list[str] | None = None) -> None:
 async def _serve(platform_file: str, annotations: dict[str, str]) -> None:
     platform = SpecSource.shared(platform_file).current()
     watches = cluster.Watches(t.namespace for t in platform.teams)
-    await watches.start()
     url = urlparse(os.environ[ENV_SERVICE_URL])
     prefix = os.environ[ENV_SERVICE_PREFIX]
     app = make_app(Jobs(platform_file, watches), prefix, annotations, HubOAuth())
+    # listen at once (the hub waits for its services at start-up), then watch
     app.listen(url.port or 80, os.environ.get(ENV_JOBS_BIND) or url.hostname)
     log.info("Serving %s on %s (prefix %s)", JOBS_SERVICE_NAME, url.geturl(), prefix)
+    await watches.keep_starting()
     await asyncio.Event().wait()
 
 

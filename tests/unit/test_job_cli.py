@@ -88,6 +88,7 @@ def _cluster(platform) -> Watches:
         _job("job-carol-2", "carol", "u4", startTime="2026-12-02T12:04:00Z"))}
     watches.pods[NS].resources = {"a": pod, "b": notebook}
     watches.workloads[NS].resources = {u: _workload(u) for u in ("u1", "u2", "u3", "u4")}
+    watches.ready = True
     return watches
 
 
@@ -104,20 +105,21 @@ def service(example_spec_path, platform, monkeypatch, tmp_path):
         auth = HubOAuth(api_token="service-token", api_url=f"http://127.0.0.1:{port}/hub/api",
                         access_scopes={JOBS_ACCESS_SCOPE}, cache_max_age=0,
                         oauth_client_id="service-gpu-jobs", base_url=prefix)
-        app = make_app(Jobs(str(example_spec_path), _cluster(platform)), prefix, {}, auth)
+        jobs = Jobs(str(example_spec_path), _cluster(platform))
+        app = make_app(jobs, prefix, {}, auth)
         app.add_handlers(".*", [("/hub/api/user", HubUser)])
         server = HTTPServer(app)
         server.add_sockets([sock])
-        return server
+        return server, jobs
 
-    server = loop.run_until_complete(start())
+    server, jobs = loop.run_until_complete(start())
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     monkeypatch.setenv(ENV_JOBS_URL, service_url(f"http://127.0.0.1:{port}"))
     monkeypatch.setenv(ENV_API_TOKEN, "bob-token")
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    yield
+    yield jobs
     loop.call_soon_threadsafe(server.stop)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
@@ -197,3 +199,9 @@ def test_the_scripts_own_options_after_the_separator():
     assert argv == ["job", "submit", "t.py", "--profile", "p"]
     assert script_args == ["--lr", "0.1", "--", "x"]
     assert cli.split_script_args(["render", "--", "x"]) == (["render", "--", "x"], [])
+
+
+def test_before_the_watches_run_the_service_says_so(service, capsys):
+    service.watches.ready = False  # e.g. the hub's Role does not let it list Workloads yet
+    code, _, err = _run(capsys, "list")
+    assert code == 1 and "cannot read the cluster yet" in err and "(HTTP 503)" in err
