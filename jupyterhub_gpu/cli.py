@@ -14,6 +14,7 @@ from .builders.pod import OptionsRejected
 from .bundle.cli import add_bundle_parsers
 from .contract import KUEUE_API_VERSION
 from .devcommands import add_dev_parsers
+from .jobs.cli import add_job_parser, split_script_args
 from .parse import SpecError, load_platform
 from .validate import check_warnings
 
@@ -90,13 +91,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", choices=("kueue", "device-plugin"),
                    help="print only the Kueue objects or only the device-plugin ConfigMap")
     p.set_defaults(func=_manifests)
+    add_job_parser(sub)
     add_dev_parsers(sub)
     add_bundle_parsers(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv, script_args = split_script_args(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if script_args:
+        args.args = [*getattr(args, "args", []), *script_args]
     try:
         return args.func(args)
     except SpecError as e:

@@ -111,6 +111,7 @@ KUBESPAWNER_STATE_NAMESPACE = "namespace"
 ENV_API_TOKEN = "JUPYTERHUB_API_TOKEN"
 ENV_API_URL = "JUPYTERHUB_API_URL"
 ENV_SERVICE_URL = "JUPYTERHUB_SERVICE_URL"
+ENV_SERVICE_PREFIX = "JUPYTERHUB_SERVICE_PREFIX"  # a hub service's path on the proxy
 #: what JupyterHub's Spawner.get_env tells a server of its limits
 ENV_CPU_LIMIT = "CPU_LIMIT"
 ENV_MEM_LIMIT = "MEM_LIMIT"  # bytes
@@ -223,6 +224,20 @@ PROFILES_API_PATH = "api/gpu/profiles"
 #: the same for one user (scope ``read:servers`` on that user)
 USER_PROFILES_API_PATH = "api/gpu/users/{name}/profiles"
 
+# -- the training-jobs service (:mod:`jupyterhub_gpu.jobs`), a JupyterHub service ----
+
+#: its name as a hub service: the proxy serves it under ``/services/gpu-jobs/``
+JOBS_SERVICE_NAME = "gpu-jobs"
+#: the scope a user (and their server's token) needs to call it
+JOBS_ACCESS_SCOPE = f"access:services!service={JOBS_SERVICE_NAME}"
+#: its API, under the service's prefix: the caller's jobs; one job is ``<path>/<name>``
+JOBS_API_PATH = "api/jobs"
+#: in the notebook's environment: the service's URL (prefix included), which the
+#: ``jupyterhub-gpu job`` command calls
+ENV_JOBS_URL = ENV_PREFIX + "JOBS_URL"
+#: the service's settings (its environment): the address it listens on
+ENV_JOBS_BIND = ENV_PREFIX + "JOBS_BIND"
+
 # -- the notebook server's own API (:mod:`jupyterhub_gpu.cull.server_ext`) -----------
 
 CULL_API_PATH = PREFIX + "api/cull"
@@ -240,3 +255,5 @@ ENV_DEMO_URL = ENV_PREFIX + "DEMO_URL"
 ENV_DEMO_HUB_PORT = ENV_PREFIX + "DEMO_HUB_PORT"
 ENV_DEMO_PROXY_API_PORT = ENV_PREFIX + "DEMO_PROXY_API_PORT"
 ENV_DEMO_CULL_EVERY = ENV_PREFIX + "DEMO_CULL_EVERY"  # seconds between culler runs
+#: how long kwok "runs" the demo's training jobs (a Go duration; RUN_FOR_ANNOTATION)
+ENV_DEMO_JOB_RUN_FOR = ENV_PREFIX + "DEMO_JOB_RUN_FOR"

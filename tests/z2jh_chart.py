@@ -65,7 +65,7 @@ NODE_PURPOSE_TERM = {"matchExpressions": [
     {"key": "hub.jupyter.org/node-purpose", "operator": "In", "values": ["user"]}]}
 # traits GPUSpawner sets that the chart's hub config (4.4.0) leaves at KubeSpawner's
 # default: no singleuser value maps to them
-CHART_LEAVES_UNSET = frozenset({"delete_grace_period"})
+CHART_LEAVES_UNSET = frozenset({"delete_grace_period", "automount_service_account_token"})
 # every trait kubespawner_config may set
 TRAITS = frozenset({name for name, _ in COPIED} | {
     "namespace", "image", "tolerations", "volumes", "volume_mounts", "storage_pvc_ensure",

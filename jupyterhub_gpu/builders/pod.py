@@ -118,6 +118,9 @@ class SpawnSettings:
     # would cut a checkpointing preStop hook short on a cull or a user's stop);
     # None keeps the admin's value
     delete_grace_period: int | None = None
+    # no Kubernetes credentials in a notebook: it submits jobs through the hub's
+    # service (jupyterhub_gpu.jobs), never to the API server itself
+    automount_service_account_token: bool = False
 
     @classmethod
     def trait_names(cls) -> tuple[str, ...]:

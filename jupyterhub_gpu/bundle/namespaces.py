@@ -37,6 +37,8 @@ METADATA_SERVER = "169.254.169.254/32"
 PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 SINGLEUSER_PORT = 8888
 HUB_PORT = 8081
+#: the gpu-jobs service in the hub pod (helm-values/values.yaml: hub.service.extraPorts)
+JOBS_PORT = 10101
 
 _READ = ["get", "list", "watch"]
 HUB_RULES: tuple[dict, ...] = (
@@ -58,6 +60,8 @@ HUB_RULES: tuple[dict, ...] = (
     # Job, and a multi-pod job's headless Service (its pods' rendezvous)
     {"apiGroups": [BATCH_GROUP], "resources": ["jobs"], "verbs": [*_READ, "create", "delete"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": [*_READ, "create", "delete"]},
+    # a job's log for its user (the gpu-jobs service: jupyterhub_gpu.jobs)
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 )
 
 #: the hub's one node watch (:mod:`jupyterhub_gpu.poolnodes`)
@@ -136,7 +140,8 @@ def network_policy(team: Team, hub: HubRef) -> dict:
     internet, but not the cloud metadata server or other private addresses (z2jh's
     singleuser defaults)."""
     egress = [
-        {"to": [_from_hub_pods(hub, [HUB_COMPONENT])], "ports": [{"port": HUB_PORT}]},
+        {"to": [_from_hub_pods(hub, [HUB_COMPONENT])],
+         "ports": [{"port": HUB_PORT}, {"port": JOBS_PORT}]},
         {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
         {"to": [{"ipBlock": {"cidr": "0.0.0.0/0",
                              "except": [*PRIVATE_RANGES, METADATA_SERVER]}}]},

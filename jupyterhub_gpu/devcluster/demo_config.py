@@ -2,14 +2,17 @@
 
 Reads JUPYTERHUB_GPU_SPEC (the platform spec), KUBECONFIG (the dev cluster's),
 JUPYTERHUB_GPU_CHP (the configurable-http-proxy command) and, optionally,
-JUPYTERHUB_GPU_DEMO_CULL_EVERY (seconds between culler runs) from the environment.
+JUPYTERHUB_GPU_DEMO_CULL_EVERY (seconds between culler runs) and
+JUPYTERHUB_GPU_DEMO_JOB_RUN_FOR (how long kwok runs a training job's pods, default 60s)
+from the environment.
 """
 
 import os
 
 from jupyterhub_gpu import configure_hub
 from jupyterhub_gpu.contract import (ENV_DEMO_CHP, ENV_DEMO_CULL_EVERY, ENV_DEMO_HUB_PORT,
-                                     ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC, ENV_DEMO_URL)
+                                     ENV_DEMO_JOB_RUN_FOR, ENV_DEMO_PROXY_API_PORT,
+                                     ENV_DEMO_SPEC, ENV_DEMO_URL, RUN_FOR_ANNOTATION)
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
@@ -31,6 +34,14 @@ c.JupyterHub.allow_named_servers = True
 c.JupyterHub.bind_url = os.environ.get(ENV_DEMO_URL, "http://127.0.0.1:8000")
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = int(os.environ.get(ENV_DEMO_HUB_PORT, "8081"))
+
+# Training jobs from a notebook (`jupyterhub-gpu job submit ...`): the gpu-jobs service,
+# on the hub's port + 10. kwok has no kubelet to run a script: a job's pods "run" for
+# JUPYTERHUB_GPU_DEMO_JOB_RUN_FOR (the dev cluster's run-for annotation), then succeed.
+from jupyterhub_gpu.jobs.config import add_jobs_service  # noqa: E402
+
+add_jobs_service(c, os.environ[ENV_DEMO_SPEC], f"http://127.0.0.1:{c.JupyterHub.hub_port + 10}",
+                 job_annotations={RUN_FOR_ANNOTATION: os.environ.get(ENV_DEMO_JOB_RUN_FOR, "60s")})
 c.ConfigurableHTTPProxy.command = [os.environ[ENV_DEMO_CHP]]
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{}".format(
     os.environ.get(ENV_DEMO_PROXY_API_PORT, "8001"))

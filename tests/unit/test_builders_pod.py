@@ -274,3 +274,20 @@ def test_chart_home_volume_and_tolerations_survive_every_profile(platform, chart
         assert merged["tolerations"] == [*chart_tolerations, *settings.tolerations]
         assert merged["extra_labels"] == {"hub.jupyter.org/network-access-hub": "true",
                                           **settings.extra_labels}
+
+
+
+async def test_a_notebook_pod_gets_no_kubernetes_token_whatever_the_admin_set(
+        platform, example_spec_path):
+    """Users submit jobs through the hub's gpu-jobs service, never with credentials of
+    their own: the pod GPUSpawner creates mounts no ServiceAccount token, even where
+    the admin's KubeSpawner config would mount one."""
+    from jupyterhub_gpu.render import render_pod
+
+    pod = await render_pod(str(example_spec_path), "alice", ["data-science"], "t4-shared")
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    grant = authorize(platform, UserRef("alice", frozenset({"data-science"})),
+                      {"profile": "t4-shared"})
+    traits = merge_traits({"automount_service_account_token": True},
+                          spawn_settings(platform, grant))
+    assert traits["automount_service_account_token"] is False

@@ -49,6 +49,8 @@ def test_namespace_and_hub_rbac(platform):
         # training jobs the hub submits for users, and a multi-pod job's rendezvous
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": [*READ, "create", "delete"]},
         {"apiGroups": [""], "resources": ["services"], "verbs": [*READ, "create", "delete"]},
+        # a job's log for its user (the gpu-jobs service)
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     ]
     assert namespaces.hub_role_binding(team, hub) == {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",

@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 from jupyterhub_gpu.bundle.checkhelm import check_helm, get, merge_values
+from jupyterhub_gpu.bundle.namespaces import HubRef
+from jupyterhub_gpu.parse import load_platform
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO.parent / "shared" / "reference" / "z2jh-4.4.0"
@@ -105,3 +107,38 @@ def test_extra_config_runs_as_z2jh_runs_it(example_spec_path, monkeypatch):
     from jupyterhub_gpu.hubapi import handlers
 
     assert c.JupyterHub.extra_handlers == handlers(), "the availability API the form polls"
+
+
+def test_the_chart_runs_the_jobs_service_where_notebooks_reach_it(example_spec_path,
+                                                                  monkeypatch):
+    """The gpu-jobs service listens in the hub pod on the port the hub Service adds and
+    the hub's NetworkPolicy opens to the team namespaces (whose own policy lets
+    notebooks out to it); servers get its URL and a token that may call it."""
+    from traitlets.config import Config
+
+    from jupyterhub_gpu.bundle.namespaces import JOBS_PORT, network_policy
+    from jupyterhub_gpu.contract import ENV_JOBS_URL, JOBS_ACCESS_SCOPE
+
+    values = _load(REPO / "helm-values" / "values.yaml")
+    source = values["hub"]["extraConfig"]["00-jupyterhub-gpu"].replace(
+        "/etc/jupyterhub-gpu/platform.yaml", str(example_spec_path))
+    monkeypatch.setenv("POD_NAMESPACE", "jupyterhub")
+    monkeypatch.setenv("HUB_SERVICE_PORT", "8081")
+    c = Config()
+    c.KubeSpawner.environment = {"FROM_EXTRA_ENV": "1"}  # the chart's singleuser.extraEnv
+    exec(source, {"c": c, "get_name": lambda name: name,
+                  "get_name_env": lambda name, suffix="": "8081"})
+    (service,) = [s for s in c.JupyterHub.services if s["name"] == "gpu-jobs"]
+    assert service["url"] == f"http://hub.jupyterhub.svc.cluster.local:{JOBS_PORT}"
+    assert c.KubeSpawner.environment == {
+        "FROM_EXTRA_ENV": "1",
+        ENV_JOBS_URL: f"http://hub.jupyterhub.svc.cluster.local:{JOBS_PORT}/services/gpu-jobs/"}
+    assert JOBS_ACCESS_SCOPE in c.KubeSpawner.server_token_scopes
+    assert {"name": "user", "scopes": ["self", JOBS_ACCESS_SCOPE]} in c.JupyterHub.load_roles
+    assert values["hub"]["service"]["extraPorts"] == [
+        {"name": "gpu-jobs", "port": JOBS_PORT, "targetPort": JOBS_PORT}]
+    assert any(p == {"port": JOBS_PORT} for rule in values["hub"]["networkPolicy"]["ingress"]
+               for p in rule["ports"])
+    team = load_platform(example_spec_path).teams[0]
+    (to_hub, *_) = network_policy(team, HubRef())["spec"]["egress"]
+    assert {"port": JOBS_PORT} in to_hub["ports"]

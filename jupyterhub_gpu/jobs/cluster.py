@@ -1,0 +1,237 @@
+"""What the jobs service reads and changes in the cluster, with the hub's credentials.
+
+Reads come from shared watches, started once for every team namespace (KubeSpawner's
+reflectors, label-selected): the users' Jobs, the pods of those Jobs and the users'
+notebook pods (a job takes its image and home from the running server), and Kueue's
+Workloads. No request lists anything from the API server. Writes are the Job (and a
+multi-pod job's headless Service, owned by the Job so that it goes with it) and the
+Job's deletion with its dependants (its pods and its Workload, which Kueue owns to
+the Job).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, AsyncIterator, Iterable
+
+from kubespawner.clients import load_config, shared_client
+from kubespawner.reflector import NamespacedResourceReflector
+from kubespawner.spawner import PodReflector
+from traitlets import default
+
+from ..contract import (BATCH_API_VERSION, COMPONENT_LABEL, JOB_COMPONENT, JOB_NAME_LABEL,
+                        JOB_UID_LABEL, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
+                        USERNAME_KEY)
+from ..kueue import status as st
+from ..kueue.reflectors import WorkloadReflector
+from ..kueue.visibility import PendingWorkloads
+
+log = logging.getLogger("jupyterhub_gpu.jobs")
+#: how long a new Job may take to reach the watch before its creator goes on
+SEEN_TIMEOUT = 10.0
+
+
+class JobReflector(NamespacedResourceReflector):
+    """The users' training Jobs of one namespace."""
+
+    @default("kind")
+    def _kind_default(self) -> str:
+        return "jobs"
+
+    @default("api_group_name")
+    def _api_group_default(self) -> str:
+        return "BatchV1Api"
+
+    @default("list_method_name")
+    def _list_method_default(self) -> str:
+        return "list_namespaced_job"
+
+
+class UserPodReflector(PodReflector):
+    """The notebook pods and training-job pods of one namespace."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.label_selector = (f"{COMPONENT_LABEL} in "
+                               f"({SINGLEUSER_COMPONENT},{JOB_COMPONENT})")
+
+
+def _component(obj: dict) -> str:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL, "")
+
+
+def owner(obj: dict) -> str:
+    """The JupyterHub name of a Job's or notebook pod's user (as KubeSpawner's
+    annotation has it)."""
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(USERNAME_KEY, "")
+
+
+def finished(job: dict) -> bool:
+    return st.is_true(job, "Complete") or st.is_true(job, "Failed")
+
+
+class Watches:
+    """The service's watches of every team namespace."""
+
+    def __init__(self, namespaces: Iterable[str]):
+        self.namespaces = sorted(set(namespaces))
+        self.jobs: dict[str, JobReflector] = {}
+        self.pods: dict[str, UserPodReflector] = {}
+        self.workloads: dict[str, WorkloadReflector] = {}
+
+    ready = False  # every watch has its first listing
+
+    async def start(self) -> None:
+        """Start every watch; on a failure (no permission, no API server) stop them all
+        and raise."""
+        load_config()
+        for ns in self.namespaces:
+            self.jobs[ns] = JobReflector(namespace=ns, labels={COMPONENT_LABEL: JOB_COMPONENT})
+            self.pods[ns] = UserPodReflector(namespace=ns)
+            self.workloads[ns] = WorkloadReflector(namespace=ns)
+        every = [*self.jobs.values(), *self.pods.values(), *self.workloads.values()]
+        try:
+            await asyncio.gather(*(r.start() for r in every))
+            await asyncio.gather(*(r.first_load_future for r in every))
+        except Exception:
+            await self.stop()
+            raise
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        for r in [*self.jobs.values(), *self.pods.values(), *self.workloads.values()]:
+            await r.stop()
+        self.jobs, self.pods, self.workloads = {}, {}, {}
+
+    async def keep_starting(self, retry_seconds: float = 60) -> None:
+        """Start the watches, trying again every ``retry_seconds`` while they fail."""
+        while True:
+            try:
+                await self.start()
+                return
+            except Exception as e:  # noqa: BLE001 - the API says 503 meanwhile
+                log.error("Cannot watch the team namespaces (%s); the API answers 503 "
+                          "until it can. Retrying in %ss.", e, retry_seconds)
+                await asyncio.sleep(retry_seconds)
+
+    def jobs_of(self, user: str) -> list[dict]:
+        """The user's Jobs, oldest first."""
+        found = [j for r in self.jobs.values() for j in r.resources.values() if owner(j) == user]
+        return sorted(found, key=lambda j: (j["metadata"].get("creationTimestamp") or "",
+                                            j["metadata"]["name"]))
+
+    def job(self, user: str, name: str) -> dict | None:
+        return next((j for j in self.jobs_of(user) if j["metadata"]["name"] == name), None)
+
+    def active_jobs(self, user: str) -> list[dict]:
+        """The user's Jobs neither finished nor being deleted: what the limit counts."""
+        return [j for j in self.jobs_of(user)
+                if not finished(j) and not j["metadata"].get("deletionTimestamp")]
+
+    def notebook_of(self, user: str) -> dict | None:
+        """The user's running notebook pod: their default server's if it runs."""
+        running = [p for r in self.pods.values() for p in r.resources.values()
+                   if _component(p) == SINGLEUSER_COMPONENT and owner(p) == user
+                   and (p.get("status") or {}).get("phase") == "Running"
+                   and not p["metadata"].get("deletionTimestamp")]
+        running.sort(key=lambda p: bool((p["metadata"].get("annotations") or {}).get(SERVERNAME_KEY)))
+        return running[0] if running else None
+
+    def pods_of(self, job: dict) -> list[dict]:
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        pods = [p for p in self.pods[ns].resources.values()
+                if (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == name]
+        return sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+
+    def workload_of(self, job: dict) -> dict | None:
+        uid = job["metadata"].get("uid")
+        return next((w for w in self.workloads[job["metadata"]["namespace"]].resources.values()
+                     if (w["metadata"].get("labels") or {}).get(JOB_UID_LABEL) == uid), None)
+
+    def every_workload(self) -> list[dict]:
+        return [w for r in self.workloads.values() for w in r.resources.values()]
+
+    async def position(self, workload: dict) -> tuple[int, int]:
+        """The Workload's place in its LocalQueue: Kueue's visibility API when served,
+        else from the Workload watch."""
+        ns, queue = workload["metadata"]["namespace"], workload["spec"].get("queueName", "")
+        pending = PendingWorkloads.shared(ns, queue)
+        try:
+            await pending.refresh_if_stale(shared_client("CustomObjectsApi"))
+        except Exception as e:  # noqa: BLE001 - the watch still knows the order
+            log.warning("Kueue's visibility API failed (%s): queue positions from the "
+                        "Workload watch", e)
+        found = pending.position(workload["metadata"]["name"])
+        return found or st.queue_position(workload, self.workloads[ns].resources.values())
+
+    async def seen(self, namespace: str, name: str) -> bool:
+        """Wait (briefly) until a Job just created is in the watch."""
+        key = f"{namespace}/{name}"
+        deadline = asyncio.get_running_loop().time() + SEEN_TIMEOUT
+        while key not in self.jobs[namespace].resources:
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+
+async def create(job: dict, service: dict | None) -> dict:
+    """Create the Job, then the Service of a multi-pod job, owned by the Job."""
+    ns = job["metadata"]["namespace"]
+    batch = shared_client("BatchV1Api")
+    created = batch.api_client.sanitize_for_serialization(
+        await batch.create_namespaced_job(ns, job))
+    if service is not None:
+        service["metadata"]["ownerReferences"] = [{
+            "apiVersion": BATCH_API_VERSION, "kind": "Job", "name": job["metadata"]["name"],
+            "uid": created["metadata"]["uid"], "blockOwnerDeletion": False}]
+        await shared_client("CoreV1Api").create_namespaced_service(ns, service)
+    return created
+
+
+async def delete(job: dict) -> None:
+    """Delete the Job and, in the background, its pods and Workload (the garbage
+    collector follows their owner references); and a multi-pod job's Service."""
+    from kubernetes_asyncio.client import ApiException
+
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    await shared_client("BatchV1Api").delete_namespaced_job(
+        name, ns, propagation_policy="Background")
+    if job["spec"].get("completionMode") == "Indexed":
+        try:
+            await shared_client("CoreV1Api").delete_namespaced_service(name, ns)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+class NoLogs(Exception):
+    """The API server could not get the pod's log from its node (Kubernetes' words)."""
+
+
+async def log_chunks(pod: dict) -> AsyncIterator[bytes]:
+    """The pod's log as the kubelet serves it, followed while the pod runs; raises
+    :class:`NoLogs` where the cluster serves none."""
+    from kubernetes_asyncio.client import ApiException
+
+    meta = pod["metadata"]
+    try:
+        response = await shared_client("CoreV1Api").read_namespaced_pod_log(
+            meta["name"], meta["namespace"], follow=True, _preload_content=False)
+    except ApiException as e:
+        raise NoLogs(f"{e.status} {e.reason}") from None
+    try:
+        if response.status >= 400:
+            text = (await response.read()).decode(errors="replace")
+            try:
+                text = json.loads(text).get("message", text)
+            except ValueError:
+                pass
+            raise NoLogs(f"{response.status}: {text}")
+        async for chunk in response.content.iter_any():
+            yield chunk
+    finally:
+        response.release()

@@ -1,0 +1,76 @@
+"""Declare the ``gpu-jobs`` service in a hub's config (``jupyterhub_config.py``, the
+z2jh chart's ``hub.extraConfig``, the demo's config).
+
+:func:`add_jobs_service` adds:
+
+* the managed service: ``python -m jupyterhub_gpu.jobs.service``, with the hub's
+  Kubernetes settings (in the hub pod, the in-cluster config) and the spec's path; at
+  ``url``, which the proxy routes ``/services/gpu-jobs/`` to and notebooks call. It
+  gets no role: JupyterHub tells it who a token belongs to, groups included, without
+  any scope;
+* the scope ``access:services!service=gpu-jobs`` for every user (the default
+  ``user`` role), and for their servers' tokens (``server_token_scopes``), so the
+  ``jupyterhub-gpu job`` command works from a notebook terminal;
+* ``JUPYTERHUB_GPU_JOBS_URL`` in every server's environment: the URL that command calls.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Mapping
+
+from ..contract import (ENV_JOBS_BIND, ENV_JOBS_URL, ENV_PLATFORM_FILE, JOBS_ACCESS_SCOPE,
+                        JOBS_SERVICE_NAME)
+from ..resume import KUBE_ENV
+
+#: JupyterHub's default scopes of a server's token (its ``server`` role)
+SERVER_TOKEN_SCOPES = ("users:activity!user", "access:servers!server")
+
+
+def jobs_service(platform_file: str, url: str, *, bind: str | None = None,
+                 job_annotations: Mapping[str, str] | None = None,
+                 python: str = sys.executable) -> dict:
+    """The ``c.JupyterHub.services`` entry: the service listens on ``url``'s port, on
+    ``bind`` if given (``0.0.0.0`` in the hub pod) else on ``url``'s host."""
+    env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
+    env[ENV_PLATFORM_FILE] = os.path.abspath(platform_file)
+    if bind:
+        env[ENV_JOBS_BIND] = bind
+    notes = [f"--job-annotation={k}={v}" for k, v in (job_annotations or {}).items()]
+    return {"name": JOBS_SERVICE_NAME, "url": url, "environment": env,
+            "oauth_no_confirm": True, "display": False,
+            "command": [python, "-m", "jupyterhub_gpu.jobs.service", *notes]}
+
+
+def service_url(url: str) -> str:
+    """Where servers call the service: its URL and its prefix."""
+    return f"{url.rstrip('/')}/services/{JOBS_SERVICE_NAME}/"
+
+
+def _with_scope(roles: list[dict]) -> list[dict]:
+    """``roles`` with the access scope in the ``user`` role (JupyterHub's default one,
+    ``self``, unless the config already redefines it)."""
+    roles = [dict(r) for r in roles]
+    user = next((r for r in roles if r.get("name") == "user"), None)
+    if user is None:
+        roles.append({"name": "user", "scopes": ["self", JOBS_ACCESS_SCOPE]})
+    elif JOBS_ACCESS_SCOPE not in user.get("scopes", []):
+        user["scopes"] = [*user.get("scopes", ["self"]), JOBS_ACCESS_SCOPE]
+    return roles
+
+
+def add_jobs_service(c: Any, platform_file: str, url: str, *, bind: str | None = None,
+                     job_annotations: Mapping[str, str] | None = None) -> None:
+    """Add the service, the users' scope and the servers' environment to config ``c``."""
+    c.JupyterHub.services = [*c.JupyterHub.get("services", []),
+                             jobs_service(platform_file, url, bind=bind,
+                                          job_annotations=job_annotations)]
+    c.JupyterHub.load_roles = _with_scope(c.JupyterHub.get("load_roles", []))
+    scopes = (c.KubeSpawner.get("server_token_scopes") or c.Spawner.get("server_token_scopes")
+              or list(SERVER_TOKEN_SCOPES))
+    if not callable(scopes) and JOBS_ACCESS_SCOPE not in scopes:
+        c.KubeSpawner.server_token_scopes = [*scopes, JOBS_ACCESS_SCOPE]
+    c.KubeSpawner.environment = {**c.Spawner.get("environment", {}),
+                                 **c.KubeSpawner.get("environment", {}),
+                                 ENV_JOBS_URL: service_url(url)}

@@ -1,0 +1,160 @@
+"""A job submission checked as a spawn is, before anything touches Kubernetes (pure).
+
+The body of ``POST api/jobs`` has exactly ``profile`` (a job profile's slug), ``script``
+and, optionally, ``args``. ``script`` is a path relative to the user's home directory
+(their notebook's home volume, which the job mounts at the same place): the job runs
+``python <script> <args...>`` with the home as its working directory. An absolute path,
+or one that leaves the home (``..``), is refused; so are a namespace or an image, which
+come from the user's team and their running server (or the profile), never from the
+request.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from ..builders.job import JobGrant, JobRequest, home_of
+from ..builders.pod import UserRef
+from ..contract import USERNAME_KEY
+from ..spec import CheckpointStorage, JobProfile, Platform
+
+FIELDS = ("profile", "script", "args")
+#: fields a forged request might carry, and why each is not the user's to choose
+CHOSEN_BY_THE_PLATFORM = {
+    "namespace": "the namespace is your team's",
+    "image": "the image is your running server's (or the job profile's)",
+}
+MAX_ARGS = 100
+MAX_NAME = 50  # room for an Indexed Job's "-<index>" in a 63-character hostname
+PYTHON = "python"
+
+
+class JobRefused(Exception):
+    """A submission that may not run: ``user_message`` for the caller, ``log_detail``
+    for the service's log."""
+
+    def __init__(self, user_message: str, log_detail: str, status: int = 400):
+        super().__init__(user_message)
+        self.user_message, self.log_detail, self.status = user_message, log_detail, status
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A checked request: what the job runs and under which grant."""
+
+    grant: JobGrant
+    script: str  # relative to the home directory, normalized
+    args: tuple[str, ...]
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        return (PYTHON, self.script, *self.args)
+
+
+def job_profiles_for(platform: Platform, groups: Iterable[str]) -> tuple[JobProfile, ...]:
+    """The job profiles a user in ``groups`` may submit (none without a team)."""
+    groups = set(groups)
+    if platform.team_for(groups) is None:
+        return ()
+    return tuple(p for p in platform.job_profiles
+                 if not p.allowed_groups or set(p.allowed_groups) & groups)
+
+
+def _fields(body: Any) -> Mapping[str, Any]:
+    if not isinstance(body, Mapping):
+        raise JobRefused("The request must be a JSON object with 'profile' and 'script'.",
+                         f"body is a {type(body).__name__}")
+    chosen = sorted(set(body) & set(CHOSEN_BY_THE_PLATFORM))
+    if chosen:
+        why = "; ".join(CHOSEN_BY_THE_PLATFORM[k] for k in chosen)
+        raise JobRefused(f"A job request may not set {', '.join(chosen)}: {why}.",
+                         f"forged field(s) {chosen}")
+    extra = sorted(set(body) - set(FIELDS))
+    if extra:
+        raise JobRefused(f"Unknown field(s) {', '.join(map(repr, extra))}; a job request "
+                         f"has only {', '.join(FIELDS)}.", f"extra field(s) {extra}")
+    return body
+
+
+def _grant(platform: Platform, user: UserRef, slug: Any) -> JobGrant:
+    team = platform.team_for(user.groups)
+    if team is None:
+        raise JobRefused("You are in no team of this hub, so you may submit no job.",
+                         f"no team for groups {sorted(user.groups)}")
+    allowed = job_profiles_for(platform, user.groups)
+    yours = ", ".join(p.slug for p in allowed) or "none"
+    profile = platform.job_profile(slug) if isinstance(slug, str) else None
+    if profile is None:
+        raise JobRefused(f"Unknown job profile {slug!r}; yours: {yours}.",
+                         f"unknown job profile {slug!r}")
+    if profile not in allowed:
+        raise JobRefused(f"You may not submit job profile {slug!r}; yours: {yours}.",
+                         f"job profile {slug!r} not allowed for groups {sorted(user.groups)}")
+    return JobGrant.of(platform, profile, team)
+
+
+def check_script(script: Any) -> str:
+    """``script`` as a normalized path relative to the home directory."""
+    if not isinstance(script, str) or not script.strip() or "\0" in script:
+        raise JobRefused("'script' must be the path of a Python file in your home "
+                         "directory.", f"script {script!r}")
+    if posixpath.isabs(script):
+        raise JobRefused(f"The script {script!r} must be a path relative to your home "
+                         "directory.", f"absolute script path {script!r}")
+    normal = posixpath.normpath(script)
+    if normal == ".." or normal.startswith("../") or normal == ".":
+        raise JobRefused(f"The script {script!r} is outside your home directory.",
+                         f"script path {script!r} leaves the home")
+    return normal
+
+
+def check_args(args: Any) -> tuple[str, ...]:
+    if args is None:
+        return ()
+    if (not isinstance(args, list) or len(args) > MAX_ARGS
+            or not all(isinstance(a, str) and "\0" not in a for a in args)):
+        raise JobRefused(f"'args' must be a list of at most {MAX_ARGS} strings.",
+                         f"args {str(args)[:200]!r}")
+    return tuple(args)
+
+
+def check_submission(platform: Platform, user: UserRef, body: Any,
+                     active_jobs: int) -> Submission:
+    """The submission ``body`` of ``user``, who has ``active_jobs`` jobs not finished,
+    or :class:`JobRefused` saying why not."""
+    fields = _fields(body)
+    grant = _grant(platform, user, fields.get("profile"))
+    submission = Submission(grant, check_script(fields.get("script")),
+                            check_args(fields.get("args")))
+    if active_jobs >= platform.jobs_per_user:
+        raise JobRefused(
+            f"You have {active_jobs} job(s) queued or running, the most one user may have "
+            f"at once ({platform.jobs_per_user}); cancel one or wait for one to finish.",
+            f"over the limit: {active_jobs} active of {platform.jobs_per_user}")
+    return submission
+
+
+def job_name(user_slug: str, suffix: str) -> str:
+    """A DNS-1035 label for a user's job (a multi-pod job's Service needs one)."""
+    stem = re.sub(r"[^a-z0-9-]+", "-", user_slug.lower()).strip("-")[:MAX_NAME - 12]
+    return f"job-{stem}-{suffix}" if stem else f"job-{suffix}"
+
+
+def _notebook_image(pod: Mapping[str, Any]) -> str:
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    return containers[0].get("image", "")
+
+
+def job_request(submission: Submission, notebook: Mapping[str, Any], name: str,
+                storage: CheckpointStorage | None) -> JobRequest:
+    """The Job of ``submission`` for the user whose running notebook pod is
+    ``notebook``: its image (unless the profile sets one), home and user slug."""
+    labels = (notebook.get("metadata") or {}).get("labels") or {}
+    return JobRequest(name=name, user_slug=labels.get(USERNAME_KEY, ""),
+                      grant=submission.grant,
+                      image=submission.grant.profile.image or _notebook_image(notebook),
+                      command=submission.command, home=home_of(notebook),
+                      checkpoint_storage=storage)

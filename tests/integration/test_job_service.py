@@ -1,0 +1,267 @@
+"""Training jobs from a notebook, end to end: the demo's JupyterHub (as the hub's
+ServiceAccount, with the RBAC we ship) runs the gpu-jobs service; alice, with a running
+server, submits jobs with ``jupyterhub-gpu job`` in a subprocess that has only her
+server's environment; the Jobs are queued by Kueue and "run" by kwok for the demo's
+run-for time; ``job list`` says where each is, in words, as it goes; forged requests
+create nothing; cancel leaves nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from jupyterhub_gpu.builders.job import home_of
+from jupyterhub_gpu.contract import (ENV_API_TOKEN, ENV_DEMO_JOB_RUN_FOR, ENV_JOBS_URL,
+                                     JOB_NAME_LABEL, PRIORITY_LABEL, QUEUE_LABEL)
+
+from .conftest import wait_for
+from .test_demo import _login, _serving, _spawn_and_wait
+
+CLI = Path(sys.executable).parent / "jupyterhub-gpu"
+NAMESPACE = "jhub-data-science"
+RUN_FOR = "15s"
+
+
+@pytest.fixture
+async def hub(cluster, cluster_spec_path, hub_kubeconfig, tmp_path, monkeypatch):
+    """The demo's hub, its training jobs running for RUN_FOR; alice logged in."""
+    monkeypatch.setenv(ENV_DEMO_JOB_RUN_FOR, RUN_FOR)
+    async with _serving(cluster, cluster_spec_path, hub_kubeconfig, tmp_path / "hub") as http:
+        await _login(http, "alice")
+        yield http
+
+
+async def _notebook(kube, user: str) -> dict:
+    pod = await kube.core.read_namespaced_pod(f"jupyter-{user}", NAMESPACE)
+    return kube.api_client.sanitize_for_serialization(pod)
+
+
+def _terminal_env(notebook: dict, home: Path) -> dict[str, str]:
+    """What a terminal of that server has: its pod's environment, and its home."""
+    env = {e["name"]: e["value"] for e in notebook["spec"]["containers"][0]["env"]
+           if "value" in e}
+    return {"PATH": os.environ["PATH"], "HOME": str(home), ENV_API_TOKEN: env[ENV_API_TOKEN],
+            ENV_JOBS_URL: env[ENV_JOBS_URL]}
+
+
+class Terminal:
+    def __init__(self, env: dict[str, str], cwd: Path):
+        self.env, self.cwd = env, cwd
+
+    async def job(self, *args: str) -> tuple[int, str, str]:
+        proc = await asyncio.create_subprocess_exec(
+            str(CLI), "job", *args, env=self.env, cwd=self.cwd,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+        return proc.returncode, out.decode(), err.decode()
+
+    async def statuses(self) -> dict[str, str]:
+        code, out, err = await self.job("list")
+        assert code == 0, err
+        return dict(line.split(None, 2)[::2] for line in out.splitlines()
+                    if line.startswith("job-"))
+
+
+async def _snapshot(kube, cluster_platform) -> dict:
+    from kubernetes_asyncio import client
+
+    batch = client.BatchV1Api(kube.api_client)
+    found = {}
+    for team in cluster_platform.teams:
+        ns = team.namespace
+        found[ns] = (sorted(j.metadata.name for j in (await batch.list_namespaced_job(ns)).items),
+                     sorted(p.metadata.name for p in (await kube.core.list_namespaced_pod(ns)).items),
+                     sorted(w["metadata"]["name"] for w in await kube.workloads(ns)))
+    return found
+
+
+async def _alice(hub, kube, tmp_path) -> tuple[Terminal, dict]:
+    await _spawn_and_wait(hub, "alice", "t4-shared")
+    home = tmp_path / "home"
+    (home / "train").mkdir(parents=True)
+    (home / "train" / "train.py").write_text("print('training')\n")
+    notebook = await _notebook(kube, "alice")
+    return Terminal(_terminal_env(notebook, home), home / "train"), notebook
+
+
+async def test_submit_follow_and_cancel_jobs_from_a_notebook_terminal(
+        hub, kube, cluster_platform, tmp_path):
+    from kubernetes_asyncio import client
+
+    terminal, notebook = await _alice(hub, kube, tmp_path)
+    team = cluster_platform.team_for({"data-science"})
+    code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-job", "--",
+                                        "--epochs", "3")
+    assert code == 0, err
+    first = out.split(":")[0]
+    job = (await client.BatchV1Api(kube.api_client).read_namespaced_job(first, NAMESPACE)).to_dict()
+    labels, pod_spec = job["metadata"]["labels"], job["spec"]["template"]["spec"]
+    assert (labels[QUEUE_LABEL], labels[PRIORITY_LABEL]) == (team.local_queue, "batch")
+    (container,) = pod_spec["containers"]
+    assert container["image"] == notebook["spec"]["containers"][0]["image"]
+    assert container["command"] == ["python", "train/train.py", "--epochs", "3"]
+    home = home_of(notebook)
+    if home is not None:
+        claims = [v["persistent_volume_claim"]["claim_name"] for v in pod_spec["volumes"]
+                  if v.get("persistent_volume_claim")]
+        assert home.claim_name in claims
+    assert pod_spec["automount_service_account_token"] is False
+    assert notebook["spec"]["automountServiceAccountToken"] is False
+
+    code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-job")
+    assert code == 0, err
+    second = out.split(":")[0]
+    before = await _snapshot(kube, cluster_platform)
+    code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-job")
+    assert code == 1 and "queued or running" in err and "(HTTP 400)" in err, (out, err)
+    assert await _snapshot(kube, cluster_platform) == before, "over the limit: nothing made"
+
+    seen: dict[str, list[str]] = {first: [], second: []}
+
+    async def both_done():
+        for name, words in (await terminal.statuses()).items():
+            if name in seen and (not seen[name] or seen[name][-1] != words):
+                seen[name].append(words)
+        return all(s and s[-1].startswith("succeeded") for s in seen.values())
+
+    await wait_for(both_done, timeout=180, interval=1, what="both jobs to succeed")
+    print("seen:", json.dumps(seen, indent=1))
+    assert "running on pool cpu" in seen[first]
+    assert f"queued in {team.local_queue}: position 1 of 1" in seen[second]
+    assert seen[second].index(f"queued in {team.local_queue}: position 1 of 1") < \
+        seen[second].index("running on pool cpu")
+    code, out, err = await terminal.job("status", first)
+    assert code == 0 and "status:    succeeded after" in out, (out, err)
+
+    code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-job")
+    third = out.split(":")[0]
+    await wait_for(lambda: _is(terminal, third, "running on pool cpu"), timeout=60,
+                   what="the third job to run")
+    code, out, err = await terminal.job("logs", third)
+    assert code == 1 and "serves no logs" in err, (out, err)  # kwok: no kubelet logs
+    code, out, err = await terminal.job("cancel", third)
+    assert code == 0 and out.strip() == f"{third}: cancelling", (out, err)
+    await wait_for(lambda: _nothing_left_of(kube, third), timeout=60,
+                   what=f"{third}'s Job, pods and Workload to go")
+    code, out, err = await terminal.job("status", third)
+    assert code == 1 and f"You have no job '{third}'" in err
+
+
+async def _is(terminal: Terminal, name: str, words: str) -> bool:
+    return (await terminal.statuses()).get(name) == words
+
+
+async def _nothing_left_of(kube, name: str) -> bool:
+    from kubernetes_asyncio import client
+
+    jobs = (await client.BatchV1Api(kube.api_client).list_namespaced_job(NAMESPACE)).items
+    pods = (await kube.core.list_namespaced_pod(
+        NAMESPACE, label_selector=f"{JOB_NAME_LABEL}={name}")).items
+    workloads = [w for w in await kube.workloads(NAMESPACE)
+                 if any(o["name"] == name for o in w["metadata"].get("ownerReferences", []))]
+    return name not in {j.metadata.name for j in jobs} and not pods and not workloads
+
+
+async def _post(url: str, token: str | None, body) -> tuple[int, dict]:
+    headers = {"Authorization": f"token {token}"} if token else {}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, json=body, headers=headers, allow_redirects=False) as r:
+            text = await r.text()
+            return r.status, (json.loads(text) if text.startswith("{") else {"text": text})
+
+
+FORGED = [
+    ({"profile": "cpu-job", "script": "train.py", "namespace": "jhub-ml-eng"}, "namespace"),
+    ({"profile": "cpu-job", "script": "train.py", "image": "evil/miner"}, "image"),
+    ({"profile": "t4-train", "script": "train.py"}, "may not submit job profile 't4-train'"),
+    ({"profile": "nope", "script": "train.py"}, "Unknown job profile 'nope'"),
+    ({"profile": "cpu-job", "script": "../../etc/x.py"}, "outside your home"),
+    ({"profile": "cpu-job", "script": "/etc/x.py"}, "relative to your home"),
+    ({"profile": "cpu-job", "script": "train.py", "command": ["sh"]}, "Unknown field"),
+]
+
+
+async def test_forged_submits_are_refused_and_create_nothing(hub, kube, cluster_platform,
+                                                             tmp_path):
+    terminal, _ = await _alice(hub, kube, tmp_path)
+    url = terminal.env[ENV_JOBS_URL] + "api/jobs"
+    token = terminal.env[ENV_API_TOKEN]
+    before = await _snapshot(kube, cluster_platform)
+    for body, why in FORGED:
+        status, answer = await _post(url, token, body)
+        assert status == 400 and why in answer["error"], (body, status, answer)
+    assert (await _post(url, None, FORGED[0][0]))[0] == 403, "no token, nothing"
+    assert (await _post(url, "not-a-token", FORGED[0][0]))[0] == 403
+    assert await _snapshot(kube, cluster_platform) == before
+
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
+EXAMPLE_JOB = "job-alice-1a2b3c"  # the name the guide's commands use
+
+
+def _guide_commands() -> list[str]:
+    section = GUIDE.read_text().split("## Run a training job from your notebook", 1)[1]
+    lines = [line.split("  #")[0].strip() for block in re.findall(r"```bash\n(.*?)```",
+                                                                    section, re.S)
+             for line in block.replace("\\\n", " ").splitlines()]
+    return [line for line in lines if line and not line.startswith("cd ")]
+
+
+async def test_the_user_guides_commands_run_as_written(hub, kube, tmp_path):
+    """Each command of the guide's section, in a shell with the server's environment;
+    only the job's name differs (it is made at submit)."""
+    terminal, _ = await _alice(hub, kube, tmp_path)
+    name = None
+    for command in _guide_commands():
+        command = command.replace(EXAMPLE_JOB, name or EXAMPLE_JOB)
+        proc = await asyncio.create_subprocess_shell(
+            command.replace("jupyterhub-gpu ", f"{CLI} ", 1), env=terminal.env,
+            cwd=terminal.cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = (b.decode() for b in await proc.communicate())
+        if " job logs " in command:  # kwok serves no logs: the guide says so
+            assert proc.returncode == 1 and "The cluster serves no logs of pod" in err, err
+            continue
+        assert proc.returncode == 0, (command, out, err)
+        if " job submit " in command:
+            name = out.split(":")[0]
+            await wait_for(lambda: _is(terminal, name, "running on pool cpu"), timeout=60,
+                           what="the job to run")
+        if command.startswith("curl -X POST"):  # a second job, through the REST API
+            posted = json.loads(out)
+            assert posted["command"] == ["python", "train/train.py", "--epochs", "3"], posted
+            assert (await terminal.job("cancel", posted["name"]))[0] == 0
+            await wait_for(lambda: _nothing_left_of(kube, posted["name"]), timeout=60,
+                           what="the second job's cancel")
+        elif command.startswith("curl"):  # after the cancel: at most "cancelling"
+            assert all(j["name"] != name or j["state"] == "cancelling"
+                       for j in json.loads(out)["jobs"]), out
+    assert name is not None
+    await wait_for(lambda: _nothing_left_of(kube, name), timeout=60, what="the cancel")
+
+
+async def test_cancel_of_a_multi_pod_job_leaves_no_service_behind(hub, kube, tmp_path):
+    """A job of two pods has a headless Service for its rendezvous, owned by the Job:
+    cancel removes it with the Job, its pods and its Workload."""
+    terminal, _ = await _alice(hub, kube, tmp_path)
+    code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-ddp-2")
+    assert code == 0, err
+    name = out.split(":")[0]
+    service = await kube.core.read_namespaced_service(name, NAMESPACE)
+    assert [(o.kind, o.name) for o in service.metadata.owner_references] == [("Job", name)]
+    await wait_for(lambda: _is(terminal, name, "running on pool cpu"), timeout=60,
+                   what="both pods to run")
+    assert (await terminal.job("cancel", name))[0] == 0
+
+    async def gone():
+        services = (await kube.core.list_namespaced_service(NAMESPACE)).items
+        return await _nothing_left_of(kube, name) and name not in {
+            s.metadata.name for s in services}
+
+    await wait_for(gone, timeout=60, what=f"{name}'s Job, pods, Workload and Service to go")

@@ -1,0 +1,92 @@
+"""A job submission is checked as a spawn is: every refusal, and what is accepted."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyterhub_gpu.builders.job import build_job
+from jupyterhub_gpu.builders.pod import UserRef
+from jupyterhub_gpu.contract import ENV_CHECKPOINT_DIR, USERNAME_KEY
+from jupyterhub_gpu.jobs.request import (JobRefused, check_submission, job_name,
+                                         job_profiles_for, job_request)
+
+BOB = UserRef("bob", frozenset({"ml-eng"}))  # team ml-eng: a100-train, a100-ddp-2
+ALICE = UserRef("alice", frozenset({"data-science"}))
+GOOD = {"profile": "a100-train", "script": "train/train.py", "args": ["--epochs", "3"]}
+
+
+def test_a_good_request_and_what_it_runs(platform):
+    sub = check_submission(platform, BOB, GOOD, active_jobs=0)
+    assert sub.grant.profile.slug == "a100-train" and sub.grant.team.name == "ml-eng"
+    assert sub.command == ("python", "train/train.py", "--epochs", "3")
+    assert check_submission(platform, BOB, {"profile": "a100-train", "script": "./a/../t.py"},
+                            0).command == ("python", "t.py")
+
+
+@pytest.mark.parametrize("user, body, user_words, log_words", [
+    (BOB, [], "must be a JSON object", "body is a list"),
+    (BOB, {**GOOD, "namespace": "jhub-data-science"}, "may not set namespace",
+     "forged field(s) ['namespace']"),
+    (BOB, {**GOOD, "image": "evil/miner"}, "may not set image", "forged field(s) ['image']"),
+    (BOB, {**GOOD, "command": ["sh"]}, "Unknown field(s) 'command'", "extra field(s)"),
+    (BOB, {**GOOD, "profile": "nope"}, "Unknown job profile 'nope'; yours: a100-train",
+     "unknown job profile 'nope'"),
+    (BOB, {**GOOD, "profile": ["a100-train"]}, "Unknown job profile", "unknown job profile"),
+    (ALICE, GOOD, "You may not submit job profile 'a100-train'", "not allowed for groups"),
+    (UserRef("eve", frozenset({"visitors"})), GOOD, "You are in no team", "no team"),
+    (BOB, {**GOOD, "script": "/etc/passwd"}, "relative to your home", "absolute"),
+    (BOB, {**GOOD, "script": "../../etc/x.py"}, "outside your home", "leaves the home"),
+    (BOB, {**GOOD, "script": "a/../.."}, "outside your home", "leaves the home"),
+    (BOB, {**GOOD, "script": ""}, "'script' must be", "script ''"),
+    (BOB, {"profile": "a100-train"}, "'script' must be", "script None"),
+    (BOB, {**GOOD, "args": "--lr 1"}, "'args' must be a list", "args"),
+    (BOB, {**GOOD, "args": [1]}, "'args' must be a list", "args"),
+])
+def test_every_refusal_says_why(platform, user, body, user_words, log_words):
+    with pytest.raises(JobRefused) as refused:
+        check_submission(platform, user, body, active_jobs=0)
+    assert user_words in refused.value.user_message
+    assert log_words in refused.value.log_detail
+    assert refused.value.status == 400
+
+
+def test_the_per_user_limit_counts_jobs_not_finished(platform):
+    assert platform.jobs_per_user == 2
+    check_submission(platform, BOB, GOOD, active_jobs=1)
+    with pytest.raises(JobRefused) as refused:
+        check_submission(platform, BOB, GOOD, active_jobs=2)
+    assert "2 job(s) queued or running" in refused.value.user_message
+    assert refused.value.log_detail == "over the limit: 2 active of 2"
+
+
+def test_job_profiles_follow_the_groups(platform):
+    assert [p.slug for p in job_profiles_for(platform, {"ml-eng"})] == [
+        "a100-train", "a100-ddp-2", "t4-job", "cpu-job"]
+    assert [p.slug for p in job_profiles_for(platform, {"data-science"})] == ["t4-job",
+                                                                              "cpu-job"]
+    assert job_profiles_for(platform, {"nobody"}) == ()
+
+
+def test_names_are_dns_labels():
+    assert job_name("bob", "1a2b3c") == "job-bob-1a2b3c"
+    assert job_name("Ann_Lee.x", "1a2b3c") == "job-ann-lee-x-1a2b3c"
+    assert len(job_name("x" * 80, "1a2b3c")) <= 50
+
+
+def test_the_job_takes_the_running_servers_image_home_and_user_slug(platform):
+    notebook = {"metadata": {"labels": {USERNAME_KEY: "bob"}},
+                "spec": {"containers": [{"name": "notebook", "image": "acr.io/nb:1",
+                                         "volumeMounts": [{"name": "home",
+                                                           "mountPath": "/home/jovyan"}]}],
+                         "volumes": [{"name": "home",
+                                      "persistentVolumeClaim": {"claimName": "claim-bob"}}]}}
+    sub = check_submission(platform, BOB, GOOD, 0)
+    job, service = build_job(job_request(sub, notebook, "job-bob-1", platform.checkpoint_storage))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "acr.io/nb:1" and container["workingDir"] == "/home/jovyan"
+    assert container["command"] == ["python", "train/train.py", "--epochs", "3"]
+    assert ENV_CHECKPOINT_DIR in {e["name"] for e in container["env"]}
+    claims = [v["persistentVolumeClaim"]["claimName"]
+              for v in job["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert claims[0] == "claim-bob"
+    assert job["metadata"]["namespace"] == "jhub-ml-eng" and service is None
