@@ -103,7 +103,13 @@ class Watches:
     async def stop(self) -> None:
         self.ready = False
         for r in [*self.jobs.values(), *self.pods.values(), *self.workloads.values()]:
-            await r.stop()
+            try:
+                await r.stop()
+            except asyncio.CancelledError:
+                # KubeSpawner's stop() awaits the watch task it has just cancelled: that
+                # task's CancelledError is not ours, unless we are being cancelled too
+                if asyncio.current_task().cancelling():
+                    raise
         self.jobs, self.pods, self.workloads = {}, {}, {}
 
     async def keep_starting(self, retry_seconds: float = 60) -> None:
