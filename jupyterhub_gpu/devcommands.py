@@ -49,6 +49,16 @@ DEVCLUSTER_ACTIONS: tuple[tuple[str, str, str, Arguments], ...] = (
     ("status", "show the dev cluster's components and health",
      "Show the kubeconfig path and each component's pid and health. Exit status 0 if "
      "everything is healthy, 3 otherwise.", _STATE),
+    ("restart", "stop one component of the running dev cluster and start it again",
+     "Stop one component (SIGTERM, SIGKILL after 10 s) as a rollout or a crash would, "
+     "optionally leave it down for a while, then start it with its usual command line and "
+     "wait until it is healthy. For trying what the hub does when, say, Kueue restarts "
+     "(docs/reliability.md).",
+     ((("component",), {"metavar": "COMPONENT",
+                        "help": "one of those `devcluster status` lists, e.g. kueue"}),
+      (("--down",), {"type": float, "default": 0, "metavar": "SECONDS",
+                     "help": "how long it stays stopped (default: 0)"}))
+     + _STATE),
 )
 DEMO_ARGUMENTS: Arguments = (
     (("--spec",), {"default": DEFAULT_SPEC, "metavar": "SPEC",

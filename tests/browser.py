@@ -22,6 +22,13 @@ SCREENSHOTS = REPO / "build" / "screenshots"
 WINDOW = (1280, 800)
 
 
+_ON_TOP = """
+const box = arguments[0].getBoundingClientRect();
+const top = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+return top !== null && (top === arguments[0] || arguments[0].contains(top));
+"""
+
+
 class Browser:
     def __init__(self, driver, name: str, tmp: Path):
         self.driver, self.name = driver, re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
@@ -53,6 +60,27 @@ class Browser:
         self.shot("timed-out")
         raise AssertionError(f"timed out after {timeout}s waiting for {what}"
                              + (f" (last error: {last})" if last else ""))
+
+    def click(self, element, timeout: float = 30) -> None:
+        """Click ``element`` as a user would: scrolled to the middle of the window, once
+        it is what shows at its own centre. The spawn form's availability lines arrive
+        after the page, so the cards move; a click aimed before they settle lands on
+        another element (Chromium's "element click intercepted")."""
+        from selenium.common.exceptions import ElementClickInterceptedException
+
+        def clicked():
+            self.driver.execute_script(
+                "arguments[0].scrollIntoView({block: 'center', behavior: 'instant'})",
+                element)
+            if not self.driver.execute_script(_ON_TOP, element):
+                return False
+            try:
+                element.click()
+            except ElementClickInterceptedException:
+                return False
+            return True
+
+        self.wait(clicked, timeout=timeout, what="the element to be clickable")
 
     def css(self, selector: str):
         from selenium.webdriver.common.by import By

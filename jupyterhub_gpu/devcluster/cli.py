@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from kubernetes.client.exceptions import ApiException
@@ -51,6 +52,19 @@ def up(args: argparse.Namespace) -> int:
 
 def down(args: argparse.Namespace) -> int:
     cluster.down(args.state_dir)
+    return 0
+
+
+def restart(args: argparse.Namespace) -> int:
+    try:
+        print(f"{args.component}: {cluster.stop_component(args.component, args.state_dir)}")
+        if args.down > 0:
+            print(f"{args.component}: down for {args.down:g}s")
+            time.sleep(args.down)
+        cluster.start_component(args.component, args.state_dir)
+    except (cluster.DevClusterError, ComponentError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -251,6 +251,50 @@ def down(state_dir: Path | str | None = None, progress: Progress = print) -> dic
     return outcomes
 
 
+# -- one component: faults for the reliability tests, and a hand restart -------------------
+
+def _running_component(layout: Layout, name: str) -> tuple[Component, pkimod.PkiPaths]:
+    try:
+        cluster = json.loads(layout.cluster_file.read_text())
+    except (OSError, ValueError):
+        raise DevClusterError(f"no dev cluster is running from {layout.root}") from None
+    pki = pkimod.PkiPaths(layout.pki_dir)
+    comps = {c.name: c for c in components.control_plane(
+        {k: Path(v) for k, v in cluster["binaries"].items()}, layout,
+        Ports.from_dict(cluster["ports"]), pki)}
+    if name not in comps:
+        raise DevClusterError(f"unknown component {name!r}; one of: {', '.join(comps)}")
+    return comps[name], pki
+
+
+def stop_component(name: str, state_dir: Path | str | None = None) -> str:
+    """Stop one component of a running cluster (SIGTERM, then SIGKILL after 10 s), as
+    a rollout or a crash would; the others keep running. Returns what happened."""
+    layout = _layout(state_dir)
+    _running_component(layout, name)
+    rec = procs.records(layout).get(name)
+    return procs.stop(rec, layout) if rec else "not running"
+
+
+def start_component(name: str, state_dir: Path | str | None = None,
+                    progress: Progress = print) -> None:
+    """Start one stopped component again with its usual command line, and wait until
+    it is healthy."""
+    layout, progress = _layout(state_dir), procs.unfailing(progress)
+    comp, pki = _running_component(layout, name)
+    rec = procs.records(layout).get(name)
+    if rec and procs.is_ours(rec):
+        raise DevClusterError(f"{name} is already running (pid {rec.pid})")
+    _wait(comp, procs.launch(comp, layout, append=True), layout, pki, progress)
+
+
+def restart_component(name: str, state_dir: Path | str | None = None,
+                      progress: Progress = print) -> None:
+    """:func:`stop_component`, then :func:`start_component`."""
+    stop_component(name, state_dir)
+    start_component(name, state_dir, progress)
+
+
 def _component_status(layout: Layout, comp_name: str, rec: procs.PidRecord | None,
                       health_of: dict[str, Component], pki: pkimod.PkiPaths | None) -> dict:
     running = bool(rec and procs.is_ours(rec))

@@ -133,10 +133,11 @@ def _child_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def launch(component: Component, layout: Layout) -> subprocess.Popen:
-    """Start ``component`` in its own session, logging to logs/<name>.log."""
+def launch(component: Component, layout: Layout, append: bool = False) -> subprocess.Popen:
+    """Start ``component`` in its own session, logging to logs/<name>.log (after what
+    the log holds, if ``append``: a restarted component's earlier run is kept)."""
     log_path = layout.log(component.name)
-    with log_path.open("w") as log:
+    with log_path.open("a" if append else "w") as log:
         log.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(component.argv)}\n")
         log.flush()
         proc = subprocess.Popen(list(component.argv), stdout=log, stderr=subprocess.STDOUT,

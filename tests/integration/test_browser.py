@@ -35,20 +35,9 @@ def _log_in(browser, user: str = USER) -> None:
 
 
 def _pick(browser, slug: str) -> None:
-    card = browser.css(f"label[for='profile-{slug}']")[0]
-    _scroll_to(browser, card)  # it may be below the fold, as a user scrolls
-    card.click()
+    browser.click(browser.css(f"label[for='profile-{slug}']")[0])  # maybe below the fold
     assert browser.css(f"#profile-{slug}")[0].is_selected()
-    submit = browser.css("#spawn_form [type=submit]")[0]
-    _scroll_to(browser, submit)
-    submit.click()
-
-
-def _scroll_to(browser, element) -> None:
-    """At once: Bootstrap's smooth scrolling would still be moving the element when
-    Selenium clicks where it was."""
-    browser.driver.execute_script(
-        "arguments[0].scrollIntoView({block: 'center', behavior: 'instant'})", element)
+    browser.click(browser.css("#spawn_form [type=submit]")[0])
 
 
 def _watch_progress(browser, shot_name: str = "progress") -> list[str]:

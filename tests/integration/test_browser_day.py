@@ -29,7 +29,7 @@ def _add_server(browser, user: str, name: str, slug: str) -> list[str]:
     browser.driver.get(f"{URL}/hub/home")
     field = browser.wait(lambda: browser.css(".new-server-name"), what="the named servers")[0]
     field.send_keys(name)
-    browser.css(".new-server-btn")[0].click()
+    browser.click(browser.css(".new-server-btn")[0])
     _to_form(browser, user, name)
     _pick(browser, slug)
     return _watch_progress(browser, f"progress-{name}")
@@ -80,7 +80,7 @@ def _third_server_refused(browser) -> str:
     browser.driver.get(f"{URL}/hub/home")
     field = browser.wait(lambda: browser.css(".new-server-name"), what="the home page")[0]
     field.send_keys("gpu2")
-    browser.css(".new-server-btn")[0].click()
+    browser.click(browser.css(".new-server-btn")[0])
     _to_form(browser, "alice", "gpu2")
     _pick(browser, "a100-mig-3g")
     error = browser.wait(lambda: browser.css(".spawn-error-msg"), what="the refusal")[0]
