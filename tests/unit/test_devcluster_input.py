@@ -157,3 +157,26 @@ def test_clusters_on_other_ports_hand_out_other_pod_ips():
     nets = [ipaddress.ip_network(pod_cidr(p), strict=False) for p in [default, *shifted]]
     assert all(n.subnet_of(ipaddress.ip_network("127.0.0.0/8")) for n in nets)
     assert len(set(nets)) == len(nets)
+
+
+def test_restarting_a_component_without_a_cluster_or_by_a_wrong_name_says_so(tmp_path):
+    """`devcluster restart` on a state dir with no cluster, or with a name that is not a
+    component, stops nothing and says why (the real restarts are the reliability tests')."""
+    import json
+
+    from jupyterhub_gpu.devcluster import cluster
+    from jupyterhub_gpu.devcluster.layout import COMPONENTS, Layout
+
+    with pytest.raises(cluster.DevClusterError, match="no dev cluster is running from "):
+        cluster.restart_component("kueue", tmp_path)
+    layout = Layout(tmp_path)
+    layout.make_dirs()
+    layout.cluster_file.write_text(json.dumps({
+        "server": "https://127.0.0.1:1", "ports": Ports().as_dict(),
+        "binaries": {name: f"/nonexistent/{name}" for name in
+                     ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                      "kwok", "kueue", "karpenter-kwok")}}))
+    with pytest.raises(cluster.DevClusterError) as info:
+        cluster.stop_component("kueu", tmp_path)
+    assert str(info.value) == f"unknown component 'kueu'; one of: {', '.join(COMPONENTS)}"
+    assert cluster.stop_component("kueue", tmp_path) == "not running"
