@@ -47,7 +47,7 @@ def _sharing(errors: list[str], label: str, data: Any, gpu: Any) -> Sharing | No
     for param, value in values.items():
         if mode is None:
             break
-        if mode.parameter is param and value is None:
+        if mode.parameter is param and not s.given(param.value):
             s.fail(param.value, f"is required for mode {mode}{_PARAMETERS[param][1]}")
         elif mode.parameter is not param and value is not None:
             s.fail(param.value, f"is only allowed with {modes.modes_taking(param)}, not {mode}")
@@ -90,7 +90,7 @@ def _pool_gpu(s: Section, vm: Any, gpu: Any) -> tuple[int | None, Sharing | None
                 s.fail(key, f"a pool with gpu: {NO_GPU.name} has no GPU; remove {key}")
         return 0, Sharing(modes.cpu_only_mode())
     gpus = s.get("gpusPerNode", read_int(1), vm.gpus if vm is not None else REQUIRED)
-    sharing = _sharing(s.errors, s.label, s.data.get("sharing"), gpu)
+    sharing = s.get("sharing", lambda data: _sharing(s.errors, s.label, data, gpu))
     if sharing is not None and not sharing.mode.gpu:
         s.fail("sharing", f"mode {sharing.mode} is for pools with gpu: {NO_GPU.name}; "
                f"choose a GPU sharing mode")
@@ -230,15 +230,22 @@ def _group_ids(errors: list[str], data: Any) -> Mapping[str, str]:
     return MappingProxyType(ids)
 
 
-def _declared(data: Mapping) -> dict[str, set[str]]:
-    """Names the admin declared, valid or not: a reference to one is no new error."""
-    def names(key: str, field: str) -> set[str]:
-        items = data.get(key) if isinstance(data.get(key), list) else []
-        return {i.get(field) for i in items if isinstance(i, Mapping) and isinstance(i.get(field), str)}
+def _declared(data: Mapping) -> dict[str, set[str] | None]:
+    """Names the admin declared, valid or not: a reference to one is no new error.
+    None for a section given but unreadable (a list that is no list, any
+    ``checkpointStorage``): what it declares is unknown, so references to it are not
+    checked (its own error says what is wrong)."""
+    def names(key: str, field: str) -> set[str] | None:
+        items = data.get(key) or []
+        if not isinstance(items, list):
+            return None
+        return {i.get(field) for i in items
+                if isinstance(i, Mapping) and isinstance(i.get(field), str)}
     group_ids = data.get("groupIds") if isinstance(data.get("groupIds"), Mapping) else {}
     return {"pools": names("pools", "name"), "priorities": names("priorities", "name"),
             "teams": names("teams", "name"), "profiles": names("profiles", "slug"),
-            "groupIds": {g for g in group_ids if isinstance(g, str)}}
+            "groupIds": {g for g in group_ids if isinstance(g, str)},
+            "checkpointStorage": None if data.get("checkpointStorage") is not None else set()}
 
 
 def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _MEM_SUFFIX = {
@@ -17,9 +18,10 @@ def parse_memory(value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     m = _MEM_RE.match(str(value).strip())
-    if not m or float(m.group(1)) <= 0:
+    n_bytes = int(float(m.group(1)) * _MEM_SUFFIX[m.group(2) or ""]) if m else 0
+    if n_bytes < 1:  # also a fraction of a byte, e.g. 0.5
         raise ValueError(f"{value!r} is not a memory size; use e.g. 512Mi, 12Gi or 16G")
-    return int(float(m.group(1)) * _MEM_SUFFIX[m.group(2) or ""])
+    return n_bytes
 
 
 def format_memory(n_bytes: int) -> str:
@@ -39,7 +41,8 @@ def parse_cpu(value: object) -> float:
         cores = float(text[:-1]) / 1000 if text.endswith("m") else float(text)
     except ValueError:
         cores = -1.0
-    if isinstance(value, bool) or cores <= 0:
+    # not nan, nor so large that its millicores are infinite
+    if isinstance(value, bool) or not 0 < cores * 1000 < math.inf:
         raise ValueError(f"{value!r} is not a CPU amount; use e.g. 2, 0.5 or 500m")
     return cores
 

@@ -8,6 +8,7 @@ every problem, naming the item and the field, into a shared list of errors.
 
 from __future__ import annotations
 
+import math
 import re
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -100,7 +101,9 @@ class Section:
     def __init__(self, errors: list[str], label: str, data: Any, section: str):
         self.errors, self.label, self.section = errors, label, section
         self.data: Mapping = data if isinstance(data, Mapping) else {}
-        if not isinstance(data, Mapping):
+        #: whether ``data`` is no mapping: that is its one error, not each field missing
+        self.broken = not isinstance(data, Mapping)
+        if self.broken:
             self.fail(None, f"must be a mapping, got {type(data).__name__}")
         allowed, removed = FIELDS[section], REMOVED.get(section, {})
         for key in sorted(set(self.data) - set(allowed), key=str):
@@ -118,7 +121,7 @@ class Section:
         if default is _FIELD_DEFAULT:
             default = field_default(self.section, key)
         if not self.given(key):
-            if default is REQUIRED:
+            if default is REQUIRED and not self.broken:
                 self.fail(key, "is required")
             return None if default is REQUIRED else default
         try:
@@ -143,7 +146,7 @@ def read_int(minimum: int) -> Callable[[Any], int]:
 
 
 def read_number(v: Any) -> float:
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < math.inf:
         raise ValueError(f"must be a number >= 0, got {v!r}")
     return float(v)
 

@@ -26,14 +26,16 @@ def _duplicates(kind: str, names: list[str]) -> Iterator[str]:
             yield f"{kind} {name!r}: defined {count} times; names must be unique"
 
 
-def _team_refs(platform: Platform, pools: set[str]) -> Iterator[str]:
+def _team_refs(platform: Platform, pools: set[str] | None) -> Iterator[str]:
+    if pools is None:  # the spec's pools are no list: which exist is unknown
+        return
     for team in platform.teams:
         for field, counts in (("quota", team.quota), ("borrowingLimit", team.borrowing_limit),
                               ("lendingLimit", team.lending_limit)):
             for pool in counts:
                 if pool not in pools:
                     yield (f"team {team.name!r}: {field}: unknown pool {pool!r}; "
-                           f"valid: {', '.join(sorted(pools))}")
+                           f"valid: {', '.join(sorted(pools)) or 'none defined'}")
 
 
 def _units(profile: AnyProfile, pool: Pool) -> Iterator[str]:
@@ -113,11 +115,12 @@ def _fit(profile: AnyProfile, pool: Pool) -> Iterator[str]:
                    f" > {total(left)} {breakdown}; use {field}: {each(most)} or less")
 
 
-def _checkpoint(profile: AnyProfile, pools: list[Pool], platform: Platform) -> Iterator[str]:
+def _checkpoint(profile: AnyProfile, pools: list[Pool], platform: Platform,
+                storage_given: bool) -> Iterator[str]:
     if not profile.checkpoint.enabled:
         return
     label = f"{profile.kind} {profile.slug!r}: checkpoint"
-    if platform.checkpoint_storage is None:
+    if platform.checkpoint_storage is None and not storage_given:
         yield f"{label}: enabled, but the spec has no checkpointStorage"
     grace = profile.checkpoint.grace_period_seconds
     for pool in pools:
@@ -152,16 +155,17 @@ def _fallback_pools(profile: AnyProfile, pools: list[Pool]) -> Iterator[str]:
                    f"sharing mode")
 
 
-def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator[str]:
+def _profile_refs(platform: Platform, declared: dict[str, set[str] | None]) -> Iterator[str]:
     pools = {p.name: p for p in platform.pools}
     priorities = {p.name for p in platform.priorities}
     for profile in platform.all_profiles:
         label = f"{profile.kind} {profile.slug!r}"
-        if profile.priority not in priorities | declared["priorities"]:
+        if declared["priorities"] is not None and profile.priority not in (
+                priorities | declared["priorities"]):
             yield (f"{label}: priority: unknown priority {profile.priority!r}; "
                    f"valid: {', '.join(sorted(priorities)) or 'none defined'}")
         field = "pools" if profile.fallback else "pool"
-        for name in profile.pool_names:
+        for name in profile.pool_names if declared["pools"] is not None else ():
             if name not in pools and name not in declared["pools"]:
                 yield (f"{label}: {field}: unknown pool {name!r}; "
                        f"valid: {', '.join(sorted(pools)) or 'none defined'}")
@@ -175,7 +179,8 @@ def _profile_refs(platform: Platform, declared: dict[str, set[str]]) -> Iterator
         for pool in known:
             yield from _units(profile, pool)
             yield from _fit(profile, pool)
-        yield from _checkpoint(profile, known, platform)
+        yield from _checkpoint(profile, known, platform,
+                               storage_given=declared["checkpointStorage"] is None)
     yield from order_conflicts(platform.all_profiles, [p.name for p in platform.pools])
 
 
@@ -193,12 +198,14 @@ def _group_refs(platform: Platform, declared: set[str]) -> Iterator[str]:
                        f"can carry it; known: {', '.join(sorted(declared))}")
 
 
-def check_platform(platform: Platform, declared: dict[str, set[str]]) -> list[str]:
-    """All cross-field problems of ``platform`` (empty when it is consistent)."""
+def check_platform(platform: Platform, declared: dict[str, set[str] | None]) -> list[str]:
+    """All cross-field problems of ``platform`` (empty when it is consistent).
+    ``declared``: the names each section declares, valid or not, None when it is
+    unreadable (:func:`jupyterhub_gpu.parse.parse_platform`)."""
     errors: list[str] = []
     for kind, items in (("pools", platform.pools), ("teams", platform.teams),
                         ("priorities", platform.priorities), ("profiles", platform.profiles)):
-        if not items and not declared.get(kind):
+        if not items and declared[kind] == set():
             errors.append(f"{kind}: at least one is required")
     errors += _duplicates("pool", [p.name for p in platform.pools])
     errors += _duplicates("team", [t.name for t in platform.teams])
@@ -206,7 +213,8 @@ def check_platform(platform: Platform, declared: dict[str, set[str]]) -> list[st
     errors += _duplicates("profile", [p.slug for p in platform.profiles])
     errors += _duplicates("job profile", [p.slug for p in platform.job_profiles])
     errors += _group_refs(platform, declared.get("groupIds", set()))
-    errors += _team_refs(platform, {p.name for p in platform.pools} | declared["pools"])
+    errors += _team_refs(platform, None if declared["pools"] is None else
+                         {p.name for p in platform.pools} | declared["pools"])
     errors += _profile_refs(platform, declared)
     errors += (e for pool in platform.pools for e in _node_auto_provisioning(pool))
     defaults = [p.slug for p in platform.profiles if p.default]
