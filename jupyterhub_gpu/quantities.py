@@ -62,9 +62,14 @@ def format_duration(seconds: int) -> str:
     return "".join(parts) or "0s"
 
 
+MAX_DURATION_DAYS = 365
+"""The longest duration a spec may give: far above any timeout, and far below what a
+Go ``time.Duration`` holds (292 years) in the objects generated from it."""
+
+
 def parse_duration(value: object, allow_zero: bool = False) -> int:
     """``"30m"``, ``"1h30m"``, ``"90s"`` or a number of seconds -> seconds (> 0, or
-    >= 0 with ``allow_zero``: ``"0s"`` or ``0``)."""
+    >= 0 with ``allow_zero``: ``"0s"`` or ``0``; at most :data:`MAX_DURATION_DAYS`)."""
     if isinstance(value, int) and not isinstance(value, bool):
         seconds = value
     else:
@@ -76,5 +81,7 @@ def parse_duration(value: object, allow_zero: bool = False) -> int:
     if seconds < 0 or (seconds == 0 and not allow_zero):
         kind = "non-negative" if allow_zero else "positive"
         raise ValueError(f"{value!r} is not a {kind} duration")
+    if seconds > MAX_DURATION_DAYS * 86400:
+        raise ValueError(f"{value!r} is longer than {MAX_DURATION_DAYS} days")
     return seconds
 

@@ -23,7 +23,7 @@ from ..gpus import GPU_MODELS, VM_SIZES
 from .. import sharing
 from ..parse import FIELDS as PARSER_FIELDS
 from ..parse import field_default
-from ..quantities import format_cpu, format_duration, format_memory
+from ..quantities import MAX_DURATION_DAYS, format_cpu, format_duration, format_memory
 from ..sharing import Parameter, modes_taking, modes_where
 from ..spec import REQUIRED, Autoscaler, DaemonsetOverhead, default_of
 from ..validate import AKS_BOTH_AUTOSCALERS_FEATURE
@@ -343,8 +343,8 @@ def spec_reference() -> str:
     out = ["# Platform spec reference\n",
            "Generated from the parser (`jupyterhub_gpu.parse`) by "
            "`jupyterhub_gpu.bundle.reference`; do not edit. Durations are like `90s`, "
-           "`30m`, `8h` or `1h30m`; quantities like `12Gi`. Validate a spec with "
-           "`jupyterhub-gpu validate SPEC`.\n"]
+           f"`30m`, `8h` or `1h30m`, at most {MAX_DURATION_DAYS} days; quantities like "
+           "`12Gi`. Validate a spec with `jupyterhub-gpu validate SPEC`.\n"]
     for section, title in SECTIONS.items():
         rows = [(f"`{name}`", FIELDS[section][name][0], default_text(section, name),
                  _description(section, name)) for name in allowed_fields(section)]

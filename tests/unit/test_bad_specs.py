@@ -277,6 +277,8 @@ BROKEN: list[tuple[str, list[Edit], list[str]]] = [
      ["pool 'a100spot': pricePerNodeHour"]),
     ("idleTimeout zero", [put("profiles.0.idleTimeout", "0s")],
      ["profile 't4-shared': idleTimeout"]),
+    ("consolidateAfter beyond a Go duration", [put("pools.0.consolidateAfter", 10**30)],
+     ["pool 't4dev': consolidateAfter"]),
     ("maxAge in weeks", [put("profiles.1.maxAge", "2w")], ["profile 'a100-mig-3g': maxAge"]),
     ("startTimeout negative", [put("profiles.4.startTimeout", -60)],
      ["profile 'cpu': startTimeout"]),
