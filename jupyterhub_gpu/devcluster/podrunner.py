@@ -280,6 +280,7 @@ class PodRunner:
 
     async def run(self) -> None:
         """Watch the pods until cancelled; stop every process on the way out."""
+        import aiohttp
         from kubernetes_asyncio import client, config, watch
 
         api = await config.new_client_from_config(config_file=str(self.kubeconfig))
@@ -290,6 +291,11 @@ class PodRunner:
                     await self._watch_once(v1, watch.Watch())
                 except client.ApiException as e:  # e.g. 410 Gone: list again
                     log.warning("pod watch ended (%s); listing again", e.status)
+                    await asyncio.sleep(1)
+                except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+                    # the API server restarts or is down: a kubelet keeps its pods
+                    # running and lists again once it is back
+                    log.warning("pod watch lost the API server (%r); listing again", e)
                     await asyncio.sleep(1)
         finally:
             await asyncio.gather(*(self._stop(k) for k in list(self.procs)))

@@ -84,3 +84,34 @@ async def test_a_runner_cancelled_during_a_long_hook_still_stops_the_server(tmp_
     assert not Path(f"/proc/{hook_pid}").exists() or \
         Path(f"/proc/{hook_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     assert runner.procs == {} and runner.running == {}
+
+
+async def test_the_runner_outlives_an_api_server_it_cannot_reach(tmp_path, caplog):
+    """As a kubelet does while the API server restarts: the runner keeps trying to list
+    its pods (it used to end, and stop every notebook, on the first connection error)."""
+    import socket
+
+    import yaml
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "down",
+        "clusters": [{"name": "down", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "down", "user": {}}],
+        "contexts": [{"name": "down", "context": {"cluster": "down", "user": "down"}}]}))
+    caplog.set_level("WARNING", logger="jupyterhub_gpu.podrunner")
+    task = asyncio.create_task(PodRunner(kubeconfig, tmp_path).run())
+    try:
+        for _ in range(200):
+            lost = [r for r in caplog.records if "lost the API server" in r.getMessage()]
+            if len(lost) >= 2 or task.done():
+                break
+            await asyncio.sleep(0.1)
+        assert not task.done(), task.exception()
+        assert len(lost) >= 2, "the runner tried again"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
