@@ -379,8 +379,7 @@ async def test_a_watch_cut_mid_stream_relists_once_and_the_messages_stay_right(
     assert status == 200, body
     try:
         await hub.spawn("alice", "a100-mig-3g")
-        await wait_for(lambda: _place(kube, DS, "jupyter-alice", "on-node"), timeout=90,
-                       what="alice's pod on a node")
+        await hub.progress_until("alice", _past_the_queue)  # she holds the team's slice
         await hub.spawn("dave", "a100-mig-3g")
         await hub.progress_until("dave", _queued_at("position 1 of 1"))
 
@@ -401,7 +400,6 @@ async def test_a_watch_cut_mid_stream_relists_once_and_the_messages_stay_right(
         await _resumed(proxy, watchers, cut)
         await hub.progress_until("dave", _past_the_queue)
         await hub.progress_until("erin", _queued_at("position 1 of 1"))
-        await wait_for(lambda: hub.ready("dave"), timeout=120, what="dave's server up")
 
         # (c) HTTP 410 on the next watch request (the watch restarts every few seconds)
         watchers = await _watching(hub, keys)
