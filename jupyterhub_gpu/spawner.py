@@ -23,7 +23,8 @@ oldest pin, ``.ci/oldest-constraints.txt``) and 7.1.0, and JupyterHub 5.3.0 and
 6.1.1 (``tests/unit/test_spawner.py`` checks that each exists in the installed ones):
 
 - ``KubeSpawner._start_reflector``: starts the shared Workload watch, and the pod
-  watch that remembers deleted pods (:mod:`jupyterhub_gpu.kueue.reflectors`).
+  watch that remembers deleted pods (:mod:`jupyterhub_gpu.kueue.reflectors`);
+  overridden to start again a shared watch that gave up.
 - ``KubeSpawner._start_watching_pods``: overridden to start that pod watch.
 - ``KubeSpawner._get_reflector_key``: finds the namespace's shared Workload watch;
   overridden so that the node watch is one for the whole cluster.
@@ -324,6 +325,20 @@ class GPUSpawner(KubeSpawner):
             kind="pods", reflector_class=RecordingPodReflector,
             labels={COMPONENT_LABEL: self.component_label},
             omit_namespace=self.enable_user_namespaces, replace=replace)
+
+    @spec_only
+    async def _start_reflector(self, kind: str, reflector_class: type, replace: bool = False,
+                               **kwargs: Any):
+        """KubeSpawner's, but a shared watch that gave up (KubeSpawner's stop retrying
+        after about 50 s without the API server) is started again, not kept, dead, by
+        every spawn and poll of its namespace."""
+        running = self.reflectors.get(self._get_reflector_key(kind))
+        if not replace and running is not None and poolnodes.failed(running):
+            self.log.warning("The hub's %s watch of %s had stopped; starting it again",
+                             kind, running.namespace or "the cluster")
+            replace = True
+        return await super()._start_reflector(kind=kind, reflector_class=reflector_class,
+                                              replace=replace, **kwargs)
 
     def _get_reflector_key(self, kind: str) -> tuple:
         if kind == NodeReflector.kind:

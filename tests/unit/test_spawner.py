@@ -3,6 +3,7 @@ and the KubeSpawner behaviours it relies on."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from importlib.metadata import entry_points
@@ -312,3 +313,25 @@ def test_every_private_upstream_attribute_the_spawner_uses_is_listed(repo_root):
     listed = {name for _, name in _listed_internals()}
     assert inherited - listed == set()
     assert {"_start_reflector", "_log_name", "_make_create_pod_request"} <= inherited
+
+
+async def test_a_shared_watch_that_gave_up_is_started_again(make_spawner):
+    """KubeSpawner keeps a namespace's reflector whose watch gave up (the API server
+    was away for about a minute) and hands it, dead, to every spawn and poll; GPUSpawner
+    starts it again. Here the new one cannot list (the unit tier has no API server), so
+    the poll says so instead of reading the dead watch's last state."""
+    spawner = make_spawner()
+    spawner.apply_profile({"profile": "t4-shared"})
+    key = spawner._get_reflector_key("pods")
+    dead = RecordingPodReflector(parent=spawner, namespace=spawner.namespace)
+    dead.first_load_future.set_result(None)
+    dead.watch_task = asyncio.create_task(asyncio.sleep(0))  # its watch loop returned
+    await dead.watch_task
+    spawner.reflectors[key] = dead
+    try:
+        with pytest.raises(Exception, match="127.0.0.1:9"):
+            await spawner._start_watching_pods()
+        again = spawner.reflectors.get(key)
+        assert again is not dead and again.first_load_future.exception() is not None
+    finally:
+        spawner.reflectors.pop(key, None)
