@@ -13,6 +13,7 @@ API server answered before it is too.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,21 @@ class AuditLog:
                        timeout=60, what=f"the audit log to record {name}")
         await kube.core.delete_namespaced_config_map(name, FENCE_NAMESPACE)
         return name
+
+    async def quiet(self, user: str, verbs: tuple[str, ...], seconds: float = 5) -> None:
+        """Wait until ``user`` has made no request with one of ``verbs`` for
+        ``seconds`` (e.g. until a hub that just started has set up its watches)."""
+        from datetime import datetime
+
+        from .conftest import wait_for
+
+        def last_request() -> float:
+            stamps = [e["stageTimestamp"] for e in self._events()
+                      if e["user"]["username"] == user and e["verb"] in verbs]
+            return datetime.fromisoformat(max(stamps)).timestamp() if stamps else 0.0
+
+        await wait_for(lambda: time.time() - last_request() > seconds, timeout=120,
+                       interval=1, what=f"{user} to make no {'/'.join(verbs)} for {seconds}s")
 
     @staticmethod
     def _is_fence(event: dict, name: str) -> bool:
