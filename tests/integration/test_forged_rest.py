@@ -27,7 +27,7 @@ from .conftest import STATE_DIR
 # The demo's users and their groups (devcluster/demo_config.py); admin is in no team.
 USERS = {"alice": {"data-science"}, "bob": {"ml-eng"}, "carol": {"experimentation"},
          "dave": {"data-science", "ml-eng"}, "admin": set()}
-EXAMPLES = 120  # each is a request through the hub: a few seconds in all
+EXAMPLES = 100  # each is a request through the hub: a few seconds in all
 HUB_IDENTITY = f"system:serviceaccount:{hub_rbac.HUB.namespace}:{hub_rbac.HUB.service_account}"
 
 
@@ -121,7 +121,7 @@ async def test_forged_rest_requests_are_refused_and_write_nothing(forging_hub, k
         answers.append(status)
 
     # Warm-up: each user's first refusal, once the hub has set up its own watches.
-    await audit.quiet(HUB_IDENTITY, ("list", "get"))
+    await audit.quiet(HUB_IDENTITY, ("list", "get"), seconds=3)
     first = await audit.fence(kube)
     for user, token in tokens.items():
         status, _ = await hubrest.start(http, user, token, {"profile": "no-such-profile"})

@@ -196,16 +196,16 @@ async def _cluster_queue_idle(kube, queue: str) -> bool:
 
 
 async def test_a_stop_as_kueue_admits_leaves_nothing(racing_hub, kube):
-    """alice holds data-science's one MIG slice and dave waits for it. alice stops; the
-    moment Kueue admits dave, dave stops (his spawn still pending at the hub): no pod,
-    no Workload, no gated pod is left, and the queue's quota is free again."""
+    """alice holds data-science's one MIG slice (admitted) and dave waits for it. alice
+    stops; the moment Kueue admits dave, dave stops (his spawn still pending at the
+    hub): no pod, no Workload, no gated pod is left, and the queue's quota is free."""
     http, token = racing_hub
     tokens = {u: await token(u) for u in ("alice", "dave")}
     try:
         assert (await hubrest.start(http, "alice", tokens["alice"], {"profile": MIG}))[0] \
             in (201, 202)
-        await wait_for(lambda: _ready(hubrest.server(http, "alice", tokens["alice"])),
-                       timeout=120, what="alice's server")
+        await wait_for(lambda: _admitted_users(kube, "alice"), timeout=120,
+                       what="alice to hold the slice")
         assert (await hubrest.start(http, "dave", tokens["dave"], {"profile": MIG}))[0] == 202
         await wait_for(lambda: _pending_users(kube, "dave"), what="dave queued")
         assert await hubrest.stop(http, "alice", tokens["alice"]) in (202, 204)
