@@ -30,6 +30,12 @@ Fixtures (all read-only for tests; copy before changing):
   CI (``CI`` set, as ``.ci/run`` runs), where a missing tool fails the test: CI
   installs them all (``make system-packages``).
 
+Hypothesis profiles (:data:`HYPOTHESIS_PROFILES`): ``dev`` (100 examples a property,
+Hypothesis's default) unless ``HYPOTHESIS_PROFILE`` names another; ``ci`` (1,000
+examples a property, no per-example deadline on a shared 2-core machine) is the
+default when ``CI`` is set, and ``.ci/run`` selects it. A property that sets its own
+``max_examples`` (a cluster-tier one, whose every example is an HTTP request) keeps it.
+
 Integration fixtures live in ``tests/integration/conftest.py``.
 """
 
@@ -45,6 +51,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import settings as hypothesis_settings
 
 from jupyterhub_gpu.parse import load_platform
 
@@ -61,6 +68,13 @@ def _use_offline_kubeconfig() -> None:
 
 
 _use_offline_kubeconfig()
+
+HYPOTHESIS_PROFILES = {"dev": {"max_examples": 100},
+                       "ci": {"max_examples": 1000, "deadline": None, "print_blob": True}}
+for _name, _values in HYPOTHESIS_PROFILES.items():
+    hypothesis_settings.register_profile(_name, **_values)
+hypothesis_settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 
 def need_tool(name: str, why: str) -> str:

@@ -113,6 +113,7 @@ def _write_configs(platform: Platform, layout: Layout, ports: Ports, pki: pkimod
     pkimod.write_kubeconfig(layout.kubeconfig, server, pki)
     layout.karpenter_instance_types.write_text(instance_types_json(platform))
     layout.kwok_config.write_text(yaml.safe_dump_all(stages.stages(), sort_keys=False))
+    layout.audit_policy.write_text(yaml.safe_dump(components.audit_policy(), sort_keys=False))
     layout.kueue_config.write_text(yaml.safe_dump(
         kueue_setup.configuration(platform, ports, str(layout.kueue_cert_dir)), sort_keys=False))
     layout.cluster_file.write_text(json.dumps({

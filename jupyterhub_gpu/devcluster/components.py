@@ -14,7 +14,7 @@ from typing import Mapping
 
 from ..contract import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 from .layout import HOST, Layout, Ports
-from .pki import PkiPaths
+from .pki import ADMIN_USER, PkiPaths
 
 SERVICE_CIDR = "10.96.0.0/16"
 
@@ -89,6 +89,31 @@ def apiserver_url(ports: Ports) -> str:
     return f"https://{HOST}:{ports.apiserver}"
 
 
+# The API server's audit log (``logs/audit.log``): who made which request, at Metadata
+# level (no bodies), as JSON lines. Kept cheap: health checks, discovery, leases and the
+# components' own reads (every component uses the admin cert) are not logged; every
+# write, and every request of any other identity (the hub, its services), is.
+# Rotated at AUDIT_LOG_MAX_MB, one old file kept (``audit-<time>.log``).
+AUDIT_LOG_MAX_MB = 200
+AUDIT_READS = ["get", "list", "watch"]
+
+
+def audit_policy() -> dict:
+    """The dev cluster's audit policy (``audit.k8s.io/v1`` Policy); the first rule
+    that matches a request decides its level."""
+    return {"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+            "omitStages": ["RequestReceived"],
+            "rules": [
+                {"level": "None", "nonResourceURLs": [
+                    "/healthz*", "/readyz*", "/livez*", "/version", "/metrics",
+                    "/openapi/*", "/api", "/api/*", "/apis", "/apis/*"]},
+                {"level": "None", "resources": [
+                    {"group": "coordination.k8s.io", "resources": ["leases"]}]},
+                {"level": "None", "users": [ADMIN_USER, "system:apiserver"],
+                 "verbs": AUDIT_READS},
+                {"level": "Metadata"}]}
+
+
 def kube_apiserver(bin_: Path, layout: Layout, ports: Ports, pki: PkiPaths) -> Component:
     argv = (str(bin_), f"--etcd-servers=http://{HOST}:{ports.etcd_client}",
             f"--bind-address={HOST}", f"--advertise-address={HOST}",
@@ -103,6 +128,9 @@ def kube_apiserver(bin_: Path, layout: Layout, ports: Ports, pki: PkiPaths) -> C
             # The apiserver's own Endpoints would carry 127.0.0.1, which validation
             # rejects; nothing in the dev cluster dials the kubernetes Service anyway.
             "--endpoint-reconciler-type=none",
+            f"--audit-policy-file={layout.audit_policy}",
+            f"--audit-log-path={layout.audit_log}",
+            f"--audit-log-maxsize={AUDIT_LOG_MAX_MB}", "--audit-log-maxbackup=1",
             "--profiling=false", "--v=1")
     return Component("kube-apiserver", argv,
                      Health(f"{apiserver_url(ports)}/readyz", tls="client"))

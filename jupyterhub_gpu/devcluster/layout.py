@@ -8,9 +8,11 @@ Everything lives under one state directory (default
     cluster.json          ports and binaries of the running cluster (for status/down)
     pki/                  CAs, serving/client certs, service-account keys
     etcd/                 etcd data (wiped on every ``up``)
-    config/               kwok stages, Kueue Configuration, Karpenter instance types
+    config/               kwok stages, Kueue Configuration, Karpenter instance types,
+                          the API server's audit policy
     kueue/certs/          Kueue webhook serving cert (tls.crt, tls.key)
     logs/<component>.log  each component's stdout and stderr
+    logs/audit.log        the API server's audit log (JSON lines, see ``components``)
     pids/<component>.pid  JSON: pid, binary, argv, start time of what ``up`` started
 
 Ports are fixed (so the kubeconfig stays valid across restarts) and bound to
@@ -104,6 +106,14 @@ class Layout:
     @property
     def karpenter_instance_types(self) -> Path:
         return self.config_dir / "karpenter-instance-types.json"
+
+    @property
+    def audit_policy(self) -> Path:
+        return self.config_dir / "audit-policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.logs_dir / "audit.log"
 
     @property
     def kwok_workdir(self) -> Path:

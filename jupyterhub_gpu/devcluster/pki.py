@@ -31,6 +31,8 @@ LOOPBACK = ipaddress.IPv4Address("127.0.0.1")
 APISERVER_DNS = ("localhost", "kubernetes", "kubernetes.default",
                  "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
 WEBHOOK_CA_NAME = "kueue-ca"  # Kueue's rotator verifies its CA against this DNS name
+# The admin client cert's user (its CN): the components and the admin kubeconfig.
+ADMIN_USER = "jupyterhub-gpu-dev-admin"
 KUBECONFIG_NAME = "jupyterhub-gpu-dev"
 
 
@@ -167,7 +169,7 @@ def generate(directory: Path, webhook_dns: tuple[str, ...] = (), force: bool = F
     _write_pair(paths.apiserver_crt, paths.apiserver_key,
                 issue(ca, "kube-apiserver", dns=APISERVER_DNS, ips=(LOOPBACK,)))
     _write_pair(paths.admin_crt, paths.admin_key,
-                issue(ca, "jupyterhub-gpu-dev-admin", org="system:masters", server=False))
+                issue(ca, ADMIN_USER, org="system:masters", server=False))
     sa = _key()
     _write(paths.sa_key, key_pem(sa), private=True)
     _write(paths.sa_pub, sa.public_key().public_bytes(

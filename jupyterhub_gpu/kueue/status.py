@@ -115,13 +115,15 @@ def _created(obj: dict) -> str:
 
 def queue_position(workload: dict, workloads: Iterable[dict]) -> tuple[int, int]:
     """(position, total) of ``workload`` among the pending workloads of its queue, in
-    Kueue's BestEffortFIFO order: higher priority first, then older first."""
+    Kueue's BestEffortFIFO order: higher priority first, then older first, then (created
+    in the same second, as when many users click Start at once) by UID, as Kueue breaks
+    the tie (``baseCompareFunc`` in Kueue's ``pkg/cache/queue/cluster_queue.go``)."""
     queue = workload.get("spec", {}).get("queueName")
     pending = [w for w in workloads
                if w.get("spec", {}).get("queueName") == queue
                and not is_true(w, "QuotaReserved") and not is_true(w, "Finished")]
     pending.sort(key=lambda w: (-(w.get("spec", {}).get("priority") or 0), _created(w),
-                                w["metadata"]["name"]))
+                                w["metadata"].get("uid") or "", w["metadata"]["name"]))
     names = [w["metadata"]["name"] for w in pending]
     name = workload["metadata"]["name"]
     return (names.index(name) + 1 if name in names else 0), len(names)

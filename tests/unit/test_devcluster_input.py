@@ -180,3 +180,25 @@ def test_restarting_a_component_without_a_cluster_or_by_a_wrong_name_says_so(tmp
         cluster.stop_component("kueu", tmp_path)
     assert str(info.value) == f"unknown component 'kueu'; one of: {', '.join(COMPONENTS)}"
     assert cluster.stop_component("kueue", tmp_path) == "not running"
+
+
+def test_the_api_server_keeps_an_audit_log_in_the_state_dir(tmp_path):
+    """kube-apiserver writes its audit log under the cluster's state dir, by a policy
+    ``up`` writes there too: every write and every request of another identity than the
+    components' at Metadata level; the components' own reads are left out (cheap)."""
+    import yaml
+
+    from jupyterhub_gpu.devcluster import components
+    from jupyterhub_gpu.devcluster.layout import Layout
+    from jupyterhub_gpu.devcluster.pki import ADMIN_USER, PkiPaths
+
+    layout = Layout(tmp_path)
+    argv = components.kube_apiserver(tmp_path / "kube-apiserver", layout, Ports(),
+                                     PkiPaths(tmp_path / "pki")).argv
+    assert f"--audit-policy-file={tmp_path / 'config' / 'audit-policy.yaml'}" in argv
+    assert f"--audit-log-path={tmp_path / 'logs' / 'audit.log'}" in argv
+    policy = yaml.safe_load(yaml.safe_dump(components.audit_policy()))
+    assert policy["kind"] == "Policy" and policy["rules"][-1] == {"level": "Metadata"}
+    quiet = [r for r in policy["rules"] if ADMIN_USER in r.get("users", [])]
+    assert quiet == [{"level": "None", "users": [ADMIN_USER, "system:apiserver"],
+                      "verbs": ["get", "list", "watch"]}]

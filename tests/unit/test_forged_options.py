@@ -1,5 +1,9 @@
 """Property: any user_options, however forged, yield exactly the profile (and so the
-queue, priority and GPU resource) the user's groups allow, or a clear rejection."""
+queue, priority and GPU resource) the user's groups allow, or a clear rejection.
+
+Each property runs as many examples as the Hypothesis profile says: 1,000 in CI
+(``tests/conftest.py``); :func:`test_ci_runs_a_thousand_forged_examples` checks that
+neither overrides it."""
 
 from __future__ import annotations
 
@@ -13,10 +17,10 @@ from tornado import web
 from jupyterhub_gpu.builders.pod import OptionsRejected, UserRef, authorize, spawn_settings
 from jupyterhub_gpu.contract import PRIORITY_LABEL, PROFILE_LABEL, QUEUE_LABEL
 
+from ..forged import expected_profile, junk
+
 GROUPS = ["data-science", "ml-eng", "experimentation", "marketing", "admin", ""]
 SLUGS = ["t4-shared", "a100-mig-3g", "a100-training", "a100-spot", "h100", "", "T4-SHARED"]
-junk = st.one_of(st.none(), st.integers(), st.text(max_size=8), st.lists(st.text(max_size=4)),
-                 st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2))
 options = st.one_of(
     st.dictionaries(st.sampled_from(["profile", "image", "queue", "priority", "pool",
                                      "kueue.x-k8s.io/queue-name", "cpu_limit"]),
@@ -25,28 +29,7 @@ options = st.one_of(
     junk,
 )
 groups = st.frozensets(st.sampled_from(GROUPS), max_size=3)
-
-
-def _allowed(platform, user_groups):
-    """The oracle, written independently of the code under test: the slugs a user may
-    start, in spec order."""
-    if not any(set(t.groups) & user_groups for t in platform.teams):
-        return []
-    return [p.slug for p in platform.profiles
-            if not p.allowed_groups or set(p.allowed_groups) & user_groups]
-
-
-def _expected(platform, user_groups, opts):
-    """The profile the user gets for ``opts``, or None when they must be rejected.
-    Only ``profile`` may be sent; none (or null) means the default profile."""
-    allowed = _allowed(platform, user_groups)
-    if not isinstance(opts, dict) or set(opts) - {"profile"} or not allowed:
-        return None
-    slug = opts.get("profile")
-    if slug is None:
-        defaults = [s for s in allowed if platform.profile(s).default]
-        return (defaults or allowed)[0]
-    return slug if slug in allowed else None
+_expected = expected_profile
 
 
 def _team(platform, user_groups):
@@ -86,8 +69,7 @@ def test_reused_spawner_never_escalates(platform, make_spawner):
     user_groups = frozenset({"experimentation"})
     accepted: set[str] = set()
 
-    @settings(max_examples=60, deadline=None,
-              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(opts=options)
     @example(opts={"profile": "a100-spot"})
     @example(opts={"profile": "t4-shared"})
@@ -124,3 +106,14 @@ def test_reused_spawner_never_escalates(platform, make_spawner):
             task.cancel()
         loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         loop.close()
+
+
+def test_ci_runs_a_thousand_forged_examples():
+    """In CI (profile ``ci``), both properties above run at least 1,000 examples: the
+    profile says so and neither property sets its own count."""
+    from hypothesis import settings as current
+
+    assert current.get_profile("ci").max_examples >= 1000
+    own = getattr(test_pure_authorization_never_escalates, "_hypothesis_internal_use_settings",
+                  current.default)
+    assert own.max_examples == current.default.max_examples

@@ -55,6 +55,17 @@ def test_queue_position_orders_by_priority_then_age():
     assert st.queue_position(mine, [mine, *others]) == (3, 4)
 
 
+def test_queue_position_breaks_a_tie_of_the_same_second_by_uid_as_kueue_does():
+    """Ten users click Start in the same second: Kueue orders their Workloads by UID
+    (its creation timestamps have whole seconds), not by name."""
+    same = "2026-12-02T10:00:00Z"
+    first = workload("pod-jupyter-zoe-1", reserved=False, created=same)
+    second = workload("pod-jupyter-amy-2", reserved=False, created=same)
+    first["metadata"]["uid"], second["metadata"]["uid"] = "0a", "1b"  # the Workloads' own
+    assert st.queue_position(first, [second, first]) == (1, 2)
+    assert st.queue_position(second, [second, first]) == (2, 2)
+
+
 @pytest.mark.parametrize("message,expected", [
     (WAIT_MSG, None),
     (NO_FIT_MSG, "it asks for 1 nvidia.com/mig-3g.40gb on pool a100mig but the most the "
