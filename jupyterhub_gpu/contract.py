@@ -130,6 +130,9 @@ QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
 PRIORITY_LABEL = f"{KUEUE_GROUP}/priority-class"
 JOB_UID_LABEL = f"{KUEUE_GROUP}/job-uid"
 ADMISSION_GATE = f"{KUEUE_GROUP}/admission"
+#: Kueue's pod webhooks (upstream's config/components/webhook, failurePolicy Fail): while
+#: Kueue's manager is down the API server refuses every pod create in a managed namespace
+KUEUE_POD_WEBHOOKS = ("mpod.kb.io", "vpod.kb.io")
 
 # -- Kubernetes ----------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ QUEUE_WAIT = Histogram(
 SPAWNS = Counter(
     "jupyterhub_gpu_spawns_total",
     "GPU server spawns by profile and outcome "
-    "(started, queue-timeout, never-fits, cancelled, failed) and the pool admitted to "
+    "(started, queue-timeout, never-fits, queue-unavailable, cancelled, failed) and the pool admitted to "
     "(none if it never was)",
     ["profile", "outcome", "pool"],
 )

@@ -64,6 +64,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from kubernetes_asyncio.client import ApiException
 from kubespawner import KubeSpawner
 from tornado import web
 from traitlets import Any as AnyTrait
@@ -76,7 +77,8 @@ from .cull.notice import deadline_env
 from .form import render_form, user_profiles_url
 from .kueue.watches import namespace_watch
 from .kueue import status as kstatus
-from .kueue.messages import Preemptor, Stage, preempting_job, stop_notice
+from .kueue.lifecycle import Outcome, SpawnRefused
+from .kueue.messages import Preemptor, Stage, preempting_job, stop_notice, submit_unavailable
 from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
 from .kueue.start import QueuedStart
 from .kueue.start import progress as queue_progress
@@ -412,7 +414,15 @@ class GPUSpawner(KubeSpawner):
             self.log.info("Adopting the existing pod %s/%s of %s (keeps its queue place)",
                           self.namespace, self.pod_name, self._log_name)
             return True
-        return await super()._make_create_pod_request(pod, request_timeout)
+        try:
+            return await super()._make_create_pod_request(pod, request_timeout)
+        except ApiException as e:
+            if not kstatus.kueue_not_answering(e.status, e.body):
+                raise
+            queue = (pod.metadata.labels or {}).get(QUEUE_LABEL, "")
+            self.log.warning("Kueue's pod webhooks do not answer: the pod of %s was not "
+                             "created (%s)", self._log_name, e.reason)
+            raise SpawnRefused(submit_unavailable(queue), Outcome.QUEUE_UNAVAILABLE) from None
 
     @spec_only
     async def stop(self, now: bool = False) -> None:

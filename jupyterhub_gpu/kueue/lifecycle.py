@@ -16,7 +16,7 @@ from . import status as st
 from .messages import Stage, Step, Wanted, describe, indefinite
 
 POLL_SECONDS = 1.0
-QUEUED_STEPS = (Step.SUBMITTING, Step.QUEUED)  # the queue clock runs
+QUEUED_STEPS = (Step.SUBMITTING, Step.QUEUED, Step.QUEUE_DOWN)  # the queue clock runs
 BEFORE_ADMISSION = (Step.CREATING, *QUEUED_STEPS)
 
 
@@ -26,6 +26,7 @@ class Outcome(StrEnum):
     STARTED = "started"
     QUEUE_TIMEOUT = "queue-timeout"
     NEVER_FITS = "never-fits"
+    QUEUE_UNAVAILABLE = "queue-unavailable"  # Kueue did not answer: no pod was created
     CANCELLED = "cancelled"
     FAILED = "failed"
 
@@ -73,6 +74,8 @@ class QueueWatch:
     clock: Callable[[], float] = time.monotonic
     # the position Kueue's visibility API gives a Workload (None: not served)
     visible_position: Callable[[str], tuple[int, int] | None] = lambda name: None
+    # whether Kueue answered when last asked (visibility.PendingWorkloads.available)
+    queue_answers: Callable[[], bool] = lambda: True
     stage: Stage = field(init=False)
     queued_since: float | None = field(default=None, init=False)
     waited: float | None = field(default=None, init=False)  # seconds until admission
@@ -93,7 +96,7 @@ class QueueWatch:
             position = (self.visible_position(workload["metadata"]["name"])
                         or st.queue_position(workload, workloads))
         self.stage = describe(self.on_pool.get(self.pool or "", self.wanted), pod, workload,
-                              position, self.events())
+                              position, self.events(), queue_down=not self.queue_answers())
         self._time(self.stage.key)
         return self.stage
 

@@ -14,6 +14,22 @@ from . import status as st
 # The event source (component) of Karpenter, AKS's node auto-provisioner as well.
 KARPENTER = "karpenter"
 
+#: while Kueue's manager does not answer: a queued (or submitted) spawn's progress
+QUEUE_UNAVAILABLE = ("Queue {queue} is temporarily unavailable: Kueue, which runs it, is "
+                     "not answering. Your request is kept and goes on once the queue is back")
+#: while Kueue's manager does not answer: a new spawn, whose pod the API server refused
+SUBMIT_UNAVAILABLE = ("Queue {queue} is temporarily unavailable: Kueue, which runs it, is "
+                      "not answering, so your server could not be requested. Nothing was "
+                      "created; try again in a few minutes.")
+
+
+def queue_unavailable(queue: str) -> str:
+    return QUEUE_UNAVAILABLE.format(queue=queue)
+
+
+def submit_unavailable(queue: str) -> str:
+    return SUBMIT_UNAVAILABLE.format(queue=queue)
+
 
 @dataclass(frozen=True)
 class Wanted:
@@ -34,6 +50,7 @@ class Step(StrEnum):
     CREATING = "creating"  # no pod yet
     SUBMITTING = "submitting"  # gated, no Workload yet
     QUEUED = "queued"  # waiting for quota
+    QUEUE_DOWN = "queue-unavailable"  # Kueue does not answer: no position is known
     NEVER_FITS = "never-fits"  # Kueue says no quota can ever hold it
     ADMITTED = "admitted"
     SCHEDULING = "scheduling"
@@ -147,14 +164,18 @@ def _on_node(w: Wanted, pod: dict, events: list[dict]) -> Stage:
 
 
 def describe(w: Wanted, pod: dict | None, workload: dict | None,
-             position: tuple[int, int] | None, events: list[dict]) -> Stage:
+             position: tuple[int, int] | None, events: list[dict],
+             queue_down: bool = False) -> Stage:
     """Where a spawn is, from the pod, its Workload, its queue position (place, total)
-    and the pod's events."""
+    and the pod's events; ``queue_down``: Kueue does not answer, so a spawn it has not
+    admitted yet has no position worth showing."""
     if pod is None:
         return Stage(Step.CREATING, f"Requesting {w.what} ({w.profile})", 5)
     if pod.get("status", {}).get("phase") == "Running":
         return Stage(Step.STARTED, "Your server is running; connecting", 95)
     if st.is_gated(pod):
+        if queue_down and not st.is_true(workload, "QuotaReserved"):
+            return Stage(Step.QUEUE_DOWN, queue_unavailable(w.queue), 20)
         if workload is None:
             return Stage(Step.SUBMITTING, f"Submitting your request to queue {w.queue}", 10)
         if not st.is_true(workload, "QuotaReserved"):

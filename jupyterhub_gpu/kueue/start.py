@@ -52,6 +52,7 @@ class QueuedStart:
         self.watch = QueueWatch(wanted(grant), grant.profile.queue_patience_seconds,
                                 pod=pod, workloads=workloads, events=events,
                                 visible_position=self.pending.position,
+                                queue_answers=lambda: self.pending.available,
                                 on_pool=on_each_pool(grant))
 
     @property
@@ -141,10 +142,12 @@ class QueuedStart:
             self.log.info("%s was admitted to pool %s", self.who, pool)
 
     async def _refresh_positions(self) -> None:
-        """Ask Kueue's visibility API (shared, rate-limited) while we are queued."""
-        if self.watch.stage.key == Step.QUEUED:
+        """Ask Kueue's visibility API, or whether Kueue answers at all (shared,
+        rate-limited), while we wait for admission."""
+        if self.watch.stage.key in (Step.SUBMITTING, Step.QUEUED, Step.QUEUE_DOWN):
             try:
-                await self.pending.refresh_if_stale(shared_client("CustomObjectsApi"))
+                await self.pending.refresh_if_stale(shared_client("CustomObjectsApi"),
+                                                    shared_client("CoreV1Api"))
             except Exception as e:  # noqa: BLE001 - the watch still gives a position
                 self.log.warning("Kueue visibility API failed: %s", e)
 

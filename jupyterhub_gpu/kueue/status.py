@@ -8,7 +8,7 @@ from typing import Iterable
 
 from ..checkpoint import UNAVAILABLE
 from ..contract import (ADMISSION_GATE, AGENTPOOL_LABEL, ENV_API_TOKEN, JOB_UID_LABEL,
-                        NODEPOOL_LABEL, NVIDIA_PREFIX, PRIORITY_LABEL, PROFILE_LABEL,
+                        KUEUE_POD_WEBHOOKS, NODEPOOL_LABEL, NVIDIA_PREFIX, PRIORITY_LABEL, PROFILE_LABEL,
                         QUEUE_LABEL, USERNAME_KEY)
 
 _NO_FIT_CAPACITY = re.compile(
@@ -28,6 +28,16 @@ def condition(obj: dict | None, kind: str) -> dict | None:
 
 def is_true(obj: dict | None, kind: str) -> bool:
     return (condition(obj, kind) or {}).get("status") == "True"
+
+
+def kueue_not_answering(status: int | None, body: str | bytes | None) -> bool:
+    """An API server's answer to a pod create (or its dry run) saying that Kueue's pod
+    webhooks could not be called: its manager is down, and with upstream's
+    ``failurePolicy: Fail`` no pod of a managed namespace is admitted meanwhile."""
+    if status != 500 or not body:
+        return False
+    text = body.decode(errors="replace") if isinstance(body, bytes) else body
+    return "failed calling webhook" in text and any(name in text for name in KUEUE_POD_WEBHOOKS)
 
 
 def is_gated(pod: dict) -> bool:
