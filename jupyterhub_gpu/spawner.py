@@ -68,9 +68,9 @@ from kubernetes_asyncio.client import ApiException
 from kubespawner import KubeSpawner
 from tornado import web
 from traitlets import Any as AnyTrait
-from traitlets import Dict, Unicode, default, validate
+from traitlets import Dict, Integer, Unicode, default, validate
 
-from . import metrics, poolnodes, queuewaits
+from . import metrics, nodehealth, poolnodes, queuewaits
 from .builders.pod import (Grant, OptionsRejected, SpawnSettings, UserRef, authorize,
                            merge_traits, spawn_settings)
 from .cull.notice import deadline_env
@@ -78,7 +78,8 @@ from .form import render_form, user_profiles_url
 from .kueue.watches import namespace_watch
 from .kueue import status as kstatus
 from .kueue.lifecycle import Outcome, SpawnRefused
-from .kueue.messages import Preemptor, Stage, preempting_job, stop_notice, submit_unavailable
+from .kueue.messages import (Preemptor, Stage, StopNotice, node_lost_notice, preempting_job,
+                             stop_notice, submit_unavailable)
 from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
 from .kueue.start import QueuedStart
 from .kueue.start import progress as queue_progress
@@ -166,6 +167,19 @@ class GPUSpawner(KubeSpawner):
             c.GPUSpawner.platform_spec = yaml.safe_load(open("platform.yaml"))
 
         Takes precedence over ``platform_file``. Empty: use ``platform_file``.
+        """,
+    ).tag(config=True)
+
+    node_lost_seconds = Integer(
+        60,
+        help="""Seconds a running server's node may stay NotReady (its kubelet silent or
+        failing) before the hub reports the server stopped, tells its user why on the
+        next page, and deletes its pod (at once: the node cannot take part). PVCs are
+        kept. A node that recovers sooner keeps its servers.
+
+        Example::
+
+            c.GPUSpawner.node_lost_seconds = 120
         """,
     ).tag(config=True)
 
@@ -443,9 +457,32 @@ class GPUSpawner(KubeSpawner):
         key = f"{self.namespace}/{self.pod_name}"
         uid = getattr(self, "pod_id", None)  # KubeSpawner sets it once a start succeeded
         pod = pods.resources.get(key) or pods.graveyard.get(key, uid)
-        if pod is not None and self._notice_platform_stop(pod):
+        if pod is not None and (self._notice_platform_stop(pod) or await self._node_lost(pod)):
             return 1
         return await super().poll()
+
+    async def _node_lost(self, pod: dict) -> bool:
+        """Our running pod's node has been NotReady too long (:mod:`.nodehealth`):
+        note it, delete the pod at once, and say the server stopped."""
+        node = (pod.get("spec") or {}).get("nodeName")
+        nodes = self.reflectors.get(self._get_reflector_key(NodeReflector.kind))
+        now = datetime.now(timezone.utc)
+        since = node and nodes and nodehealth.lost(nodes.resources.get(f"/{node}"), now,
+                                                    self.node_lost_seconds)
+        if not since or pod["metadata"].get("uid") != getattr(self, "pod_id", None):
+            return False
+        labels = pod["metadata"].get("labels") or {}
+        slug = labels.get(PROFILE_LABEL, "")
+        self._record_stop(node_lost_notice(node, since, now, self._checkpoint_dir(slug),
+                                           kstatus.selected_pool(pod) or ""), slug)
+        try:
+            await self.api.delete_namespaced_pod(self.pod_name, self.namespace,
+                                                 grace_period_seconds=0)
+        except ApiException as e:
+            if e.status != 404:
+                self.log.error("Could not delete the pod of %s on lost node %s: %s",
+                               self._log_name, node, e.reason)
+        return True
 
     def _workload_of(self, pod: dict) -> dict | None:
         """The pod's Workload, live or (just deleted) from the graveyard."""
@@ -499,6 +536,11 @@ class GPUSpawner(KubeSpawner):
                              self._preemptor(workload))
         if notice is None:
             return False
+        self._record_stop(notice, slug)
+        return True
+
+    def _record_stop(self, notice: StopNotice, slug: str) -> None:
+        """Keep the first notice of a platform stop for the user; count and log it."""
         if self.gpu_stop_notice is None:
             self.gpu_stop_notice = asdict(notice)
             metrics.STOPS_BY_PLATFORM.labels(slug or "unknown", notice.reason,
@@ -510,7 +552,6 @@ class GPUSpawner(KubeSpawner):
                 settings.get("eventlog"), username=self.user.name, servername=self.name,
                 profile=slug, reason=notice.reason, message=notice.message, at=notice.at,
                 pool=notice.pool)
-        return True
 
     # -- state --------------------------------------------------------------------
 

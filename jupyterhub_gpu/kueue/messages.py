@@ -251,6 +251,21 @@ def _preemption(pod: dict, workload: dict | None, queue: str,
     return "evicted", f"stopped by the queue ({kueue_reason or 'evicted'})"
 
 
+#: a server whose node stopped answering (:func:`node_lost_notice`)
+NODE_LOST = ("Your server was stopped because its node {node} stopped responding "
+             "(not ready since {since:%H:%M} UTC on {since:%Y-%m-%d}).")
+
+
+def node_lost_notice(node: str, since: datetime, at: datetime, checkpoint_dir: str | None,
+                     pool: str = "") -> StopNotice:
+    """The notice of a server the hub stopped because its node went NotReady."""
+    kept = "Your files are kept; start your server again to get another node"
+    if checkpoint_dir:
+        kept += f"; your checkpoints are in {checkpoint_dir}"
+    message = f"{NODE_LOST.format(node=node, since=since)} {kept}."
+    return StopNotice("evicted", at.isoformat(), message, pool)
+
+
 def stop_notice(pod: dict, workload: dict | None, queue: str, at: datetime,
                 checkpoint_dir: str | None, by: Preemptor | None = None) -> StopNotice | None:
     """A notice when the last seen state of a vanished pod shows the platform stopped
