@@ -469,7 +469,8 @@ class GPUSpawner(KubeSpawner):
         now = datetime.now(timezone.utc)
         since = node and nodes and nodehealth.lost(nodes.resources.get(f"/{node}"), now,
                                                     self.node_lost_seconds)
-        if not since or pod["metadata"].get("uid") != getattr(self, "pod_id", None):
+        uid = getattr(self, "pod_id", None)  # None after a hub restart: the pod is ours
+        if not since or (uid and pod["metadata"].get("uid") != uid):
             return False
         labels = pod["metadata"].get("labels") or {}
         slug = labels.get(PROFILE_LABEL, "")
