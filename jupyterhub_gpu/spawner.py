@@ -12,7 +12,7 @@ All decisions are made elsewhere -- the pod by pure code
   (the spawner object is reused across spawns, kubespawner#546); each spawn reads
   the spec as it is then, and a running server keeps the grant it started with;
 * ``start()`` goes through the team's queue, ``poll()`` tells why the platform
-  stopped a server.
+  stopped a server (:mod:`jupyterhub_gpu.stops`).
 
 Without a platform spec, GPUSpawner is exactly KubeSpawner: each override is marked
 :func:`spec_only` or :func:`spec_default`, the one place that decides, and without a
@@ -60,8 +60,6 @@ import copy
 import functools
 import inspect
 import os
-from dataclasses import asdict
-from datetime import datetime, timezone
 from typing import Any, Callable
 
 from kubernetes_asyncio.client import ApiException
@@ -70,26 +68,25 @@ from tornado import web
 from traitlets import Any as AnyTrait
 from traitlets import Dict, Integer, Unicode, default, validate
 
-from . import metrics, nodehealth, poolnodes, queuewaits
+from . import metrics, poolnodes, queuewaits
 from .builders.pod import (Grant, OptionsRejected, SpawnSettings, UserRef, authorize,
                            merge_traits, spawn_settings)
 from .cull.notice import deadline_env
 from .form import render_form, user_profiles_url
-from .kueue.watches import namespace_watch
 from .kueue import status as kstatus
 from .kueue.lifecycle import Outcome, SpawnRefused
-from .kueue.messages import (Preemptor, Stage, StopNotice, node_lost_notice, preempting_job,
-                             stop_notice, submit_unavailable)
+from .kueue.messages import Stage, submit_unavailable
 from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
 from .kueue.start import QueuedStart
 from .kueue.start import progress as queue_progress
 from .parse import parse_platform
 from .poolnodes import NodeReflector
-from .contract import (COMPONENT_LABEL, ENV_LAST_STOP_NOTICE, PROFILE_LABEL, QUEUE_LABEL,
-                       STATE_PROFILE, STATE_STOP_NOTICE)
+from .contract import (COMPONENT_LABEL, ENV_LAST_STOP_NOTICE, QUEUE_LABEL, STATE_PROFILE,
+                       STATE_STOP_NOTICE)
 from .servers import OtherServer, check_gpu_servers, other_server
 from .spec import Platform
 from .specsource import FixedSpec, SpecSource
+from .stops import PlatformStops
 
 # with a spec, poll() tells a preempted or evicted server within seconds, not 30
 PLATFORM_POLL_SECONDS = 10
@@ -132,7 +129,7 @@ def spec_default(trait: str) -> Callable:
     return decorate
 
 
-class GPUSpawner(KubeSpawner):
+class GPUSpawner(PlatformStops, KubeSpawner):
     gpu_grant: Grant | None = None  # the profile grant of the current/last spawn
     gpu_stop_notice: dict | None = None  # why the platform stopped the last server
     _last_stop_notice: dict | None = None  # that notice, for the next server's environment
@@ -457,102 +454,9 @@ class GPUSpawner(KubeSpawner):
         key = f"{self.namespace}/{self.pod_name}"
         uid = getattr(self, "pod_id", None)  # KubeSpawner sets it once a start succeeded
         pod = pods.resources.get(key) or pods.graveyard.get(key, uid)
-        if pod is not None and (self._notice_platform_stop(pod) or await self._node_lost(pod)):
+        if pod is not None and await self._platform_stopped(pod):
             return 1
         return await super().poll()
-
-    async def _node_lost(self, pod: dict) -> bool:
-        """Our running pod's node has been NotReady too long (:mod:`.nodehealth`):
-        note it, delete the pod at once, and say the server stopped."""
-        node = (pod.get("spec") or {}).get("nodeName")
-        nodes = self.reflectors.get(self._get_reflector_key(NodeReflector.kind))
-        now = datetime.now(timezone.utc)
-        since = node and nodes and nodehealth.lost(nodes.resources.get(f"/{node}"), now,
-                                                    self.node_lost_seconds)
-        uid = getattr(self, "pod_id", None)  # None after a hub restart: the pod is ours
-        if not since or (uid and pod["metadata"].get("uid") != uid):
-            return False
-        labels = pod["metadata"].get("labels") or {}
-        slug = labels.get(PROFILE_LABEL, "")
-        self._record_stop(node_lost_notice(node, since, now, self._checkpoint_dir(slug),
-                                           kstatus.selected_pool(pod) or ""), slug)
-        try:
-            await self.api.delete_namespaced_pod(self.pod_name, self.namespace,
-                                                 grace_period_seconds=0)
-        except ApiException as e:
-            if e.status != 404:
-                self.log.error("Could not delete the pod of %s on lost node %s: %s",
-                               self._log_name, node, e.reason)
-        return True
-
-    def _workload_of(self, pod: dict) -> dict | None:
-        """The pod's Workload, live or (just deleted) from the graveyard."""
-        reflector = self._workload_reflector()
-        if reflector is None:
-            return None
-        candidates = [*reflector.resources.values(), *reflector.graveyard.buried()]
-        return kstatus.workload_for(pod, candidates)
-
-    def _cohort_namespaces(self) -> list[str]:
-        """Where Kueue may find what preempts our server: its team's cohort."""
-        grant = self.gpu_grant
-        return self._grant_platform.cohort_namespaces(grant.team) if grant else []
-
-    async def _watch_cohort_workloads(self) -> None:
-        """The hub's shared Workload watch of each cohort namespace (one per namespace
-        for all spawners, under KubeSpawner's key; the bundle's Role in every team
-        namespace already lets the hub read Workloads), started once."""
-        for namespace in self._cohort_namespaces():
-            await namespace_watch(self, "workloads", WorkloadReflector, namespace)
-
-    def _preemptor(self, workload: dict | None) -> Preemptor | None:
-        """The training job Kueue preempted our server for, from the shared watches."""
-        watches = [self.reflectors.get(("workloads", ns)) for ns in self._cohort_namespaces()]
-        candidates = [w for r in watches if r is not None
-                      for w in (*r.resources.values(), *r.graveyard.buried())]
-        return preempting_job(workload, candidates, self._grant_platform)
-
-    def _checkpoint_dir(self, slug: str) -> str | None:
-        """Where a stopped server of profile ``slug`` keeps its checkpoints: by the
-        spec it started with, or (started before the hub restarted) by today's,
-        where the profile may be gone."""
-        if self.gpu_grant is not None and self.gpu_grant.profile.slug == slug:
-            platform, profile = self._grant_platform, self.gpu_grant.profile
-        else:
-            platform = self.platform
-            profile = platform.profile(slug)
-        storage = platform.checkpoint_storage
-        return storage.mount_path if storage and profile and profile.checkpoint.enabled else None
-
-    def _notice_platform_stop(self, pod: dict) -> bool:
-        """Record why the platform stopped our server, if it did."""
-        uid = getattr(self, "pod_id", None)
-        if uid and pod["metadata"].get("uid") != uid:
-            return False
-        labels = pod["metadata"].get("labels") or {}
-        slug = labels.get(PROFILE_LABEL, "")
-        workload = self._workload_of(pod)
-        notice = stop_notice(pod, workload, labels.get(QUEUE_LABEL, ""),
-                             datetime.now(timezone.utc), self._checkpoint_dir(slug),
-                             self._preemptor(workload))
-        if notice is None:
-            return False
-        self._record_stop(notice, slug)
-        return True
-
-    def _record_stop(self, notice: StopNotice, slug: str) -> None:
-        """Keep the first notice of a platform stop for the user; count and log it."""
-        if self.gpu_stop_notice is None:
-            self.gpu_stop_notice = asdict(notice)
-            metrics.STOPS_BY_PLATFORM.labels(slug or "unknown", notice.reason,
-                                             notice.pool or metrics.NO_POOL).inc()
-            self.log.warning("Server %s stopped by the platform (%s): %s",
-                             self._log_name, notice.reason, notice.message)
-            settings = getattr(self.user, "settings", None) or {}
-            metrics.emit_platform_stop(
-                settings.get("eventlog"), username=self.user.name, servername=self.name,
-                profile=slug, reason=notice.reason, message=notice.message, at=notice.at,
-                pool=notice.pool)
 
     # -- state --------------------------------------------------------------------
 
