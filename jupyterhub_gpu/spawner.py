@@ -97,6 +97,7 @@ def _apply_user_options(spawner: "GPUSpawner", user_options: dict) -> None:
     try:
         spawner.apply_profile(user_options)
     except OptionsRejected as e:
+        spawner.forget_refused_options()
         raise web.HTTPError(400, str(e), reason=str(e)) from None
 
 
@@ -313,6 +314,16 @@ class GPUSpawner(PlatformStops, KubeSpawner):
             if getattr(self, "orm_spawner", None) is not None:
                 self.orm_spawner.user_options = copy.deepcopy(granted)
         self._applied_options = copy.deepcopy(granted)
+
+    def forget_refused_options(self) -> None:
+        """JupyterHub stores a start request's ``user_options`` for the next start
+        before the hook refuses them: put back the last granted profile (``{}``, the
+        default, if this spawner has none), so that a later start without options is
+        not refused again for what someone forged."""
+        last = {"profile": self.gpu_grant.profile.slug} if self.gpu_grant else {}
+        self.user_options = last
+        if getattr(self, "orm_spawner", None) is not None:
+            self.orm_spawner.user_options = copy.deepcopy(last)
 
     @spec_only
     async def load_user_options(self) -> None:

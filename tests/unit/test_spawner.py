@@ -79,6 +79,25 @@ async def test_rest_options_rejected_with_http_400(make_spawner):
     assert "The profile 'a100-spot' is not available to you." in info.value.log_message
 
 
+async def test_refused_options_are_not_remembered_for_the_next_start(make_spawner):
+    """JupyterHub stores a request's user_options before the hook refuses them; the
+    spawner puts back its last grant (or the default), as the stored options."""
+    from jupyterhub import orm
+
+    spawner = make_spawner(groups=["data-science"])
+    spawner.orm_spawner = orm.Spawner(name="")
+    for forged in ({"profile": "a100-spot"}, {"profile": "t4-shared", "queue": "ml-eng"}):
+        spawner.user_options = spawner.orm_spawner.user_options = dict(forged)  # as the hub
+        with pytest.raises(web.HTTPError):
+            await spawner._run_apply_user_options(forged)
+        assert spawner.orm_spawner.user_options == spawner.user_options == {}
+    await spawner._run_apply_user_options({"profile": "a100-mig-3g"})
+    spawner.orm_spawner.user_options = {"profile": "a100-spot"}
+    with pytest.raises(web.HTTPError):
+        await spawner._run_apply_user_options({"profile": "a100-spot"})
+    assert spawner.orm_spawner.user_options == {"profile": "a100-mig-3g"}
+
+
 async def test_start_with_forged_options_fails_before_any_api_call(make_spawner):
     spawner = make_spawner(groups=["data-science"])
     spawner.user_options = {"profile": "a100-spot"}
