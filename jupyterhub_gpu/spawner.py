@@ -406,8 +406,13 @@ class GPUSpawner(PlatformStops, KubeSpawner):
             grant, self.namespace, pod=self._my_pod, workloads=self._namespace_workloads,
             events=lambda: self.events, log=self.log, who=self._log_name,
             save_wait=queuewaits.saver(getattr(self.user, "db", None),
-                                       grant.team.local_queue, grant.profile.slug))
+                                       grant.team.local_queue, grant.profile.slug),
+            ours=self._is_this_spawns_pod)
         return await self._queued.run(super().start, lambda: self.stop(now=True))
+
+    def _is_this_spawns_pod(self, pod: dict) -> bool:
+        """JupyterHub gives each spawn a new API token, which its pod carries."""
+        return bool(self.api_token) and kstatus.api_token(pod) == self.api_token
 
     def _carry_stop_notice(self) -> None:
         """A new start clears the last server's stop notice from the state; its
