@@ -90,6 +90,9 @@ from .contract import (COMPONENT_LABEL, ENV_LAST_STOP_NOTICE, PROFILE_LABEL, QUE
 from .servers import OtherServer, check_gpu_servers, other_server
 from .spec import Platform
 from .specsource import FixedSpec, SpecSource
+from .usage import hub as usage
+from .usage.config import UsageLedger
+from .usage.records import stop_reason_of_notice
 
 # with a spec, poll() tells a preempted or evicted server within seconds, not 30
 PLATFORM_POLL_SECONDS = 10
@@ -398,8 +401,24 @@ class GPUSpawner(KubeSpawner):
             grant, self.namespace, pod=self._my_pod, workloads=self._namespace_workloads,
             events=lambda: self.events, log=self.log, who=self._log_name,
             save_wait=queuewaits.saver(getattr(self.user, "db", None),
-                                       grant.team.local_queue, grant.profile.slug))
+                                       grant.team.local_queue, grant.profile.slug),
+            on_outcome=self._record_outcome)
         return await self._queued.run(super().start, lambda: self.stop(now=True))
+
+    @functools.cached_property
+    def usage(self) -> usage.SessionRecorder | None:
+        """The hub's usage-ledger writer (``c.UsageLedger.db_url``); None outside a hub
+        (``render``)."""
+        if getattr(self.user, "db", None) is None:
+            return None
+        return usage.SessionRecorder.shared(UsageLedger(parent=self).db_url, self.log)
+
+    def _record_outcome(self, outcome: Any) -> None:
+        pod = self._my_pod() or self.pod_reflector.graveyard.get(
+            f"{self.namespace}/{self.pod_name}")
+        if self.usage is not None:
+            self.usage.started(self._grant_platform, pod, pod and self._workload_of(pod),
+                               self.name, usage.outcome_reason(outcome))
 
     def _carry_stop_notice(self) -> None:
         """A new start clears the last server's stop notice from the state; its
@@ -440,6 +459,14 @@ class GPUSpawner(KubeSpawner):
 
     @spec_only
     async def stop(self, now: bool = False) -> None:
+        pod, starting = self._my_pod(), self._gpu_start is not None and not self._gpu_start.done()
+        if pod is not None and self.usage is not None and not starting:  # a start records its own
+            orm = getattr(self, "orm_spawner", None)
+            profile = self.platform.profile((pod["metadata"].get("labels") or {}).get(
+                PROFILE_LABEL, ""))
+            self.usage.stopped(pod["metadata"]["uid"], usage.user_stop_reason(
+                profile, getattr(orm, "started", None), getattr(orm, "last_activity", None),
+                datetime.now(timezone.utc)))
         try:
             await super().stop(now=now)
         except Exception:
@@ -459,7 +486,14 @@ class GPUSpawner(KubeSpawner):
         pod = pods.resources.get(key) or pods.graveyard.get(key, uid)
         if pod is not None and (self._notice_platform_stop(pod) or await self._node_lost(pod)):
             return 1
-        return await super().poll()
+        status = await super().poll()
+        if pod is not None and self.usage is not None:
+            if status is None:
+                self.usage.seen(self._grant_platform or self.platform, pod,
+                                self._workload_of(pod), self.name)
+            else:  # gone on its own: no notice, no stop through the hub
+                self.usage.stopped(pod["metadata"]["uid"], usage.StopReason.FAILURE)
+        return status
 
     async def _node_lost(self, pod: dict) -> bool:
         """Our running pod's node has been NotReady too long (:mod:`.nodehealth`):
@@ -544,6 +578,11 @@ class GPUSpawner(KubeSpawner):
         """Keep the first notice of a platform stop for the user; count and log it."""
         if self.gpu_stop_notice is None:
             self.gpu_stop_notice = asdict(notice)
+            if self.usage is not None:
+                pool = next((p for p in self._grant_platform.pools if p.name == notice.pool),
+                            None) if self._grant_platform else None
+                self.usage.stopped(pod["metadata"]["uid"],
+                                   stop_reason_of_notice(notice.reason, pool))
             metrics.STOPS_BY_PLATFORM.labels(slug or "unknown", notice.reason,
                                              notice.pool or metrics.NO_POOL).inc()
             self.log.warning("Server %s stopped by the platform (%s): %s",

@@ -38,9 +38,11 @@ from ..builders.job import build_job
 from ..builders.pod import UserRef
 from ..contract import (ENV_JOBS_BIND, ENV_PLATFORM_FILE, ENV_SERVICE_PREFIX, ENV_SERVICE_URL,
                         JOB_PROFILE_LABEL, JOBS_ACCESS_SCOPE, JOBS_API_PATH, JOBS_SERVICE_NAME,
-                        USERNAME_KEY)
+                        ENV_USAGE_DB_URL, USERNAME_KEY)
 from ..kueue import status as st
 from ..specsource import SpecSource
+from ..usage.jobs import JobRecorder
+from ..usage.ledger import Ledger
 from . import cluster
 from .request import JobRefused, check_submission, job_name, job_request
 from .words import describe, preemptor
@@ -244,15 +246,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"{JOBS_SERVICE_NAME} service")
     parser.add_argument("--spec", default=os.environ.get(ENV_PLATFORM_FILE),
                         help="the platform spec (default: $%(default)s)")
+    parser.add_argument("--usage-db-url", default=os.environ.get(ENV_USAGE_DB_URL),
+                        help="the usage ledger's SQLAlchemy URL (default: $%(default)s); "
+                        "unset: no ledger")
     parser.add_argument("--job-annotation", type=_annotation, action="append", default=[],
                         metavar="KEY=VALUE", help="an annotation on every job's pods")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s %(asctime)s %(name)s] "
                         "%(message)s")
-    asyncio.run(_serve(args.spec, dict(args.job_annotation)))
+    asyncio.run(_serve(args.spec, dict(args.job_annotation), args.usage_db_url))
 
 
-async def _serve(platform_file: str, annotations: dict[str, str]) -> None:
+async def _serve(platform_file: str, annotations: dict[str, str],
+                 usage_db_url: str | None = None) -> None:
     platform = SpecSource.shared(platform_file).current()
     watches = cluster.Watches(t.namespace for t in platform.teams)
     url = urlparse(os.environ[ENV_SERVICE_URL])
@@ -261,6 +267,10 @@ async def _serve(platform_file: str, annotations: dict[str, str]) -> None:
     # listen at once (the hub waits for its services at start-up), then watch
     app.listen(url.port or 80, os.environ.get(ENV_JOBS_BIND) or url.hostname)
     log.info("Serving %s on %s (prefix %s)", JOBS_SERVICE_NAME, url.geturl(), prefix)
+    if usage_db_url:
+        recorder = JobRecorder(Ledger(usage_db_url), watches,
+                               SpecSource.shared(platform_file).current)
+        asyncio.ensure_future(recorder.keep_sweeping())
     await watches.keep_starting()
     await asyncio.Event().wait()
 
