@@ -305,3 +305,30 @@ def test_one_url_for_the_hub_and_the_jobs_service(tmp_path, monkeypatch, example
     c.UsageLedger.db_url = "postgresql+psycopg://hub@db/jupyterhub"
     add_jobs_service(c, str(example_spec_path), "http://127.0.0.1:10101")
     assert c.JupyterHub.services[0]["environment"][ENV_USAGE_DB_URL] == c.UsageLedger.db_url
+
+
+def test_the_cli_upgrades_and_exports(db_url, capsys):
+    from jupyterhub_gpu.cli import main
+
+    assert main(["usage", "upgrade", "--db-url", db_url]) == 0
+    assert capsys.readouterr().out.endswith(f"revision (none) -> {migrate.head()} (head)\n")
+    Ledger(db_url).record_sync(Usage("pod:a", Kind.SESSION, user="alice", requested_at=T0,
+                                     stopped_at=T0, stop_reason=StopReason.IDLE_CULL))
+    assert main(["usage", "upgrade", "--db-url", db_url]) == 0
+    assert f"revision {migrate.head()} -> {migrate.head()}" in capsys.readouterr().out
+    assert main(["usage", "export", "--db-url", db_url]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.startswith("key,kind,user,")
+    assert row.split(",")[:3] == ["pod:a", "session", "alice"] and "idle-cull" in row
+
+
+def test_the_cli_says_what_is_wrong_with_a_url(capsys):
+    from jupyterhub_gpu.cli import main
+
+    url = "postgresql+psycopg://hub:s3cret@127.0.0.1:1/jupyterhub"
+    assert main(["usage", "upgrade", "--db-url", url]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("error: cannot open the usage ledger at 'postgresql+psycopg://hub:***@")
+    assert "s3cret" not in error
+    assert main(["usage", "export", "--db-url", "no-such-url"]) == 1
+    assert "Could not parse" in capsys.readouterr().err
