@@ -464,9 +464,10 @@ class GPUSpawner(KubeSpawner):
             orm = getattr(self, "orm_spawner", None)
             profile = self.platform.profile((pod["metadata"].get("labels") or {}).get(
                 PROFILE_LABEL, ""))
-            self.usage.stopped(pod["metadata"]["uid"], usage.user_stop_reason(
+            written = self.usage.stopped(pod["metadata"]["uid"], usage.user_stop_reason(
                 profile, getattr(orm, "started", None), getattr(orm, "last_activity", None),
                 datetime.now(timezone.utc)))
+            await asyncio.gather(written, return_exceptions=True)  # before a hub exits
         try:
             await super().stop(now=now)
         except Exception:
@@ -487,8 +488,11 @@ class GPUSpawner(KubeSpawner):
         if pod is not None and (self._notice_platform_stop(pod) or await self._node_lost(pod)):
             return 1
         status = await super().poll()
-        if pod is not None and self.usage is not None:
-            if status is None:
+        if self.usage is not None:
+            if pod is None:
+                if status is not None:  # gone while the hub was down
+                    self.usage.lost(self.user.name, self.name)
+            elif status is None:
                 self.usage.seen(self._grant_platform or self.platform, pod,
                                 self._workload_of(pod), self.name)
             else:  # gone on its own: no notice, no stop through the hub

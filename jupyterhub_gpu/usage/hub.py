@@ -8,9 +8,12 @@ When it writes, for a server's pod (keyed by the pod's UID):
 * the first time a process sees the pod running in ``poll()``: after a hub restart,
   what the dead hub may not have written (nothing is counted twice: same key);
 * its stop: by the platform (the stop notice's reason), by the user or the culler
-  (``stop()``; past the profile's maxAge, ``max-age``), or on its own (``failure``).
+  (``stop()``; past the profile's maxAge, ``max-age``), or on its own (``failure``);
+  a pod gone while the hub was down closes the server's open row (``failure``).
 
-Writes are fire-and-forget tasks: a ledger that fails is logged and never fails a spawn.
+Writes are background tasks (a stop waits for its own, so that a hub shutting down
+records the servers it stops): a ledger that fails is logged and never fails a spawn
+or a stop.
 """
 
 from __future__ import annotations
@@ -75,8 +78,18 @@ class SessionRecorder:
             self._seen_running.add(usage.key)
         self.write(usage)
 
-    def stopped(self, uid: str, reason: StopReason, at: datetime | None = None) -> None:
-        self.write(Usage(key=f"pod:{uid}", kind=Kind.SESSION,
+    def lost(self, user: str, server: str) -> asyncio.Future:
+        """The server's pod is gone and no watch kept it (deleted while the hub was
+        down): its open session stops now, as a failure."""
+        task = asyncio.ensure_future(self.ledger.close_open(
+            Kind.SESSION, user, server, datetime.now(timezone.utc), StopReason.FAILURE))
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def stopped(self, uid: str, reason: StopReason,
+                at: datetime | None = None) -> asyncio.Future:
+        return self.write(Usage(key=f"pod:{uid}", kind=Kind.SESSION,
                          stopped_at=at or datetime.now(timezone.utc), stop_reason=reason))
 
 

@@ -238,6 +238,24 @@ class Ledger:
         with self.engine.connect() as conn:
             return list(conn.execute(query).scalars())
 
+    def close_open_sync(self, kind: Kind, user: str, server: str, at: datetime,
+                        reason: StopReason) -> list[Usage]:
+        """Stop the open rows of ``user``'s ``server`` (what a writer that lost track
+        of the pod or Job knows); the rows closed."""
+        self._ready()
+        query = sa.select(USAGE.c.key).where(USAGE.c.kind == str(kind), USAGE.c.user == user,
+                                            USAGE.c.server == server,
+                                            USAGE.c.stopped_at.is_(None))
+        with self.engine.connect() as conn:
+            keys = list(conn.execute(query).scalars())
+        return [self.record_sync(Usage(key, kind, stopped_at=at, stop_reason=reason))
+                for key in keys]
+
+    async def close_open(self, kind: Kind, user: str, server: str, at: datetime,
+                         reason: StopReason) -> list[Usage]:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread, self.close_open_sync, kind, user, server, at, reason)
+
     async def open_keys(self, kind: Kind) -> list[str]:
         return await asyncio.get_running_loop().run_in_executor(
             self._thread, self.open_keys_sync, kind)

@@ -332,3 +332,20 @@ def test_the_cli_says_what_is_wrong_with_a_url(capsys):
     assert "s3cret" not in error
     assert main(["usage", "export", "--db-url", "no-such-url"]) == 1
     assert "Could not parse" in capsys.readouterr().err
+
+
+def test_a_pod_gone_while_the_hub_was_down_is_closed(ledger, platform):
+    """The restarted hub finds the server's pod gone (no watch saw it go): the
+    server's open row is closed as a failure; other servers' rows are left alone."""
+    async def hubs():
+        first = hub.SessionRecorder(ledger, LOG)
+        for uid, user in (("a", "alice"), ("b", "bob")):
+            first.started(platform, pod(uid, user=user, running=T0), workload(uid, T0), "", None)
+        await hub.settle()
+        hub.SessionRecorder(Ledger(ledger.url), LOG).lost("alice", "")
+        await hub.settle()
+
+    asyncio.run(hubs())
+    rows = {r.user: r for r in ledger.rows_sync()}
+    assert rows["alice"].stop_reason is StopReason.FAILURE and rows["alice"].stopped_at > T0
+    assert rows["bob"].stopped_at is None
