@@ -55,8 +55,9 @@ class Jobs:
     """The service's state: the live spec, the watches, a lock per user (so two
     submits at once cannot both pass the limit)."""
 
-    def __init__(self, platform_file: str, watches: cluster.Watches):
-        self.source, self.watches = SpecSource.shared(platform_file), watches
+    def __init__(self, platform_file: str, watches: cluster.Watches,
+                 usage: JobRecorder | None = None):
+        self.source, self.watches, self.usage = SpecSource.shared(platform_file), watches, usage
         self._locks: dict[str, asyncio.Lock] = {}
 
     @property
@@ -175,7 +176,10 @@ class JobsHandler(_API):
         await watches.seen(req.grant.team.namespace, req.name)
         log.info("User %s submitted job %s/%s (%s): %s", user.name, req.grant.team.namespace,
                  req.name, submission.grant.profile.slug, " ".join(submission.command))
-        return watches.job(user.name, req.name) or created
+        job = watches.job(user.name, req.name) or created
+        if self.jobs.usage is not None:
+            await self.jobs.usage.submitted(job)
+        return job
 
 
 class JobHandler(_API):
@@ -189,6 +193,8 @@ class JobHandler(_API):
     async def delete(self, name: str) -> None:
         job = self.own_job(name)
         await cluster.delete(job)
+        if self.jobs.usage is not None:
+            await self.jobs.usage.cancelled(job)
         log.info("User %s cancelled job %s/%s", self.caller().name,
                  job["metadata"]["namespace"], name)
         self.answer({"name": name, "state": "cancelling", "status": "cancelling"})
@@ -263,14 +269,14 @@ async def _serve(platform_file: str, annotations: dict[str, str],
     watches = cluster.Watches(t.namespace for t in platform.teams)
     url = urlparse(os.environ[ENV_SERVICE_URL])
     prefix = os.environ[ENV_SERVICE_PREFIX]
-    app = make_app(Jobs(platform_file, watches), prefix, annotations, HubOAuth())
+    recorder = usage_db_url and JobRecorder(Ledger(usage_db_url), watches,
+                                            SpecSource.shared(platform_file).current)
+    app = make_app(Jobs(platform_file, watches, recorder or None), prefix, annotations,
+                   HubOAuth())
     # listen at once (the hub waits for its services at start-up), then watch
     app.listen(url.port or 80, os.environ.get(ENV_JOBS_BIND) or url.hostname)
     log.info("Serving %s on %s (prefix %s)", JOBS_SERVICE_NAME, url.geturl(), prefix)
-    if usage_db_url:
-        recorder = JobRecorder(Ledger(usage_db_url), watches,
-                               SpecSource.shared(platform_file).current)
-        asyncio.ensure_future(recorder.keep_sweeping())
+    sweeping = recorder and asyncio.ensure_future(recorder.keep_sweeping())  # noqa: F841 - kept
     await watches.keep_starting()
     await asyncio.Event().wait()
 

@@ -1,5 +1,6 @@
 """The jobs service's writer: every training job in the service's watches, recorded
-each :data:`SWEEP_SECONDS` from the shared caches (no API call).
+each :data:`SWEEP_SECONDS` from the shared caches (no API call), and each job the
+service creates or cancels, at once (a job may come and go between two sweeps).
 
 Only rows that changed since the last sweep are written. A job that left the watches
 (deleted, by its user or by Kubernetes' TTL) and whose row is not stopped is closed
@@ -10,6 +11,7 @@ it starts again (its stop time is then when the service noticed).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from datetime import datetime, timezone
 from typing import Callable
@@ -29,6 +31,28 @@ class JobRecorder:
         self.ledger, self.watches, self.platform = ledger, watches, platform
         self._written: dict[str, Usage] = {}
 
+    def usage_of(self, job: dict) -> Usage:
+        w = self.watches
+        return records.job(self.platform(), job, w.workload_of(job), w.pods_of(job))
+
+    async def submitted(self, job: dict) -> None:
+        """A job just created (it may end before the next sweep)."""
+        await self._safely(self.usage_of(job))
+
+    async def cancelled(self, job: dict) -> None:
+        """A job its user cancelled: stopped now, unless it had already ended."""
+        usage = self.usage_of(job)
+        if usage.stopped_at is None:
+            usage = dataclasses.replace(usage, stopped_at=datetime.now(timezone.utc),
+                                        stop_reason=StopReason.USER)
+        await self._safely(usage)
+
+    async def _safely(self, usage: Usage) -> None:
+        try:
+            self._written[usage.key] = await self.ledger.record(usage)
+        except Exception as e:  # noqa: BLE001 - the request succeeded all the same
+            log.error("Could not write the usage ledger: %r", e)
+
     def current(self) -> list[Usage]:
         """Every job in the watches, as the cluster says now."""
         w, platform = self.watches, self.platform()
@@ -42,7 +66,7 @@ class JobRecorder:
             seen[usage.key] = usage
             if self._written.get(usage.key) != usage:
                 await self.ledger.record(usage)
-                self._written[usage.key] = usage
+                self._written[usage.key] = usage  # what the cluster said
         now = datetime.now(timezone.utc)
         for key in await self.ledger.open_keys(Kind.JOB):
             if key not in seen:

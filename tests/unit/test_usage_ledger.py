@@ -349,3 +349,26 @@ def test_a_pod_gone_while_the_hub_was_down_is_closed(ledger, platform):
     rows = {r.user: r for r in ledger.rows_sync()}
     assert rows["alice"].stop_reason is StopReason.FAILURE and rows["alice"].stopped_at > T0
     assert rows["bob"].stopped_at is None
+
+
+def test_a_job_submitted_and_cancelled_between_two_sweeps(ledger, platform):
+    """The service records a job when it creates it and when its user cancels it, so
+    a job shorter than a sweep still has its row; a job that had ended stays ended."""
+    short, ended = job("short"), job("ended", complete=T0 + timedelta(minutes=1))
+    watches = Watches([], {"short": workload("short", T0 + timedelta(seconds=4), pool="a100")},
+                      {})
+
+    async def service():
+        recorder = JobRecorder(ledger, watches, lambda: platform)
+        await recorder.submitted(short)
+        await recorder.cancelled(short)
+        await recorder.submitted(ended)
+        await recorder.cancelled(ended)
+        await recorder.sweep()  # neither is in the watches any more: nothing changes
+
+    asyncio.run(service())
+    rows = {r.server: r for r in ledger.rows_sync(Kind.JOB)}
+    assert rows["train-short"].stop_reason is StopReason.USER
+    assert rows["train-short"].queue_wait_seconds == 4.0
+    assert (rows["train-ended"].stop_reason, rows["train-ended"].stopped_at) == (
+        StopReason.COMPLETED, T0 + timedelta(minutes=1))
