@@ -39,6 +39,8 @@ JOB_COMPONENT = "gpu-job"
 STATE_PROFILE = "gpu_profile"
 #: the server state that keeps why the platform stopped the last server
 STATE_STOP_NOTICE = "gpu_stop_notice"
+# the uid of the server's pod: its usage-ledger row, for the culler (``pod:<uid>``)
+STATE_POD_UID = "gpu_pod_uid"
 
 # -- the notebook's environment -----------------------------------------------------
 

@@ -86,7 +86,7 @@ from .kueue.start import progress as queue_progress
 from .parse import parse_platform
 from .poolnodes import NodeReflector
 from .contract import (COMPONENT_LABEL, ENV_LAST_STOP_NOTICE, PROFILE_LABEL, QUEUE_LABEL,
-                       STATE_PROFILE, STATE_STOP_NOTICE)
+                       STATE_POD_UID, STATE_PROFILE, STATE_STOP_NOTICE)
 from .servers import OtherServer, check_gpu_servers, other_server
 from .spec import Platform
 from .specsource import FixedSpec, SpecSource
@@ -141,6 +141,7 @@ class GPUSpawner(KubeSpawner):
     _last_stop_notice: dict | None = None  # that notice, for the next server's environment
     _grant_platform: Platform | None = None  # the spec gpu_grant came from
     _state_profile: str | None = None  # gpu_profile of the state loaded (hub restart)
+    _state_pod_uid: str | None = None  # gpu_pod_uid of the state loaded (hub restart)
     _gpu_base_traits: dict[str, Any] | None = None  # admin values, before any profile
     _applied_options: Any = None  # the user_options the traits were last set from
     _queued: QueuedStart | None = None  # the current/last start through the queue
@@ -617,14 +618,18 @@ class GPUSpawner(KubeSpawner):
         profile = self.gpu_grant.profile.slug if self.gpu_grant else self._state_profile
         if profile:  # the culler reads it (admin:server_state)
             state[STATE_PROFILE] = profile
+        uid = getattr(self, "pod_id", None) or self._state_pod_uid
+        if uid:  # the culler records why it culls in the usage ledger
+            state[STATE_POD_UID] = uid
         return state
 
     def clear_state(self) -> None:
         super().clear_state()
         self._applied_options = None  # the next spawn applies its profile afresh
-        self._state_profile = None
+        self._state_profile = self._state_pod_uid = None
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
         self.gpu_stop_notice = state.get(STATE_STOP_NOTICE)
         self._state_profile = state.get(STATE_PROFILE)
+        self._state_pod_uid = state.get(STATE_POD_UID)

@@ -372,3 +372,59 @@ def test_a_job_submitted_and_cancelled_between_two_sweeps(ledger, platform):
     assert rows["train-short"].queue_wait_seconds == 4.0
     assert (rows["train-ended"].stop_reason, rows["train-ended"].stopped_at) == (
         StopReason.COMPLETED, T0 + timedelta(minutes=1))
+
+
+def test_the_culler_records_why_it_culls(ledger, platform, example_spec_path):
+    """The culler's hook writes its rule on the server's row (by the pod uid in
+    GPUSpawner's state) before the culler stops it; the hub's stop then adds the time
+    and keeps that reason. A dry run, or a server with no uid in its state, writes
+    nothing."""
+    from prometheus_client import CollectorRegistry
+
+    from jupyterhub_gpu.contract import STATE_POD_UID
+    from jupyterhub_gpu.cull.hook import HookSettings, make_arbiter
+    from jupyterhub_gpu.cull.metrics import CullMetrics
+
+    now = T0 + timedelta(hours=9)
+
+    def model(user, profile, uid, idle):
+        return {"name": "", "full_name": f"{user}/", "ready": True, "pending": None,
+                "started": T0.isoformat(), "last_activity": (now - idle).isoformat(),
+                "user_options": {"profile": profile},
+                "state": {"pod_name": f"jupyter-{user}", "namespace": "jhub-data-science",
+                          **({STATE_POD_UID: uid} if uid else {})}}
+
+    def arbiter(dry_run):
+        settings = HookSettings(str(example_spec_path), None, dry_run, usage_db_url=ledger.url)
+        return make_arbiter(settings, clock=lambda: now, metrics=CullMetrics(CollectorRegistry()))
+
+    async def culls():
+        hook, dry = arbiter(False), arbiter(True)
+        assert await hook(server=model("alice", "t4-shared", "idle", timedelta(hours=1)))
+        assert await hook(server=model("bob", "a100-spot", "old", timedelta(minutes=1)))
+        assert not await hook(server=model("carol", "t4-shared", "busy", timedelta(minutes=1)))
+        assert not await dry(server=model("dan", "t4-shared", "dry", timedelta(hours=1)))
+        assert await hook(server=model("eve", "t4-shared", None, timedelta(hours=1)))
+        writer = hub.SessionRecorder(Ledger(ledger.url), LOG)
+        for uid in ("idle", "old"):  # the culler's DELETE reaches the hub's stop()
+            writer.stopped(uid, StopReason.USER)
+        await hub.settle()
+
+    asyncio.run(culls())
+    rows = {r.key: r for r in ledger.rows_sync()}
+    assert set(rows) == {"pod:idle", "pod:old"}
+    assert rows["pod:idle"].stop_reason is StopReason.IDLE_CULL
+    assert rows["pod:old"].stop_reason is StopReason.MAX_AGE
+    assert all(r.stopped_at is not None for r in rows.values())
+
+
+async def test_the_pod_uid_survives_in_the_spawner_state(make_spawner):
+    """GPUSpawner keeps its pod's uid in its state (a restarted hub still has it for
+    the culler) until the server's state is cleared."""
+    from jupyterhub_gpu.contract import STATE_POD_UID
+
+    spawner = make_spawner()
+    spawner.load_state({"pod_name": "jupyter-alice", STATE_POD_UID: "uid-1"})
+    assert spawner.get_state()[STATE_POD_UID] == "uid-1"
+    spawner.clear_state()
+    assert STATE_POD_UID not in spawner.get_state()
