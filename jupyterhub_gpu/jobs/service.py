@@ -276,7 +276,8 @@ async def _serve(platform_file: str, annotations: dict[str, str],
     # listen at once (the hub waits for its services at start-up), then watch
     app.listen(url.port or 80, os.environ.get(ENV_JOBS_BIND) or url.hostname)
     log.info("Serving %s on %s (prefix %s)", JOBS_SERVICE_NAME, url.geturl(), prefix)
-    sweeping = recorder and asyncio.ensure_future(recorder.keep_sweeping())  # noqa: F841 - kept
+    if recorder:
+        recorder.start()
     await watches.keep_starting()
     await asyncio.Event().wait()
 

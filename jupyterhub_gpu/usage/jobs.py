@@ -74,6 +74,10 @@ class JobRecorder:
                                                stop_reason=StopReason.USER))
                 self._written.pop(key, None)
 
+    def start(self) -> None:
+        """Sweep in the background (the task is kept here, so it is never collected)."""
+        self._sweeping = asyncio.ensure_future(self.keep_sweeping())
+
     async def keep_sweeping(self, seconds: float = SWEEP_SECONDS) -> None:
         """Sweep while the watches are ready; a failing ledger is logged, not fatal."""
         while True:
