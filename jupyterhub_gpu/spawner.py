@@ -514,7 +514,8 @@ class GPUSpawner(KubeSpawner):
         labels = pod["metadata"].get("labels") or {}
         slug = labels.get(PROFILE_LABEL, "")
         self._record_stop(node_lost_notice(node, since, now, self._checkpoint_dir(slug),
-                                           kstatus.selected_pool(pod) or ""), slug)
+                                           kstatus.selected_pool(pod) or ""), slug,
+                          pod["metadata"]["uid"])
         try:
             await self.api.delete_namespaced_pod(self.pod_name, self.namespace,
                                                  grace_period_seconds=0)
@@ -576,18 +577,18 @@ class GPUSpawner(KubeSpawner):
                              self._preemptor(workload))
         if notice is None:
             return False
-        self._record_stop(notice, slug)
+        self._record_stop(notice, slug, pod["metadata"]["uid"])
         return True
 
-    def _record_stop(self, notice: StopNotice, slug: str) -> None:
-        """Keep the first notice of a platform stop for the user; count and log it."""
+    def _record_stop(self, notice: StopNotice, slug: str, uid: str) -> None:
+        """Keep the first notice of a platform stop for the user; count and log it, and
+        record it on the usage ledger's row of pod ``uid``."""
         if self.gpu_stop_notice is None:
             self.gpu_stop_notice = asdict(notice)
             if self.usage is not None:
                 pool = next((p for p in self._grant_platform.pools if p.name == notice.pool),
                             None) if self._grant_platform else None
-                self.usage.stopped(pod["metadata"]["uid"],
-                                   stop_reason_of_notice(notice.reason, pool))
+                self.usage.stopped(uid, stop_reason_of_notice(notice.reason, pool))
             metrics.STOPS_BY_PLATFORM.labels(slug or "unknown", notice.reason,
                                              notice.pool or metrics.NO_POOL).inc()
             self.log.warning("Server %s stopped by the platform (%s): %s",

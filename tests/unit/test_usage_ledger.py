@@ -428,3 +428,24 @@ async def test_the_pod_uid_survives_in_the_spawner_state(make_spawner):
     assert spawner.get_state()[STATE_POD_UID] == "uid-1"
     spawner.clear_state()
     assert STATE_POD_UID not in spawner.get_state()
+
+
+async def test_a_platform_stop_lands_with_its_reason(make_spawner, tmp_path, platform):
+    """GPUSpawner's stop notice (Kueue preemption, a node gone) reaches the ledger: on
+    a spot pool a node gone is a spot eviction."""
+    from jupyterhub_gpu.kueue.messages import StopNotice
+
+    ledger = Ledger(f"sqlite:///{tmp_path}/usage.sqlite")
+    spawner = make_spawner()
+    spawner.__dict__["usage"] = hub.SessionRecorder(ledger, LOG)  # the hub's writer
+    spawner._grant_platform = platform
+    cases = {"p": ("preempted", "a100", StopReason.PREEMPTED),
+             "s": ("evicted", "a100spot", StopReason.SPOT_EVICTION),
+             "e": ("evicted", "a100", StopReason.EVICTED)}
+    for uid, (reason, pool, _) in cases.items():
+        spawner.gpu_stop_notice = None  # a new server
+        spawner._record_stop(StopNotice(reason, T0.isoformat(), "stopped", pool), "a100-spot",
+                             uid)
+    await hub.settle()
+    rows = {r.key: r.stop_reason for r in await ledger.rows()}
+    assert rows == {f"pod:{uid}": expected for uid, (_, _, expected) in cases.items()}
