@@ -12,7 +12,7 @@ All decisions are made elsewhere -- the pod by pure code
   (the spawner object is reused across spawns, kubespawner#546); each spawn reads
   the spec as it is then, and a running server keeps the grant it started with;
 * ``start()`` goes through the team's queue, ``poll()`` tells why the platform
-  stopped a server.
+  stopped a server (:mod:`jupyterhub_gpu.stops`).
 
 Without a platform spec, GPUSpawner is exactly KubeSpawner: each override is marked
 :func:`spec_only` or :func:`spec_default`, the one place that decides, and without a
@@ -60,7 +60,6 @@ import copy
 import functools
 import inspect
 import os
-from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -70,16 +69,14 @@ from tornado import web
 from traitlets import Any as AnyTrait
 from traitlets import Dict, Integer, Unicode, default, validate
 
-from . import metrics, nodehealth, poolnodes, queuewaits
+from . import metrics, poolnodes, queuewaits
 from .builders.pod import (Grant, OptionsRejected, SpawnSettings, UserRef, authorize,
                            merge_traits, spawn_settings)
 from .cull.notice import deadline_env
 from .form import render_form, user_profiles_url
-from .kueue.watches import namespace_watch
 from .kueue import status as kstatus
 from .kueue.lifecycle import Outcome, SpawnRefused
-from .kueue.messages import (Preemptor, Stage, StopNotice, node_lost_notice, preempting_job,
-                             stop_notice, submit_unavailable)
+from .kueue.messages import Stage, submit_unavailable
 from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
 from .kueue.start import QueuedStart
 from .kueue.start import progress as queue_progress
@@ -90,9 +87,9 @@ from .contract import (COMPONENT_LABEL, ENV_LAST_STOP_NOTICE, PROFILE_LABEL, QUE
 from .servers import OtherServer, check_gpu_servers, other_server
 from .spec import Platform
 from .specsource import FixedSpec, SpecSource
+from .stops import PlatformStops
 from .usage import hub as usage
 from .usage.config import UsageLedger
-from .usage.records import stop_reason_of_notice
 
 # with a spec, poll() tells a preempted or evicted server within seconds, not 30
 PLATFORM_POLL_SECONDS = 10
@@ -103,6 +100,7 @@ def _apply_user_options(spawner: "GPUSpawner", user_options: dict) -> None:
     try:
         spawner.apply_profile(user_options)
     except OptionsRejected as e:
+        spawner.forget_refused_options()
         raise web.HTTPError(400, str(e), reason=str(e)) from None
 
 
@@ -135,7 +133,7 @@ def spec_default(trait: str) -> Callable:
     return decorate
 
 
-class GPUSpawner(KubeSpawner):
+class GPUSpawner(PlatformStops, KubeSpawner):
     gpu_grant: Grant | None = None  # the profile grant of the current/last spawn
     gpu_stop_notice: dict | None = None  # why the platform stopped the last server
     _last_stop_notice: dict | None = None  # that notice, for the next server's environment
@@ -321,6 +319,16 @@ class GPUSpawner(KubeSpawner):
                 self.orm_spawner.user_options = copy.deepcopy(granted)
         self._applied_options = copy.deepcopy(granted)
 
+    def forget_refused_options(self) -> None:
+        """JupyterHub stores a start request's ``user_options`` for the next start
+        before the hook refuses them: put back the last granted profile (``{}``, the
+        default, if this spawner has none), so that a later start without options is
+        not refused again for what someone forged."""
+        last = {"profile": self.gpu_grant.profile.slug} if self.gpu_grant else {}
+        self.user_options = last
+        if getattr(self, "orm_spawner", None) is not None:
+            self.orm_spawner.user_options = copy.deepcopy(last)
+
     @spec_only
     async def load_user_options(self) -> None:
         if self.profile_list:
@@ -486,7 +494,7 @@ class GPUSpawner(KubeSpawner):
         key = f"{self.namespace}/{self.pod_name}"
         uid = getattr(self, "pod_id", None)  # KubeSpawner sets it once a start succeeded
         pod = pods.resources.get(key) or pods.graveyard.get(key, uid)
-        if pod is not None and (self._notice_platform_stop(pod) or await self._node_lost(pod)):
+        if pod is not None and await self._platform_stopped(pod):
             return 1
         status = await super().poll()
         if self.usage is not None:
@@ -499,105 +507,6 @@ class GPUSpawner(KubeSpawner):
             else:  # gone on its own: no notice, no stop through the hub
                 self.usage.stopped(pod["metadata"]["uid"], usage.StopReason.FAILURE)
         return status
-
-    async def _node_lost(self, pod: dict) -> bool:
-        """Our running pod's node has been NotReady too long (:mod:`.nodehealth`):
-        note it, delete the pod at once, and say the server stopped."""
-        node = (pod.get("spec") or {}).get("nodeName")
-        nodes = self.reflectors.get(self._get_reflector_key(NodeReflector.kind))
-        now = datetime.now(timezone.utc)
-        since = node and nodes and nodehealth.lost(nodes.resources.get(f"/{node}"), now,
-                                                    self.node_lost_seconds)
-        uid = getattr(self, "pod_id", None)  # None after a hub restart: the pod is ours
-        if not since or (uid and pod["metadata"].get("uid") != uid):
-            return False
-        labels = pod["metadata"].get("labels") or {}
-        slug = labels.get(PROFILE_LABEL, "")
-        self._record_stop(node_lost_notice(node, since, now, self._checkpoint_dir(slug),
-                                           kstatus.selected_pool(pod) or ""), slug,
-                          pod["metadata"]["uid"])
-        try:
-            await self.api.delete_namespaced_pod(self.pod_name, self.namespace,
-                                                 grace_period_seconds=0)
-        except ApiException as e:
-            if e.status != 404:
-                self.log.error("Could not delete the pod of %s on lost node %s: %s",
-                               self._log_name, node, e.reason)
-        return True
-
-    def _workload_of(self, pod: dict) -> dict | None:
-        """The pod's Workload, live or (just deleted) from the graveyard."""
-        reflector = self._workload_reflector()
-        if reflector is None:
-            return None
-        candidates = [*reflector.resources.values(), *reflector.graveyard.buried()]
-        return kstatus.workload_for(pod, candidates)
-
-    def _cohort_namespaces(self) -> list[str]:
-        """Where Kueue may find what preempts our server: its team's cohort."""
-        grant = self.gpu_grant
-        return self._grant_platform.cohort_namespaces(grant.team) if grant else []
-
-    async def _watch_cohort_workloads(self) -> None:
-        """The hub's shared Workload watch of each cohort namespace (one per namespace
-        for all spawners, under KubeSpawner's key; the bundle's Role in every team
-        namespace already lets the hub read Workloads), started once."""
-        for namespace in self._cohort_namespaces():
-            await namespace_watch(self, "workloads", WorkloadReflector, namespace)
-
-    def _preemptor(self, workload: dict | None) -> Preemptor | None:
-        """The training job Kueue preempted our server for, from the shared watches."""
-        watches = [self.reflectors.get(("workloads", ns)) for ns in self._cohort_namespaces()]
-        candidates = [w for r in watches if r is not None
-                      for w in (*r.resources.values(), *r.graveyard.buried())]
-        return preempting_job(workload, candidates, self._grant_platform)
-
-    def _checkpoint_dir(self, slug: str) -> str | None:
-        """Where a stopped server of profile ``slug`` keeps its checkpoints: by the
-        spec it started with, or (started before the hub restarted) by today's,
-        where the profile may be gone."""
-        if self.gpu_grant is not None and self.gpu_grant.profile.slug == slug:
-            platform, profile = self._grant_platform, self.gpu_grant.profile
-        else:
-            platform = self.platform
-            profile = platform.profile(slug)
-        storage = platform.checkpoint_storage
-        return storage.mount_path if storage and profile and profile.checkpoint.enabled else None
-
-    def _notice_platform_stop(self, pod: dict) -> bool:
-        """Record why the platform stopped our server, if it did."""
-        uid = getattr(self, "pod_id", None)
-        if uid and pod["metadata"].get("uid") != uid:
-            return False
-        labels = pod["metadata"].get("labels") or {}
-        slug = labels.get(PROFILE_LABEL, "")
-        workload = self._workload_of(pod)
-        notice = stop_notice(pod, workload, labels.get(QUEUE_LABEL, ""),
-                             datetime.now(timezone.utc), self._checkpoint_dir(slug),
-                             self._preemptor(workload))
-        if notice is None:
-            return False
-        self._record_stop(notice, slug, pod["metadata"]["uid"])
-        return True
-
-    def _record_stop(self, notice: StopNotice, slug: str, uid: str) -> None:
-        """Keep the first notice of a platform stop for the user; count and log it, and
-        record it on the usage ledger's row of pod ``uid``."""
-        if self.gpu_stop_notice is None:
-            self.gpu_stop_notice = asdict(notice)
-            if self.usage is not None:
-                pool = next((p for p in self._grant_platform.pools if p.name == notice.pool),
-                            None) if self._grant_platform else None
-                self.usage.stopped(uid, stop_reason_of_notice(notice.reason, pool))
-            metrics.STOPS_BY_PLATFORM.labels(slug or "unknown", notice.reason,
-                                             notice.pool or metrics.NO_POOL).inc()
-            self.log.warning("Server %s stopped by the platform (%s): %s",
-                             self._log_name, notice.reason, notice.message)
-            settings = getattr(self.user, "settings", None) or {}
-            metrics.emit_platform_stop(
-                settings.get("eventlog"), username=self.user.name, servername=self.name,
-                profile=slug, reason=notice.reason, message=notice.message, at=notice.at,
-                pool=notice.pool)
 
     # -- state --------------------------------------------------------------------
 

@@ -402,7 +402,7 @@ def _walk(root: Any, path: list) -> tuple[Any, Any]:
     for step in path:
         if isinstance(node, dict) and (node or isinstance(step, str)):
             k = step if isinstance(step, str) else list(node)[step % len(node)]
-        elif isinstance(node, list) and node:
+        elif isinstance(node, list) and node and isinstance(step, int):
             k = step % len(node)
         else:
             break

@@ -444,8 +444,8 @@ async def test_a_platform_stop_lands_with_its_reason(make_spawner, tmp_path, pla
              "e": ("evicted", "a100", StopReason.EVICTED)}
     for uid, (reason, pool, _) in cases.items():
         spawner.gpu_stop_notice = None  # a new server
-        spawner._record_stop(StopNotice(reason, T0.isoformat(), "stopped", pool), "a100-spot",
-                             uid)
+        spawner._record_stop(uid, StopNotice(reason, T0.isoformat(), "stopped", pool),
+                             "a100-spot")
     await hub.settle()
     rows = {r.key: r.stop_reason for r in await ledger.rows()}
     assert rows == {f"pod:{uid}": expected for uid, (_, _, expected) in cases.items()}
