@@ -411,8 +411,12 @@ class GPUSpawner(PlatformStops, KubeSpawner):
             events=lambda: self.events, log=self.log, who=self._log_name,
             save_wait=queuewaits.saver(getattr(self.user, "db", None),
                                        grant.team.local_queue, grant.profile.slug),
-            on_outcome=self._record_outcome)
+            ours=self._is_this_spawns_pod, on_outcome=self._record_outcome)
         return await self._queued.run(super().start, lambda: self.stop(now=True))
+
+    def _is_this_spawns_pod(self, pod: dict) -> bool:
+        """JupyterHub gives each spawn a new API token, which its pod carries."""
+        return bool(self.api_token) and kstatus.api_token(pod) == self.api_token
 
     @functools.cached_property
     def usage(self) -> usage.SessionRecorder | None:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from ..builders.pod import Grant
 from ..spec import Pool
 from . import status as st
-from .messages import Stage, Step, Wanted, describe, indefinite
+from .messages import Stage, Step, Wanted, describe, indefinite, pod_removed
 
 POLL_SECONDS = 1.0
 QUEUED_STEPS = (Step.SUBMITTING, Step.QUEUED, Step.QUEUE_DOWN)  # the queue clock runs
@@ -76,18 +76,25 @@ class QueueWatch:
     visible_position: Callable[[str], tuple[int, int] | None] = lambda name: None
     # whether Kueue answered when last asked (visibility.PendingWorkloads.available)
     queue_answers: Callable[[], bool] = lambda: True
+    # whether a pod is this spawn's own (not an earlier one of the same name)
+    ours: Callable[[dict], bool] = lambda pod: True
     stage: Stage = field(init=False)
     queued_since: float | None = field(default=None, init=False)
     waited: float | None = field(default=None, init=False)  # seconds until admission
     # a fallback profile's request on each of its pools, by name (see on_each_pool)
     on_pool: dict[str, Wanted] = field(default_factory=dict)
     pool: str | None = field(default=None, init=False)  # the pool Kueue admitted it to
+    own_uid: str | None = field(default=None, init=False)  # this spawn's pod, once seen
+    removed: bool = field(default=False, init=False)  # and it was deleted before it ran
 
     def __post_init__(self) -> None:
         self.stage = describe(self.wanted, None, None, None, [])
 
     def observe(self) -> Stage:
         pod = self.pod()
+        self._follow_own_pod(pod)
+        if self.removed:
+            return self.stage
         workloads = self.workloads() if pod else []
         workload = st.workload_for(pod, workloads) if pod else None
         position = None
@@ -100,6 +107,17 @@ class QueueWatch:
         self._time(self.stage.key)
         return self.stage
 
+    def _follow_own_pod(self, pod: dict | None) -> None:
+        """Note this spawn's pod once seen; once it is gone (or replaced) before the
+        server ran, the spawn cannot go on."""
+        uid = pod and pod["metadata"].get("uid")
+        if uid and self.own_uid is None and self.ours(pod):
+            self.own_uid = uid
+        elif self.own_uid is not None and uid != self.own_uid and not self.removed:
+            message = pod_removed(self.wanted)
+            self.removed = True
+            self.stage = Stage(Step.CREATING, message, 5, failure=message)
+
     def _time(self, key: Step) -> None:
         now = self.clock()
         if key in QUEUED_STEPS and self.queued_since is None:
@@ -110,7 +128,8 @@ class QueueWatch:
     def check(self) -> None:
         """Raise :class:`SpawnRefused` when the spawn cannot or should not go on."""
         if self.stage.failure:
-            raise SpawnRefused(self.stage.failure, Outcome.NEVER_FITS)
+            raise SpawnRefused(self.stage.failure,
+                               Outcome.FAILED if self.removed else Outcome.NEVER_FITS)
         if self.stage.key not in QUEUED_STEPS or self.queued_since is None:
             return
         waited = self.clock() - self.queued_since

@@ -187,6 +187,14 @@ def describe(w: Wanted, pod: dict | None, workload: dict | None,
     return _on_node(w, pod, events)
 
 
+def pod_removed(w: Wanted) -> str:
+    """A spawn's pod deleted before its server ran (its node taken back, preempted,
+    or deleted by hand): said at once, not after the whole start timeout."""
+    return (f"Your server ({w.profile}) was removed before it started: its node may "
+            "have been taken back, or other work took its place. Your files are kept; "
+            "start your server again.")
+
+
 _PREEMPTION_WORDS = {
     "InClusterQueue": "to make room for higher-priority work in queue {queue}",
     "InCohortReclamation": "because another team took back GPUs your team had borrowed",

@@ -40,12 +40,15 @@ class QueuedStart:
     the shared reflectors (the spawn's pod, its namespace's Workloads, the pod's
     events); ``who`` names the server in the log; ``save_wait`` keeps the seconds the
     spawn waited in the queue until admission, or, if it ran out of patience or was
-    cancelled before, the seconds it was queued."""
+    cancelled before, the seconds it was queued; ``ours`` tells this spawn's pod from an
+    earlier one of the same name (a spawn whose own pod goes before its server runs
+    fails at once)."""
 
     def __init__(self, grant: Grant, namespace: str, *, pod: Callable[[], dict | None],
                  workloads: Callable[[], list[dict]], events: Callable[[], list[dict]],
                  log: logging.Logger, who: str,
                  save_wait: Callable[[float], None] | None = None,
+                 ours: Callable[[dict], bool] = lambda pod: True,
                  on_outcome: Callable[[Outcome], None] | None = None):
         self.grant, self.log, self.who, self.save_wait = grant, log, who, save_wait
         self.on_outcome = on_outcome
@@ -55,7 +58,7 @@ class QueuedStart:
                                 pod=pod, workloads=workloads, events=events,
                                 visible_position=self.pending.position,
                                 queue_answers=lambda: self.pending.available,
-                                on_pool=on_each_pool(grant))
+                                on_pool=on_each_pool(grant), ours=ours)
 
     @property
     def stage(self) -> Stage:

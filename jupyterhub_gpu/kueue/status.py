@@ -142,6 +142,14 @@ def queue_position(workload: dict, workloads: Iterable[dict]) -> tuple[int, int]
 ADOPT_LABELS = (PROFILE_LABEL, QUEUE_LABEL, PRIORITY_LABEL, USERNAME_KEY)
 
 
+def api_token(pod: dict) -> str | None:
+    """The JupyterHub API token in the pod's environment: a new one for each spawn,
+    so it tells this spawn's pod from an earlier one of the same name."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    env = containers[0].get("env") or []
+    return next((e.get("value") for e in env if e.get("name") == ENV_API_TOKEN), None)
+
+
 def adoptable_token(existing: dict, wanted_labels: dict[str, str]) -> str | None:
     """The API token of an existing pod a new spawn can take over, or None.
 
@@ -156,9 +164,7 @@ def adoptable_token(existing: dict, wanted_labels: dict[str, str]) -> str | None
         return None
     if any(labels.get(k) != wanted_labels.get(k) for k in ADOPT_LABELS):
         return None
-    env = existing["spec"]["containers"][0].get("env") or []
-    return next((e.get("value") for e in env if e.get("name") == ENV_API_TOKEN
-                 and e.get("value")), None)
+    return api_token(existing) or None
 
 
 def checkpoint_unavailable(pod: dict) -> tuple[str, str] | None:

@@ -172,3 +172,20 @@ async def test_node_going_away_is_noticed_and_explained(spawn, kube):
     assert notice["reason"] == "evicted"
     assert notice["message"].startswith(
         "Your server was stopped because its node went away at "), notice
+
+
+async def test_a_pod_removed_before_its_server_runs_fails_the_spawn_at_once(spawn, kube):
+    """Someone (an admin, a node going, Kueue) deletes the pod of a spawn waiting in the
+    queue: the spawn fails at once, saying so, instead of waiting out its start timeout
+    (here 10 min of queue patience plus a minute), and nothing is left."""
+    await spawn("vic", ["data-science"], "a100-mig-3g")  # takes the team's only slice
+    spawner, started = await spawn("wes", ["data-science"], "a100-mig-3g", wait=False)
+    spawner.api_token = "token-of-this-spawn"  # as JupyterHub gives each spawn its own
+    await wait_for(lambda: spawner.queue_stage and spawner.queue_stage.key == "queued",
+                   what="wes to be queued")
+    await kube.core.delete_namespaced_pod(spawner.pod_name, spawner.namespace)
+    with pytest.raises(SpawnRefused) as info:
+        await asyncio.wait_for(started, 60)
+    assert str(info.value).startswith(
+        "Your server (A100 MIG 3g.40gb slice) was removed before it started: ")
+    await _no_leftovers(kube, "jhub-data-science", spawner.pod_name)

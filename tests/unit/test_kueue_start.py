@@ -271,3 +271,33 @@ async def test_a_failed_start_saves_no_wait_and_a_failing_store_fails_no_spawn(
     caplog.set_level(logging.ERROR, logger="test")
     assert await queued.run(start, Withdraw()) == "http://10.0.0.5:8888"
     assert "Could not record the queue wait of ann: OSError('database is locked')" in caplog.text
+
+
+async def test_a_spawn_whose_own_pod_is_removed_before_it_runs_fails_at_once(platform, cache):
+    """Its node taken back, or preempted, as it starts: KubeSpawner would wait for the
+    pod to run until the start timeout; the spawn fails at once, saying why. An earlier
+    pod of the same name (another spawn's, as KubeSpawner replaces it) is not ours, and
+    its going ends nothing."""
+    grant = authorize(platform, UserRef("ann", frozenset({"data-science"})),
+                      {"profile": PROFILE})
+    queued = QueuedStart(grant, "jhub-data-science", pod=lambda: cache["pod"],
+                         workloads=lambda: cache["workloads"], events=list,
+                         log=logging.getLogger("test"), who="ann",
+                         ours=lambda p: p["metadata"]["uid"] != "earlier")
+    cache["pod"] = pod(uid="earlier")
+    before = spawns(Outcome.FAILED)
+    withdraw = Withdraw()
+    run = asyncio.ensure_future(queued.run(asyncio.Event().wait, withdraw))
+    await asyncio.sleep(0.2)
+    cache["pod"] = None  # KubeSpawner deleted the earlier pod, then creates its own
+    await asyncio.sleep(0.2)
+    cache["pod"] = pod(uid="mine", gated=False, node="node-1")
+    await until(lambda: queued.watch.own_uid == "mine")
+    assert not run.done()
+    cache["pod"] = None  # deleted before it ran
+    with pytest.raises(SpawnRefused) as info:
+        await asyncio.wait_for(run, 30)
+    assert str(info.value).startswith(
+        "Your server (A100 MIG 3g.40gb slice) was removed before it started: ")
+    assert info.value.outcome is Outcome.FAILED and withdraw.calls == 1
+    assert spawns(Outcome.FAILED) == before + 1
