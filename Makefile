@@ -25,9 +25,10 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 install: $(VENV)/.installed .venv-checkov/bin/checkov
 
 # Debian's Chromium and its WebDriver, for the browser tests (tests/integration/
-# test_browser.py). Installed with apt-get when make runs as root (as CI does);
-# otherwise it says what to install, and the browser tests skip (in CI they fail).
-SYSTEM_PACKAGES := chromium chromium-driver
+# test_browser.py), and PostgreSQL, for the usage ledger's tests (tests/postgres.py).
+# Installed with apt-get when make runs as root (as CI does); otherwise it says what
+# to install, and those tests skip (in CI they fail).
+SYSTEM_PACKAGES := chromium chromium-driver postgresql
 system-packages:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
@@ -35,7 +36,7 @@ system-packages:
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then \
 	  apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
-	else echo "not root: the browser tests need: sudo apt-get install$$missing"; fi
+	else echo "not root: the browser and ledger tests need: sudo apt-get install$$missing"; fi
 
 # The JupyterLab extension (labextension/) built into jupyterhub_gpu/labext/labextension/,
 # which is committed (the wheel needs no Node.js); tests/unit/test_labextension_build.py

@@ -39,6 +39,8 @@ JOB_COMPONENT = "gpu-job"
 STATE_PROFILE = "gpu_profile"
 #: the server state that keeps why the platform stopped the last server
 STATE_STOP_NOTICE = "gpu_stop_notice"
+# the uid of the server's pod: its usage-ledger row, for the culler (``pod:<uid>``)
+STATE_POD_UID = "gpu_pod_uid"
 
 # -- the notebook's environment -----------------------------------------------------
 
@@ -76,6 +78,8 @@ ENV_LAST_STOP_NOTICE = ENV_PREFIX + "LAST_STOP_NOTICE"
 # -- the culler service's settings (its environment) ---------------------------------
 
 ENV_PLATFORM_FILE = ENV_PREFIX + "PLATFORM_FILE"
+# the usage ledger's SQLAlchemy URL, for the jobs service (c.UsageLedger.db_url)
+ENV_USAGE_DB_URL = ENV_PREFIX + "USAGE_DB_URL"
 ENV_PROMETHEUS_URL = ENV_PREFIX + "PROMETHEUS_URL"
 ENV_CULL_DRY_RUN = ENV_PREFIX + "CULL_DRY_RUN"
 ENV_CULL_GPU_METRIC = ENV_PREFIX + "CULL_GPU_METRIC"

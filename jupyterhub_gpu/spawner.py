@@ -60,6 +60,7 @@ import copy
 import functools
 import inspect
 import os
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from kubernetes_asyncio.client import ApiException
@@ -81,12 +82,14 @@ from .kueue.start import QueuedStart
 from .kueue.start import progress as queue_progress
 from .parse import parse_platform
 from .poolnodes import NodeReflector
-from .contract import (COMPONENT_LABEL, ENV_LAST_STOP_NOTICE, QUEUE_LABEL, STATE_PROFILE,
-                       STATE_STOP_NOTICE)
+from .contract import (COMPONENT_LABEL, ENV_LAST_STOP_NOTICE, PROFILE_LABEL, QUEUE_LABEL,
+                       STATE_POD_UID, STATE_PROFILE, STATE_STOP_NOTICE)
 from .servers import OtherServer, check_gpu_servers, other_server
 from .spec import Platform
 from .specsource import FixedSpec, SpecSource
 from .stops import PlatformStops
+from .usage import hub as usage
+from .usage.config import UsageLedger
 
 # with a spec, poll() tells a preempted or evicted server within seconds, not 30
 PLATFORM_POLL_SECONDS = 10
@@ -136,6 +139,7 @@ class GPUSpawner(PlatformStops, KubeSpawner):
     _last_stop_notice: dict | None = None  # that notice, for the next server's environment
     _grant_platform: Platform | None = None  # the spec gpu_grant came from
     _state_profile: str | None = None  # gpu_profile of the state loaded (hub restart)
+    _state_pod_uid: str | None = None  # gpu_pod_uid of the state loaded (hub restart)
     _gpu_base_traits: dict[str, Any] | None = None  # admin values, before any profile
     _applied_options: Any = None  # the user_options the traits were last set from
     _queued: QueuedStart | None = None  # the current/last start through the queue
@@ -407,12 +411,27 @@ class GPUSpawner(PlatformStops, KubeSpawner):
             events=lambda: self.events, log=self.log, who=self._log_name,
             save_wait=queuewaits.saver(getattr(self.user, "db", None),
                                        grant.team.local_queue, grant.profile.slug),
-            ours=self._is_this_spawns_pod)
+            ours=self._is_this_spawns_pod, on_outcome=self._record_outcome)
         return await self._queued.run(super().start, lambda: self.stop(now=True))
 
     def _is_this_spawns_pod(self, pod: dict) -> bool:
         """JupyterHub gives each spawn a new API token, which its pod carries."""
         return bool(self.api_token) and kstatus.api_token(pod) == self.api_token
+
+    @functools.cached_property
+    def usage(self) -> usage.SessionRecorder | None:
+        """The hub's usage-ledger writer (``c.UsageLedger.db_url``); None outside a hub
+        (``render``)."""
+        if getattr(self.user, "db", None) is None:
+            return None
+        return usage.SessionRecorder.shared(UsageLedger(parent=self).db_url, self.log)
+
+    def _record_outcome(self, outcome: Any) -> None:
+        pod = self._my_pod() or self.pod_reflector.graveyard.get(
+            f"{self.namespace}/{self.pod_name}")
+        if self.usage is not None:
+            self.usage.started(self._grant_platform, pod, pod and self._workload_of(pod),
+                               self.name, usage.outcome_reason(outcome))
 
     def _carry_stop_notice(self) -> None:
         """A new start clears the last server's stop notice from the state; its
@@ -453,6 +472,15 @@ class GPUSpawner(PlatformStops, KubeSpawner):
 
     @spec_only
     async def stop(self, now: bool = False) -> None:
+        pod, starting = self._my_pod(), self._gpu_start is not None and not self._gpu_start.done()
+        if pod is not None and self.usage is not None and not starting:  # a start records its own
+            orm = getattr(self, "orm_spawner", None)
+            profile = self.platform.profile((pod["metadata"].get("labels") or {}).get(
+                PROFILE_LABEL, ""))
+            written = self.usage.stopped(pod["metadata"]["uid"], usage.user_stop_reason(
+                profile, getattr(orm, "started", None), getattr(orm, "last_activity", None),
+                datetime.now(timezone.utc)))
+            await asyncio.gather(written, return_exceptions=True)  # before a hub exits
         try:
             await super().stop(now=now)
         except Exception:
@@ -472,7 +500,17 @@ class GPUSpawner(PlatformStops, KubeSpawner):
         pod = pods.resources.get(key) or pods.graveyard.get(key, uid)
         if pod is not None and await self._platform_stopped(pod):
             return 1
-        return await super().poll()
+        status = await super().poll()
+        if self.usage is not None:
+            if pod is None:
+                if status is not None:  # gone while the hub was down
+                    self.usage.lost(self.user.name, self.name)
+            elif status is None:
+                self.usage.seen(self._grant_platform or self.platform, pod,
+                                self._workload_of(pod), self.name)
+            else:  # gone on its own: no notice, no stop through the hub
+                self.usage.stopped(pod["metadata"]["uid"], usage.StopReason.FAILURE)
+        return status
 
     # -- state --------------------------------------------------------------------
 
@@ -494,14 +532,18 @@ class GPUSpawner(PlatformStops, KubeSpawner):
         profile = self.gpu_grant.profile.slug if self.gpu_grant else self._state_profile
         if profile:  # the culler reads it (admin:server_state)
             state[STATE_PROFILE] = profile
+        uid = getattr(self, "pod_id", None) or self._state_pod_uid
+        if uid:  # the culler records why it culls in the usage ledger
+            state[STATE_POD_UID] = uid
         return state
 
     def clear_state(self) -> None:
         super().clear_state()
         self._applied_options = None  # the next spawn applies its profile afresh
-        self._state_profile = None
+        self._state_profile = self._state_pod_uid = None
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
         self.gpu_stop_notice = state.get(STATE_STOP_NOTICE)
         self._state_profile = state.get(STATE_PROFILE)
+        self._state_pod_uid = state.get(STATE_POD_UID)

@@ -6,7 +6,7 @@ for longer than ``GPUSpawner.node_lost_seconds``).
 reads only the hub's shared watches (the pod's Workload, the cohort's Workloads, the
 node watch), records the first notice of a stop in ``gpu_stop_notice`` (kept in the
 spawner's state, shown on the next page and in the next server's JupyterLab), counts
-it and emits its event. The words are :mod:`jupyterhub_gpu.kueue.messages`'.
+it, emits its event and records its reason in the usage ledger. The words are :mod:`jupyterhub_gpu.kueue.messages`'.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from .kueue.messages import (Preemptor, StopNotice, node_lost_notice, preempting
 from .kueue.reflectors import WorkloadReflector
 from .kueue.watches import namespace_watch
 from .poolnodes import NodeReflector
+from .usage.records import stop_reason_of_notice
 
 
 class PlatformStops:
@@ -46,7 +47,8 @@ class PlatformStops:
             return False
         labels = pod["metadata"].get("labels") or {}
         slug = labels.get(PROFILE_LABEL, "")
-        self._record_stop(node_lost_notice(node, since, now, self._checkpoint_dir(slug),
+        self._record_stop(pod["metadata"]["uid"],
+                          node_lost_notice(node, since, now, self._checkpoint_dir(slug),
                                            kstatus.selected_pool(pod) or ""), slug)
         try:
             await self.api.delete_namespaced_pod(self.pod_name, self.namespace,
@@ -109,13 +111,18 @@ class PlatformStops:
                              self._preemptor(workload))
         if notice is None:
             return False
-        self._record_stop(notice, slug)
+        self._record_stop(pod["metadata"]["uid"], notice, slug)
         return True
 
-    def _record_stop(self, notice: StopNotice, slug: str) -> None:
-        """Keep the first notice of a platform stop for the user; count and log it."""
+    def _record_stop(self, uid: str, notice: StopNotice, slug: str) -> None:
+        """Keep the first notice of a platform stop of pod ``uid`` for the user; count
+        and log it, and record its reason in the usage ledger."""
         if self.gpu_stop_notice is None:
             self.gpu_stop_notice = asdict(notice)
+            if self.usage is not None:
+                pools = self._grant_platform.pools if self._grant_platform else ()
+                pool = next((p for p in pools if p.name == notice.pool), None)
+                self.usage.stopped(uid, stop_reason_of_notice(notice.reason, pool))
             metrics.STOPS_BY_PLATFORM.labels(slug or "unknown", notice.reason,
                                              notice.pool or metrics.NO_POOL).inc()
             self.log.warning("Server %s stopped by the platform (%s): %s",

@@ -379,4 +379,14 @@ def traits_reference() -> str:
     for name in SpawnSettings.trait_names():
         first = _help(traits[name]).split("\n\n")[0]
         out.append(f"### `{name}`\n\n```text\n{first}\n```\n")
+    out.append(_usage_ledger_traits())
     return "\n".join(out)
+
+
+def _usage_ledger_traits() -> str:
+    """The usage ledger's setting (``c.UsageLedger``), shared by the hub and the jobs service."""
+    from ..usage.config import UsageLedger
+
+    trait = UsageLedger.class_traits()["db_url"]
+    return ("## The usage ledger (`c.UsageLedger`)\n\n### `db_url`\n\nType `Unicode`, "
+            f"default: SQLite in the hub's working directory.\n\n```text\n{_help(trait)}\n```\n")

@@ -22,6 +22,8 @@ Settings (environment of the culler service):
 ``JUPYTERHUB_GPU_PROMETHEUS_TOKEN_FILE``   bearer token for Prometheus, re-read per query
 ``JUPYTERHUB_GPU_CULLER_METRICS_PORT``     serve the culler's ``/metrics`` on this port
 ``JUPYTERHUB_GPU_CULL_WARN_BEFORE``        seconds; log that a server will soon be culled
+``JUPYTERHUB_GPU_USAGE_DB_URL``            the usage ledger: each cull's reason is recorded
+                                           there before the server is stopped
 
 Minimal hub RBAC for the culler service (JupyterHub 2+ scopes)::
 
@@ -53,14 +55,20 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from ..contract import (DCGM_ENGINE_ACTIVE, DCGM_GPU_UTIL, ENV_CULL_DRY_RUN, ENV_CULL_GPU_METRIC,
                         ENV_CULL_WARN_BEFORE, ENV_CULLER_METRICS_PORT, ENV_PLATFORM_FILE,
-                        ENV_PROMETHEUS_TIMEOUT, ENV_PROMETHEUS_TOKEN_FILE, ENV_PROMETHEUS_URL)
+                        ENV_PROMETHEUS_TIMEOUT, ENV_PROMETHEUS_TOKEN_FILE, ENV_PROMETHEUS_URL,
+                        ENV_USAGE_DB_URL)
 from ..spec import Platform
 from ..specsource import SpecMetrics, SpecSource
 from .gpu_window import GpuState, GpuUnknown
 from .metrics import CullMetrics, serve
-from .policy import (DEFAULT_WARN_BEFORE, Clock, CullPolicy, Decision, GpuInput, ServerView,
-                     policy_for, should_cull, utcnow)
+from .policy import (DEFAULT_WARN_BEFORE, Clock, CullPolicy, Decision, GpuInput, Reason,
+                     ServerView, policy_for, should_cull, utcnow)
 from .prometheus import PrometheusClient, PrometheusError, UsageSnapshot
+from ..usage.ledger import Kind, Ledger, StopReason, Usage
+
+#: a cull's rule as the usage ledger's stop reason
+LEDGER_REASONS = {Reason.MAX_AGE: StopReason.MAX_AGE, Reason.IDLE: StopReason.IDLE_CULL,
+                  Reason.GPU_IDLE: StopReason.IDLE_CULL}
 
 LOGGER_NAME = "IdleCuller.jupyterhub_gpu"  # under the culler's own (configured) logger
 _TRUE = ("1", "true", "yes", "on")
@@ -76,6 +84,7 @@ class HookSettings:
     prometheus_token_file: str | None = None
     metrics_port: int | None = None
     warn_before_seconds: int = int(DEFAULT_WARN_BEFORE.total_seconds())
+    usage_db_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "HookSettings":
@@ -96,7 +105,8 @@ class HookSettings:
                    get(ENV_PROMETHEUS_TIMEOUT, float, cls.prometheus_timeout_seconds),
                    get(ENV_PROMETHEUS_TOKEN_FILE, str, None),
                    get(ENV_CULLER_METRICS_PORT, int, None),
-                   get(ENV_CULL_WARN_BEFORE, int, cls.warn_before_seconds))
+                   get(ENV_CULL_WARN_BEFORE, int, cls.warn_before_seconds),
+                   get(ENV_USAGE_DB_URL, str, None))
 
 
 class UsageCache:
@@ -162,8 +172,9 @@ class CullArbiter:
     def __init__(self, spec: SpecSource, *, usage: UsageCache | None = None,
                  dry_run: bool = False, clock: Clock = utcnow, metrics: CullMetrics,
                  warn_before: timedelta = DEFAULT_WARN_BEFORE,
-                 log: logging.Logger | None = None):
+                 log: logging.Logger | None = None, ledger: Ledger | None = None):
         self.spec, self.usage, self.dry_run, self.clock = spec, usage, dry_run, clock
+        self.ledger = ledger
         self.metrics, self.warn_before = metrics, warn_before
         self.log = log or logging.getLogger(LOGGER_NAME)
 
@@ -177,7 +188,21 @@ class CullArbiter:
         decision = should_cull(policy, view, now, gpu, self.warn_before)
         self.metrics.record(policy.profile, decision, self.dry_run)
         self._log(view, policy, decision, now)
-        return decision.cull and not self.dry_run
+        cull = decision.cull and not self.dry_run
+        if cull:
+            await self._record(view, decision.reason)
+        return cull
+
+    async def _record(self, view: ServerView, reason: Reason) -> None:
+        """The cull's reason on the server's usage-ledger row, before the culler stops
+        it (the hub's stop then records the time, and keeps this reason)."""
+        if self.ledger is None or view.pod_uid is None or reason not in LEDGER_REASONS:
+            return
+        try:
+            await self.ledger.record(Usage(f"pod:{view.pod_uid}", Kind.SESSION,
+                                           stop_reason=LEDGER_REASONS[reason]))
+        except Exception as e:  # noqa: BLE001 - the cull goes on
+            self.log.error("Could not write the usage ledger: %r", e)
 
     async def _gpu(self, platform: Platform, policy: CullPolicy, view: ServerView) -> GpuInput:
         if self.usage is None or policy.gpu_idle is None:
@@ -235,7 +260,8 @@ def make_arbiter(settings: HookSettings, *, clock: Clock = utcnow,
              ", DRY RUN: nothing will be stopped" if settings.dry_run else "")
     return CullArbiter(spec, usage=usage, dry_run=settings.dry_run, clock=clock,
                        metrics=metrics, log=log,
-                       warn_before=timedelta(seconds=settings.warn_before_seconds))
+                       warn_before=timedelta(seconds=settings.warn_before_seconds),
+                       ledger=Ledger(settings.usage_db_url) if settings.usage_db_url else None)
 
 
 def arbiter_from_env(env: Mapping[str, str] | None = None) -> CullArbiter:

@@ -21,7 +21,8 @@ from datetime import datetime, timedelta, timezone
 from enum import StrEnum
 from typing import Any, Callable, Mapping
 
-from ..contract import KUBESPAWNER_STATE_NAMESPACE, KUBESPAWNER_STATE_POD, STATE_PROFILE
+from ..contract import (KUBESPAWNER_STATE_NAMESPACE, KUBESPAWNER_STATE_POD, STATE_POD_UID,
+                        STATE_PROFILE)
 from ..spec import GpuIdle, Platform
 from .gpu_window import GpuSeries, GpuState, GpuUnknown, GpuVerdict, gpu_verdict
 
@@ -99,6 +100,7 @@ class ServerView:
     last_activity: datetime | None
     profile: str | None
     pod: PodRef | None  # from KubeSpawner's state (needs admin:server_state)
+    pod_uid: str | None = None  # from GPUSpawner's state: its usage-ledger row
 
     @classmethod
     def from_model(cls, model: Mapping[str, Any], user: str = "") -> "ServerView":
@@ -107,7 +109,8 @@ class ServerView:
         pod = PodRef(namespace, name) if namespace and name else None
         full_name = model.get("full_name") or f"{user}/{model.get('name', '')}"
         return cls(full_name, parse_time(model.get("started")),
-                   parse_time(model.get("last_activity")), _profile_of(model, state), pod)
+                   parse_time(model.get("last_activity")), _profile_of(model, state), pod,
+                   state.get(STATE_POD_UID))
 
 
 @dataclass(frozen=True)

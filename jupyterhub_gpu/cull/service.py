@@ -14,7 +14,7 @@ import sys
 from importlib.resources import files
 
 from ..contract import (ENV_CULL_DRY_RUN, ENV_CULLER_METRICS_PORT, ENV_PLATFORM_FILE,
-                        ENV_PROMETHEUS_URL)
+                        ENV_PROMETHEUS_URL, ENV_USAGE_DB_URL)
 
 CULLER_CONFIG = str(files("jupyterhub_gpu.cull") / "culler_config.py")
 SERVICE_NAME = "jupyterhub-gpu-culler"
@@ -27,17 +27,22 @@ CULLER_SCOPES = ("list:users", "read:users:activity", "read:servers", "delete:se
 def culler_service(platform_file: str, *, timeout_seconds: int = 8 * 3600,
                    cull_every_seconds: int = 60, prometheus_url: str | None = None,
                    dry_run: bool = False, metrics_port: int | None = None,
-                   name: str = SERVICE_NAME, python: str = sys.executable) -> dict:
+                   name: str = SERVICE_NAME, python: str = sys.executable,
+                   usage_db_url: str | None = None) -> dict:
     """A ``c.JupyterHub.services`` entry running the culler with this package's hook.
 
     ``timeout_seconds`` is the idle limit of servers not of a spec profile (CPU
     servers); spec profiles use their own ``idleTimeout``/``maxAge``/``gpuIdle``.
+    With ``usage_db_url`` (e.g. ``UsageLedger(config=c).db_url``) the culler records
+    each cull's reason in the usage ledger.
     """
     env = {ENV_PLATFORM_FILE: platform_file, ENV_CULL_DRY_RUN: str(dry_run).lower()}
     if prometheus_url:
         env[ENV_PROMETHEUS_URL] = prometheus_url
     if metrics_port:
         env[ENV_CULLER_METRICS_PORT] = str(metrics_port)
+    if usage_db_url:
+        env[ENV_USAGE_DB_URL] = usage_db_url
     return {"name": name, "environment": env,
             "command": [python, "-m", "jupyterhub_idle_culler", f"--config={CULLER_CONFIG}",
                         f"--timeout={timeout_seconds}", f"--cull-every={cull_every_seconds}"]}

@@ -21,11 +21,13 @@ configure_hub(c, os.environ[ENV_DEMO_SPEC])
 # The GPU-aware idle culler, as in the Helm values (no Prometheus here: activity
 # rules only, with a warning in its log).
 from jupyterhub_gpu.cull.service import culler_role, culler_service  # noqa: E402
+from jupyterhub_gpu.usage.config import UsageLedger  # noqa: E402
 
 CULL_EVERY = int(os.environ.get(ENV_DEMO_CULL_EVERY, "60"))  # tests: short
 c.JupyterHub.services.append(culler_service(os.environ[ENV_DEMO_SPEC],
                                             timeout_seconds=8 * 3600,
-                                            cull_every_seconds=CULL_EVERY))
+                                            cull_every_seconds=CULL_EVERY,
+                                            usage_db_url=UsageLedger(config=c).db_url))
 c.JupyterHub.load_roles.append(culler_role())
 
 # As the Helm values do (hub.allowNamedServers): a CPU server beside a GPU server.

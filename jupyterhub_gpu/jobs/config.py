@@ -11,7 +11,9 @@ z2jh chart's ``hub.extraConfig``, the demo's config).
 * the scope ``access:services!service=gpu-jobs`` for every user (the default
   ``user`` role), and for their servers' tokens (``server_token_scopes``), so the
   ``jupyterhub-gpu job`` command works from a notebook terminal;
-* ``JUPYTERHUB_GPU_JOBS_URL`` in every server's environment: the URL that command calls.
+* ``JUPYTERHUB_GPU_JOBS_URL`` in every server's environment: the URL that command calls;
+* the usage ledger's URL (``c.UsageLedger.db_url``, as set so far in ``c``, else its
+  default) in the service's environment: the service records every job there.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import os
 import sys
 from typing import Any, Mapping
 
-from ..contract import (ENV_JOBS_BIND, ENV_JOBS_URL, ENV_PLATFORM_FILE, JOBS_ACCESS_SCOPE,
-                        JOBS_SERVICE_NAME)
+from ..contract import (ENV_JOBS_BIND, ENV_JOBS_URL, ENV_PLATFORM_FILE, ENV_USAGE_DB_URL,
+                        JOBS_ACCESS_SCOPE, JOBS_SERVICE_NAME)
 from ..resume import KUBE_ENV
+from ..usage.config import UsageLedger
 
 #: JupyterHub's default scopes of a server's token (its ``server`` role)
 SERVER_TOKEN_SCOPES = ("users:activity!user", "access:servers!server")
@@ -30,11 +33,14 @@ SERVER_TOKEN_SCOPES = ("users:activity!user", "access:servers!server")
 
 def jobs_service(platform_file: str, url: str, *, bind: str | None = None,
                  job_annotations: Mapping[str, str] | None = None,
-                 python: str = sys.executable) -> dict:
+                 python: str = sys.executable, usage_db_url: str | None = None) -> dict:
     """The ``c.JupyterHub.services`` entry: the service listens on ``url``'s port, on
-    ``bind`` if given (``0.0.0.0`` in the hub pod) else on ``url``'s host."""
+    ``bind`` if given (``0.0.0.0`` in the hub pod) else on ``url``'s host; it records
+    jobs in the usage ledger at ``usage_db_url`` (None: none)."""
     env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
     env[ENV_PLATFORM_FILE] = os.path.abspath(platform_file)
+    if usage_db_url:
+        env[ENV_USAGE_DB_URL] = usage_db_url
     if bind:
         env[ENV_JOBS_BIND] = bind
     notes = [f"--job-annotation={k}={v}" for k, v in (job_annotations or {}).items()]
@@ -65,7 +71,8 @@ def add_jobs_service(c: Any, platform_file: str, url: str, *, bind: str | None =
     """Add the service, the users' scope and the servers' environment to config ``c``."""
     c.JupyterHub.services = [*c.JupyterHub.get("services", []),
                              jobs_service(platform_file, url, bind=bind,
-                                          job_annotations=job_annotations)]
+                                          job_annotations=job_annotations,
+                                          usage_db_url=UsageLedger(config=c).db_url)]
     c.JupyterHub.load_roles = _with_scope(c.JupyterHub.get("load_roles", []))
     scopes = (c.KubeSpawner.get("server_token_scopes") or c.Spawner.get("server_token_scopes")
               or list(SERVER_TOKEN_SCOPES))

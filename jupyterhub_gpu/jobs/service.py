@@ -38,9 +38,11 @@ from ..builders.job import build_job
 from ..builders.pod import UserRef
 from ..contract import (ENV_JOBS_BIND, ENV_PLATFORM_FILE, ENV_SERVICE_PREFIX, ENV_SERVICE_URL,
                         JOB_PROFILE_LABEL, JOBS_ACCESS_SCOPE, JOBS_API_PATH, JOBS_SERVICE_NAME,
-                        USERNAME_KEY)
+                        ENV_USAGE_DB_URL, USERNAME_KEY)
 from ..kueue import status as st
 from ..specsource import SpecSource
+from ..usage.jobs import JobRecorder
+from ..usage.ledger import Ledger
 from . import cluster
 from .request import JobRefused, check_submission, job_name, job_request
 from .words import describe, preemptor
@@ -53,8 +55,9 @@ class Jobs:
     """The service's state: the live spec, the watches, a lock per user (so two
     submits at once cannot both pass the limit)."""
 
-    def __init__(self, platform_file: str, watches: cluster.Watches):
-        self.source, self.watches = SpecSource.shared(platform_file), watches
+    def __init__(self, platform_file: str, watches: cluster.Watches,
+                 usage: JobRecorder | None = None):
+        self.source, self.watches, self.usage = SpecSource.shared(platform_file), watches, usage
         self._locks: dict[str, asyncio.Lock] = {}
 
     @property
@@ -173,7 +176,10 @@ class JobsHandler(_API):
         await watches.seen(req.grant.team.namespace, req.name)
         log.info("User %s submitted job %s/%s (%s): %s", user.name, req.grant.team.namespace,
                  req.name, submission.grant.profile.slug, " ".join(submission.command))
-        return watches.job(user.name, req.name) or created
+        job = watches.job(user.name, req.name) or created
+        if self.jobs.usage is not None:
+            await self.jobs.usage.submitted(job)
+        return job
 
 
 class JobHandler(_API):
@@ -187,6 +193,8 @@ class JobHandler(_API):
     async def delete(self, name: str) -> None:
         job = self.own_job(name)
         await cluster.delete(job)
+        if self.jobs.usage is not None:
+            await self.jobs.usage.cancelled(job)
         log.info("User %s cancelled job %s/%s", self.caller().name,
                  job["metadata"]["namespace"], name)
         self.answer({"name": name, "state": "cancelling", "status": "cancelling"})
@@ -244,23 +252,32 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"{JOBS_SERVICE_NAME} service")
     parser.add_argument("--spec", default=os.environ.get(ENV_PLATFORM_FILE),
                         help="the platform spec (default: $%(default)s)")
+    parser.add_argument("--usage-db-url", default=os.environ.get(ENV_USAGE_DB_URL),
+                        help="the usage ledger's SQLAlchemy URL (default: $%(default)s); "
+                        "unset: no ledger")
     parser.add_argument("--job-annotation", type=_annotation, action="append", default=[],
                         metavar="KEY=VALUE", help="an annotation on every job's pods")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s %(asctime)s %(name)s] "
                         "%(message)s")
-    asyncio.run(_serve(args.spec, dict(args.job_annotation)))
+    asyncio.run(_serve(args.spec, dict(args.job_annotation), args.usage_db_url))
 
 
-async def _serve(platform_file: str, annotations: dict[str, str]) -> None:
+async def _serve(platform_file: str, annotations: dict[str, str],
+                 usage_db_url: str | None = None) -> None:
     platform = SpecSource.shared(platform_file).current()
     watches = cluster.Watches(t.namespace for t in platform.teams)
     url = urlparse(os.environ[ENV_SERVICE_URL])
     prefix = os.environ[ENV_SERVICE_PREFIX]
-    app = make_app(Jobs(platform_file, watches), prefix, annotations, HubOAuth())
+    recorder = usage_db_url and JobRecorder(Ledger(usage_db_url), watches,
+                                            SpecSource.shared(platform_file).current)
+    app = make_app(Jobs(platform_file, watches, recorder or None), prefix, annotations,
+                   HubOAuth())
     # listen at once (the hub waits for its services at start-up), then watch
     app.listen(url.port or 80, os.environ.get(ENV_JOBS_BIND) or url.hostname)
     log.info("Serving %s on %s (prefix %s)", JOBS_SERVICE_NAME, url.geturl(), prefix)
+    if recorder:
+        recorder.start()
     await watches.keep_starting()
     await asyncio.Event().wait()
 

@@ -5,7 +5,7 @@ KubeSpawner's ``start()`` creates the pod and waits for it to run; beside it a
 in the shared caches and refuses the spawn when waiting cannot help (the request
 never fits) or the profile's queue patience runs out. The watch's stage is what
 :func:`progress` shows the user, and every spawn's outcome (and, once started, its
-wait in the queue) is counted here and only here; the wait, also of a spawn that ran
+wait in the queue) is counted here and only here (``on_outcome``: the usage ledger); the wait, also of a spawn that ran
 out of patience or was cancelled in the queue, goes to ``save_wait`` (the hub's database,
 :mod:`jupyterhub_gpu.queuewaits`).
 """
@@ -48,8 +48,10 @@ class QueuedStart:
                  workloads: Callable[[], list[dict]], events: Callable[[], list[dict]],
                  log: logging.Logger, who: str,
                  save_wait: Callable[[float], None] | None = None,
-                 ours: Callable[[dict], bool] = lambda pod: True):
+                 ours: Callable[[dict], bool] = lambda pod: True,
+                 on_outcome: Callable[[Outcome], None] | None = None):
         self.grant, self.log, self.who, self.save_wait = grant, log, who, save_wait
+        self.on_outcome = on_outcome
         self.pending = PendingWorkloads.shared(namespace, grant.team.local_queue)
         self.pool_recorded = False
         self.watch = QueueWatch(wanted(grant), grant.profile.queue_patience_seconds,
@@ -170,6 +172,11 @@ class QueuedStart:
                 self.watch.waited)
         metrics.SPAWNS.labels(slug, outcome.value, pool).inc()
         self._save_wait(outcome)
+        if self.on_outcome is not None:
+            try:
+                self.on_outcome(outcome)
+            except Exception as e:  # noqa: BLE001 - the spawn's outcome stands
+                self.log.error("Could not record the usage of %s: %r", self.who, e)
 
     def _save_wait(self, outcome: Outcome) -> None:
         watch = self.watch

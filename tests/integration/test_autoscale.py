@@ -126,6 +126,7 @@ async def test_the_loop_spawn_node_run_idle_cull_node_gone(cluster, cluster_spec
         log = hub_log.read_text()
         assert "Adding user carol to proxy /user/carol/" in log
         assert "Culling user=carol server='' profile=t4-quick reason=idle" in log
+        _check_ledger(tmp_path / "hub", pod.metadata.uid, pool)
         await wait_for(lambda: kube.pool_is_empty(pool.name), timeout=EMPTY_TIMEOUT,
                        what="Karpenter to remove the empty node", interval=0.5)
         node_gone = time.monotonic()
@@ -382,3 +383,20 @@ async def test_the_demo_shows_a_pools_machine_come_and_go(spawn, kube, cluster,
     finally:
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
+
+
+def _check_ledger(hub_dir: Path, uid: str, pool) -> None:
+    """carol's session in the usage ledger: admitted to the pool, ran, culled as idle."""
+    from jupyterhub_gpu.usage.config import default_url
+    from jupyterhub_gpu.usage.ledger import Ledger, StopReason
+
+    ledger = Ledger(default_url(str(hub_dir)))
+    rows = ledger.rows_sync()
+    ledger.dispose()
+    assert [r.key for r in rows] == [f"pod:{uid}"], rows
+    (row,) = rows
+    assert (row.user, row.team, row.profile, row.pool, row.gpu_units) == (
+        "carol", "experimentation", "t4-quick", pool.name, 1), row
+    assert row.price_per_unit_hour == pool.price_per_unit_hour
+    assert row.stop_reason is StopReason.IDLE_CULL, row
+    assert row.requested_at <= row.admitted_at <= row.running_at < row.stopped_at, row

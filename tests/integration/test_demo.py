@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
@@ -181,7 +182,9 @@ async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spe
     the running one is still there, the queued one keeps its pod and Workload (its place
     in the queue), is resumed by the gpu-resume service, and starts when room frees.
     The hub runs as in its pod; the hub refuses to resume the queued server of a user
-    it no longer has (ada, listed first), and dave's is resumed all the same."""
+    it no longer has (ada, listed first), and dave's is resumed all the same.
+    The usage ledger has one row per server across the restart, each with its times,
+    queue wait and stop reason."""
     from jupyterhub_gpu.devcluster.podrunner import PodRunner
 
     demo.ensure_chp(progress=lambda m: None)
@@ -191,6 +194,8 @@ async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spe
     try:
         alice = await _login_when_up("alice")
         await _spawn_and_wait(alice, "alice", "a100-mig-3g")
+        alice_uid = (await kube.core.read_namespaced_pod("jupyter-alice",
+                                                         "jhub-data-science")).metadata.uid
         dave = await _login_session("dave")  # data-science (first team) and ml-eng
         async with dave.post(f"{URL}/hub/spawn", data={"profile": "a100-mig-3g",
                                                        "_xsrf": _xsrf(dave)}) as r:
@@ -221,7 +226,31 @@ async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spe
         for http in (alice, dave):
             if http:
                 await http.close()
-        await _stop_hub(hub, runner)
+        await _stop_hub(hub, runner)  # SIGTERM: the hub stops dave's server
+    _check_ledger(tmp_path / "hub", alice_uid, queued[0])
+
+
+def _check_ledger(hub_dir, alice_uid, dave_uid):
+    """alice ran at once and was stopped by her user; dave waited in the queue across
+    the hub's restart, ran, and was stopped when the hub shut down: one row each."""
+    from jupyterhub_gpu.usage.ledger import Ledger, StopReason
+    from jupyterhub_gpu.usage.config import default_url
+
+    ledger = Ledger(default_url(str(hub_dir)))
+    rows = {r.user: r for r in ledger.rows_sync()}
+    ledger.dispose()
+    assert sorted(rows) == ["alice", "dave"], rows
+    alice, dave = rows["alice"], rows["dave"]
+    assert (alice.key, dave.key) == (f"pod:{alice_uid}", f"pod:{dave_uid}")
+    for row in (alice, dave):
+        assert (row.kind, row.team, row.profile, row.pools, row.pool, row.gpu_units) == (
+            "session", "data-science", "a100-mig-3g", "a100mig", "a100mig", 1), row
+        assert row.price_per_unit_hour > 0 and row.stop_reason is StopReason.USER, row
+        assert row.requested_at <= row.admitted_at <= row.running_at < row.stopped_at, row
+        assert row.queue_wait_seconds == (row.admitted_at - row.requested_at).total_seconds()
+    # dave was admitted only once alice's slice was free, after her stop
+    assert dave.admitted_at >= alice.stopped_at - timedelta(seconds=1) and \
+        dave.queue_wait_seconds > 0, (alice, dave)
 
 
 async def _stop_hub(hub, runner) -> None:

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
@@ -152,6 +153,40 @@ async def test_submit_follow_and_cancel_jobs_from_a_notebook_terminal(
                    what=f"{third}'s Job, pods and Workload to go")
     code, out, err = await terminal.job("status", third)
     assert code == 1 and f"You have no job '{third}'" in err
+    rows = await wait_for(lambda: _ledger_jobs(tmp_path / "hub" / "hub", 3), timeout=90,
+                          what="the jobs service to record the three jobs in the usage ledger")
+    _check_job_rows(rows, first, second, third, cluster_platform.pool("cpu"))
+
+
+async def _ledger_jobs(hub_dir: Path, count: int):
+    """The usage ledger's job rows, once ``count`` of them are stopped."""
+    from jupyterhub_gpu.usage.config import default_url
+    from jupyterhub_gpu.usage.ledger import Kind, Ledger
+
+    ledger = Ledger(default_url(str(hub_dir)))
+    try:
+        rows = {r.server: r for r in await ledger.rows(Kind.JOB)}
+    finally:
+        ledger.dispose()
+    return rows if sum(r.stopped_at is not None for r in rows.values()) >= count else None
+
+
+def _check_job_rows(rows, first, second, third, pool):
+    """Two jobs ran to completion (the second after waiting in the queue), the third
+    was cancelled by its user while it ran."""
+    from jupyterhub_gpu.usage.ledger import StopReason
+
+    assert sorted(rows) == sorted([first, second, third]), rows
+    for row in rows.values():
+        assert (row.user, row.team, row.profile, row.pools, row.pool, row.gpu_units) == (
+            "alice", "data-science", "cpu-job", "cpu", "cpu", 0), row
+        assert row.price_per_unit_hour == pool.price_per_unit_hour, row
+        assert row.requested_at <= row.admitted_at <= row.running_at < row.stopped_at, row
+        assert row.queue_wait_seconds == (row.admitted_at - row.requested_at).total_seconds()
+    assert [rows[n].stop_reason for n in (first, second, third)] == [
+        StopReason.COMPLETED, StopReason.COMPLETED, StopReason.USER]
+    # the second waited for the first (jobsPerUser 2, one cpu node's quota)
+    assert rows[second].admitted_at >= rows[first].stopped_at - timedelta(seconds=1), rows
 
 
 async def _is(terminal: Terminal, name: str, words: str) -> bool:

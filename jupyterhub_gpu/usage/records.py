@@ -1,0 +1,119 @@
+"""What the cluster says about a session or a job, as a :class:`~.ledger.Usage`
+(pure functions of the objects as the API returns them)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Iterable
+
+from ..contract import (JOB_PROFILE_LABEL, POOL_ANNOTATION, PROFILE_LABEL, QUEUE_LABEL,
+                        SERVERNAME_KEY, USERNAME_KEY)
+from ..kueue import status as st
+from ..spec import Platform, Pool, Team
+from .ledger import Kind, StopReason, Usage
+
+#: a stop notice's reason (:class:`~jupyterhub_gpu.kueue.messages.StopNotice`) in the ledger
+NOTICE_REASONS = {"preempted": StopReason.PREEMPTED, "evicted": StopReason.EVICTED}
+
+
+def parse_time(value: str | datetime | None) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(value)
+
+
+def _condition_time(obj: dict | None, kind: str) -> datetime | None:
+    found = st.condition(obj, kind)
+    if found is None or found.get("status") != "True":
+        return None
+    return parse_time(found.get("lastTransitionTime"))
+
+
+def running_since(pods: Iterable[dict]) -> datetime | None:
+    """When the first container of ``pods`` started running."""
+    times = []
+    for pod in pods:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            state = status.get("state") or {}
+            started = (state.get("running") or state.get("terminated") or {}).get("startedAt")
+            if started:
+                times.append(parse_time(started))
+    return min(times) if times else None
+
+
+def _pool_of(pools: Iterable[Pool], name: str | None) -> Pool | None:
+    return next((p for p in pools if p.name == name), None)
+
+
+def _admission(pools: tuple[Pool, ...], workload: dict | None, pod: dict | None) -> dict:
+    """The admitted pool and its price per unit-hour; a single-pool request that
+    runs is on its pool even if the Workload is gone."""
+    name = st.admitted_pool(workload)
+    if name is None and pod is not None:
+        name = (pod["metadata"].get("annotations") or {}).get(POOL_ANNOTATION)
+    if name is None and len(pools) == 1 and pod is not None and running_since([pod]):
+        name = pools[0].name
+    pool = _pool_of(pools, name)
+    return {"pool": name, "admitted_at": _condition_time(workload, "QuotaReserved"),
+            "price_per_unit_hour": pool.price_per_unit_hour if pool else None}
+
+
+def _team(platform: Platform, namespace: str | None, queue: str | None) -> Team | None:
+    return next((t for t in platform.teams if t.namespace == namespace
+                 and (queue is None or t.local_queue == queue)), None)
+
+
+def session(platform: Platform, pod: dict, workload: dict | None, server: str = "") -> Usage:
+    """The session of server ``server`` whose pod is ``pod``, by its labels and the
+    spec ``platform`` (the spec it was granted by, or after a hub restart today's)."""
+    meta = pod["metadata"]
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    slug = labels.get(PROFILE_LABEL)
+    profile = platform.profile(slug) if slug else None
+    team = _team(platform, meta.get("namespace"), labels.get(QUEUE_LABEL))
+    pools = platform.pools_of(profile) if profile else ()
+    return Usage(
+        key=f"pod:{meta['uid']}", kind=Kind.SESSION,
+        user=annotations.get(USERNAME_KEY),
+        server=annotations.get(SERVERNAME_KEY, server),
+        team=team.name if team else None, namespace=meta.get("namespace"), profile=slug,
+        pools=",".join(p.name for p in pools) or None,
+        gpu_units=profile.units if profile else None,
+        requested_at=parse_time(meta.get("creationTimestamp")),
+        running_at=running_since([pod]), **_admission(pools, workload, pod))
+
+
+def stop_reason_of_notice(reason: str, pool: Pool | None) -> StopReason:
+    """A platform stop's ledger reason: an eviction from a spot pool is a spot eviction."""
+    found = NOTICE_REASONS.get(reason, StopReason.EVICTED)
+    if found is StopReason.EVICTED and pool is not None and pool.spot:
+        return StopReason.SPOT_EVICTION
+    return found
+
+
+def _job_end(job: dict) -> tuple[datetime | None, StopReason | None]:
+    for kind, reason in (("Complete", StopReason.COMPLETED), ("Failed", StopReason.FAILURE)):
+        at = _condition_time(job, kind)
+        if at is not None:
+            return at, reason
+    deleted = parse_time(job["metadata"].get("deletionTimestamp"))
+    return (deleted, StopReason.USER) if deleted else (None, None)
+
+
+def job(platform: Platform, job: dict, workload: dict | None, pods: list[dict]) -> Usage:
+    """A training job, from its Job, Workload and pods."""
+    meta = job["metadata"]
+    team = _team(platform, meta.get("namespace"), None)
+    slug = (meta.get("labels") or {}).get(JOB_PROFILE_LABEL)
+    profile = next((p for p in platform.job_profiles if p.slug == slug), None)
+    pools = platform.pools_of(profile) if profile else ()
+    stopped_at, reason = _job_end(job)
+    return Usage(
+        key=f"job:{meta['uid']}", kind=Kind.JOB,
+        user=(meta.get("annotations") or {}).get(USERNAME_KEY), server=meta.get("name"),
+        team=team.name if team else None, namespace=meta.get("namespace"), profile=slug,
+        pools=",".join(p.name for p in pools) or None,
+        gpu_units=profile.units * profile.pods if profile else None,
+        requested_at=parse_time(meta.get("creationTimestamp")),
+        running_at=running_since(pods), stopped_at=stopped_at, stop_reason=reason,
+        **_admission(pools, workload, None))
