@@ -12,7 +12,8 @@ All decisions are made elsewhere -- the pod by pure code
   (the spawner object is reused across spawns, kubespawner#546); each spawn reads
   the spec as it is then, and a running server keeps the grant it started with;
 * ``start()`` goes through the team's queue, ``poll()`` tells why the platform
-  stopped a server (:mod:`jupyterhub_gpu.stops`).
+  stopped a server (:mod:`jupyterhub_gpu.stops`); each session goes into the usage
+  ledger (:mod:`jupyterhub_gpu.usage.spawner`).
 
 Without a platform spec, GPUSpawner is exactly KubeSpawner: each override is marked
 :func:`spec_only` or :func:`spec_default`, the one place that decides, and without a
@@ -60,7 +61,6 @@ import copy
 import functools
 import inspect
 import os
-from datetime import datetime, timezone
 from typing import Any, Callable
 
 from kubernetes_asyncio.client import ApiException
@@ -82,14 +82,13 @@ from .kueue.start import QueuedStart
 from .kueue.start import progress as queue_progress
 from .parse import parse_platform
 from .poolnodes import NodeReflector
-from .contract import (COMPONENT_LABEL, ENV_LAST_STOP_NOTICE, PROFILE_LABEL, QUEUE_LABEL,
-                       STATE_POD_UID, STATE_PROFILE, STATE_STOP_NOTICE)
+from .contract import (COMPONENT_LABEL, ENV_LAST_STOP_NOTICE, QUEUE_LABEL, STATE_POD_UID,
+                       STATE_PROFILE, STATE_STOP_NOTICE)
 from .servers import OtherServer, check_gpu_servers, other_server
 from .spec import Platform
 from .specsource import FixedSpec, SpecSource
 from .stops import PlatformStops
-from .usage import hub as usage
-from .usage.config import UsageLedger
+from .usage.spawner import UsageRecording
 
 # with a spec, poll() tells a preempted or evicted server within seconds, not 30
 PLATFORM_POLL_SECONDS = 10
@@ -133,7 +132,7 @@ def spec_default(trait: str) -> Callable:
     return decorate
 
 
-class GPUSpawner(PlatformStops, KubeSpawner):
+class GPUSpawner(PlatformStops, UsageRecording, KubeSpawner):
     gpu_grant: Grant | None = None  # the profile grant of the current/last spawn
     gpu_stop_notice: dict | None = None  # why the platform stopped the last server
     _last_stop_notice: dict | None = None  # that notice, for the next server's environment
@@ -418,21 +417,6 @@ class GPUSpawner(PlatformStops, KubeSpawner):
         """JupyterHub gives each spawn a new API token, which its pod carries."""
         return bool(self.api_token) and kstatus.api_token(pod) == self.api_token
 
-    @functools.cached_property
-    def usage(self) -> usage.SessionRecorder | None:
-        """The hub's usage-ledger writer (``c.UsageLedger.db_url``); None outside a hub
-        (``render``)."""
-        if getattr(self.user, "db", None) is None:
-            return None
-        return usage.SessionRecorder.shared(UsageLedger(parent=self).db_url, self.log)
-
-    def _record_outcome(self, outcome: Any) -> None:
-        pod = self._my_pod() or self.pod_reflector.graveyard.get(
-            f"{self.namespace}/{self.pod_name}")
-        if self.usage is not None:
-            self.usage.started(self._grant_platform, pod, pod and self._workload_of(pod),
-                               self.name, usage.outcome_reason(outcome))
-
     def _carry_stop_notice(self) -> None:
         """A new start clears the last server's stop notice from the state; its
         environment still carries it, for JupyterLab's status item to tell once more
@@ -472,15 +456,7 @@ class GPUSpawner(PlatformStops, KubeSpawner):
 
     @spec_only
     async def stop(self, now: bool = False) -> None:
-        pod, starting = self._my_pod(), self._gpu_start is not None and not self._gpu_start.done()
-        if pod is not None and self.usage is not None and not starting:  # a start records its own
-            orm = getattr(self, "orm_spawner", None)
-            profile = self.platform.profile((pod["metadata"].get("labels") or {}).get(
-                PROFILE_LABEL, ""))
-            written = self.usage.stopped(pod["metadata"]["uid"], usage.user_stop_reason(
-                profile, getattr(orm, "started", None), getattr(orm, "last_activity", None),
-                datetime.now(timezone.utc)))
-            await asyncio.gather(written, return_exceptions=True)  # before a hub exits
+        await self._record_stop_by_hub()
         try:
             await super().stop(now=now)
         except Exception:
@@ -501,15 +477,7 @@ class GPUSpawner(PlatformStops, KubeSpawner):
         if pod is not None and await self._platform_stopped(pod):
             return 1
         status = await super().poll()
-        if self.usage is not None:
-            if pod is None:
-                if status is not None:  # gone while the hub was down
-                    self.usage.lost(self.user.name, self.name)
-            elif status is None:
-                self.usage.seen(self._grant_platform or self.platform, pod,
-                                self._workload_of(pod), self.name)
-            else:  # gone on its own: no notice, no stop through the hub
-                self.usage.stopped(pod["metadata"]["uid"], usage.StopReason.FAILURE)
+        self._record_poll(pod, status)
         return status
 
     # -- state --------------------------------------------------------------------

@@ -318,12 +318,13 @@ def test_the_upstream_internals_listed_exist_in_the_installed_versions():
 
 
 def test_every_private_upstream_attribute_the_spawner_uses_is_listed(repo_root):
-    """A private KubeSpawner/JupyterHub attribute that spawner.py (or its mixin,
-    stops.py) uses or overrides must be in spawner.py's docstring's list."""
+    """A private KubeSpawner/JupyterHub attribute that spawner.py (or its mixins,
+    stops.py and usage/spawner.py) uses or overrides must be in spawner.py's
+    docstring's list."""
     import re
 
     code = ""
-    for name in ("spawner.py", "stops.py"):
+    for name in ("spawner.py", "stops.py", "usage/spawner.py"):
         source = (repo_root / "jupyterhub_gpu" / name).read_text()
         code += source[source.index('"""', 3) + 3:]  # after the module docstring
     used = set(re.findall(r"(?:self|super\(\)|spawner)\.(_[a-z]\w*)", code))
