@@ -297,6 +297,7 @@ def _past_the_queue(e: dict) -> bool:
 
 # -- item 1: the API server restarted --------------------------------------------------------
 
+@pytest.mark.slow
 async def test_apiserver_restart_with_spawns_queued_admitted_and_starting(
         proxied_hub, cluster_platform, kube, pod_runner):
     """Three spawns, each at another stage, when the kube-apiserver restarts: alice's is

@@ -64,6 +64,7 @@ async def test_pools_start_at_min_nodes_with_a_node_pool_each(cluster, kube, clu
             "nodes": str(pool.max_nodes - pool.min_nodes)}
 
 
+@pytest.mark.slow
 async def test_the_loop_spawn_node_run_idle_cull_node_gone(cluster, cluster_spec_path,
                                                            cluster_platform, kube, hub_kubeconfig,
                                                            tmp_path, capsys):

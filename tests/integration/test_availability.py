@@ -195,6 +195,7 @@ async def test_in_a_browser_the_form_follows_the_cluster_without_a_reload(  # no
     assert final != first and same_page
 
 
+@pytest.mark.slow
 async def test_the_guides_python_example_and_vs_codes_empty_start(
         cluster, cluster_spec_path, hub_kubeconfig, kube, tmp_path):
     """The typical wait is in the hub's database: still there after a restart."""

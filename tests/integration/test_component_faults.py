@@ -60,6 +60,7 @@ async def _workloads_by_pod(kube, namespace: str) -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.slow
 async def test_kueue_down_while_spawns_are_queued(spawn, kube):
     holder = await spawn("kq-holder", ["data-science"], "a100-mig-3g")  # the only slice
     first, first_started = await spawn("kq-first", ["data-science"], "a100-mig-3g", wait=False)

@@ -13,6 +13,7 @@ import sys
 import time
 
 import aiohttp
+import pytest
 
 from jupyterhub_gpu.devcluster import cluster as devcluster
 from jupyterhub_gpu.devcluster import procs
@@ -70,6 +71,7 @@ def _running(pids: dict[int, int | None]) -> list[str]:
             if procs.alive(pid) and procs.start_ticks(pid) == ticks]
 
 
+@pytest.mark.slow
 async def test_ctrl_c_with_output_into_a_closed_pipe_stops_everything(cluster_spec_path,
                                                                        tmp_path):
     ports = {k: v + SHIFT for k, v in TEST_PORTS.as_dict().items()}

@@ -40,6 +40,7 @@ async def _evicted_for_readiness(jobs: Jobs, uid: str) -> dict | None:
     return workload if evicted and evicted["reason"] == "PodsReadyTimeout" else None
 
 
+@pytest.mark.slow
 async def test_a_job_whose_pods_cannot_all_start_is_evicted_and_requeued(
         hub_batch, kube, cluster_platform):  # noqa: F811
     """Quota for both pods, but the pool may have one node, and has it already (a pod
