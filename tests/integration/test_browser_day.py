@@ -26,13 +26,30 @@ from .test_named_servers import REFUSED, _everything
 def _add_server(browser, user: str, name: str, slug: str) -> list[str]:
     """From the home page: name a new server, pick ``slug`` on its form, start it and
     wait for its JupyterLab; the progress messages shown."""
-    browser.driver.get(f"{URL}/hub/home")
-    field = browser.wait(lambda: browser.css(".new-server-name"), what="the named servers")[0]
-    field.send_keys(name)
-    browser.click(browser.css(".new-server-btn")[0])
+    _new_server(browser, name)
     _to_form(browser, user, name)
     _pick(browser, slug)
     return _watch_progress(browser, f"progress-{name}")
+
+
+#: whether the home page's script has bound its click handler to the element (home.js
+#: is loaded by RequireJS after the page: a click before that does nothing)
+_HANDLER_BOUND = """
+const $ = window.jQuery;
+return Boolean($ && ($._data(arguments[0], 'events') || {}).click);
+"""
+
+
+def _new_server(browser, name: str) -> None:
+    """On the home page, type ``name`` and press "Add New Server", once the page's
+    script listens to it."""
+    browser.driver.get(f"{URL}/hub/home")
+    field = browser.wait(lambda: browser.css(".new-server-name"), what="the home page")[0]
+    button = browser.css(".new-server-btn")[0]
+    browser.wait(lambda: browser.driver.execute_script(_HANDLER_BOUND, button),
+                 what="the home page's script")
+    field.send_keys(name)
+    browser.click(button)
 
 
 def _to_form(browser, user: str, name: str) -> None:
@@ -77,10 +94,7 @@ def _cpu_beside_gpu(browser) -> dict:
 
 
 def _third_server_refused(browser) -> str:
-    browser.driver.get(f"{URL}/hub/home")
-    field = browser.wait(lambda: browser.css(".new-server-name"), what="the home page")[0]
-    field.send_keys("gpu2")
-    browser.click(browser.css(".new-server-btn")[0])
+    _new_server(browser, "gpu2")
     _to_form(browser, "alice", "gpu2")
     _pick(browser, "a100-mig-3g")
     error = browser.wait(lambda: browser.css(".spawn-error-msg"), what="the refusal")[0]
