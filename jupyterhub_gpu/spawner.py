@@ -468,6 +468,10 @@ class GPUSpawner(PlatformStops, UsageRecording, KubeSpawner):
 
     @spec_only
     async def poll(self):
+        if self.gpu_grant is None and self._state_profile is None:
+            # never granted a profile (a refused first request): no pod of ours can
+            # exist, and its namespace is only KubeSpawner's default; no API call
+            return 1
         await self._watch_nodes(retry=False)  # after a hub restart, with servers running
         await self._watch_cohort_workloads()
         pods = await self._start_watching_pods()

@@ -140,15 +140,14 @@ async def test_forged_rest_requests_are_refused_and_write_nothing(forging_hub, k
     others = [r for r in audit.between(first, end) if r.is_write and r.user != ADMIN_USER]
     assert others == [], "something other than the cluster's own components wrote"
     # What the refusals read (docs/reliability: "A refused request and poll()"):
-    # JupyterHub stops a server that failed to start, and poll() starts the hub's
-    # shared watches if they are not running. A spawner never granted a profile has
-    # KubeSpawner's default namespace ("default" for a hub outside the cluster), where
-    # the hub may not list pods: that watch fails once (403), and is not tried again.
+    # JupyterHub stops a server that failed to start, polling it first; a spawner
+    # never granted a profile has no pod, and its poll() makes no call (before, it
+    # listed pods in KubeSpawner's default namespace, where the hub may not: 403)
     warm_up = [r for r in audit.between(first, start) if r.user == HUB_IDENTITY]
     teams = {t.namespace for t in cluster_platform.teams}
     elsewhere = [(r.verb, r.namespace, r.code) for r in warm_up
                  if r.resource == "pods" and r.namespace not in teams]
-    assert elsewhere in ([], [("list", "default", 403)]), elsewhere
+    assert elsewhere == [], elsewhere
     # ... after which refusals make no request of their own: the hub's requests are
     # those of its shared watches (KubeSpawner's reflectors relist and watch again on
     # every reconnect, every few seconds), and none on pods outside the team namespaces

@@ -40,15 +40,18 @@ def _true(workload: dict, condition: str) -> bool:
                for c in workload.get("status", {}).get("conditions", []))
 
 
-def _owner(workload: dict) -> str:
-    """The user whose notebook pod (``jupyter-<user>``) the Workload is for."""
-    pod = next(o["name"] for o in workload["metadata"]["ownerReferences"] if o["kind"] == "Pod")
-    return pod.removeprefix("jupyter-")
+def _owner(workload: dict) -> str | None:
+    """The user whose notebook pod (``jupyter-<user>``) the Workload is for; None for
+    another kind's (a training job an earlier test left in the namespace)."""
+    pod = next((o["name"] for o in workload["metadata"].get("ownerReferences") or []
+                if o["kind"] == "Pod"), None)
+    return pod.removeprefix("jupyter-") if pod else None
 
 
 async def _queue(kube, namespace: str) -> tuple[set[str], list[str]]:
     """(users admitted, users pending in Kueue's order: priority, creation, UID)."""
-    workloads = [w for w in await kube.workloads(namespace) if not _true(w, "Finished")]
+    workloads = [w for w in await kube.workloads(namespace)
+                 if not _true(w, "Finished") and _owner(w) is not None]
     admitted = {_owner(w) for w in workloads if _true(w, "QuotaReserved")}
     pending = sorted((w for w in workloads if not _true(w, "QuotaReserved")),
                      key=lambda w: (-(w["spec"].get("priority") or 0),

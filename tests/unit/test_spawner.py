@@ -98,6 +98,17 @@ async def test_refused_options_are_not_remembered_for_the_next_start(make_spawne
     assert spawner.orm_spawner.user_options == {"profile": "a100-mig-3g"}
 
 
+async def test_a_spawner_never_granted_a_profile_polls_as_stopped_without_a_call(make_spawner):
+    """JupyterHub polls a server whose request was refused before it stops it: with no
+    grant and no profile in its state, nothing of it can exist (the unit tier's API
+    address refuses connections: a watch started here would raise)."""
+    spawner = make_spawner(groups=["data-science"])
+    with pytest.raises(web.HTTPError):
+        await spawner._run_apply_user_options({"profile": "a100-spot"})
+    assert await spawner.poll() == 1
+    assert spawner._get_reflector_key("pods") not in spawner.reflectors
+
+
 async def test_start_with_forged_options_fails_before_any_api_call(make_spawner):
     spawner = make_spawner(groups=["data-science"])
     spawner.user_options = {"profile": "a100-spot"}
