@@ -410,12 +410,19 @@ class GPUSpawner(PlatformStops, UsageRecording, KubeSpawner):
             events=lambda: self.events, log=self.log, who=self._log_name,
             save_wait=queuewaits.saver(getattr(self.user, "db", None),
                                        grant.team.local_queue, grant.profile.slug),
-            ours=self._is_this_spawns_pod, on_outcome=self._record_outcome)
+            ours=self._is_this_spawns_pod, deleted=self._pod_was_deleted,
+            on_outcome=self._record_outcome)
         return await self._queued.run(super().start, lambda: self.stop(now=True))
 
     def _is_this_spawns_pod(self, pod: dict) -> bool:
         """JupyterHub gives each spawn a new API token, which its pod carries."""
         return bool(self.api_token) and kstatus.api_token(pod) == self.api_token
+
+    def _pod_was_deleted(self, uid: str) -> bool:
+        """The shared pod watch saw our pod of ``uid`` deleted (its graveyard)."""
+        pods = self.pod_reflector
+        return bool(pods) and pods.graveyard.get(f"{self.namespace}/{self.pod_name}",
+                                                 uid) is not None
 
     def _carry_stop_notice(self) -> None:
         """A new start clears the last server's stop notice from the state; its

@@ -78,6 +78,9 @@ class QueueWatch:
     queue_answers: Callable[[], bool] = lambda: True
     # whether a pod is this spawn's own (not an earlier one of the same name)
     ours: Callable[[dict], bool] = lambda pod: True
+    # whether the pod of this uid was seen deleted (not just absent from a watch that
+    # is listing again, or was replaced and has not loaded yet)
+    deleted: Callable[[str], bool] = lambda uid: True
     stage: Stage = field(init=False)
     queued_since: float | None = field(default=None, init=False)
     waited: float | None = field(default=None, init=False)  # seconds until admission
@@ -113,7 +116,8 @@ class QueueWatch:
         uid = pod and pod["metadata"].get("uid")
         if uid and self.own_uid is None and self.ours(pod):
             self.own_uid = uid
-        elif self.own_uid is not None and uid != self.own_uid and not self.removed:
+        elif (self.own_uid is not None and uid != self.own_uid and not self.removed
+              and self.deleted(self.own_uid)):
             message = pod_removed(self.wanted)
             self.removed = True
             self.stage = Stage(Step.CREATING, message, 5, failure=message)

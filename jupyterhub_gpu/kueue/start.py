@@ -49,6 +49,7 @@ class QueuedStart:
                  log: logging.Logger, who: str,
                  save_wait: Callable[[float], None] | None = None,
                  ours: Callable[[dict], bool] = lambda pod: True,
+                 deleted: Callable[[str], bool] = lambda uid: True,
                  on_outcome: Callable[[Outcome], None] | None = None):
         self.grant, self.log, self.who, self.save_wait = grant, log, who, save_wait
         self.on_outcome = on_outcome
@@ -58,7 +59,7 @@ class QueuedStart:
                                 pod=pod, workloads=workloads, events=events,
                                 visible_position=self.pending.position,
                                 queue_answers=lambda: self.pending.available,
-                                on_pool=on_each_pool(grant), ours=ours)
+                                on_pool=on_each_pool(grant), ours=ours, deleted=deleted)
 
     @property
     def stage(self) -> Stage:
