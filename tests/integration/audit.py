@@ -79,20 +79,23 @@ class AuditLog:
         await kube.core.delete_namespaced_config_map(name, FENCE_NAMESPACE)
         return name
 
-    async def quiet(self, user: str, verbs: tuple[str, ...], seconds: float = 5) -> None:
-        """Wait until ``user`` has made no request with one of ``verbs`` for
-        ``seconds`` (e.g. until a hub that just started has set up its watches)."""
-        from datetime import datetime
-
+    async def watching(self, user: str, resource: str, namespaces: set[str]) -> None:
+        """Wait until ``user`` has started a watch on ``resource`` in each of
+        ``namespaces`` (e.g. until a hub that just started has set up its shared
+        watches). Not a quiet spell: KubeSpawner's reflectors relist on every
+        reconnect, every few seconds, so a hub watching many namespaces is never
+        quiet for long."""
         from .conftest import wait_for
 
-        def last_request() -> float:
-            stamps = [e["stageTimestamp"] for e in self._events()
-                      if e["user"]["username"] == user and e["verb"] in verbs]
-            return datetime.fromisoformat(max(stamps)).timestamp() if stamps else 0.0
+        def missing() -> set[str]:
+            started = {(e.get("objectRef") or {}).get("namespace", "")
+                       for e in self._events() if e["user"]["username"] == user
+                       and e["verb"] == "watch"
+                       and (e.get("objectRef") or {}).get("resource") == resource}
+            return namespaces - started
 
-        await wait_for(lambda: time.time() - last_request() > seconds, timeout=120,
-                       interval=1, what=f"{user} to make no {'/'.join(verbs)} for {seconds}s")
+        await wait_for(lambda: not missing(), timeout=120, interval=1,
+                       what=f"{user} to watch {resource} in {sorted(namespaces)}")
 
     @staticmethod
     def _is_fence(event: dict, name: str) -> bool:

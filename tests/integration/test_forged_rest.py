@@ -121,7 +121,8 @@ async def test_forged_rest_requests_are_refused_and_write_nothing(forging_hub, k
         answers.append(status)
 
     # Warm-up: each user's first refusal, once the hub has set up its own watches.
-    await audit.quiet(HUB_IDENTITY, ("list", "get"), seconds=3)
+    teams = {t.namespace for t in cluster_platform.teams}
+    await audit.watching(HUB_IDENTITY, "pods", teams)
     first = await audit.fence(kube)
     for user, token in tokens.items():
         status, _ = await hubrest.start(http, user, token, {"profile": "no-such-profile"})
@@ -144,7 +145,6 @@ async def test_forged_rest_requests_are_refused_and_write_nothing(forging_hub, k
     # never granted a profile has no pod, and its poll() makes no call (before, it
     # listed pods in KubeSpawner's default namespace, where the hub may not: 403)
     warm_up = [r for r in audit.between(first, start) if r.user == HUB_IDENTITY]
-    teams = {t.namespace for t in cluster_platform.teams}
     elsewhere = [(r.verb, r.namespace, r.code) for r in warm_up
                  if r.resource == "pods" and r.namespace not in teams]
     assert elsewhere == [], elsewhere
