@@ -58,7 +58,7 @@ docs: install
 	$(BIN)/sphinx-build -W -b html docs docs/_build/html
 
 test-cluster: build system-packages
-	$(BIN)/python -m pytest tests/integration
+	$(BIN)/python -m pytest tests/integration --durations=30
 
 # Two pytest processes: each tier loads its own kubeconfig (see tests/conftest.py).
 test: test-unit test-cluster
