@@ -199,6 +199,11 @@ RUN_FOR_ANNOTATION = PREFIX + "run-for"
 #: on a Job's pod in the dev cluster: the exit code of the process the pod runner ran
 #: for it, which kwok turns into the pod's phase and its container's exit code
 EXIT_CODE_ANNOTATION = PREFIX + "exit-code"
+#: on a GPU pod in the dev cluster: what its fake DCGM exporter reports for the pod's
+#: GPUs, a JSON object of DCGM field name to value, e.g.
+#: ``{"DCGM_FI_DEV_GPU_UTIL": 0, "DCGM_FI_DEV_FB_USED": 512}``
+#: (:mod:`jupyterhub_gpu.devcluster.dcgm`); a pod without it has no series
+FAKE_DCGM_ANNOTATION = PREFIX + "fake-dcgm"
 
 # -- NVIDIA: device plugin, GPU feature discovery, MIG manager -----------------------
 
@@ -262,5 +267,9 @@ ENV_DEMO_URL = ENV_PREFIX + "DEMO_URL"
 ENV_DEMO_HUB_PORT = ENV_PREFIX + "DEMO_HUB_PORT"
 ENV_DEMO_PROXY_API_PORT = ENV_PREFIX + "DEMO_PROXY_API_PORT"
 ENV_DEMO_CULL_EVERY = ENV_PREFIX + "DEMO_CULL_EVERY"  # seconds between culler runs
+#: the dev cluster's Prometheus: the culler's GPU-idle rule asks it
+ENV_DEMO_PROMETHEUS_URL = ENV_PREFIX + "DEMO_PROMETHEUS_URL"
+#: the API token of the hub service ``prometheus`` (``read:metrics``) it scrapes with
+ENV_DEMO_METRICS_TOKEN = ENV_PREFIX + "DEMO_METRICS_TOKEN"
 #: how long kwok "runs" the demo's training jobs (a Go duration; RUN_FOR_ANNOTATION)
 ENV_DEMO_JOB_RUN_FOR = ENV_PREFIX + "DEMO_JOB_RUN_FOR"

@@ -19,7 +19,7 @@ from . import sharing as modes
 from .gpus import GPU_MODELS, NO_GPU, VM_SIZES
 from .jobspec import job_profile, job_profiles_on_pools
 from .sharing import Parameter
-from .spec import Autoscaler, CheckpointStorage, GpuIdle, Platform, Pool, Priority, Profile, Team
+from .spec import Autoscaler, CheckpointStorage, GpuIdle, Monitoring, Platform, Pool, Priority, Profile, Team
 from .spec import DaemonsetOverhead, Sharing
 from .specfields import (DNS_LABEL, FIELDS, POOL_NAME, REMOVED, REQUIRED, SCHEMA, Section,
                          SpecError, field_default, list_entry, profile_fields, read_block,
@@ -196,6 +196,28 @@ def _on_pools(errors: list[str], platform: Platform) -> tuple[Profile, ...]:
     return tuple(resolved)
 
 
+def _ratio(v: Any) -> float:
+    value = read_number(v)
+    if value > 1:
+        raise ValueError(f"must be a ratio from 0 to 1 (0.2 is 20%), got {v!r}")
+    return value
+
+
+def _monitoring(errors: list[str], data: Any) -> Monitoring:
+    """``monitoring``: the thresholds of the bundle's Prometheus alerts."""
+    if data is None:
+        return field_default("spec", "monitoring")
+    s = Section(errors, "monitoring", data, "monitoring")
+    values = {"gpu_utilization_target_percent": s.get("gpuUtilizationTarget", _percent),
+              "queue_wait_p95_seconds": s.get("queueWaitP95", q.parse_duration),
+              "spot_eviction_rate": s.get("spotEvictionRate", _ratio),
+              "pool_at_max_seconds": s.get("poolAtMaxFor", q.parse_duration),
+              "idle_gpu_node_seconds": s.get("idleGpuNodeFor", q.parse_duration)}
+    if any(v is None for v in values.values()):
+        return field_default("spec", "monitoring")
+    return Monitoring(**values)
+
+
 def _storage(errors: list[str], data: Any) -> CheckpointStorage | None:
     if data is None:
         return field_default("spec", "checkpointStorage")
@@ -263,6 +285,7 @@ def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
         gpu_servers_per_user=top.get("gpuServersPerUser", read_int(0)),
         job_profiles=read_items(errors, top.data, "jobProfiles", job_profile),
         jobs_per_user=top.get("jobsPerUser", read_int(0)),
+        monitoring=_monitoring(errors, top.data.get("monitoring")),
     )
     platform = dataclasses.replace(platform, profiles=_on_pools(errors, platform),
                                    job_profiles=job_profiles_on_pools(errors, platform))

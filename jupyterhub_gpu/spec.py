@@ -311,6 +311,17 @@ AnyProfile = Profile | JobProfile
 
 
 @dataclass(frozen=True)
+class Monitoring:
+    """The thresholds of the bundle's Prometheus alerts (``config/prometheus-rules.yaml``)."""
+
+    gpu_utilization_target_percent: float = 70.0  # the design's production target
+    queue_wait_p95_seconds: int = 300
+    spot_eviction_rate: float = 0.2  # above it, consider reserved capacity
+    pool_at_max_seconds: int = 1800
+    idle_gpu_node_seconds: int = 900
+
+
+@dataclass(frozen=True)
 class Platform:
     pools: tuple[Pool, ...]
     teams: tuple[Team, ...]
@@ -326,6 +337,7 @@ class Platform:
     job_profiles: tuple[JobProfile, ...] = ()
     # how many of one user's jobs may be queued or running at once
     jobs_per_user: int = 2
+    monitoring: Monitoring = Monitoring()
 
     @property
     def gpu_pools(self) -> tuple[Pool, ...]:

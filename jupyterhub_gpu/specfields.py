@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from . import quantities as q
 from .gpus import NO_GPU
 from .spec import (REQUIRED, Checkpoint, CheckpointStorage, DaemonsetOverhead, GpuIdle,
-                   JobProfile, Platform, Pool, Priority, Profile, Sharing, Team, default_of)
+                   JobProfile, Monitoring, Platform, Pool, Priority, Profile, Sharing, Team, default_of)
 
 _FIELD_DEFAULT = object()
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -27,7 +27,8 @@ SCHEMA: dict[str, tuple[type, dict[str, str]]] = {
                         "groupIds": "group_ids",
                         "cpuIdleTimeout": "cpu_idle_timeout_seconds",
                         "gpuServersPerUser": "gpu_servers_per_user",
-                        "jobProfiles": "job_profiles", "jobsPerUser": "jobs_per_user"}),
+                        "jobProfiles": "job_profiles", "jobsPerUser": "jobs_per_user",
+                        "monitoring": "monitoring"}),
     "pool": (Pool, {"name": "name", "vmSize": "vm_size", "gpu": "gpu",
                     "gpusPerNode": "gpus_per_node", "sharing": "sharing", "spot": "spot",
                     "minNodes": "min_nodes", "maxNodes": "max_nodes",
@@ -65,6 +66,11 @@ SCHEMA: dict[str, tuple[type, dict[str, str]]] = {
     "gpuIdle": (GpuIdle, {"threshold": "threshold_percent", "window": "window_seconds"}),
     "checkpointStorage": (CheckpointStorage, {"claimName": "claim_name",
                                               "mountPath": "mount_path"}),
+    "monitoring": (Monitoring, {"gpuUtilizationTarget": "gpu_utilization_target_percent",
+                                "queueWaitP95": "queue_wait_p95_seconds",
+                                "spotEvictionRate": "spot_eviction_rate",
+                                "poolAtMaxFor": "pool_at_max_seconds",
+                                "idleGpuNodeFor": "idle_gpu_node_seconds"}),
 }
 """Each section of the spec: the dataclass it fills, and its fields (in the order the
 docs list them) with the dataclass field each one sets. A field's default is that

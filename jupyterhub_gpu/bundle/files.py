@@ -17,6 +17,7 @@ from ..spec import Platform
 from .gpuoperator import gpu_operator_values
 from .helm import generated_values
 from .kueueconfig import kueue_configuration
+from .monitoring import dashboard, prometheus_rule
 from .namespaces import HubRef, team_objects
 from .nap import nap_objects
 from .terraform import tfvars
@@ -27,6 +28,8 @@ TERRAFORM_POOLS = "config/terraform/pools.auto.tfvars.json"
 HELM_GENERATED = "helm-values/generated.yaml"
 GPU_OPERATOR_VALUES = "config/gpu-operator-values.yaml"
 NODE_AUTO_PROVISIONING = "config/node-auto-provisioning.yaml"
+PROMETHEUS_RULES = "config/prometheus-rules.yaml"
+GRAFANA_DASHBOARD = "config/grafana-dashboard.json"
 
 #: --only name -> (path relative to the repository, what it is)
 GENERATED: dict[str, tuple[str, str]] = {
@@ -39,6 +42,9 @@ GENERATED: dict[str, tuple[str, str]] = {
     "gpu-operator-values": (GPU_OPERATOR_VALUES, "the NVIDIA GPU Operator's Helm values"),
     "node-auto-provisioning": (NODE_AUTO_PROVISIONING,
                                "NodePools and AKSNodeClasses of Node Auto Provisioning"),
+    "prometheus-rules": (PROMETHEUS_RULES,
+                         "recording and alerting rules (a PrometheusRule of kube-prometheus-stack)"),
+    "grafana-dashboard": (GRAFANA_DASHBOARD, "the Grafana dashboard of GPU use, queues and cost"),
 }
 
 
@@ -63,6 +69,8 @@ def _renderers(platform: Platform, hub: HubRef) -> dict[str, Callable[[], str]]:
         "helm-values": lambda: _yaml([generated_values(platform)]),
         "gpu-operator-values": lambda: _yaml([gpu_operator_values(platform)]),
         "node-auto-provisioning": lambda: _yaml(nap_objects(platform)) or _NO_NAP_POOL,
+        "prometheus-rules": lambda: _yaml([prometheus_rule(platform)]),
+        "grafana-dashboard": lambda: json.dumps(dashboard(), indent=2) + "\n",
     }
 
 

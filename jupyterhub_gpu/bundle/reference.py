@@ -45,6 +45,8 @@ SECTIONS: dict[str, str] = {
     "checkpoint": "`profiles[].checkpoint`, `jobProfiles[].checkpoint`",
     "gpuIdle": "`profiles[].gpuIdle`",
     "checkpointStorage": "`checkpointStorage`",
+    "monitoring": "`monitoring`: thresholds of the Prometheus alerts "
+                  "(`config/prometheus-rules.yaml`)",
 }
 
 #: section -> field -> (type, description). The default comes from the spec's
@@ -75,6 +77,7 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
                         "and priorities as notebooks (admin guide, Job profiles)."),
         "jobsPerUser": ("integer >= 0", "How many of one user's jobs may be queued or "
                         "running at once."),
+        "monitoring": ("mapping", "Thresholds of the bundle's Prometheus alerts."),
     },
     "pool": {
         "name": ("string", "AKS agent pool (or Node Auto Provisioning NodePool) name: "
@@ -233,6 +236,21 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
         "claimName": ("PVC name", "The PVC in every team namespace."),
         "mountPath": ("path", "Where it is mounted."),
     },
+    "monitoring": {
+        "gpuUtilizationTarget": ("percent", "`JupyterhubGpuUtilizationUnderTarget` fires "
+                                 "when a pool's notebooks used their GPUs less than this "
+                                 "over an hour (the design's targets: 70 in production, "
+                                 "40 in dev)."),
+        "queueWaitP95": ("duration", "`JupyterhubGpuQueueWaitHigh` fires when a profile's "
+                         "95th-percentile queue wait is over this."),
+        "spotEvictionRate": ("ratio 0-1", "`JupyterhubGpuSpotEvictionRateHigh` fires when "
+                             "more than this share of the servers started on a spot pool "
+                             "in a day were evicted (0.2: consider reserved capacity)."),
+        "poolAtMaxFor": ("duration", "`JupyterhubGpuPoolAtMaxNodes` fires when a pool has "
+                         "run maxNodes nodes for this long."),
+        "idleGpuNodeFor": ("duration", "`JupyterhubGpuNodeWithoutGpuPod` fires when a GPU "
+                           "node has had no GPU pod for this long."),
+    },
 }
 
 
@@ -253,6 +271,7 @@ WORDS: dict[tuple[str, str], str | Parameter] = {
     ("profile", "pools"): "`pool` only",
     ("profile", "checkpoint"): "off",
     ("spec", "jobProfiles"): "none",
+    ("spec", "monitoring"): "the defaults below",
     ("jobProfile", "allowedGroups"): "every team member",
     ("jobProfile", "pools"): "`pool` only",
     ("jobProfile", "checkpoint"): "off",

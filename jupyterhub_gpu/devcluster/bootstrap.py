@@ -182,3 +182,22 @@ def apply_karpenter_objects(client: AdminClient, platform: Platform, timeout: fl
         except BootstrapError as e:
             pool = client.get(KARPENTER_API, "NodePool", name)
             raise BootstrapError(f"{e}; its conditions: {_conditions(pool)}") from None
+
+
+SCRAPE_TOKEN_SECONDS = 7 * 24 * 3600
+
+
+def install_scrape_identity(client: AdminClient, layout: Layout) -> None:
+    """The ServiceAccount Prometheus scrapes Kueue as, its token in
+    ``layout.prometheus_token`` (TokenRequest API, as the kubelet mounts it)."""
+    from kubernetes.client import CoreV1Api
+
+    from .prometheus import SERVICE_ACCOUNT, rbac
+
+    for obj in rbac():
+        client.apply(obj)
+    namespace, name = SERVICE_ACCOUNT
+    answer = CoreV1Api(client.api_client).create_namespaced_service_account_token(
+        name, namespace, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                          "spec": {"expirationSeconds": SCRAPE_TOKEN_SECONDS}})
+    layout.prometheus_token.write_text(answer.status.token)

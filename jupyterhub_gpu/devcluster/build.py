@@ -73,6 +73,7 @@ class Pin:
 
 # Kueue v0.17.0 requires k8s.io/* v0.35.3, so the control plane is 1.35.
 K8S_VERSION = "v1.35.4"
+PROMETHEUS_VERSION = "v0.316.0"
 PINS: Mapping[str, Pin] = MappingProxyType(
     {
         "etcd": Pin("go.etcd.io/etcd/server/v3", "v3.6.16", "go.etcd.io/etcd/server/v3/etcdmain", True),
@@ -88,6 +89,12 @@ PINS: Mapping[str, Pin] = MappingProxyType(
         # v1.15 k8s.io/* v0.36). Its kwok provider's binary is called `kwok` upstream.
         "karpenter-kwok": Pin("sigs.k8s.io/karpenter", "v1.14.1", "sigs.k8s.io/karpenter/kwok",
                               crd_dirs=("kwok/charts/crds", "kwok/apis/crds")),
+        # Prometheus v3.x is published as module version v0.3XX.0 (v0.316.0 = 3.16.0).
+        # Built without the `builtinassets` tag: no web UI, the HTTP API is all we need.
+        "prometheus": Pin("github.com/prometheus/prometheus", PROMETHEUS_VERSION,
+                          "github.com/prometheus/prometheus/cmd/prometheus"),
+        "promtool": Pin("github.com/prometheus/prometheus", PROMETHEUS_VERSION,
+                        "github.com/prometheus/prometheus/cmd/promtool"),
     }
 )
 

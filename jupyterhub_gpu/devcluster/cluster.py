@@ -30,7 +30,8 @@ import yaml
 
 from ..builders.karpenter import instance_types_json
 from ..spec import Platform
-from . import bootstrap, components, kueue_setup, pki as pkimod, procs, sources, stages
+from ..bundle.monitoring import rule_groups
+from . import bootstrap, components, kueue_setup, pki as pkimod, procs, prometheus, sources, stages
 from .components import Component
 from .kube import AdminClient
 from .layout import ALL_INTERFACES, COMPONENTS, HOST, Layout, Ports, default_state_dir
@@ -43,7 +44,8 @@ PORT_OWNERS = {"etcd_client": "etcd", "etcd_peer": "etcd (peer)",
                "scheduler": "kube-scheduler", "kwok": "kwok",
                "kueue_webhook": "Kueue webhook", "kueue_metrics": "Kueue metrics",
                "kueue_health": "Kueue health probe", "karpenter_metrics": "Karpenter metrics",
-               "karpenter_health": "Karpenter health probe"}
+               "karpenter_health": "Karpenter health probe",
+               "dcgm_exporter": "the DCGM exporter", "prometheus": "Prometheus"}
 
 
 class DevClusterError(RuntimeError):
@@ -82,13 +84,22 @@ def _clean_stale(layout: Layout, progress: Progress) -> None:
     leftovers = [f"{r.name} (pid {r.pid}, gone)" for r in dead]
     if layout.etcd_dir.exists():
         leftovers.append(f"etcd data in {layout.etcd_dir}")
+    if layout.prometheus_data.exists():
+        leftovers.append(f"Prometheus data in {layout.prometheus_data}")
     if not leftovers:
         return
     progress("Found leftovers of a dev cluster that was not shut down cleanly: "
              + "; ".join(leftovers) + ". Cleaning them up.")
     for r in dead:
         layout.pid_file(r.name).unlink(missing_ok=True)
-    shutil.rmtree(layout.etcd_dir, ignore_errors=True)
+    _wipe_data(layout)
+
+
+def _wipe_data(layout: Layout) -> None:
+    for data in (layout.etcd_dir, layout.prometheus_data):
+        shutil.rmtree(data, ignore_errors=True)
+    for target in layout.prometheus_sd_dir.glob("*.json"):
+        target.unlink()
     layout.cluster_file.unlink(missing_ok=True)
 
 
@@ -114,6 +125,10 @@ def _write_configs(platform: Platform, layout: Layout, ports: Ports, pki: pkimod
     layout.karpenter_instance_types.write_text(instance_types_json(platform))
     layout.kwok_config.write_text(yaml.safe_dump_all(stages.stages(), sort_keys=False))
     layout.audit_policy.write_text(yaml.safe_dump(components.audit_policy(), sort_keys=False))
+    layout.prometheus_config.write_text(yaml.safe_dump(prometheus.config(layout, ports),
+                                                       sort_keys=False))
+    layout.prometheus_rules.write_text(yaml.safe_dump({"groups": rule_groups(platform)},
+                                                      sort_keys=False))
     layout.kueue_config.write_text(yaml.safe_dump(
         kueue_setup.configuration(platform, ports, str(layout.kueue_cert_dir)), sort_keys=False))
     layout.cluster_file.write_text(json.dumps({
@@ -156,24 +171,28 @@ def _start_all(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.Pki
     from the start (else a deleted pod's Workload keeps its quota until the
     collector's next discovery refresh, up to 30 s later). Kueue and Karpenter start
     last but are not waited on before the others are healthy, since nothing else
-    depends on them.
+    depends on them. Prometheus starts with etcd (it needs nothing to start; its
+    scrapes fail until their targets are up), the DCGM exporter with the scheduler.
     """
     comps = {c.name: c for c in components.control_plane(bins, layout, ports, pki)}
-    started = {"etcd": procs.launch(comps["etcd"], layout)}
+    started = {"etcd": procs.launch(comps["etcd"], layout),
+               "prometheus": procs.launch(comps["prometheus"], layout)}
     kueue_src = sources.kueue_sources()  # parse the CRDs while etcd starts
     karpenter_crds = sources.crds("karpenter-kwok")
     _wait(comps["etcd"], started["etcd"], layout, pki, progress)
     started["kube-apiserver"] = procs.launch(comps["kube-apiserver"], layout)
     _wait(comps["kube-apiserver"], started["kube-apiserver"], layout, pki, progress)
     client = AdminClient(components.apiserver_url(ports), pki)
-    for name in ("kube-scheduler", "kwok"):
+    for name in ("kube-scheduler", "kwok", "dcgm-exporter"):
         started[name] = procs.launch(comps[name], layout)
+    bootstrap.install_scrape_identity(client, layout)
     progress("  installing Kueue CRDs, webhook configurations and certificates; Karpenter CRDs")
     bootstrap.install_kueue_prereqs(client, kueue_src, layout, ports, pki)
     bootstrap.install_crds(client, karpenter_crds)
     for name in ("kube-controller-manager", "kueue", "karpenter"):
         started[name] = procs.launch(comps[name], layout)
-    for name in ("kube-controller-manager", "kube-scheduler", "kwok", "kueue", "karpenter"):
+    for name in ("kube-controller-manager", "kube-scheduler", "kwok", "kueue", "karpenter",
+                 "dcgm-exporter", "prometheus"):
         _wait(comps[name], started[name], layout, pki, progress)
     bootstrap.wait_kueue_webhooks(client)
     _populate(client, platform, progress)
@@ -234,8 +253,7 @@ def _stop_all(layout: Layout, progress: Progress) -> dict[str, str]:
     for name in order:
         outcomes[name] = procs.stop(recs[name], layout)
         progress(f"  {name:<24} {outcomes[name]}")
-    shutil.rmtree(layout.etcd_dir, ignore_errors=True)
-    layout.cluster_file.unlink(missing_ok=True)
+    _wipe_data(layout)
     return outcomes
 
 

@@ -211,7 +211,10 @@ def karpenter(bin_: Path, layout: Layout, ports: Ports) -> Component:
 
 def control_plane(bins: Mapping[str, Path], layout: Layout, ports: Ports,
                   pki: PkiPaths) -> list[Component]:
-    """Every component, in start order (Kueue and Karpenter last)."""
+    """Every component, in start order (Kueue and Karpenter, then the DCGM exporter and
+    Prometheus, last)."""
+    from . import prometheus
+
     return [
         etcd(bins["etcd"], layout, ports),
         kube_apiserver(bins["kube-apiserver"], layout, ports, pki),
@@ -220,4 +223,6 @@ def control_plane(bins: Mapping[str, Path], layout: Layout, ports: Ports,
         kwok(bins["kwok"], layout, ports),
         kueue(bins["kueue"], layout, ports),
         karpenter(bins["karpenter-kwok"], layout, ports),
+        prometheus.dcgm_exporter(layout, ports),
+        prometheus.component(bins["prometheus"], layout, ports),
     ]

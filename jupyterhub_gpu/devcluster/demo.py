@@ -11,7 +11,9 @@ notebooks and the cluster, and leaves nothing running.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -19,9 +21,10 @@ import sys
 from pathlib import Path
 from typing import Callable, Coroutine
 
-from ..contract import (ENV_DEMO_CHP, ENV_DEMO_HUB_PORT, ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC,
+from ..contract import (ENV_DEMO_CHP, ENV_DEMO_HUB_PORT, ENV_DEMO_METRICS_TOKEN,
+                        ENV_DEMO_PROMETHEUS_URL, ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC,
                         ENV_DEMO_URL)
-from . import build
+from . import build, prometheus
 from .kube import AdminClient
 from .layout import Layout, Ports, default_state_dir
 from .pki import PkiPaths
@@ -72,17 +75,31 @@ def hub_command() -> list[str]:
     return [str(Path(sys.executable).with_name("jupyterhub")), "-f", str(DEMO_CONFIG)]
 
 
+def monitoring_env(cluster: Layout, hub_port: int) -> dict[str, str]:
+    """Make the dev cluster's Prometheus scrape a hub on ``hub_port`` (a target file
+    and a fresh token of the hub's ``prometheus`` service) and give its culler the
+    Prometheus URL: the hub's environment for that."""
+    ports = Ports.from_dict(json.loads(cluster.cluster_file.read_text())["ports"])
+    token = secrets.token_hex(32)
+    prometheus.register_hub(cluster, hub_port, token)
+    return {ENV_DEMO_PROMETHEUS_URL: prometheus.url(ports), ENV_DEMO_METRICS_TOKEN: token}
+
+
 async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
                     hub_port: int = 8081, proxy_api_port: int = 8001,
-                    extra_env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
-    """Start JupyterHub (demo config) in ``workdir``; its log is ``workdir/hub.log``."""
+                    extra_env: dict[str, str] | None = None,
+                    cluster: Layout | None = None) -> asyncio.subprocess.Process:
+    """Start JupyterHub (demo config) in ``workdir``; its log is ``workdir/hub.log``.
+    With ``cluster`` (the dev cluster's layout) its Prometheus scrapes the hub and the
+    culler asks it (:func:`monitoring_env`)."""
     hub_dir = workdir / "hub"
     hub_dir.mkdir(parents=True, exist_ok=True)
+    monitoring = monitoring_env(cluster, hub_port) if cluster else {}
     with open(workdir / "hub.log", "ab") as log:
         return await asyncio.create_subprocess_exec(
             *hub_command(), cwd=hub_dir, stdout=log, stderr=log,
             env={**hub_env(spec, kubeconfig, url, hub_port, proxy_api_port),
-                 **(extra_env or {})},
+                 **monitoring, **(extra_env or {})},
             start_new_session=True)
 
 
@@ -100,7 +117,8 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
                 progress: Callable[[str], None] = print, stop: asyncio.Event | None = None,
                 hub_port: int = 8081, proxy_api_port: int = 8001,
                 hub_kubeconfig: Path | None = None,
-                watch: Callable[[], Coroutine] | None = None) -> int:
+                watch: Callable[[], Coroutine] | None = None,
+                cluster: Layout | None = None) -> int:
     """Run the hub and the pod runner (and ``watch()``, e.g. the pools' live lines)
     until ``stop`` is set (by default: on Ctrl-C or SIGTERM) or the hub exits; then
     stop them all, whatever happened meanwhile. The pod
@@ -117,7 +135,7 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
     hub = waiter = None
     try:
         hub = await start_hub(spec, hub_kubeconfig or kubeconfig, workdir, url, hub_port,
-                              proxy_api_port)
+                              proxy_api_port, cluster=cluster)
         progress(f"JupyterHub is starting on {url} (log: {workdir / 'hub.log'})\n"
                  f"  log in as {DEMO_USERS}; password: gpu-demo\n  Ctrl-C stops everything.")
         waiter = asyncio.create_task(stop.wait())
@@ -150,7 +168,8 @@ def run_demo(spec: Path, state_dir: Path | None, url: str,
     try:
         return asyncio.run(serve(spec, layout.kubeconfig, layout.root / "demo", url, progress,
                                  hub_port=hub_port, proxy_api_port=proxy_api_port,
-                                 watch=lambda: watch_pools(client, platform, progress)))
+                                 watch=lambda: watch_pools(client, platform, progress),
+                                 cluster=layout))
     finally:
         progress("stopping the dev cluster")
         cluster.down(layout.root, progress)

@@ -2,6 +2,8 @@
 
 Reads JUPYTERHUB_GPU_SPEC (the platform spec), KUBECONFIG (the dev cluster's),
 JUPYTERHUB_GPU_CHP (the configurable-http-proxy command) and, optionally,
+JUPYTERHUB_GPU_DEMO_PROMETHEUS_URL and JUPYTERHUB_GPU_DEMO_METRICS_TOKEN (the dev
+cluster's Prometheus, and the token it scrapes /hub/metrics with),
 JUPYTERHUB_GPU_DEMO_CULL_EVERY (seconds between culler runs) and
 JUPYTERHUB_GPU_DEMO_JOB_RUN_FOR (how long kwok runs a training job's pods, default 60s)
 from the environment.
@@ -11,15 +13,17 @@ import os
 
 from jupyterhub_gpu import configure_hub
 from jupyterhub_gpu.contract import (ENV_DEMO_CHP, ENV_DEMO_CULL_EVERY, ENV_DEMO_HUB_PORT,
-                                     ENV_DEMO_JOB_RUN_FOR, ENV_DEMO_PROXY_API_PORT,
+                                     ENV_DEMO_JOB_RUN_FOR, ENV_DEMO_METRICS_TOKEN,
+                                     ENV_DEMO_PROMETHEUS_URL, ENV_DEMO_PROXY_API_PORT,
                                      ENV_DEMO_SPEC, ENV_DEMO_URL, RUN_FOR_ANNOTATION)
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
 configure_hub(c, os.environ[ENV_DEMO_SPEC])
 
-# The GPU-aware idle culler, as in the Helm values (no Prometheus here: activity
-# rules only, with a warning in its log).
+# The GPU-aware idle culler, as in the Helm values; its GPU-idle rule asks the dev
+# cluster's Prometheus (JUPYTERHUB_GPU_DEMO_PROMETHEUS_URL; without it: activity rules
+# only, with a warning in its log).
 from jupyterhub_gpu.cull.service import culler_role, culler_service  # noqa: E402
 from jupyterhub_gpu.usage.config import UsageLedger  # noqa: E402
 
@@ -27,8 +31,17 @@ CULL_EVERY = int(os.environ.get(ENV_DEMO_CULL_EVERY, "60"))  # tests: short
 c.JupyterHub.services.append(culler_service(os.environ[ENV_DEMO_SPEC],
                                             timeout_seconds=8 * 3600,
                                             cull_every_seconds=CULL_EVERY,
+                                            prometheus_url=os.environ.get(ENV_DEMO_PROMETHEUS_URL),
                                             usage_db_url=UsageLedger(config=c).db_url))
 c.JupyterHub.load_roles.append(culler_role())
+
+# The dev cluster's Prometheus scrapes /hub/metrics with this service's token, as z2jh
+# users scrape a hub that keeps authenticate_prometheus on.
+if os.environ.get(ENV_DEMO_METRICS_TOKEN):
+    c.JupyterHub.services.append({"name": "prometheus",
+                                  "api_token": os.environ[ENV_DEMO_METRICS_TOKEN]})
+    c.JupyterHub.load_roles.append({"name": "prometheus", "scopes": ["read:metrics"],
+                                    "services": ["prometheus"]})
 
 # As the Helm values do (hub.allowNamedServers): a CPU server beside a GPU server.
 c.JupyterHub.allow_named_servers = True

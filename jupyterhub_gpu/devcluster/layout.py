@@ -13,6 +13,8 @@ Everything lives under one state directory (default
     kueue/certs/          Kueue webhook serving cert (tls.crt, tls.key)
     logs/<component>.log  each component's stdout and stderr
     logs/audit.log        the API server's audit log (JSON lines, see ``components``)
+    prometheus/           prometheus.yml, the bundle's rules, the scrape token files,
+                          sd/ (the hubs' file_sd targets), data/ (wiped on every ``up``)
     pids/<component>.pid  JSON: pid, binary, argv, start time of what ``up`` started
 
 Ports are fixed (so the kubeconfig stays valid across restarts) and bound to
@@ -30,7 +32,7 @@ from pathlib import Path
 
 HOST = "127.0.0.1"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-              "kwok", "kueue", "karpenter")
+              "kwok", "kueue", "karpenter", "dcgm-exporter", "prometheus")
 # Ports Karpenter binds on every interface (it takes no bind address).
 ALL_INTERFACES = ("karpenter_metrics", "karpenter_health")
 
@@ -48,6 +50,8 @@ class Ports:
     kueue_health: int = 28081
     karpenter_metrics: int = 28090
     karpenter_health: int = 28091
+    dcgm_exporter: int = 29400
+    prometheus: int = 29090
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -143,6 +147,36 @@ class Layout:
     def pids_dir(self) -> Path:
         return self.root / "pids"
 
+    @property
+    def prometheus_dir(self) -> Path:
+        return self.root / "prometheus"
+
+    @property
+    def prometheus_config(self) -> Path:
+        return self.prometheus_dir / "prometheus.yml"
+
+    @property
+    def prometheus_rules(self) -> Path:
+        return self.prometheus_dir / "rules.yaml"
+
+    @property
+    def prometheus_data(self) -> Path:
+        return self.prometheus_dir / "data"
+
+    @property
+    def prometheus_sd_dir(self) -> Path:
+        return self.prometheus_dir / "sd"
+
+    @property
+    def prometheus_token(self) -> Path:
+        """The ``prometheus`` ServiceAccount's token (to scrape Kueue)."""
+        return self.prometheus_dir / "sa-token"
+
+    @property
+    def prometheus_hub_token(self) -> Path:
+        """A hub service's token with ``read:metrics`` (to scrape ``/hub/metrics``)."""
+        return self.prometheus_dir / "hub-token"
+
     def log(self, component: str) -> Path:
         return self.logs_dir / f"{component}.log"
 
@@ -152,5 +186,5 @@ class Layout:
     def make_dirs(self) -> None:
         for d in (self.root, self.config_dir, self.kueue_cert_dir, self.kueue_tmp,
                   self.kwok_workdir, self.apiserver_cert_dir, self.logs_dir,
-                  self.pids_dir):
+                  self.pids_dir, self.prometheus_sd_dir):
             d.mkdir(parents=True, exist_ok=True)

@@ -164,7 +164,7 @@ def test_restarting_a_component_without_a_cluster_or_by_a_wrong_name_says_so(tmp
     component, stops nothing and says why (the real restarts are the reliability tests')."""
     import json
 
-    from jupyterhub_gpu.devcluster import cluster
+    from jupyterhub_gpu.devcluster import build, cluster
     from jupyterhub_gpu.devcluster.layout import COMPONENTS, Layout
 
     with pytest.raises(cluster.DevClusterError, match="no dev cluster is running from "):
@@ -173,9 +173,7 @@ def test_restarting_a_component_without_a_cluster_or_by_a_wrong_name_says_so(tmp
     layout.make_dirs()
     layout.cluster_file.write_text(json.dumps({
         "server": "https://127.0.0.1:1", "ports": Ports().as_dict(),
-        "binaries": {name: f"/nonexistent/{name}" for name in
-                     ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                      "kwok", "kueue", "karpenter-kwok")}}))
+        "binaries": {name: f"/nonexistent/{name}" for name in build.PINS}}))
     with pytest.raises(cluster.DevClusterError) as info:
         cluster.stop_component("kueu", tmp_path)
     assert str(info.value) == f"unknown component 'kueu'; one of: {', '.join(COMPONENTS)}"

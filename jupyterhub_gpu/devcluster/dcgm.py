@@ -1,0 +1,261 @@
+"""The dev cluster's DCGM exporter: what NVIDIA's dcgm-exporter serves, for kwok's GPUs.
+
+kwok's nodes have no GPUs and no DCGM, so this process plays the exporter of every
+GPU node at once: it watches the cluster's pods and nodes (one shared watch each,
+never a request per pod) and serves, on ``/metrics``, one series per GPU of every
+running pod that carries :data:`~jupyterhub_gpu.contract.FAKE_DCGM_ANNOTATION`, with
+the values that annotation gives (a test or the demo sets them). A pod without it
+has no series, as a pod the real exporter cannot map to a GPU.
+
+The series have the real exporter's names and labels (dcgm-exporter 4.x with
+Kubernetes pod mapping on, ``DCGM_FI_DRIVER_VERSION`` as a label counter):
+``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname`` (the
+node), ``DCGM_FI_DRIVER_VERSION``, ``container``, ``namespace``, ``pod``, and for a
+MIG instance (a ``nvidia.com/mig-<profile>`` resource) ``GPU_I_PROFILE`` and
+``GPU_I_ID``. The i-th GPU of a pod is ``gpu="i"``; its UUID is derived from the
+pod's UID, so it is stable for the pod's life.
+
+Run: ``python -m jupyterhub_gpu.devcluster.dcgm --kubeconfig K --port P``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import threading
+import uuid
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterable, Mapping
+
+from ..contract import (DCGM_ENGINE_ACTIVE, DCGM_FB_FREE, DCGM_FB_USED, DCGM_GPU_UTIL,
+                        FAKE_DCGM_ANNOTATION, GPU_PRODUCT_LABEL, MIG_RESOURCE_PREFIX,
+                        NVIDIA_PREFIX)
+from .layout import HOST
+
+log = logging.getLogger("devcluster.dcgm")
+
+DRIVER_VERSION = "570.124.06"
+DEFAULT_MODEL = "NVIDIA fake GPU"
+#: the fields served, with the real exporter's HELP text and type
+FIELDS = {
+    DCGM_GPU_UTIL: "GPU utilization (in %).",
+    DCGM_FB_FREE: "Framebuffer memory free (in MiB).",
+    DCGM_FB_USED: "Framebuffer memory used (in MiB).",
+    DCGM_ENGINE_ACTIVE: "Ratio of time the graphics engine is active.",
+}
+RELIST_SECONDS = 1.0  # after a watch ends or fails
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One series: a DCGM field of one GPU."""
+
+    field: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+
+def _gpu_resources(pod: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    """(container, resource, count) of every NVIDIA resource the pod's containers limit."""
+    found = []
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        for resource, quantity in sorted(limits.items()):
+            if resource.startswith(NVIDIA_PREFIX):
+                try:
+                    count = int(str(quantity))
+                except ValueError:
+                    continue
+                found.append((container["name"], resource, count))
+    return found
+
+
+def _values(pod: Mapping[str, Any]) -> dict[str, float] | None:
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(FAKE_DCGM_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        given = json.loads(raw)
+    except ValueError:
+        log.warning("pod %s: %s is not JSON: %r", pod["metadata"].get("name"),
+                    FAKE_DCGM_ANNOTATION, raw)
+        return None
+    if not isinstance(given, dict):
+        return None
+    values = {}
+    for field, value in given.items():
+        if field in FIELDS and isinstance(value, (int, float)) and math.isfinite(value):
+            values[field] = float(value)
+    return values
+
+
+def _gpu_uuid(pod_uid: str, index: int) -> str:
+    digest = hashlib.sha256(f"{pod_uid}/{index}".encode()).digest()[:16]
+    return f"GPU-{uuid.UUID(bytes=digest)}"
+
+
+def pod_samples(pod: Mapping[str, Any], node_labels: Mapping[str, str]) -> list[Sample]:
+    """The series of one pod (pure): none unless it runs, has GPUs and the annotation."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    values = _values(pod)
+    node = (pod.get("spec") or {}).get("nodeName")
+    if values is None or status.get("phase") != "Running" or not node:
+        return []
+    model = node_labels.get(GPU_PRODUCT_LABEL, DEFAULT_MODEL)
+    samples, index = [], 0
+    for container, resource, count in _gpu_resources(pod):
+        for _ in range(count):
+            labels = {"gpu": str(index), "UUID": _gpu_uuid(meta.get("uid", ""), index),
+                      "pci_bus_id": f"00000000:{index + 1:02X}:00.0",
+                      "device": f"nvidia{index}", "modelName": model, "Hostname": node}
+            if resource.startswith(MIG_RESOURCE_PREFIX):
+                labels |= {"GPU_I_PROFILE": resource.removeprefix(MIG_RESOURCE_PREFIX),
+                           "GPU_I_ID": str(index + 1)}
+            labels |= {"DCGM_FI_DRIVER_VERSION": DRIVER_VERSION, "container": container,
+                       "namespace": meta.get("namespace", ""), "pod": meta.get("name", "")}
+            samples += [Sample(field, tuple(labels.items()), value)
+                        for field, value in values.items()]
+            index += 1
+    return samples
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def exposition(samples: Iterable[Sample]) -> str:
+    """The Prometheus text format of ``samples``, grouped by field (pure)."""
+    by_field: dict[str, list[Sample]] = {}
+    for sample in samples:
+        by_field.setdefault(sample.field, []).append(sample)
+    lines = []
+    for field in FIELDS:
+        if field not in by_field:
+            continue
+        lines += [f"# HELP {field} {FIELDS[field]}", f"# TYPE {field} gauge"]
+        for sample in by_field[field]:
+            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sample.labels)
+            lines.append(f"{field}{{{labels}}} {sample.value:g}")
+    return "\n".join(lines) + "\n"
+
+
+class Store:
+    """The watched pods and nodes (by name), shared by the watch threads and the server."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.nodes: dict[str, dict] = {}
+        self.synced = {"pods": False, "nodes": False}
+
+    def replace(self, kind: str, objects: dict) -> None:
+        with self._lock:
+            setattr(self, kind, objects)
+            self.synced[kind] = True
+
+    def update(self, kind: str, key, obj: dict | None) -> None:
+        with self._lock:
+            objects = getattr(self, kind)
+            if obj is None:
+                objects.pop(key, None)
+            else:
+                objects[key] = obj
+
+    def samples(self) -> list[Sample]:
+        with self._lock:
+            nodes = {name: (n.get("metadata") or {}).get("labels") or {}
+                     for name, n in self.nodes.items()}
+            pods = list(self.pods.values())
+        return [s for pod in pods
+                for s in pod_samples(pod, nodes.get((pod.get("spec") or {}).get("nodeName"), {}))]
+
+
+def _pod_key(obj: dict) -> tuple[str, str]:
+    return obj["metadata"]["namespace"], obj["metadata"]["name"]
+
+
+def _node_key(obj: dict) -> str:
+    return obj["metadata"]["name"]
+
+
+def reflect(api_client, store: Store, kind: str, list_fn: Callable, key: Callable,
+            stop: threading.Event) -> None:
+    """List, then watch from that list's resourceVersion; list again when the watch
+    ends or fails (the reflector pattern)."""
+    from kubernetes import watch
+
+    while not stop.is_set():
+        try:
+            listing = api_client.sanitize_for_serialization(list_fn())
+            store.replace(kind, {key(o): o for o in listing.get("items") or []})
+            version = listing["metadata"]["resourceVersion"]
+            for event in watch.Watch().stream(list_fn, resource_version=version,
+                                              timeout_seconds=300):
+                obj = api_client.sanitize_for_serialization(event["object"])
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    store.update(kind, key(obj), obj)
+                elif event["type"] == "DELETED":
+                    store.update(kind, key(obj), None)
+                if stop.is_set():
+                    return
+        except Exception as e:  # noqa: BLE001 - keep watching whatever happened
+            log.warning("%s watch: %s: %s; listing again", kind, type(e).__name__, e)
+        stop.wait(RELIST_SECONDS)
+
+
+def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path == "/health":
+                ready = all(store.synced.values())
+                self._answer(200 if ready else 503, "ok\n" if ready else "syncing\n")
+            elif self.path == "/metrics":
+                self._answer(200, exposition(store.samples()),
+                             "text/plain; version=0.0.4; charset=utf-8")
+            else:
+                self._answer(404, "not found\n")
+
+        def _answer(self, code: int, body: str, kind: str = "text/plain") -> None:
+            data = body.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args) -> None:  # scrapes every few seconds: not logged
+            pass
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(config_file=args.kubeconfig)
+    core = client.CoreV1Api(api_client)
+    store, stop = Store(), threading.Event()
+    for kind, list_fn, key in (("pods", core.list_pod_for_all_namespaces, _pod_key),
+                               ("nodes", core.list_node, _node_key)):
+        threading.Thread(target=reflect, args=(api_client, store, kind, list_fn, key, stop),
+                         daemon=True, name=f"watch-{kind}").start()
+    server = ThreadingHTTPServer((HOST, args.port), _handler(store))
+    log.info("serving DCGM metrics on http://%s:%d/metrics", HOST, args.port)
+    try:
+        server.serve_forever()
+    finally:
+        stop.set()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

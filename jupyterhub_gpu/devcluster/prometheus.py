@@ -1,0 +1,121 @@
+"""The dev cluster's Prometheus and its DCGM exporter (pure builders, and the hub's target).
+
+Prometheus (built from ``github.com/prometheus/prometheus``, no web UI assets) scrapes
+every :data:`SCRAPE_INTERVAL` and evaluates the bundle's rules (``config/prometheus-
+rules.yaml``'s groups, generated from the same spec) every :data:`EVALUATION_INTERVAL`:
+short, so that a test sees a value a few seconds after it set it. Its jobs:
+
+``jupyterhub``
+    ``/hub/metrics`` of the hub(s) the demo or a test starts: a ``file_sd`` target
+    file the hub's starter writes (:func:`register_hub`), with a token of a hub
+    service holding the ``read:metrics`` scope, as z2jh users scrape a hub that keeps
+    ``authenticate_prometheus`` on.
+``kueue``
+    Kueue's metrics (HTTPS, its self-signed cert; controller-runtime's authn/authz
+    filter: the ``prometheus`` ServiceAccount's token, allowed ``get`` on ``/metrics``).
+``karpenter``
+    Karpenter's ``/metrics`` (plain HTTP).
+``dcgm-exporter``
+    :mod:`.dcgm`, with the target labels a ServiceMonitor gives the real exporter's
+    endpoints (``namespace``, ``pod``, ``container``, ``service``, ``endpoint``) and
+    ``honor_labels`` off, its default: the exporter's own ``pod`` and ``namespace``
+    then reach Prometheus as ``exported_pod`` and ``exported_namespace``, as in a
+    cluster with kube-prometheus-stack.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .components import Component, Health
+from .layout import HOST, Layout, Ports
+
+SCRAPE_INTERVAL = "2s"
+EVALUATION_INTERVAL = "2s"
+SD_REFRESH = "2s"
+RETENTION = "1d"
+HUB_JOB, KUEUE_JOB, KARPENTER_JOB, DCGM_JOB = "jupyterhub", "kueue", "karpenter", "dcgm-exporter"
+#: the labels a ServiceMonitor puts on the real exporter's target (GPU Operator)
+DCGM_TARGET_LABELS = {"namespace": "gpu-operator", "pod": "nvidia-dcgm-exporter-devcluster",
+                      "container": "nvidia-dcgm-exporter", "service": "nvidia-dcgm-exporter",
+                      "endpoint": "gpu-metrics"}
+#: the ServiceAccount whose token Prometheus presents to Kueue
+SERVICE_ACCOUNT = ("monitoring", "prometheus")
+
+
+def url(ports: Ports) -> str:
+    return f"http://{HOST}:{ports.prometheus}"
+
+
+def config(layout: Layout, ports: Ports) -> dict:
+    """prometheus.yml of the dev cluster."""
+    def static(job: str, port: int, **extra) -> dict:
+        return {"job_name": job, "static_configs": [{"targets": [f"{HOST}:{port}"]}], **extra}
+
+    token = {"authorization": {"credentials_file": str(layout.prometheus_token)}}
+    return {
+        "global": {"scrape_interval": SCRAPE_INTERVAL, "scrape_timeout": SCRAPE_INTERVAL,
+                   "evaluation_interval": EVALUATION_INTERVAL},
+        "rule_files": [str(layout.prometheus_rules)],
+        "scrape_configs": [
+            {"job_name": HUB_JOB, "metrics_path": "/hub/metrics",
+             "authorization": {"credentials_file": str(layout.prometheus_hub_token)},
+             "file_sd_configs": [{"files": [str(layout.prometheus_sd_dir / "hub-*.json")],
+                                  "refresh_interval": SD_REFRESH}]},
+            static(KUEUE_JOB, ports.kueue_metrics, scheme="https",
+                   tls_config={"insecure_skip_verify": True}, **token),
+            static(KARPENTER_JOB, ports.karpenter_metrics),
+            {"job_name": DCGM_JOB, "honor_labels": False, "static_configs": [
+                {"targets": [f"{HOST}:{ports.dcgm_exporter}"], "labels": DCGM_TARGET_LABELS}]},
+        ],
+    }
+
+
+def component(bin_: Path, layout: Layout, ports: Ports) -> Component:
+    argv = (str(bin_), f"--config.file={layout.prometheus_config}",
+            f"--storage.tsdb.path={layout.prometheus_data}",
+            f"--storage.tsdb.retention.time={RETENTION}",
+            f"--web.listen-address={HOST}:{ports.prometheus}",
+            "--web.enable-lifecycle", "--log.level=warn")
+    return Component("prometheus", argv, Health(f"{url(ports)}/-/ready"))
+
+
+def dcgm_exporter(layout: Layout, ports: Ports) -> Component:
+    argv = (sys.executable, "-m", "jupyterhub_gpu.devcluster.dcgm",
+            f"--kubeconfig={layout.kubeconfig}", f"--port={ports.dcgm_exporter}")
+    return Component("dcgm-exporter", argv,
+                     Health(f"http://{HOST}:{ports.dcgm_exporter}/health"))
+
+
+def rbac() -> list[dict]:
+    """The ServiceAccount Prometheus scrapes Kueue as, and its right to ``/metrics``."""
+    namespace, name = SERVICE_ACCOUNT
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "devcluster-prometheus"},
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "devcluster-prometheus"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": "devcluster-prometheus"},
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}
+    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": {"name": name, "namespace": namespace}}, role, binding]
+
+
+def register_hub(layout: Layout, hub_port: int, token: str) -> Path:
+    """Make Prometheus scrape the hub on ``hub_port`` with ``token`` (a hub service's
+    API token with ``read:metrics``); it picks the target up within :data:`SD_REFRESH`."""
+    layout.prometheus_sd_dir.mkdir(parents=True, exist_ok=True)
+    layout.prometheus_hub_token.write_text(token)
+    target = layout.prometheus_sd_dir / f"hub-{hub_port}.json"
+    partial = target.with_suffix(".partial")
+    partial.write_text(json.dumps([{"targets": [f"{HOST}:{hub_port}"]}]))
+    partial.replace(target)  # Prometheus never reads half a file
+    return target
+
+
+def unregister_hub(layout: Layout, hub_port: int) -> None:
+    (layout.prometheus_sd_dir / f"hub-{hub_port}.json").unlink(missing_ok=True)
