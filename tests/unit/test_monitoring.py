@@ -1,0 +1,138 @@
+"""The bundle's Prometheus rules and dashboard, the spec's ``monitoring`` section, and the
+dev cluster's DCGM exporter and Prometheus config (pure builders)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from jupyterhub_gpu import contract
+from jupyterhub_gpu.bundle import monitoring
+from jupyterhub_gpu.devcluster import dcgm, prometheus
+from jupyterhub_gpu.devcluster.layout import Layout, Ports
+from jupyterhub_gpu.parse import SpecError, load_platform, parse_platform
+from jupyterhub_gpu.spec import Monitoring
+
+EXAMPLE = "config/platform.yaml"
+
+
+def _spec(**monitoring_section):
+    data = yaml.safe_load(open(EXAMPLE).read())
+    data["monitoring"] = monitoring_section
+    return data
+
+
+def test_monitoring_defaults_and_overrides():
+    assert load_platform(EXAMPLE).monitoring == Monitoring()
+    platform = parse_platform(_spec(gpuUtilizationTarget=40, queueWaitP95="2m",
+                                    spotEvictionRate=0.1, poolAtMaxFor="1h",
+                                    idleGpuNodeFor="5m"))
+    assert platform.monitoring == Monitoring(40, 120, 0.1, 3600, 300)
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("gpuUtilizationTarget", 140, "monitoring: gpuUtilizationTarget: must be a percentage"),
+    ("spotEvictionRate", 20, "monitoring: spotEvictionRate: must be a ratio from 0 to 1"),
+    ("queueWaitP95", "soon", "monitoring: queueWaitP95:"),
+    ("alertEveryone", True, "monitoring: alertEveryone: unknown field"),
+])
+def test_a_bad_monitoring_field_is_named(field, value, words):
+    with pytest.raises(SpecError) as info:
+        parse_platform(_spec(**{field: value}))
+    assert any(e.startswith(words) for e in info.value.errors), info.value.errors
+
+
+def test_rules_carry_the_specs_facts_and_thresholds():
+    platform = parse_platform(_spec(gpuUtilizationTarget=40, queueWaitP95="2m"))
+    rule = monitoring.prometheus_rule(platform)
+    assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    rules = {(r.get("record") or r["alert"], tuple(sorted(r.get("labels", {}).items()))): r
+             for g in rule["spec"]["groups"] for r in g["rules"]}
+    for pool in platform.pools:
+        assert rules[(monitoring.MAX_NODES, (("pool", pool.name),))]["expr"] == \
+            f"vector({pool.max_nodes})"
+        assert rules[(monitoring.PRICE, (("pool", pool.name),))]["expr"] == \
+            f"vector({pool.price_per_node_hour:g})"
+    for team in platform.teams:
+        assert (monitoring.TEAM_OF, (("namespace", team.namespace), ("team", team.name))) in rules
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    assert alerts["JupyterhubGpuUtilizationUnderTarget"]["expr"].endswith("< 40")
+    assert alerts["JupyterhubGpuQueueWaitHigh"]["expr"].endswith("> 120")
+    assert set(alerts) >= {"JupyterhubGpuPoolAtMaxNodes", "JupyterhubGpuNodeWithoutGpuPod"}
+
+
+def test_the_spot_rule_names_the_spot_pools_and_goes_without_them():
+    platform = load_platform("tests/integration/platform.yaml")
+    spot = {p.name for p in platform.pools if p.spot}
+    expr = monitoring.expressions(platform)[
+        f"jupyterhub-gpu.usage/{monitoring.SPOT_EVICTIONS}"]
+    assert f'pool=~"{"|".join(p.name for p in platform.pools if p.spot)}"' in expr and spot
+    data = yaml.safe_load(open(EXAMPLE).read())
+    for pool in data["pools"]:
+        pool["spot"] = False
+    without = monitoring.expressions(parse_platform(data))
+    assert not [k for k in without if "spot_eviction" in k or "SpotEviction" in k]
+
+
+def test_the_dashboard_reads_recorded_series_and_kueue_and_karpenter():
+    exprs = [t["expr"] for p in monitoring.dashboard()["panels"] for t in p["targets"]]
+    assert monitoring.POOL_UTIL in exprs and monitoring.TEAM_UTIL in exprs
+    assert any("kueue_pending_workloads" in e for e in exprs)
+    assert any("karpenter_nodepools_usage" in e for e in exprs)
+    json.dumps(monitoring.dashboard())
+
+
+def _pod(annotation=None, phase="Running", limits=None):
+    meta = {"name": "jupyter-alice", "namespace": "jhub-data-science", "uid": "u-1",
+            "annotations": {} if annotation is None else
+            {contract.FAKE_DCGM_ANNOTATION: annotation}}
+    return {"metadata": meta, "status": {"phase": phase},
+            "spec": {"nodeName": "aks-t4dev-0", "containers": [
+                {"name": "notebook", "resources": {"limits": limits or {"nvidia.com/gpu": "2"}}}]}}
+
+
+def test_the_exporter_serves_an_annotated_running_pods_gpus_with_the_real_labels():
+    samples = dcgm.pod_samples(_pod(json.dumps({contract.DCGM_GPU_UTIL: 7})),
+                               {contract.GPU_PRODUCT_LABEL: "Tesla-T4"})
+    assert len(samples) == 2
+    labels = dict(samples[1].labels)
+    assert labels["gpu"] == "1" and labels["device"] == "nvidia1"
+    assert labels["UUID"].startswith("GPU-") and labels["UUID"] != dict(samples[0].labels)["UUID"]
+    assert (labels["modelName"], labels["Hostname"], labels["pod"], labels["namespace"],
+            labels["container"]) == ("Tesla-T4", "aks-t4dev-0", "jupyter-alice",
+                                     "jhub-data-science", "notebook")
+    assert "GPU_I_PROFILE" not in labels and labels["DCGM_FI_DRIVER_VERSION"]
+    text = dcgm.exposition(samples)
+    assert text.startswith(f"# HELP {contract.DCGM_GPU_UTIL} ")
+    assert f'{contract.DCGM_GPU_UTIL}{{gpu="0",' in text and text.rstrip().endswith(" 7")
+
+
+def test_the_exporter_leaves_out_what_the_real_one_could_not_map():
+    assert dcgm.pod_samples(_pod(), {}) == []  # no annotation
+    assert dcgm.pod_samples(_pod("{}", phase="Pending"), {}) == []
+    assert dcgm.pod_samples(_pod("not json"), {}) == []
+    assert dcgm.pod_samples(_pod('{"DCGM_FI_DEV_GPU_UTIL": 1}', limits={"cpu": "1"}), {}) == []
+
+
+def test_a_mig_slice_has_the_mig_labels():
+    pod = _pod(json.dumps({contract.DCGM_ENGINE_ACTIVE: 0.5}),
+               limits={f"{contract.MIG_RESOURCE_PREFIX}3g.40gb": "1"})
+    (sample,) = dcgm.pod_samples(pod, {})
+    assert dict(sample.labels)["GPU_I_PROFILE"] == "3g.40gb" and sample.value == 0.5
+
+
+def test_the_dev_prometheus_scrapes_everything_with_servicemonitor_labels(tmp_path):
+    layout, ports = Layout(tmp_path), Ports()
+    conf = prometheus.config(layout, ports)
+    jobs = {j["job_name"]: j for j in conf["scrape_configs"]}
+    assert set(jobs) == {"jupyterhub", "kueue", "karpenter", "dcgm-exporter"}
+    assert jobs["jupyterhub"]["metrics_path"] == "/hub/metrics"
+    assert jobs["kueue"]["authorization"]["credentials_file"] == str(layout.prometheus_token)
+    exporter = jobs["dcgm-exporter"]
+    assert exporter["honor_labels"] is False
+    assert exporter["static_configs"][0]["labels"]["namespace"] == "gpu-operator"
+    target = prometheus.register_hub(layout, 18081, "secret")
+    assert json.loads(target.read_text()) == [{"targets": ["127.0.0.1:18081"]}]
+    assert layout.prometheus_hub_token.read_text() == "secret"
