@@ -27,6 +27,7 @@ from .diff import MISSING, Drift, compare_objects, field_diffs
 from .gpuoperator import gpu_operator_values
 from .kueueconfig import kueue_configuration
 from .namespaces import HubRef, team_objects
+from .monitoring import dashboard, prometheus_rule
 from .nap import nap_objects
 from .terraform import tfvars
 
@@ -96,6 +97,8 @@ class Bundle:
     terraform_tf: tuple[str, str] | None = None
     gpu_operator: tuple[str, Any] | None = None
     node_auto_provisioning: tuple[str, list] | None = None
+    prometheus_rules: tuple[str, list] | None = None
+    grafana_dashboard: tuple[str, Any] | None = None
     helm_values: list[tuple[str, dict]] = field(default_factory=list)
 
 
@@ -290,3 +293,14 @@ def check_terraform_tf(file: str, tf: str) -> list[Drift]:
         drifts.append(Drift(file, obj, "max_pods", str(MAX_PODS),
                             MISSING if max_pods is None else max_pods, MAX_PODS_WHY))
     return drifts
+
+
+def check_prometheus_rules(platform: Platform, file: str, docs: list) -> list[Drift]:
+    """``config/prometheus-rules.yaml``: the PrometheusRule, rule by rule."""
+    return compare_objects(file, [prometheus_rule(platform)], docs)
+
+
+def check_grafana_dashboard(file: str, found: Any) -> list[Drift]:
+    """``config/grafana-dashboard.json``: the dashboard, field by field."""
+    return [Drift(file, "dashboard", path or "(whole)", want, got)
+            for path, want, got in field_diffs(dashboard(), found)]

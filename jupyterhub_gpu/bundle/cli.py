@@ -18,13 +18,14 @@ import yaml
 from ..parse import load_platform
 from .check import (Bundle, check_device_plugin, check_gpu_operator, check_kueue,
                     check_kueue_configuration, check_node_auto_provisioning,
+                    check_prometheus_rules, check_grafana_dashboard,
                     check_preemption_model, check_team_namespaces, check_terraform_tf,
                     check_terraform_vars)
 from .checkhelm import check_helm
 from .diff import Drift
-from .files import (GENERATED, GPU_OPERATOR_VALUES, HELM_GENERATED, KUEUE_CONFIGURATION,
-                    NODE_AUTO_PROVISIONING, TEAM_NAMESPACES, render_file, render_files,
-                    write_files)
+from .files import (GENERATED, GPU_OPERATOR_VALUES, GRAFANA_DASHBOARD, HELM_GENERATED,
+                    KUEUE_CONFIGURATION, NODE_AUTO_PROVISIONING, PROMETHEUS_RULES,
+                    TEAM_NAMESPACES, render_file, render_files, write_files)
 from .namespaces import HubRef
 from .terraform import BundleError
 
@@ -80,6 +81,8 @@ def _load(args: argparse.Namespace, problems: list[Drift]) -> Bundle:
         terraform_tf=tf_text,
         gpu_operator=read(args.gpu_operator_values, yaml.safe_load),
         node_auto_provisioning=read(args.node_auto_provisioning, _yaml_docs),
+        prometheus_rules=read(args.prometheus_rules, _yaml_docs),
+        grafana_dashboard=read(args.grafana_dashboard, json.loads),
         helm_values=[h for h in helm if h is not None],
     )
 
@@ -110,6 +113,10 @@ def run_checks(platform, bundle: Bundle, hub: HubRef) -> list[Drift]:
         drifts += check_gpu_operator(platform, *bundle.gpu_operator)
     if bundle.node_auto_provisioning:
         drifts += check_node_auto_provisioning(platform, *bundle.node_auto_provisioning)
+    if bundle.prometheus_rules:
+        drifts += check_prometheus_rules(platform, *bundle.prometheus_rules)
+    if bundle.grafana_dashboard:
+        drifts += check_grafana_dashboard(*bundle.grafana_dashboard)
     if bundle.helm_values:
         drifts += check_helm(platform, bundle.helm_values)
     return drifts
@@ -133,7 +140,8 @@ def _check_bundle(args: argparse.Namespace) -> int:
     checked = sum(x is not None for x in (bundle.kueue, bundle.device_plugin,
                                           bundle.kueue_configuration, bundle.team_namespaces,
                                           bundle.terraform_vars, bundle.terraform_tf,
-                                          bundle.gpu_operator, bundle.node_auto_provisioning))
+                                          bundle.gpu_operator, bundle.node_auto_provisioning,
+                                          bundle.prometheus_rules, bundle.grafana_dashboard))
     print(f"check-bundle: OK: {checked + len(bundle.helm_values)} file(s) agree with "
           f"{args.spec} ({len(platform.pools)} pools, {len(platform.teams)} teams, "
           f"{len(platform.profiles)} profiles)")
@@ -179,8 +187,9 @@ def _add_bundle(sub: argparse._SubParsersAction) -> None:
 def _add_check(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check-bundle", help="prove the deployment bundle agrees with the spec",
                        description="Compare the Helm values, Kueue objects, device-plugin "
-                       "config, team namespaces, Terraform, the GPU Operator's values and Node "
-                       "Auto Provisioning's NodePools "
+                       "config, team namespaces, Terraform, the GPU Operator's values, Node "
+                       "Auto Provisioning's NodePools, the Prometheus rules and the Grafana "
+                       "dashboard "
                        "with what SPEC implies: same pools, labels, taints, resource names, "
                        "queues and owners of driver and MIG layout. Prints every "
                        "difference (file, object, field) and exits 1 on any.")
@@ -203,6 +212,10 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--node-auto-provisioning", default=NODE_AUTO_PROVISIONING, metavar="FILE",
                    help="Node Auto Provisioning's NodePools and AKSNodeClasses (default: "
                    f"{NODE_AUTO_PROVISIONING})")
+    p.add_argument("--prometheus-rules", default=PROMETHEUS_RULES, metavar="FILE",
+                   help=f"the PrometheusRule (default: {PROMETHEUS_RULES})")
+    p.add_argument("--grafana-dashboard", default=GRAFANA_DASHBOARD, metavar="FILE",
+                   help=f"the Grafana dashboard (default: {GRAFANA_DASHBOARD})")
     _hub_namespace(p)
     p.set_defaults(func=_check_bundle)
 

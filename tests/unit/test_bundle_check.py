@@ -17,6 +17,7 @@ CLI = [sys.executable, "-m", "jupyterhub_gpu.cli", "check-bundle"]
 BUNDLE = ["config/platform.yaml", "config/kueue.yaml", "config/device-plugin.yaml",
           "config/kueue-configuration.yaml", "config/team-namespaces.yaml",
           "config/gpu-operator-values.yaml", "config/node-auto-provisioning.yaml",
+          "config/prometheus-rules.yaml", "config/grafana-dashboard.json",
           "config/terraform", "helm-values"]
 TAG = "k8s.io_cluster-autoscaler_node-template_"
 OWNER = ("the GPU Operator's MIG manager owns the MIG layout (nvidia.com/mig.config); "
@@ -338,7 +339,7 @@ DRIFTS = {
 def test_committed_bundle_passes(repo_root):
     result = check(repo_root)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout == ("check-bundle: OK: 10 file(s) agree with config/platform.yaml "
+    assert result.stdout == ("check-bundle: OK: 12 file(s) agree with config/platform.yaml "
                              "(5 pools, 3 teams, 5 profiles)\n")
 
 

@@ -136,3 +136,18 @@ def test_the_dev_prometheus_scrapes_everything_with_servicemonitor_labels(tmp_pa
     target = prometheus.register_hub(layout, 18081, "secret")
     assert json.loads(target.read_text()) == [{"targets": ["127.0.0.1:18081"]}]
     assert layout.prometheus_hub_token.read_text() == "secret"
+
+
+def test_check_bundle_names_an_edited_rule_and_dashboard():
+    from jupyterhub_gpu.bundle.check import check_grafana_dashboard, check_prometheus_rules
+
+    platform = load_platform(EXAMPLE)
+    rule = monitoring.prometheus_rule(platform)
+    assert check_prometheus_rules(platform, "rules.yaml", [rule]) == []
+    rule["spec"]["groups"][2]["rules"][0]["expr"] = "vector(1)"
+    (drift,) = check_prometheus_rules(platform, "rules.yaml", [rule])
+    assert drift.field.endswith("rules[0].expr") and drift.found == "vector(1)"
+    board = monitoring.dashboard()
+    assert check_grafana_dashboard("d.json", board) == []
+    board["panels"][0]["targets"][0]["expr"] = "up"
+    assert [d.found for d in check_grafana_dashboard("d.json", board)] == ["up"]
