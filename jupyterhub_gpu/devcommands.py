@@ -31,8 +31,8 @@ _SPEC: Arguments = ((("--spec",), {
     "help": f"platform spec (YAML; default: {DEFAULT_SPEC} in the current directory)"}),)
 DEVCLUSTER_ACTIONS: tuple[tuple[str, str, str, Arguments], ...] = (
     ("build", "build the control-plane binaries with go",
-     "Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, Kueue and "
-     "Karpenter (kwok provider) from the Go module proxy into the cache "
+     "Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, Kueue, "
+     "Karpenter (kwok provider), Prometheus and promtool from the Go module proxy into the cache "
      "(~/.cache/jupyterhub-gpu). Cold builds take tens of minutes.",
      ((("--force",), {"action": "store_true", "help": "rebuild even if already built"}),)),
     ("up", "start the dev cluster for a platform spec",
@@ -41,11 +41,14 @@ DEVCLUSTER_ACTIONS: tuple[tuple[str, str, str, Arguments], ...] = (
      "RoleBindings and NetworkPolicies, minNodes static fake nodes per pool, the spec's "
      "Kueue objects and a Karpenter NodePool per pool, which adds nodes up to maxNodes when "
      "notebooks need them and removes them once empty. Kueue runs the bundle's "
-     "Configuration with the dev cluster's local addresses. Prints the kubeconfig path "
-     "when ready.", _SPEC + _STATE),
+     "Configuration with the dev cluster's local addresses. Prometheus scrapes the hubs "
+     "the demo and the tests start, Kueue, Karpenter and a DCGM exporter for the fake "
+     "GPUs, and evaluates the bundle's rules (docs/dcgm-exporter.md). Prints the "
+     "kubeconfig path when ready.", _SPEC + _STATE),
     ("down", "stop the dev cluster",
      "Stop every process `up` started (checked by pid, command line and start time) and "
-     "delete the etcd data. Logs, certificates and the kubeconfig are kept.", _STATE),
+     "delete the etcd and Prometheus data. Logs, certificates and the kubeconfig are "
+     "kept.", _STATE),
     ("status", "show the dev cluster's components and health",
      "Show the kubeconfig path and each component's pid and health. Exit status 0 if "
      "everything is healthy, 3 otherwise.", _STATE),
