@@ -232,7 +232,7 @@ def test_unknown_top_level_field(example_spec):
     assert info.value.errors == [
         "spec: profile: unknown field; allowed: pools, teams, priorities, profiles, "
         "checkpointStorage, groupIds, cpuIdleTimeout, gpuServersPerUser, jobProfiles, "
-        "jobsPerUser"]
+        "jobsPerUser, monitoring"]
 
 
 def test_unreadable_and_unparsable_files(tmp_path):
