@@ -16,7 +16,7 @@ by ``exported_pod``/``exported_namespace``: :func:`_pod_labels` folds both into
 
 from __future__ import annotations
 
-from ..contract import DCGM_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_PERCENT_FACTOR
+from ..contract import DCGM_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_PERCENT_FACTOR, NVIDIA_PREFIX
 from ..spec import Platform
 
 API_VERSION = "monitoring.coreos.com/v1"
@@ -102,7 +102,7 @@ def _alert(name: str, expr: str, for_: str, summary: str, description: str,
 
 def alert_rules(platform: Platform) -> list[dict]:
     m = platform.monitoring
-    gpu_resources = 'resource_type=~"nvidia.com/.+"'
+    gpu_resources = f'resource_type=~"{NVIDIA_PREFIX}.+"'
     alerts = [
         _alert("JupyterhubGpuUtilizationUnderTarget",
                f"avg_over_time({POOL_UTIL}[{WINDOW}]) < {m.gpu_utilization_target_percent:g}",

@@ -29,6 +29,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..contract import RBAC_API_VERSION, RBAC_GROUP
 from .components import Component, Health
 from .layout import HOST, Layout, Ports
 
@@ -92,12 +93,12 @@ def dcgm_exporter(layout: Layout, ports: Ports) -> Component:
 def rbac() -> list[dict]:
     """The ServiceAccount Prometheus scrapes Kueue as, and its right to ``/metrics``."""
     namespace, name = SERVICE_ACCOUNT
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    role = {"apiVersion": RBAC_API_VERSION, "kind": "ClusterRole",
             "metadata": {"name": "devcluster-prometheus"},
             "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+    binding = {"apiVersion": RBAC_API_VERSION, "kind": "ClusterRoleBinding",
                "metadata": {"name": "devcluster-prometheus"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+               "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole",
                            "name": "devcluster-prometheus"},
                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}
     return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
