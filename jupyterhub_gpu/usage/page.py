@@ -30,7 +30,7 @@ class Report:
     teams: tuple[fg.Total, ...]
     profiles: tuple[fg.Total, ...]
     users: tuple[fg.Total, ...]
-    daily: tuple[fg.Total, ...]
+    daily: tuple[fg.Total, ...]  # the days with GPU-hours
     waits: tuple[fg.Wait, ...]
     disruptions: fg.Disruptions
     culls: fg.Culls
@@ -48,7 +48,8 @@ def report(rows: Sequence[Usage], viewer: Viewer, selection: Selection, window: 
     teams = fg.by_team(rows, window)
     shown = {t.name for t in teams}
     return Report(viewer, selection, window, days, teams, fg.by_profile(rows, window),
-                  fg.by_user(rows, window), fg.by_day(rows, window),
+                  fg.by_user(rows, window),
+                  tuple(d for d in fg.by_day(rows, window) if d.count),  # days with usage
                   fg.queue_waits(rows, window), fg.disruptions(rows, window, spot),
                   fg.culls(rows, window, max_ages), fg.training_runs(rows, window), telemetry,
                   tuple((t.name, t.namespace) for t in platform.teams if t.name in shown))
