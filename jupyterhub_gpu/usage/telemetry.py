@@ -34,29 +34,38 @@ class Telemetry:
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
-def _namespace_matcher(namespaces: tuple[str, ...]) -> str:
-    """A label matcher for ``namespaces`` (names, so nothing to escape in the regex)."""
+def _check_namespaces(namespaces: tuple[str, ...]) -> str:
+    """``namespaces`` as a regex alternation (names: nothing to escape)."""
     for n in namespaces:
         if not _NAMESPACE.fullmatch(n):
             raise ValueError(f"not a namespace name: {n!r}")
-    return f'namespace=~"{"|".join(sorted(namespaces))}"'
+    return "|".join(sorted(namespaces))
+
+
+def _per_namespace(func: str, metric: str, alternation: str, window_seconds: int) -> str:
+    """``func`` of every series of the pods in the namespaces, summed per namespace.
+
+    The pod's namespace is ``exported_namespace`` when Prometheus scraped the exporter
+    with ``honorLabels: false`` (``namespace`` is then the exporter's), else ``namespace``
+    (docs/dcgm-exporter.md): the two selectors never match the same series."""
+    moved = (f'label_replace({func}({metric}{{exported_namespace=~"{alternation}"}}'
+             f'[{window_seconds}s]), "namespace", "$1", "exported_namespace", "(.+)")')
+    own = f'{func}({metric}{{namespace=~"{alternation}"}}[{window_seconds}s])'
+    return f"sum by (namespace) ({moved} or {own})"
 
 
 def utilization_query(metric: str, namespaces: tuple[str, ...], window_seconds: int) -> str:
     """Mean of ``metric`` (in percent) per namespace over the last ``window_seconds``,
-    over every sample of every GPU of the namespaces' pods.
-
-    E.g. ``sum by (namespace) (sum_over_time(DCGM_FI_DEV_GPU_UTIL{namespace=~"a|b"}[3600s]))
-    * 1 / sum by (namespace) (count_over_time(DCGM_FI_DEV_GPU_UTIL{namespace=~"a|b"}[3600s]))``
-    """
+    over every sample of every GPU of the namespaces' pods: the sum of the samples
+    over their count, per namespace."""
     if metric not in METRICS:
         raise ValueError(f"unknown GPU metric {metric!r}; valid: {', '.join(METRICS)}")
     if not namespaces or window_seconds <= 0:
         raise ValueError("a utilization query needs namespaces and a positive window")
-    selector = f"{metric}{{{_namespace_matcher(namespaces)}}}[{window_seconds}s]"
-    factor = METRICS[metric]
-    return (f"sum by (namespace) (sum_over_time({selector})) * {factor:g} / "
-            f"sum by (namespace) (count_over_time({selector}))")
+    alternation = _check_namespaces(namespaces)
+    return (f"{_per_namespace('sum_over_time', metric, alternation, window_seconds)} "
+            f"* {METRICS[metric]:g} / "
+            f"{_per_namespace('count_over_time', metric, alternation, window_seconds)}")
 
 
 def parse_utilization(data: Any) -> dict[str, float]:

@@ -152,9 +152,11 @@ def test_a_forged_selection_shows_nothing_it_may_not(spec, selection):
 
 def test_utilization_query_and_answer():
     q = utilization_query("DCGM_FI_DEV_GPU_UTIL", ("ns-b", "ns-a"), 3600)
-    assert q == ('sum by (namespace) (sum_over_time(DCGM_FI_DEV_GPU_UTIL{namespace=~"ns-a|ns-b"}'
-                 '[3600s])) * 1 / sum by (namespace) (count_over_time(DCGM_FI_DEV_GPU_UTIL'
-                 '{namespace=~"ns-a|ns-b"}[3600s]))')
+    per_ns = ('sum by (namespace) (label_replace({f}(DCGM_FI_DEV_GPU_UTIL{{exported_namespace=~'
+              '"ns-a|ns-b"}}[3600s]), "namespace", "$1", "exported_namespace", "(.+)") or '
+              '{f}(DCGM_FI_DEV_GPU_UTIL{{namespace=~"ns-a|ns-b"}}[3600s]))')
+    assert q == (per_ns.format(f="sum_over_time") + " * 1 / "
+                 + per_ns.format(f="count_over_time"))
     assert "* 100 /" in utilization_query("DCGM_FI_PROF_GR_ENGINE_ACTIVE", ("a",), 60)
     with pytest.raises(ValueError, match="namespace"):
         utilization_query("DCGM_FI_DEV_GPU_UTIL", ('a"}) or vector(1',), 60)
