@@ -13,6 +13,8 @@ from traitlets.config import Configurable
 DEFAULT_FILE = "jupyterhub-gpu-usage.sqlite"
 #: the longest reporting period the usage page offers, in days
 MAX_DAYS = 366
+#: the period it shows unless the viewer picks one, in days
+DEFAULT_DAYS = 30
 
 
 def default_url(directory: str | None = None) -> str:
@@ -59,7 +61,7 @@ class UsagePage(Configurable):
     ).tag(config=True)
 
     default_days = Int(
-        30,
+        DEFAULT_DAYS,
         help="""The reporting period the page shows unless the viewer picks another
         (``?days=N``, 1 to 366), in days up to now.
 

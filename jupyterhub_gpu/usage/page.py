@@ -159,11 +159,13 @@ def _culls(r: Report) -> str:
 
 def _utilization(r: Report) -> str:
     if r.telemetry.error:
-        return f'<p class="notice" data-telemetry="none">No GPU telemetry: {escape(r.telemetry.error)}.</p>'
+        return (f'<p class="notice" data-telemetry="none">No GPU telemetry: '
+                f'{escape(r.telemetry.error)}.</p>')
     rows = [(team, (("percent", _n(r.telemetry.by_namespace[ns], 1)),))
             for team, ns in r.team_namespaces if ns in r.telemetry.by_namespace]
     if not rows:
-        return '<p class="notice" data-telemetry="none">No GPU telemetry for these teams in this period.</p>'
+        return ('<p class="notice" data-telemetry="none">No GPU telemetry for these teams '
+                'in this period.</p>')
     chart = bars("GPU utilization (%)", [(t, float(c[0][1])) for t, c in rows], " %")
     return chart + _table("utilization", ("team", "mean GPU utilization (%)"), rows)
 

@@ -37,7 +37,7 @@ from ..specsource import SpecSource
 from . import figures as fg
 from . import telemetry
 from .access import NotVisible, Selection, Viewer, visible
-from .config import MAX_DAYS, UsageLedger, UsagePage
+from .config import DEFAULT_DAYS, MAX_DAYS, UsageLedger, UsagePage
 from .ledger import Ledger
 from .page import Report, report, to_csv, to_html
 
@@ -57,8 +57,8 @@ class Usage:
         platform = self.source.current()
         viewer = Viewer.of(model, platform)
         selection.check(viewer)
-        rows = visible(await self.ledger.rows(), viewer, selection)
         window = fg.Window.last_days(days, datetime.now(timezone.utc))
+        rows = visible(await self.ledger.rows(since=window.start), viewer, selection)
         namespaces = tuple(sorted({t.namespace for t in platform.teams
                                    if any(u.team == t.name for u in rows)}))
         telemetry_ = (await telemetry.fetch(self.prometheus_url, namespaces,
@@ -129,7 +129,8 @@ def make_app(usage: Usage, prefix: str, hub_auth: HubOAuth) -> web.Application:
 
 
 def usage_service(platform_file: str, url: str, usage_db_url: str, *,
-                  prometheus_url: str = "", default_days: int = 30, bind: str | None = None,
+                  prometheus_url: str = "", default_days: int = DEFAULT_DAYS,
+                  bind: str | None = None,
                   python: str = sys.executable) -> dict:
     """The ``c.JupyterHub.services`` entry: a managed service the hub starts, listening
     on ``url``'s port (on ``bind`` if given, else ``url``'s host)."""
@@ -170,7 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--spec", default=os.environ.get(ENV_PLATFORM_FILE))
     parser.add_argument("--usage-db-url", default=os.environ.get(ENV_USAGE_DB_URL))
     parser.add_argument("--prometheus-url", default=os.environ.get(ENV_PROMETHEUS_URL))
-    parser.add_argument("--days", type=int, default=int(os.environ.get(ENV_USAGE_DAYS, 30)))
+    parser.add_argument("--days", type=int,
+                        default=int(os.environ.get(ENV_USAGE_DAYS, DEFAULT_DAYS)))
     args = parser.parse_args(argv)
     if not args.spec or not args.usage_db_url:
         parser.error(f"needs the spec and the ledger (${ENV_PLATFORM_FILE}, "

@@ -108,7 +108,8 @@ def _open(browser, url: str) -> str:
 # service's XSRF token (JupyterHub's rule for services)
 _FETCH = """const done = arguments[arguments.length - 1];
 const xsrf = (document.cookie.match(/(?:^|; )_xsrf=([^;]*)/) || [])[1] || "";
-fetch(arguments[0], {headers: {"X-XSRFToken": decodeURIComponent(xsrf)}}).then(r => r.text().then(t => done([r.status, t])))
+fetch(arguments[0], {headers: {"X-XSRFToken": decodeURIComponent(xsrf)}})
+  .then(r => r.text().then(t => done([r.status, t])))
   .catch(e => done([0, String(e)]));"""
 
 

@@ -4,7 +4,6 @@ asks, the HTML and CSV it answers, and the service entry in the hub's config."""
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 from datetime import datetime, timedelta, timezone
 
@@ -24,7 +23,8 @@ from jupyterhub_gpu.usage.service import add_usage_service
 from jupyterhub_gpu.usage.telemetry import Telemetry, parse_utilization, utilization_query
 
 T0 = datetime(2026, 3, 2, 22, 0, tzinfo=timezone.utc)
-WINDOW = fg.Window(datetime(2026, 3, 1, tzinfo=timezone.utc), datetime(2026, 3, 4, tzinfo=timezone.utc))
+WINDOW = fg.Window(datetime(2026, 3, 1, tzinfo=timezone.utc),
+                   datetime(2026, 3, 4, tzinfo=timezone.utc))
 
 
 def row(key, *, team="a", user="ann", profile="t4", units=1, price=2.0, run_h=1.0, wait=60.0,
@@ -208,4 +208,3 @@ def test_service_entry_and_scope():
 def test_default_days_is_checked():
     with pytest.raises(TraitError, match="1 to 366"):
         UsagePage(default_days=0)
-    assert dataclasses.is_dataclass(fg.Window)
