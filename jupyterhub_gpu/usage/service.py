@@ -110,7 +110,7 @@ class CsvHandler(_Handler):
     @web.authenticated
     async def get(self) -> None:
         self.set_header("Content-Type", "text/csv; charset=utf-8")
-        self.set_header("Content-Disposition", 'attachment; filename="gpu-usage.csv"')
+        self.set_header("Content-Disposition", f'attachment; filename="{USAGE_SERVICE_NAME}.csv"')
         self.finish(to_csv(await self._report()))
 
 
