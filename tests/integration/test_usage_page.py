@@ -172,3 +172,5 @@ async def test_each_viewer_sees_their_share_and_the_ledgers_numbers(hub, browser
     status, body = await asyncio.to_thread(_fetch, browser, USAGE_CSV_PATH + "?user=alice")
     assert status == 403 and "alice," not in body
     assert await asyncio.to_thread(_csv, browser, "?user=bob") == bob
+    status, body = await asyncio.to_thread(_fetch, browser, USAGE_CSV_PATH + "?days=0")
+    assert status == 400 and "days must be a whole number from 1 to 366" in body
