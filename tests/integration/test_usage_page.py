@@ -123,7 +123,8 @@ def _view(browser, user: str, shot: str | None) -> dict[str, str]:
     _open(browser, PAGE)
     browser.wait(lambda: browser.css("#scope"), what="the usage page")
     if shot:
-        browser.driver.set_window_size(1280, 1900)
+        height = browser.driver.execute_script("return document.documentElement.scrollHeight")
+        browser.driver.set_window_size(1280, height + 140)  # the whole page
         browser.shot(shot)
         browser.driver.set_window_size(1280, 800)
     return _shown(browser)
