@@ -250,6 +250,19 @@ ENV_JOBS_URL = ENV_PREFIX + "JOBS_URL"
 #: the service's settings (its environment): the address it listens on
 ENV_JOBS_BIND = ENV_PREFIX + "JOBS_BIND"
 
+# -- the usage page (:mod:`jupyterhub_gpu.usage.service`), a JupyterHub service -------
+
+#: its name as a hub service: the proxy serves it under ``/services/gpu-usage/``
+USAGE_SERVICE_NAME = "gpu-usage"
+#: the scope a user needs to open it (every user has it: the page shows each their share)
+USAGE_ACCESS_SCOPE = f"access:services!service={USAGE_SERVICE_NAME}"
+#: the CSV export, under the service's prefix
+USAGE_CSV_PATH = "usage.csv"
+#: the service's settings (its environment): the address it listens on; the default
+#: reporting period in days
+ENV_USAGE_BIND = ENV_PREFIX + "USAGE_BIND"
+ENV_USAGE_DAYS = ENV_PREFIX + "USAGE_DAYS"
+
 # -- the notebook server's own API (:mod:`jupyterhub_gpu.cull.server_ext`) -----------
 
 CULL_API_PATH = PREFIX + "api/cull"

@@ -137,6 +137,7 @@ def _team(errors: list[str], data: Any, index: int) -> Team | None:
         cohort=s.get("cohort", read_name(DNS_LABEL, "a DNS label")),
         borrowing_limit=s.get("borrowingLimit", read_counts),
         lending_limit=s.get("lendingLimit", read_counts),
+        lead_groups=s.get("leadGroups", read_names),
     )
     return team if len(errors) == n_errors else None
 

@@ -191,6 +191,8 @@ class Team:
     cohort: str = "jupyterhub-gpu"
     borrowing_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     lending_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # JupyterHub groups whose members see the whole team's usage (the usage page)
+    lead_groups: tuple[str, ...] = ()
 
     @property
     def local_queue(self) -> str:
@@ -376,6 +378,10 @@ class Platform:
     def team_for(self, groups: frozenset[str] | set[str]) -> Team | None:
         """The first team (in spec order) that one of ``groups`` belongs to."""
         return next((t for t in self.teams if set(t.groups) & set(groups)), None)
+
+    def teams_led_by(self, groups: frozenset[str] | set[str]) -> tuple[Team, ...]:
+        """The teams whose ``leadGroups`` one of ``groups`` is in."""
+        return tuple(t for t in self.teams if set(t.lead_groups) & set(groups))
 
     def profiles_for(self, groups: frozenset[str] | set[str]) -> tuple[Profile, ...]:
         """The profiles a user in ``groups`` may start (none without a team)."""

@@ -42,7 +42,7 @@ SCHEMA: dict[str, tuple[type, dict[str, str]]] = {
     "daemonsetOverhead": (DaemonsetOverhead, {"cpu": "cpu", "memory": "memory_bytes"}),
     "team": (Team, {"name": "name", "groups": "groups", "namespace": "namespace",
                     "quota": "quota", "cohort": "cohort", "borrowingLimit": "borrowing_limit",
-                    "lendingLimit": "lending_limit"}),
+                    "lendingLimit": "lending_limit", "leadGroups": "lead_groups"}),
     "priority": (Priority, {"name": "name", "value": "value", "description": "description",
                             "preemptible": "preemptible"}),
     "profile": (Profile, {"slug": "slug", "displayName": "display_name",

@@ -189,6 +189,7 @@ def _group_refs(platform: Platform, declared: set[str]) -> Iterator[str]:
     if not declared:
         return
     uses = [(f"team {t.name!r}: groups", t.groups) for t in platform.teams]
+    uses += [(f"team {t.name!r}: leadGroups", t.lead_groups) for t in platform.teams]
     uses += [(f"{p.kind} {p.slug!r}: allowedGroups", p.allowed_groups)
              for p in platform.all_profiles]
     for label, groups in uses:

@@ -39,6 +39,8 @@ SINGLEUSER_PORT = 8888
 HUB_PORT = 8081
 #: the gpu-jobs service in the hub pod (helm-values/values.yaml: hub.service.extraPorts)
 JOBS_PORT = 10101
+#: the gpu-usage page's port in the hub pod (only the proxy calls it; helm-values/values.yaml)
+USAGE_PORT = 10102
 
 _READ = ["get", "list", "watch"]
 HUB_RULES: tuple[dict, ...] = (

@@ -149,6 +149,9 @@ FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
                    "borrow each other's unused quota."),
         "borrowingLimit": ("pool -> integer", "Most units borrowed per pool."),
         "lendingLimit": ("pool -> integer", "Most units lent per pool."),
+        "leadGroups": ("list of strings", "JupyterHub groups whose members see the whole "
+                       "team's usage and costs on the usage page (admin guide, Costs and "
+                       "utilization); they need not be in `groups`."),
     },
     "priority": {
         "name": ("DNS label", "WorkloadPriorityClass name."),
@@ -267,6 +270,7 @@ WORDS: dict[tuple[str, str], str | Parameter] = {
     ("sharing", "replicas"): Parameter.REPLICAS,
     ("team", "borrowingLimit"): "unlimited",
     ("team", "lendingLimit"): "unlimited",
+    ("team", "leadGroups"): "none",
     ("profile", "allowedGroups"): "every team member",
     ("profile", "pools"): "`pool` only",
     ("profile", "checkpoint"): "off",
@@ -406,6 +410,14 @@ def _usage_ledger_traits() -> str:
     """The usage ledger's setting (``c.UsageLedger``), shared by the hub and the jobs service."""
     from ..usage.config import UsageLedger
 
+    from ..usage.config import UsagePage
+
     trait = UsageLedger.class_traits()["db_url"]
-    return ("## The usage ledger (`c.UsageLedger`)\n\n### `db_url`\n\nType `Unicode`, "
-            f"default: SQLite in the hub's working directory.\n\n```text\n{_help(trait)}\n```\n")
+    out = ["## The usage ledger (`c.UsageLedger`)\n\n### `db_url`\n\nType `Unicode`, "
+           f"default: SQLite in the hub's working directory.\n\n```text\n{_help(trait)}\n```\n",
+           "## The usage page (`c.UsagePage`)\n\nRead by `add_usage_service` "
+           "(admin guide, Costs and utilization).\n"]
+    for name, trait in sorted(UsagePage.class_own_traits(config=True).items()):
+        out.append(f"### `{name}`\n\nType `{type(trait).__name__}`, default "
+                   f"`{trait.default()!r}`.\n\n```text\n{_help(trait)}\n```\n")
+    return "\n".join(out)

@@ -121,6 +121,15 @@ class PrometheusClient:
         body = await self._post("/api/v1/query_range", params)
         return UsageSnapshot(end, step, MappingProxyType(parse_matrix(body, self.scale)))
 
+    async def instant(self, query: str, at: datetime) -> Any:
+        """The answer (``data``) of instant query ``query`` at ``at``; raises
+        PrometheusError."""
+        body = await self._post("/api/v1/query", {"query": query, "time": f"{at.timestamp():.3f}"})
+        if not isinstance(body, dict) or body.get("status") != "success":
+            error = body.get("error") if isinstance(body, dict) else None
+            raise PrometheusError(f"query failed: {error or 'not a Prometheus API answer'}")
+        return body.get("data")
+
     def _headers(self) -> dict[str, str]:
         if not self.token_file:
             return {}

@@ -57,6 +57,12 @@ from jupyterhub_gpu.jobs.config import add_jobs_service  # noqa: E402
 
 add_jobs_service(c, os.environ[ENV_DEMO_SPEC], f"http://127.0.0.1:{c.JupyterHub.hub_port + 10}",
                  job_annotations={RUN_FOR_ANNOTATION: os.environ.get(ENV_DEMO_JOB_RUN_FOR, "60s")})
+
+# The usage page (GPU-hours, costs, queue waits...) on the hub's port + 11, under
+# /services/gpu-usage/; no Prometheus here, so it says "no GPU telemetry".
+from jupyterhub_gpu.usage.service import add_usage_service  # noqa: E402
+
+add_usage_service(c, os.environ[ENV_DEMO_SPEC], f"http://127.0.0.1:{c.JupyterHub.hub_port + 11}")
 c.ConfigurableHTTPProxy.command = [os.environ[ENV_DEMO_CHP]]
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{}".format(
     os.environ.get(ENV_DEMO_PROXY_API_PORT, "8001"))
@@ -68,6 +74,8 @@ DEMO_GROUPS = {
     "data-science": ["alice", "dave"],
     "ml-eng": ["bob", "dave"],
     "experimentation": ["carol"],
+    # a team lead (a spec's teams[].leadGroups names it): sees the team on the usage page
+    "data-science-leads": ["erin"],
 }
 c.JupyterHub.load_groups = {g: {"users": users} for g, users in DEMO_GROUPS.items()}
 c.Authenticator.allowed_users = {u for users in DEMO_GROUPS.values() for u in users}

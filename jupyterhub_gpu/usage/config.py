@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import os
 
-from traitlets import Unicode, default
+from traitlets import Int, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
 #: the ledger's SQLite file, next to JupyterHub's ``jupyterhub.sqlite``
 DEFAULT_FILE = "jupyterhub-gpu-usage.sqlite"
+#: the longest reporting period the usage page offers, in days
+MAX_DAYS = 366
+#: the period it shows unless the viewer picks one, in days
+DEFAULT_DAYS = 30
 
 
 def default_url(directory: str | None = None) -> str:
@@ -39,3 +43,37 @@ class UsageLedger(Configurable):
     @default("db_url")
     def _db_url_default(self) -> str:
         return default_url()
+
+
+class UsagePage(Configurable):
+    """The ``gpu-usage`` service's settings (:func:`jupyterhub_gpu.usage.service.add_usage_service`
+    reads them from the hub's config and passes them to the service)."""
+
+    prometheus_url = Unicode(
+        "",
+        help="""Prometheus (HTTP API) with the DCGM exporter's metrics, for the page's
+        "utilization of billed GPU-hours". Empty: the page says "no GPU telemetry".
+
+        Example::
+
+            c.UsagePage.prometheus_url = "http://prometheus-server.monitoring.svc.cluster.local"
+        """,
+    ).tag(config=True)
+
+    default_days = Int(
+        DEFAULT_DAYS,
+        help="""The reporting period the page shows unless the viewer picks another
+        (``?days=N``, 1 to 366), in days up to now.
+
+        Example::
+
+            c.UsagePage.default_days = 7
+        """,
+    ).tag(config=True)
+
+    @validate("default_days")
+    def _check_days(self, proposal):
+        if not 1 <= proposal["value"] <= MAX_DAYS:
+            raise TraitError(f"UsagePage.default_days must be 1 to {MAX_DAYS}, "
+                             f"got {proposal['value']}")
+        return proposal["value"]

@@ -217,18 +217,23 @@ class Ledger:
         return await asyncio.get_running_loop().run_in_executor(
             self._thread, self.record_sync, new)
 
-    def rows_sync(self, kind: Kind | None = None) -> list[Usage]:
-        """Every row (of ``kind``), oldest request first."""
+    def rows_sync(self, kind: Kind | None = None, since: datetime | None = None) -> list[Usage]:
+        """Every row (of ``kind``; with ``since``, of those requested or still open at
+        ``since`` or later), oldest request first."""
         self._ready()
         query = sa.select(USAGE).order_by(USAGE.c.requested_at, USAGE.c.key)
         if kind is not None:
             query = query.where(USAGE.c.kind == str(kind))
+        if since is not None:
+            since = _utc(since)
+            query = query.where(sa.or_(USAGE.c.stopped_at.is_(None), USAGE.c.stopped_at >= since,
+                                       USAGE.c.requested_at >= since))
         with self.engine.connect() as conn:
             return [_from_row(r) for r in conn.execute(query)]
 
-    async def rows(self, kind: Kind | None = None) -> list[Usage]:
+    async def rows(self, kind: Kind | None = None, since: datetime | None = None) -> list[Usage]:
         return await asyncio.get_running_loop().run_in_executor(
-            self._thread, self.rows_sync, kind)
+            self._thread, self.rows_sync, kind, since)
 
     def open_keys_sync(self, kind: Kind) -> list[str]:
         """The keys of rows of ``kind`` not stopped yet."""

@@ -113,6 +113,8 @@ def test_group_ids_are_checked(example_spec):
         f"groupIds: extra: object ID {UNRELATED.upper()} is also 'ml-eng'",
         "team 'experimentation': groups: 'experimentation' has no object ID in groupIds, "
         "so no token can carry it; known: data-science, extra, ml-eng",
+        "team 'data-science': leadGroups: 'data-science-leads' has no object ID in "
+        "groupIds, so no token can carry it; known: data-science, extra, ml-eng",
         "profile 'a100-spot': allowedGroups: 'experimentation' has no object ID in "
         "groupIds, so no token can carry it; known: data-science, extra, ml-eng",
     ]

@@ -134,11 +134,47 @@ def test_the_chart_runs_the_jobs_service_where_notebooks_reach_it(example_spec_p
         "FROM_EXTRA_ENV": "1",
         ENV_JOBS_URL: f"http://hub.jupyterhub.svc.cluster.local:{JOBS_PORT}/services/gpu-jobs/"}
     assert JOBS_ACCESS_SCOPE in c.KubeSpawner.server_token_scopes
-    assert {"name": "user", "scopes": ["self", JOBS_ACCESS_SCOPE]} in c.JupyterHub.load_roles
-    assert values["hub"]["service"]["extraPorts"] == [
-        {"name": "gpu-jobs", "port": JOBS_PORT, "targetPort": JOBS_PORT}]
+    (user,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
+    assert JOBS_ACCESS_SCOPE in user["scopes"] and "self" in user["scopes"]
+    assert {"name": "gpu-jobs", "port": JOBS_PORT,
+            "targetPort": JOBS_PORT} in values["hub"]["service"]["extraPorts"]
     assert any(p == {"port": JOBS_PORT} for rule in values["hub"]["networkPolicy"]["ingress"]
                for p in rule["ports"])
     team = load_platform(example_spec_path).teams[0]
     (to_hub, *_) = network_policy(team, HubRef())["spec"]["egress"]
     assert {"port": JOBS_PORT} in to_hub["ports"]
+
+
+def test_the_chart_runs_the_usage_page_where_the_proxy_reaches_it(example_spec_path,
+                                                                 monkeypatch):
+    """The gpu-usage service listens in the hub pod on a port the hub Service adds and
+    the hub's NetworkPolicy opens to the proxy alone; every user may open it; it reads
+    the same ledger and Prometheus as the hub and the culler."""
+    from traitlets.config import Config
+
+    from jupyterhub_gpu.bundle.namespaces import USAGE_PORT
+    from jupyterhub_gpu.contract import (ENV_PROMETHEUS_URL, ENV_USAGE_DB_URL,
+                                         USAGE_ACCESS_SCOPE, USAGE_SERVICE_NAME)
+    from jupyterhub_gpu.usage.config import UsageLedger
+
+    values = _load(REPO / "helm-values" / "values.yaml")
+    source = values["hub"]["extraConfig"]["00-jupyterhub-gpu"].replace(
+        "/etc/jupyterhub-gpu/platform.yaml", str(example_spec_path))
+    monkeypatch.setenv("POD_NAMESPACE", "jupyterhub")
+    monkeypatch.setenv("JUPYTERHUB_GPU_PROMETHEUS_URL", values["hub"]["extraEnv"][
+        "JUPYTERHUB_GPU_PROMETHEUS_URL"])
+    c = Config()
+    exec(source, {"c": c, "get_name": lambda name: name,
+                  "get_name_env": lambda name, suffix="": "8081"})
+    (service,) = [s for s in c.JupyterHub.services if s["name"] == USAGE_SERVICE_NAME]
+    assert service["url"] == f"http://hub.jupyterhub.svc.cluster.local:{USAGE_PORT}"
+    env = service["environment"]
+    assert env[ENV_USAGE_DB_URL] == UsageLedger(config=c).db_url
+    assert env[ENV_PROMETHEUS_URL] == values["hub"]["extraEnv"]["JUPYTERHUB_GPU_PROMETHEUS_URL"]
+    (user,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
+    assert USAGE_ACCESS_SCOPE in user["scopes"]
+    assert {"name": USAGE_SERVICE_NAME, "port": USAGE_PORT,
+            "targetPort": USAGE_PORT} in values["hub"]["service"]["extraPorts"]
+    (rule,) = [r for r in values["hub"]["networkPolicy"]["ingress"]
+               if {"port": USAGE_PORT} in r["ports"]]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"component": "proxy"}}}]

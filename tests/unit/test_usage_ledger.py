@@ -449,3 +449,18 @@ async def test_a_platform_stop_lands_with_its_reason(make_spawner, tmp_path, pla
     await hub.settle()
     rows = {r.key: r.stop_reason for r in await ledger.rows()}
     assert rows == {f"pod:{uid}": expected for uid, (_, _, expected) in cases.items()}
+
+
+def test_rows_of_a_period(ledger):
+    """The usage page reads only the rows of its period: requested in it, stopped in
+    it, or still open."""
+    now = datetime(2026, 3, 10, tzinfo=timezone.utc)
+    since = now - timedelta(days=7)
+    day = timedelta(days=1)
+    for key, requested, stopped in (("old", now - 20 * day, now - 19 * day),
+                                    ("over-the-start", since - day, since + day / 24),
+                                    ("open", now - 30 * day, None),
+                                    ("new", now - day, now)):
+        ledger.record_sync(Usage(key, Kind.SESSION, requested_at=requested, stopped_at=stopped))
+    assert [u.key for u in ledger.rows_sync(since=since)] == ["open", "over-the-start", "new"]
+    assert len(ledger.rows_sync()) == 4

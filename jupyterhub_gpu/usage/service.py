@@ -1,0 +1,196 @@
+"""The hub service ``gpu-usage``: the usage page and its CSV, behind the hub's OAuth.
+
+Under the service's prefix (``/services/gpu-usage/``):
+
+* ``GET ./``: the page (figures as inline-SVG charts and tables);
+* ``GET ./usage.csv``: the same numbers as CSV (``figure,name,measure,value``).
+
+Both take ``days`` (the period up to now, 1 to 366), ``team`` and ``user`` (narrow to
+one team or user). Who sees what: :mod:`.access` (admins everything, a team's
+``leadGroups`` their team, everyone their own); a narrowing outside that is answered
+403 and shows nothing. The viewer's name, admin flag and groups come from the hub
+(``GET /hub/api/user``, which every token may call about its owner).
+
+Run as a managed service by :func:`add_usage_service`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import secrets
+import sys
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import urlparse
+
+from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, HubOAuthenticated
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from ..contract import (ENV_PLATFORM_FILE, ENV_PROMETHEUS_URL, ENV_SERVICE_PREFIX,
+                        ENV_SERVICE_URL, ENV_USAGE_BIND, ENV_USAGE_DAYS, ENV_USAGE_DB_URL,
+                        USAGE_ACCESS_SCOPE, USAGE_CSV_PATH, USAGE_SERVICE_NAME)
+from ..specsource import SpecSource
+from . import figures as fg
+from . import telemetry
+from .access import NotVisible, Selection, Viewer, visible
+from .config import DEFAULT_DAYS, MAX_DAYS, UsageLedger, UsagePage
+from .ledger import Ledger
+from .page import Report, report, to_csv, to_html
+
+log = logging.getLogger("jupyterhub_gpu.usage")
+
+
+class Usage:
+    """The service's state: the live spec, the ledger, where telemetry comes from."""
+
+    def __init__(self, platform_file: str, ledger: Ledger, prometheus_url: str | None,
+                 default_days: int):
+        self.source, self.ledger = SpecSource.shared(platform_file), ledger
+        self.prometheus_url, self.default_days = prometheus_url, default_days
+
+    async def report(self, model: dict, selection: Selection, days: int) -> Report:
+        """What ``model``'s user may see of ``selection`` (raises NotVisible)."""
+        platform = self.source.current()
+        viewer = Viewer.of(model, platform)
+        selection.check(viewer)
+        window = fg.Window.last_days(days, datetime.now(timezone.utc))
+        rows = visible(await self.ledger.rows(since=window.start), viewer, selection)
+        namespaces = tuple(sorted({t.namespace for t in platform.teams
+                                   if any(u.team == t.name for u in rows)}))
+        telemetry_ = (await telemetry.fetch(self.prometheus_url, namespaces,
+                                            int((window.end - window.start).total_seconds()),
+                                            window.end)
+                      if namespaces else telemetry.Telemetry({}, "no GPU usage to measure"))
+        return report(rows, viewer, selection, window, days, platform, telemetry_)
+
+
+class _Handler(HubOAuthenticated, web.RequestHandler):
+    def initialize(self, usage: Usage, hub_auth: HubOAuth) -> None:
+        self.usage, self.hub_auth = usage, hub_auth
+
+    async def prepare(self) -> None:
+        # asked of the hub without blocking other requests (get_current_user would)
+        model = await self.hub_auth.get_user(self, sync=False)
+        self.current_user = self.check_hub_user(model) if model else None
+
+    def _days(self) -> int:
+        text = self.get_argument("days", str(self.usage.default_days))
+        if not text.isdigit() or not 1 <= int(text) <= MAX_DAYS:
+            raise web.HTTPError(400, f"days must be a whole number from 1 to {MAX_DAYS}, "
+                                f"got {text!r}")
+        return int(text)
+
+    async def _report(self) -> Report:
+        selection = Selection(self.get_argument("team", None) or None,
+                              self.get_argument("user", None) or None)
+        try:
+            return await self.usage.report(self.current_user, selection, self._days())
+        except NotVisible as e:
+            raise web.HTTPError(403, str(e)) from None
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        error = kwargs.get("exc_info", (None, None))[1]
+        message = getattr(error, "log_message", None) or self._reason
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(f"{status_code}: {message}\n")
+
+
+class PageHandler(_Handler):
+    @web.authenticated
+    async def get(self) -> None:
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(to_html(await self._report(), USAGE_CSV_PATH))
+
+
+class CsvHandler(_Handler):
+    @web.authenticated
+    async def get(self) -> None:
+        self.set_header("Content-Type", "text/csv; charset=utf-8")
+        self.set_header("Content-Disposition", f'attachment; filename="{USAGE_SERVICE_NAME}.csv"')
+        self.finish(to_csv(await self._report()))
+
+
+class _Callback(HubOAuthCallbackHandler):
+    def initialize(self, hub_auth: HubOAuth) -> None:
+        self.hub_auth = hub_auth
+
+
+def make_app(usage: Usage, prefix: str, hub_auth: HubOAuth) -> web.Application:
+    args = {"usage": usage, "hub_auth": hub_auth}
+    return web.Application([
+        (url_path_join(prefix, "oauth_callback"), _Callback, {"hub_auth": hub_auth}),
+        (prefix, PageHandler, args),
+        (url_path_join(prefix, USAGE_CSV_PATH), CsvHandler, args),
+    ], cookie_secret=secrets.token_bytes(32))
+
+
+def usage_service(platform_file: str, url: str, usage_db_url: str, *,
+                  prometheus_url: str = "", default_days: int = DEFAULT_DAYS,
+                  bind: str | None = None,
+                  python: str = sys.executable) -> dict:
+    """The ``c.JupyterHub.services`` entry: a managed service the hub starts, listening
+    on ``url``'s port (on ``bind`` if given, else ``url``'s host)."""
+    env = {ENV_PLATFORM_FILE: os.path.abspath(platform_file), ENV_USAGE_DB_URL: usage_db_url,
+           ENV_USAGE_DAYS: str(default_days)}
+    if prometheus_url:
+        env[ENV_PROMETHEUS_URL] = prometheus_url
+    if bind:
+        env[ENV_USAGE_BIND] = bind
+    return {"name": USAGE_SERVICE_NAME, "url": url, "environment": env,
+            "oauth_no_confirm": True, "display": True,
+            "command": [python, "-m", "jupyterhub_gpu.usage.service"]}
+
+
+def _with_scope(roles: list[dict]) -> list[dict]:
+    """``roles`` with the page's access scope in the ``user`` role."""
+    roles = [dict(r) for r in roles]
+    user = next((r for r in roles if r.get("name") == "user"), None)
+    if user is None:
+        roles.append({"name": "user", "scopes": ["self", USAGE_ACCESS_SCOPE]})
+    elif USAGE_ACCESS_SCOPE not in user.get("scopes", []):
+        user["scopes"] = [*user.get("scopes", ["self"]), USAGE_ACCESS_SCOPE]
+    return roles
+
+
+def add_usage_service(c: Any, platform_file: str, url: str, *, bind: str | None = None) -> None:
+    """Add the service (settings: ``c.UsagePage``, ``c.UsageLedger``) and every user's
+    access to it to config ``c``."""
+    page = UsagePage(config=c)
+    c.JupyterHub.services = [*c.JupyterHub.get("services", []), usage_service(
+        platform_file, url, UsageLedger(config=c).db_url, prometheus_url=page.prometheus_url,
+        default_days=page.default_days, bind=bind)]
+    c.JupyterHub.load_roles = _with_scope(c.JupyterHub.get("load_roles", []))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=f"{USAGE_SERVICE_NAME} service")
+    parser.add_argument("--spec", default=os.environ.get(ENV_PLATFORM_FILE))
+    parser.add_argument("--usage-db-url", default=os.environ.get(ENV_USAGE_DB_URL))
+    parser.add_argument("--prometheus-url", default=os.environ.get(ENV_PROMETHEUS_URL))
+    parser.add_argument("--days", type=int,
+                        default=int(os.environ.get(ENV_USAGE_DAYS, DEFAULT_DAYS)))
+    args = parser.parse_args(argv)
+    if not args.spec or not args.usage_db_url:
+        parser.error(f"needs the spec and the ledger (${ENV_PLATFORM_FILE}, "
+                     f"${ENV_USAGE_DB_URL})")
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s %(asctime)s %(name)s] "
+                        "%(message)s")
+    asyncio.run(_serve(Usage(args.spec, Ledger(args.usage_db_url), args.prometheus_url,
+                             args.days)))
+
+
+async def _serve(usage: Usage) -> None:
+    url = urlparse(os.environ[ENV_SERVICE_URL])
+    prefix = os.environ[ENV_SERVICE_PREFIX]
+    make_app(usage, prefix, HubOAuth()).listen(
+        url.port or 80, os.environ.get(ENV_USAGE_BIND) or url.hostname)
+    log.info("Serving %s on %s (prefix %s)", USAGE_SERVICE_NAME, url.geturl(), prefix)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

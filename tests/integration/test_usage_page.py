@@ -1,0 +1,177 @@
+"""[usage] The gpu-usage page in a real headless Chromium, on the demo's hub (a real
+JupyterHub that launches the service, with its OAuth): rows written through the
+ledger API into that hub's ledger; an admin, a team lead and a plain user each see
+exactly their share, with the numbers the test computes from the rows itself; a
+forged ``team`` parameter is refused and shows nothing. Screenshots go to
+``build/screenshots/`` (the admin guide's ``docs/images/usage-page*.png``)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+from jupyterhub_gpu.contract import USAGE_CSV_PATH, USAGE_SERVICE_NAME
+from jupyterhub_gpu.usage.ledger import Kind, Ledger, StopReason, Usage
+
+from .test_demo import URL, hub  # noqa: F401 - hub is a fixture
+
+PAGE = f"{URL}/services/{USAGE_SERVICE_NAME}/"
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def _row(key, user, team, profile, units, price, hours, *, ago_h=5.0, wait=30.0,
+         pool="t4dev", reason=StopReason.USER, kind=Kind.SESSION, server=""):
+    requested = NOW - timedelta(hours=ago_h)
+    running = requested + timedelta(seconds=wait)
+    return Usage(key, kind, user=user, server=server, team=team, namespace=f"jhub-{team}",
+                 profile=profile, pool=pool, gpu_units=units, price_per_unit_hour=price,
+                 requested_at=requested, admitted_at=running, running_at=running,
+                 stopped_at=running + timedelta(hours=hours), stop_reason=reason)
+
+
+ROWS = [
+    _row("pod:a1", "alice", "data-science", "t4-shared", 1, 0.5, 2.0),
+    _row("pod:a2", "alice", "data-science", "t4-shared", 1, 0.5, 1.0, wait=90,
+         reason=StopReason.IDLE_CULL),
+    _row("pod:d1", "dave", "data-science", "a100-mig-3g", 2, 1.25, 0.5,
+         pool="a100mig", reason=StopReason.PREEMPTED),
+    _row("pod:b1", "bob", "ml-eng", "t4-shared", 1, 0.5, 3.0),
+    _row("pod:b3", "bob", "ml-eng", "a100-spot", 1, 1.5, 0.75, ago_h=20, wait=400,
+         pool="a100spot", reason=StopReason.SPOT_EVICTION),
+    _row("job:b2", "bob", "ml-eng", "t4-train", 2, 0.5, 1.5, kind=Kind.JOB,
+         reason=StopReason.COMPLETED, server="bob-train-1"),
+]
+
+
+def _expected(rows, spot_pools: set[str]) -> dict[str, str]:
+    """The figures the page must show of ``rows``, computed here from the rows."""
+    out: dict[str, str] = {}
+    for figure, key in (("team", "team"), ("user", "user"), ("profile", "profile")):
+        for name in {getattr(r, key) for r in rows}:
+            mine = [r for r in rows if getattr(r, key) == name]
+            hours = sum(r.gpu_units * (r.stopped_at - r.running_at).total_seconds() / 3600
+                        for r in mine)
+            money = sum(r.gpu_units * (r.stopped_at - r.running_at).total_seconds() / 3600
+                        * r.price_per_unit_hour for r in mine)
+            out[f"{figure}/{name}/gpu_hours"] = f"{hours:.2f}"
+            out[f"{figure}/{name}/cost"] = f"{money:.2f}"
+            out[f"{figure}/{name}/count"] = str(len(mine))
+    for r in rows:
+        if r.kind is Kind.JOB:
+            hours = r.gpu_units * (r.stopped_at - r.running_at).total_seconds() / 3600
+            out[f"training_run/{r.server}/cost"] = f"{hours * r.price_per_unit_hour:.2f}"
+    out["disruptions/all/ended"] = str(len(rows))
+    out["disruptions/all/preempted"] = str(sum(r.stop_reason is StopReason.PREEMPTED
+                                               for r in rows))
+    spot = [r for r in rows if r.pool in spot_pools]
+    out["disruptions/all/spot_ended"] = str(len(spot))
+    out["disruptions/all/spot_evictions"] = str(sum(r.stop_reason is StopReason.SPOT_EVICTION
+                                                    for r in spot))
+    out["culls/all/idle_culls"] = str(sum(r.stop_reason is StopReason.IDLE_CULL for r in rows))
+    return out
+
+
+def _shown(browser) -> dict[str, str]:
+    return {cell.get_attribute("data-figure"): cell.text
+            for cell in browser.css("[data-figure]")}
+
+
+def _log_in(browser, user: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser.driver
+    driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
+    driver.get(f"{URL}/hub/login")
+    browser.wait(lambda: browser.css("#username_input"), what="the login form")
+    driver.find_element(By.ID, "username_input").send_keys(user)
+    driver.find_element(By.ID, "password_input").send_keys("gpu-demo")
+    driver.find_element(By.ID, "login_submit").click()
+    browser.wait(lambda: "/hub/login" not in driver.current_url, what=f"{user} logged in")
+
+
+def _open(browser, url: str) -> str:
+    """``url`` of the service, through whatever OAuth pages the hub shows; its text."""
+    browser.driver.get(url)
+
+    def answered():
+        if browser.driver.current_url.startswith(PAGE):
+            return browser.css("body")[0].text.strip()
+        authorize = browser.css("form [type=submit]")
+        if "/hub/api/oauth2/authorize" in browser.driver.current_url and authorize:
+            authorize[0].click()
+        return None
+
+    return browser.wait(answered, what=f"{url} after OAuth")
+
+
+# a script's request (not a navigation) is let in by the OAuth cookie only with the
+# service's XSRF token (JupyterHub's rule for services)
+_FETCH = """const done = arguments[arguments.length - 1];
+const xsrf = (document.cookie.match(/(?:^|; )_xsrf=([^;]*)/) || [])[1] || "";
+fetch(arguments[0], {headers: {"X-XSRFToken": decodeURIComponent(xsrf)}})
+  .then(r => r.text().then(t => done([r.status, t])))
+  .catch(e => done([0, String(e)]));"""
+
+
+def _fetch(browser, path: str) -> tuple[int, str]:
+    """``path`` fetched by the page's own script (the browser's cookies): the CSV."""
+    return tuple(browser.driver.execute_async_script(_FETCH, PAGE + path))
+
+
+def _view(browser, user: str, shot: str | None) -> dict[str, str]:
+    _log_in(browser, user)
+    _open(browser, PAGE)
+    browser.wait(lambda: browser.css("#scope"), what="the usage page")
+    if shot:
+        height = browser.driver.execute_script("return document.documentElement.scrollHeight")
+        browser.driver.set_window_size(1280, height + 140)  # the whole page
+        browser.shot(shot)
+        browser.driver.set_window_size(1280, 800)
+    return _shown(browser)
+
+
+def _csv(browser, query: str = "") -> dict[str, str]:
+    status, text = _fetch(browser, USAGE_CSV_PATH + query)
+    assert status == 200, text
+    lines = [line.split(",") for line in text.strip().splitlines()[1:]]
+    return {f"{f}/{n}/{m}": v for f, n, m, v in lines}
+
+
+def _check(shown: dict[str, str], rows, spot_pools: set[str]) -> None:
+    expected = _expected(rows, spot_pools)
+    assert {k: shown.get(k) for k in expected} == expected
+    names = {k.split("/")[1] for k in shown if k.startswith(("team/", "user/"))}
+    assert names == {r.team for r in rows} | {r.user for r in rows}
+
+
+async def test_each_viewer_sees_their_share_and_the_ledgers_numbers(hub, browser,  # noqa: F811
+                                                                   tmp_path, cluster_platform):
+    spot = {p.name for p in cluster_platform.pools if p.spot}
+    ledger = Ledger(f"sqlite:///{tmp_path / 'hub' / 'jupyterhub-gpu-usage.sqlite'}")
+    try:
+        for usage in ROWS:
+            await ledger.record(usage)
+    finally:
+        ledger.dispose()
+
+    admin = await asyncio.to_thread(_view, browser, "admin", "usage-page")
+    _check(admin, ROWS, spot)
+    assert "Spot eviction rate" in browser.css(".warning")[0].text  # 1 of 1 over 20%
+    assert "No GPU telemetry" in browser.css("[data-telemetry]")[0].text
+    assert await asyncio.to_thread(_csv, browser) == admin  # the same numbers
+
+    lead = await asyncio.to_thread(_view, browser, "erin", "usage-page-lead")
+    _check(lead, [r for r in ROWS if r.team == "data-science"], spot)
+    assert not browser.css(".warning")
+
+    bob = await asyncio.to_thread(_view, browser, "bob", None)
+    _check(bob, [r for r in ROWS if r.user == "bob"], spot)
+    # forged: another team's rows, on the page and in the CSV
+    text = await asyncio.to_thread(_open, browser, PAGE + "?team=data-science")
+    assert "403" in text and "may not see team 'data-science'" in text
+    assert "alice" not in text and "dave" not in text
+    status, body = await asyncio.to_thread(_fetch, browser, USAGE_CSV_PATH + "?user=alice")
+    assert status == 403 and "alice," not in body
+    assert await asyncio.to_thread(_csv, browser, "?user=bob") == bob
+    status, body = await asyncio.to_thread(_fetch, browser, USAGE_CSV_PATH + "?days=0")
+    assert status == 400 and "days must be a whole number from 1 to 366" in body
