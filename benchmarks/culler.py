@@ -26,6 +26,11 @@ def hub_requests(metrics: str) -> int:
                    if "MetricsHandler" not in labels))
 
 
+def running_servers(metrics: str) -> int:
+    found = re.search(r"^jupyterhub_running_servers (\S+)$", metrics, re.M)
+    return int(float(found.group(1))) if found else 0
+
+
 async def start_servers(hub: Hub, n: int, concurrency: int = 50) -> None:
     names = [f"user{i:05d}" for i in range(n)]
     for i in range(0, n, 1000):
@@ -53,13 +58,11 @@ async def _pass(hub: Hub, which: str, spec: Path) -> tuple[float, int]:
     return json.loads(out)["seconds"], after - before
 
 
-async def run(workdir: Path, ports: Ports, spec: Path, short: bool) -> list[Row]:
-    n = 50 if short else 5000
+async def run(workdir: Path, ports: Ports, spec: Path, short: bool, n: int) -> list[Row]:
     with ok_server(ports.ok):
         async with running_hub("instant", spec, workdir / "culler-hub", ports) as (hub, _):
             await start_servers(hub, n)
-            running = sum(1 for u in await hub.request("GET", "/users?state=active")
-                          if u["servers"])
+            running = running_servers(await hub.metrics())
             if running != n:
                 raise RuntimeError(f"{running} of {n} servers are running")
             stock_s, stock_req = await _pass(hub, "stock", spec)

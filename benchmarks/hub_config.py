@@ -51,3 +51,8 @@ else:
         c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
         with open(os.environ["BENCH_PROFILE_LIST"]) as f:
             c.KubeSpawner.profile_list = json.load(f)
+
+# the event-loop lag, sampled into loop-lag.tsv in the hub's directory (benchmarks.lag)
+from benchmarks.lag import install  # noqa: E402
+
+install()
