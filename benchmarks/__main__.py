@@ -40,10 +40,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--servers", type=int, help="running servers for the culler pass "
                    "(5000; short 50)")
     p.add_argument("--idle", type=float, help="seconds of idle after the spawns (60; short 3)")
+    p.add_argument("--settle", type=float, help="seconds between the RSS samples that "
+                   "must agree within 1%% (2; short 0.5)")
     p.add_argument("--note", default="", help="a line for the report, e.g. the machine's load")
     args = p.parse_args(argv)
-    full = dict(spawns=20, burst=300, pods=5000, servers=5000, idle=60.0)
-    short = dict(spawns=2, burst=3, pods=20, servers=50, idle=3.0)
+    full = dict(spawns=20, burst=300, pods=5000, servers=5000, idle=60.0, settle=2.0)
+    short = dict(spawns=2, burst=3, pods=20, servers=50, idle=3.0, settle=0.5)
     for name, value in (short if args.short else full).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -89,22 +91,21 @@ async def _cluster_sections(run: Run, args, work: Path, ports: Ports, offset: in
         for mode in ("kube", "gpu"):
             figures[mode] = await run.section(f"spawns ({mode})", spawns.measure_hub(
                 mode, spec, state, hub_kubeconfig, work, ports, args.spawns, args.burst,
-                args.idle))
+                args.idle, args.settle))
         if all(figures.values()):
             run.rows += spawn_rows(figures["gpu"], figures["kube"], args.burst)
         admin = Path(status["kubeconfig"])
-        made = await run.section("watch memory: populate", memory.populate(admin, args.pods))
+        await run.section("watch memory: populate", memory.populate(admin, args.pods))
         if "watch memory: populate" not in run.failed:
             rss = {}
             for mode in ("kube", "gpu"):
                 rss[mode] = await run.section(f"watch memory ({mode})", spawns.watch_memory(
-                    mode, spec, hub_kubeconfig, work, ports))
+                    mode, spec, hub_kubeconfig, work, ports, args.settle))
             if all(rss.values()):
                 run.rows.append(Row("watch memory", f"hub RSS, {args.pods:,} pods + "
                                     f"{args.pods:,} Workloads in the namespace", "MiB",
                                     rss["gpu"], rss["kube"], "",
                                     "GPUSpawner also watches Workloads; KubeSpawner does not"))
-        del made
         rows = await run.section("big spec", _big_spec(run, args, work, ports, hub_kubeconfig))
         run.rows += rows or []
 
@@ -134,8 +135,7 @@ async def main(args) -> int:
     print(f"benchmarks: working in {work}", flush=True)
     started = time.monotonic()
     run = Run()
-    culled = await run.section("culler", culler.run(work, ports, EXAMPLE_SPEC, args.short,
-                                                    args.servers))
+    culled = await run.section("culler", culler.run(work, ports, EXAMPLE_SPEC, args.servers))
     run.rows += culled or []
     try:
         await _cluster_sections(run, args, work, ports, offset)

@@ -58,7 +58,7 @@ async def _pass(hub: Hub, which: str, spec: Path) -> tuple[float, int]:
     return json.loads(out)["seconds"], after - before
 
 
-async def run(workdir: Path, ports: Ports, spec: Path, short: bool, n: int) -> list[Row]:
+async def run(workdir: Path, ports: Ports, spec: Path, n: int) -> list[Row]:
     with ok_server(ports.ok):
         async with running_hub("instant", spec, workdir / "culler-hub", ports) as (hub, _):
             await start_servers(hub, n)

@@ -139,24 +139,26 @@ async def burst(hub: Hub, mode: str, b: int, workdir: Path, figures: HubFigures)
 
 
 async def measure_hub(mode: str, spec: Path, state_dir: Path, kubeconfig: Path,
-                      workdir: Path, ports: Ports, n: int, b: int, idle: float) -> HubFigures:
+                      workdir: Path, ports: Ports, n: int, b: int, idle: float,
+                      settle: float = 2.0) -> HubFigures:
+    """``settle``: seconds between the RSS samples (:func:`_steady_rss`)."""
     figures = HubFigures()
     hubdir = workdir / f"hub-{mode}"
     async with running_hub(mode, spec, hubdir, ports, kubeconfig) as (hub, startup):
         figures.startup = startup
         await sequential(hub, mode, n, state_dir, hubdir, idle, figures)
-        figures.rss_mib = await _steady_rss(hub)
+        figures.rss_mib = await _steady_rss(hub, settle)
         if b:
             await burst(hub, mode, b, hubdir, figures)
     return figures
 
 
-async def _steady_rss(hub: Hub, timeout: float = 120) -> float:
-    """The hub's RSS once it stops growing (3 samples 2 s apart within 1%)."""
+async def _steady_rss(hub: Hub, every: float, timeout: float = 120) -> float:
+    """The hub's RSS once it stops growing (3 samples ``every`` s apart within 1%)."""
     samples = [hub.rss_mib()]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        await asyncio.sleep(2)
+        await asyncio.sleep(every)
         samples.append(hub.rss_mib())
         last = samples[-3:]
         if len(last) == 3 and max(last) - min(last) <= 0.01 * max(last):
@@ -165,7 +167,7 @@ async def _steady_rss(hub: Hub, timeout: float = 120) -> float:
 
 
 async def watch_memory(mode: str, spec: Path, kubeconfig: Path, workdir: Path,
-                       ports: Ports) -> float:
+                       ports: Ports, settle: float = 2.0) -> float:
     """A fresh hub's steady RSS once one spawn in the populated namespace has
     started its shared watches there (the server is stopped before measuring)."""
     async with running_hub(mode, spec, workdir / f"hub-{mode}-memory", ports,
@@ -174,4 +176,4 @@ async def watch_memory(mode: str, spec: Path, kubeconfig: Path, workdir: Path,
         await _make_users(hub, {user: "data-science"})
         await spawn_until_ready(hub, user, _options(mode, "data-science"))
         await stop_until_gone(hub, user)
-        return await _steady_rss(hub)
+        return await _steady_rss(hub, settle)
