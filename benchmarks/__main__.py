@@ -100,12 +100,16 @@ async def _cluster_sections(run: Run, args, work: Path, ports: Ports, offset: in
             rss = {}
             for mode in ("kube", "gpu"):
                 rss[mode] = await run.section(f"watch memory ({mode})", spawns.watch_memory(
-                    mode, spec, hub_kubeconfig, work, ports, args.settle))
+                    mode, spec, hub_kubeconfig, work, ports, args.settle, args.idle))
             if all(rss.values()):
-                run.rows.append(Row("watch memory", f"hub RSS, {args.pods:,} pods + "
-                                    f"{args.pods:,} Workloads in the namespace", "MiB",
-                                    rss["gpu"], rss["kube"], "",
-                                    "GPUSpawner also watches Workloads; KubeSpawner does not"))
+                objects = f"{args.pods:,} pods + {args.pods:,} Workloads in the namespace"
+                run.rows += [
+                    Row("watch memory", f"hub RSS, {objects}", "MiB", rss["gpu"][0],
+                        rss["kube"][0], "",
+                        "GPUSpawner also watches Workloads; KubeSpawner does not"),
+                    Row("watch memory", f"hub CPU per minute at idle, {objects}", "s",
+                        rss["gpu"][1], rss["kube"][1], "",
+                        "every shared watch lists its objects again each time it restarts")]
         rows = await run.section("big spec", _big_spec(run, args, work, ports, hub_kubeconfig))
         run.rows += rows or []
 

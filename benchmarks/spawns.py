@@ -167,13 +167,19 @@ async def _steady_rss(hub: Hub, every: float, timeout: float = 120) -> float:
 
 
 async def watch_memory(mode: str, spec: Path, kubeconfig: Path, workdir: Path,
-                       ports: Ports, settle: float = 2.0) -> float:
+                       ports: Ports, settle: float = 2.0,
+                       idle: float = 60.0) -> tuple[float, float]:
     """A fresh hub's steady RSS once one spawn in the populated namespace has
-    started its shared watches there (the server is stopped before measuring)."""
+    started its shared watches there (the server is stopped before measuring), and
+    its CPU-seconds per minute at idle over the next ``idle`` seconds (the watches
+    list everything again each time they restart)."""
     async with running_hub(mode, spec, workdir / f"hub-{mode}-memory", ports,
                            kubeconfig) as (hub, _):
         user = f"mem-{mode}"
         await _make_users(hub, {user: "data-science"})
         await spawn_until_ready(hub, user, _options(mode, "data-science"))
         await stop_until_gone(hub, user)
-        return await _steady_rss(hub, settle)
+        rss = await _steady_rss(hub, settle)
+        cpu = hub.cpu_seconds()
+        await asyncio.sleep(idle)
+        return rss, (hub.cpu_seconds() - cpu) * 60 / idle
