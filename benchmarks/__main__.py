@@ -129,7 +129,8 @@ def render_doc(run: Run, args, wall: float) -> str:
             f"{git_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
             f"{wall / 60:.1f} min in all ({timings}).\n{args.note and chr(10) + args.note + chr(10)}"
             f"{failed}\n{render_table(run.rows)}\n\n### Machine and versions\n\n"
-            f"{this_machine().render()}\n")
+            f"{this_machine().render()}\n\n"
+            + (REPO / "benchmarks" / "doc_findings.md").read_text())
 
 
 async def main(args) -> int:

@@ -31,6 +31,17 @@ def running_servers(metrics: str) -> int:
     return int(float(found.group(1))) if found else 0
 
 
+async def count_running(hub: Hub, page: int = 200) -> int:
+    """Users with a running server, page by page (JupyterHub's REST pagination)."""
+    running, offset = 0, 0
+    while True:
+        users = await hub.request("GET", f"/users?state=ready&limit={page}&offset={offset}")
+        running += sum(1 for u in users if u["servers"])
+        if len(users) < page:
+            return running
+        offset += page
+
+
 async def start_servers(hub: Hub, n: int, concurrency: int = 50) -> None:
     names = [f"user{i:05d}" for i in range(n)]
     for i in range(0, n, 1000):
@@ -62,7 +73,7 @@ async def run(workdir: Path, ports: Ports, spec: Path, n: int) -> list[Row]:
     with ok_server(ports.ok):
         async with running_hub("instant", spec, workdir / "culler-hub", ports) as (hub, _):
             await start_servers(hub, n)
-            running = running_servers(await hub.metrics())
+            running = await count_running(hub)
             if running != n:
                 raise RuntimeError(f"{running} of {n} servers are running")
             stock_s, stock_req = await _pass(hub, "stock", spec)

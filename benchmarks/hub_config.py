@@ -26,7 +26,8 @@ c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allow_all = True
 c.JupyterHub.authenticate_prometheus = False
 c.JupyterHub.concurrent_spawn_limit = 0  # the burst: no limit
-c.JupyterHub.cleanup_servers = True
+# the cluster hubs stop their pods on the way out; the instant servers are nothing
+c.JupyterHub.cleanup_servers = mode != "instant"
 c.JupyterHub.services = [{"name": "bench", "api_token": os.environ["BENCH_TOKEN"]}]
 c.JupyterHub.load_roles = [{"name": "bench", "services": ["bench"], "scopes": [
     "admin:users", "admin:servers", "admin:groups", "admin:server_state", "list:users",
