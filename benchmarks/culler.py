@@ -26,11 +26,6 @@ def hub_requests(metrics: str) -> int:
                    if "MetricsHandler" not in labels))
 
 
-def running_servers(metrics: str) -> int:
-    found = re.search(r"^jupyterhub_running_servers (\S+)$", metrics, re.M)
-    return int(float(found.group(1))) if found else 0
-
-
 async def count_running(hub: Hub, page: int = 200) -> int:
     """Users with a running server, page by page (JupyterHub's REST pagination)."""
     running, offset = 0, 0

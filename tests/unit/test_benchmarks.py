@@ -91,8 +91,8 @@ def test_loop_lag_samples_are_read_back_by_wall_time(tmp_path):
     assert lags_between(tmp_path / "none", 0, 20) == []
 
 
-def test_hub_metrics_give_requests_and_running_servers():
-    from benchmarks.culler import hub_requests, running_servers
+def test_hub_metrics_give_the_requests_it_answered():
+    from benchmarks.culler import hub_requests
 
     metrics = "\n".join([
         'jupyterhub_request_duration_seconds_count{code="200",handler="jupyterhub.apihandlers'
@@ -102,7 +102,6 @@ def test_hub_metrics_give_requests_and_running_servers():
         'jupyterhub_request_duration_seconds_count{code="204",handler="x",method="DELETE"} 2.0',
         "jupyterhub_running_servers 5000.0"])
     assert hub_requests(metrics) == 5
-    assert running_servers(metrics) == 5000
 
 
 def test_bench_spec_has_room_for_the_burst_and_keeps_the_example_otherwise():
