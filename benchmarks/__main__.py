@@ -120,6 +120,13 @@ async def _big_spec(run, args, work, ports, kubeconfig):
         lambda spec: asyncio.run(_hub_startups(spec, work, ports, kubeconfig)))
 
 
+def _cluster_versions() -> dict[str, str]:
+    """The dev cluster's components, as ``devcluster build`` pins them."""
+    from jupyterhub_gpu.devcluster.build import PINS
+
+    return {name: pin.version for name, pin in PINS.items()}
+
+
 def render_doc(run: Run, args, wall: float) -> str:
     head = (REPO / "benchmarks" / "doc_head.md").read_text()
     failed = (f"\n**Failed in this run:** {', '.join(run.failed)}.\n" if run.failed else "")
@@ -129,7 +136,7 @@ def render_doc(run: Run, args, wall: float) -> str:
             f"{git_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
             f"{wall / 60:.1f} min in all ({timings}).\n{args.note and chr(10) + args.note + chr(10)}"
             f"{failed}\n{render_table(run.rows)}\n\n### Machine and versions\n\n"
-            f"{this_machine().render()}\n\n"
+            f"{this_machine(_cluster_versions()).render()}\n\n"
             + (REPO / "benchmarks" / "doc_findings.md").read_text())
 
 
