@@ -138,3 +138,17 @@ def test_spawn_rows_compare_ours_with_the_baseline():
     assert (requests.ours, requests.baseline) == (2, 1)
     assert rows["API requests per minute at idle (30 s)"].ours == 2
     assert rows["hub event-loop lag, max"].ours == 200
+
+
+def test_the_report_has_the_table_what_failed_the_machine_and_the_findings():
+    from benchmarks.__main__ import Run, parse_args, render_doc
+
+    run = Run()
+    run.rows = [Row("culler", "one pass", "s", 2.0, 4.0, "ratio <= 1.0")]
+    run.failed, run.seconds = ["burst"], {"culler": 12.0}
+    doc = render_doc(run, parse_args(["--short", "--note", "A busy machine."]), 90)
+    assert doc.startswith("# Benchmarks")
+    assert "`python -m benchmarks --short`" in doc and "1.5 min in all (culler 12 s)" in doc
+    assert "A busy machine." in doc and "**Failed in this run:** burst." in doc
+    assert "| culler | one pass | 2 s | 4 s | 0.50 | ratio <= 1.0 |  |" in doc
+    assert "kueue v" in doc and "## Findings" in doc
