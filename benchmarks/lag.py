@@ -1,7 +1,8 @@
 """The hub's event-loop lag, sampled inside the benchmark hub (its config installs
 :func:`install`): every ``INTERVAL`` a callback is due; how late it runs is the lag.
 Samples go to ``loop-lag.tsv`` in the hub's working directory (wall time, lag
-seconds), flushed every second; :func:`lags_between` reads them back."""
+seconds), a line each, written at once (a short burst is read back right after it
+ends); :func:`lags_between` reads them back."""
 
 from __future__ import annotations
 
@@ -15,15 +16,12 @@ FILE = "loop-lag.tsv"
 
 def install(directory: Path = Path(".")) -> None:
     loop = asyncio.get_event_loop()
-    out = open(directory / FILE, "a", buffering=1 << 16)
-    state = {"due": loop.time() + INTERVAL, "flushed": loop.time()}
+    out = open(directory / FILE, "a", buffering=1)  # line-buffered
+    state = {"due": loop.time() + INTERVAL}
 
     def tick():
         now = loop.time()
         out.write(f"{time.time():.3f}\t{max(0.0, now - state['due']):.4f}\n")
-        if now - state["flushed"] > 1:
-            out.flush()
-            state["flushed"] = now
         state["due"] = now + INTERVAL
         loop.call_at(state["due"], tick)
 
