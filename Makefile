@@ -8,7 +8,8 @@ VENV ?= .venv
 SPEC ?= config/platform.yaml
 BIN := $(VENV)/bin
 
-.PHONY: install build demo test test-unit test-cluster docs clean labextension system-packages
+.PHONY: install build demo test test-unit test-cluster docs clean labextension system-packages \
+	bench bench-short
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +60,15 @@ docs: install
 
 test-cluster: build system-packages
 	$(BIN)/python -m pytest tests/integration --durations=30
+
+# Benchmarks against plain KubeSpawner and the stock culler (docs/benchmarks.md): a dev
+# cluster of their own; `bench` rewrites docs/benchmarks.md, `bench-short` (CI) runs
+# every benchmark with tiny numbers and fails only if one crashes.
+bench: build
+	$(BIN)/python -m benchmarks
+
+bench-short: build
+	$(BIN)/python -m benchmarks --short
 
 # Two pytest processes: each tier loads its own kubeconfig (see tests/conftest.py).
 test: test-unit test-cluster

@@ -1,0 +1,167 @@
+"""``python -m benchmarks [--short] [--out FILE]``: every benchmark, then the report.
+
+Full (``make bench``): brings up a dev cluster of its own (on ports shifted by
+``JUPYTERHUB_GPU_TEST_PORT_OFFSET``), runs items 1-6 of the benchmarks issue and writes
+``docs/benchmarks.md``. ``--short`` (``make bench-short``, CI): the same code with tiny
+numbers, writing to a temporary file unless ``--out`` is given; it only proves that no
+benchmark crashes (it asserts nothing about time). Exit status 1 if any benchmark
+failed (the report then says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from . import bigspec, culler, memory, spawns
+from .devcluster import EXAMPLE_SPEC, dev_cluster, write_bench_spec
+from .hubs import REPO, Ports, ok_server, running_hub
+from .report import Row, git_commit, render_table, this_machine
+from .rows import spawn_rows
+
+DOC = REPO / "docs" / "benchmarks.md"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    p.add_argument("--short", action="store_true", help="tiny numbers: only that nothing crashes")
+    p.add_argument("--out", type=Path, help="the report (default: docs/benchmarks.md; "
+                   "--short: a temporary file)")
+    p.add_argument("--spawns", type=int, help="sequential spawns per hub (20; short 2)")
+    p.add_argument("--burst", type=int, help="concurrent spawns per hub (300; short 3)")
+    p.add_argument("--pods", type=int, help="pods and Workloads for the watch memory "
+                   "(5000; short 20)")
+    p.add_argument("--servers", type=int, help="running servers for the culler pass "
+                   "(5000; short 50)")
+    p.add_argument("--idle", type=float, help="seconds of idle after the spawns (60; short 3)")
+    p.add_argument("--settle", type=float, help="seconds between the RSS samples that "
+                   "must agree within 1%% (2; short 0.5)")
+    p.add_argument("--note", default="", help="a line for the report, e.g. the machine's load")
+    args = p.parse_args(argv)
+    full = dict(spawns=20, burst=300, pods=5000, servers=5000, idle=60.0, settle=2.0)
+    short = dict(spawns=2, burst=3, pods=20, servers=50, idle=3.0, settle=0.5)
+    for name, value in (short if args.short else full).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+class Run:
+    """The rows so far and the benchmarks that failed."""
+
+    def __init__(self):
+        self.rows: list[Row] = []
+        self.failed: list[str] = []
+        self.seconds: dict[str, float] = {}
+
+    async def section(self, name: str, coroutine):
+        started = time.monotonic()
+        print(f"== {name}", flush=True)
+        try:
+            result = await coroutine
+        except Exception:  # reported, and the run exits 1
+            traceback.print_exc()
+            self.failed.append(name)
+            result = None
+        self.seconds[name] = time.monotonic() - started
+        print(f"   {name}: {self.seconds[name]:.0f}s", flush=True)
+        return result
+
+
+async def _hub_startups(spec: Path, work: Path, ports: Ports, kubeconfig: Path):
+    times = []
+    for mode in ("gpu", "kube"):
+        async with running_hub(mode, spec, work / f"startup-{mode}", ports,
+                               kubeconfig) as (_, startup):
+            times.append(startup)
+    return tuple(times)
+
+
+async def _cluster_sections(run: Run, args, work: Path, ports: Ports, offset: int) -> None:
+    spec = write_bench_spec(work, room=max(args.burst, 10))
+    state = work / "cluster"
+    with dev_cluster(spec, state, offset) as (status, hub_kubeconfig), ok_server(ports.ok):
+        figures = {}
+        for mode in ("kube", "gpu"):
+            figures[mode] = await run.section(f"spawns ({mode})", spawns.measure_hub(
+                mode, spec, state, hub_kubeconfig, work, ports, args.spawns, args.burst,
+                args.idle, args.settle))
+        if all(figures.values()):
+            run.rows += spawn_rows(figures["gpu"], figures["kube"], args.burst)
+        admin = Path(status["kubeconfig"])
+        await run.section("watch memory: populate", memory.populate(admin, args.pods))
+        if "watch memory: populate" not in run.failed:
+            rss = {}
+            for mode in ("kube", "gpu"):
+                rss[mode] = await run.section(f"watch memory ({mode})", spawns.watch_memory(
+                    mode, spec, hub_kubeconfig, work, ports, args.settle, args.idle))
+            if all(rss.values()):
+                objects = f"{args.pods:,} pods + {args.pods:,} Workloads in the namespace"
+                run.rows += [
+                    Row("watch memory", f"hub RSS, {objects}", "MiB", rss["gpu"][0],
+                        rss["kube"][0], "",
+                        "GPUSpawner also watches Workloads; KubeSpawner does not"),
+                    Row("watch memory", f"hub CPU per minute at idle, {objects}", "s",
+                        rss["gpu"][1], rss["kube"][1], "",
+                        "every shared watch lists its objects again each time it restarts")]
+        rows = await run.section("big spec", _big_spec(run, args, work, ports, hub_kubeconfig))
+        run.rows += rows or []
+
+
+async def _big_spec(run, args, work, ports, kubeconfig):
+    return await asyncio.to_thread(
+        bigspec.run, work, args.short,
+        lambda spec: asyncio.run(_hub_startups(spec, work, ports, kubeconfig)))
+
+
+def _cluster_versions() -> dict[str, str]:
+    """The dev cluster's components, as ``devcluster build`` pins them."""
+    from jupyterhub_gpu.devcluster.build import PINS
+
+    return {name: pin.version for name, pin in PINS.items()}
+
+
+def render_doc(run: Run, args, wall: float) -> str:
+    head = (REPO / "benchmarks" / "doc_head.md").read_text()
+    failed = (f"\n**Failed in this run:** {', '.join(run.failed)}.\n" if run.failed else "")
+    timings = ", ".join(f"{k} {v:.0f} s" for k, v in run.seconds.items())
+    return (f"{head}\n## Results\n\n"
+            f"Run of `python -m benchmarks{' --short' if args.short else ''}` at commit "
+            f"{git_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+            f"{wall / 60:.1f} min in all ({timings}).\n{args.note and chr(10) + args.note + chr(10)}"
+            f"{failed}\n{render_table(run.rows)}\n\n### Machine and versions\n\n"
+            f"{this_machine(_cluster_versions()).render()}\n\n"
+            + (REPO / "benchmarks" / "doc_findings.md").read_text())
+
+
+async def main(args) -> int:
+    offset = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
+    ports = Ports.shifted(offset)
+    work = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-bench-"))
+    print(f"benchmarks: working in {work}", flush=True)
+    started = time.monotonic()
+    run = Run()
+    culled = await run.section("culler", culler.run(work, ports, EXAMPLE_SPEC, args.servers))
+    run.rows += culled or []
+    try:
+        await _cluster_sections(run, args, work, ports, offset)
+    except Exception:
+        traceback.print_exc()
+        run.failed.append("dev cluster")
+    out = args.out or (work / "benchmarks.md" if args.short else DOC)
+    out.write_text(render_doc(run, args, time.monotonic() - started))
+    print(f"benchmarks: report in {out}; {len(run.rows)} figures", flush=True)
+    if run.failed:
+        print(f"benchmarks: FAILED: {', '.join(run.failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args())))

@@ -1,0 +1,50 @@
+"""The baseline hub's spawner: plain KubeSpawner, configured as the z2jh 4.4.0 chart
+configures it (:mod:`tests.z2jh_chart`, from our Helm values, home storage off: the dev
+cluster has no volume provisioner), with a ``profile_list`` that makes the same pods as
+GPUSpawner: one entry per (team, profile the team's groups may start), whose
+``kubespawner_override`` is what GPUSpawner would set (same namespace, image,
+resources, placement, Kueue labels, environment). Written as an admin would write it
+by hand: overrides replace the chart's lists, no merging.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from jupyterhub_gpu.builders.pod import UserRef, authorize, spawn_settings
+from jupyterhub_gpu.spec import Platform
+
+#: the overlay of the chart's values both benchmark hubs use
+CHART_OVERLAY = {"singleuser": {"storage": {"type": "none"}}}
+
+
+def chart_config():
+    """``c.KubeSpawner`` as the chart's hub config leaves it (a traitlets Config)."""
+    from tests.z2jh_chart import helm_values, kubespawner_config
+
+    return kubespawner_config(helm_values(CHART_OVERLAY))
+
+
+def baseline_slug(profile: str, team: str) -> str:
+    return f"{profile}--{team}"
+
+
+def profile_list(platform: Platform) -> list[dict[str, Any]]:
+    """KubeSpawner's ``profile_list`` equivalent to the spec's profiles."""
+    entries = []
+    for team in platform.teams:
+        user = UserRef("baseline", frozenset(team.groups))
+        for profile in platform.profiles_for(user.groups):
+            if platform.team_for(user.groups) != team:
+                continue
+            settings = spawn_settings(platform, authorize(platform, user,
+                                                          {"profile": profile.slug}))
+            override = {k: v for k, v in dataclasses.asdict(settings).items()
+                        if v is not None and v != [] and v != {}}
+            override["start_timeout"] = (profile.queue_patience_seconds
+                                         + profile.start_timeout_seconds)
+            entries.append({"slug": baseline_slug(profile.slug, team.name),
+                            "display_name": f"{profile.display_name} ({team.name})",
+                            "kubespawner_override": override})
+    return entries

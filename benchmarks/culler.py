@@ -1,0 +1,80 @@
+"""Item 5: one culler decision pass over N running servers (5,000; ``--short``: 50) on
+a real JupyterHub whose spawner starts at once (:class:`benchmarks.fakes.InstantSpawner`):
+the stock jupyterhub-idle-culler with our arbiter hook against it with no hook. Wall
+time of the pass, and the hub API requests it made (the hub's own request counter)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from .hubs import REPO, Hub, Ports, ok_server, running_hub
+from .report import Row
+
+_REQUESTS = re.compile(r'^jupyterhub_request_duration_seconds_count\{([^}]*)\} (\S+)$', re.M)
+PROFILE = "t4-shared"  # the example spec's default profile
+
+
+def hub_requests(metrics: str) -> int:
+    """Requests the hub answered, by its metric, except those of ``/hub/metrics``."""
+    return int(sum(float(value) for labels, value in _REQUESTS.findall(metrics)
+                   if "MetricsHandler" not in labels))
+
+
+async def count_running(hub: Hub, page: int = 200) -> int:
+    """Users with a running server, page by page (JupyterHub's REST pagination)."""
+    running, offset = 0, 0
+    while True:
+        users = await hub.request("GET", f"/users?state=ready&limit={page}&offset={offset}")
+        running += sum(1 for u in users if u["servers"])
+        if len(users) < page:
+            return running
+        offset += page
+
+
+async def start_servers(hub: Hub, n: int, concurrency: int = 50) -> None:
+    names = [f"user{i:05d}" for i in range(n)]
+    for i in range(0, n, 1000):
+        await hub.request("POST", "/users", {"usernames": names[i:i + 1000]})
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(name):
+        async with gate:
+            await hub.request("POST", f"/users/{name}/server", {"profile": PROFILE})
+
+    await asyncio.gather(*(one(name) for name in names))
+
+
+async def _pass(hub: Hub, which: str, spec: Path) -> tuple[float, int]:
+    before = hub_requests(await hub.metrics())
+    env = {**os.environ, "JUPYTERHUB_GPU_PLATFORM_FILE": str(spec),
+           "PYTHONPATH": str(REPO)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "benchmarks.cullpass", f"{hub.api}", hub.token, which,
+        env=env, stdout=subprocess.PIPE)
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"the {which} cull pass failed (exit {proc.returncode})")
+    after = hub_requests(await hub.metrics())
+    return json.loads(out)["seconds"], after - before
+
+
+async def run(workdir: Path, ports: Ports, spec: Path, n: int) -> list[Row]:
+    with ok_server(ports.ok):
+        async with running_hub("instant", spec, workdir / "culler-hub", ports) as (hub, _):
+            await start_servers(hub, n)
+            running = await count_running(hub)
+            if running != n:
+                raise RuntimeError(f"{running} of {n} servers are running")
+            stock_s, stock_req = await _pass(hub, "stock", spec)
+            ours_s, ours_req = await _pass(hub, "ours", spec)
+    label = f"{n:,} running servers"
+    return [Row("culler", f"one decision pass, {label}: wall time", "s", ours_s, stock_s,
+                "ratio <= 1.0", "baseline: jupyterhub-idle-culler with no hook"),
+            Row("culler", f"one decision pass, {label}: hub API requests", "", ours_req,
+                stock_req, "ratio = 1.0")]

@@ -1,0 +1,59 @@
+"""JupyterHub config of the benchmark hubs (not for production); read from the
+environment :mod:`benchmarks.hubs` sets:
+
+- ``BENCH_SPAWNER``: ``gpu`` (GPUSpawner, ``configure_hub``), ``kube`` (plain
+  KubeSpawner with the equivalent ``profile_list``, :mod:`benchmarks.baseline`) or
+  ``instant`` (:class:`benchmarks.fakes.InstantSpawner`, for the culler);
+- ``BENCH_SPEC``, ``BENCH_URL``, ``BENCH_HUB_PORT``, ``BENCH_TOKEN`` (the benchmark
+  driver's admin service token), ``BENCH_OK_PORT`` (the answering server's port,
+  where every single-user server "listens"), ``BENCH_PROFILE_LIST`` (``kube``: the
+  ``profile_list`` as a JSON file).
+"""
+
+import os
+
+from benchmarks.fakes import ENV_OK_PORT
+
+c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
+
+mode = os.environ["BENCH_SPAWNER"]
+spec = os.environ["BENCH_SPEC"]
+c.JupyterHub.proxy_class = "benchmarks.fakes.NullProxy"
+c.JupyterHub.bind_url = os.environ["BENCH_URL"]
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = int(os.environ["BENCH_HUB_PORT"])
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allow_all = True
+c.JupyterHub.authenticate_prometheus = False
+c.JupyterHub.concurrent_spawn_limit = 0  # the burst: no limit
+# the cluster hubs stop their pods on the way out; the instant servers are nothing
+c.JupyterHub.cleanup_servers = mode != "instant"
+c.JupyterHub.services = [{"name": "bench", "api_token": os.environ["BENCH_TOKEN"]}]
+c.JupyterHub.load_roles = [{"name": "bench", "services": ["bench"], "scopes": [
+    "admin:users", "admin:servers", "admin:groups", "admin:server_state", "list:users",
+    "read:users", "read:metrics"]}]
+
+if mode == "instant":
+    c.JupyterHub.spawner_class = "benchmarks.fakes.InstantSpawner"
+else:
+    from benchmarks.baseline import chart_config
+
+    c.merge(chart_config())
+    c.KubeSpawner.port = int(os.environ[ENV_OK_PORT])
+    c.KubeSpawner.http_timeout = 60
+    if mode == "gpu":
+        from jupyterhub_gpu import configure_hub
+
+        configure_hub(c, spec, resume=False)
+    else:
+        import json
+
+        # written beforehand (benchmarks.hubs), as an admin's static profile_list is
+        c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
+        with open(os.environ["BENCH_PROFILE_LIST"]) as f:
+            c.KubeSpawner.profile_list = json.load(f)
+
+# the event-loop lag, sampled into loop-lag.tsv in the hub's directory (benchmarks.lag)
+from benchmarks.lag import install  # noqa: E402
+
+install()

@@ -1,0 +1,70 @@
+"""Item 4: P pods and P Workloads in a watched namespace, made directly by the admin
+(no scheduling: each pod carries a scheduling gate, each Workload is inactive), for
+the hubs' shared watches to hold. They carry KubeSpawner's component label, so the
+hubs' pod watches (selected by it) see them all."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from jupyterhub_gpu.contract import COMPONENT_LABEL, SINGLEUSER_COMPONENT
+
+NAMESPACE = "jhub-data-science"
+BENCH_LABEL = "jupyterhub-gpu-bench"  # every object made here, for the clean-up
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
+
+def pod(i: int) -> dict:
+    return {"metadata": {"name": f"bench-pod-{i:05d}",
+                         "labels": {COMPONENT_LABEL: SINGLEUSER_COMPONENT, BENCH_LABEL: "1",
+                                    "hub.jupyter.org/username": f"bench-{i:05d}"},
+                         "annotations": {"hub.jupyter.org/username": f"bench-{i:05d}"}},
+            "spec": {"schedulingGates": [{"name": "jupyterhub-gpu.bench/never"}],
+                     "containers": [{"name": "notebook", "image": "bench:none",
+                                     "resources": {"requests": {"cpu": "100m"}}}]}}
+
+
+def workload(i: int) -> dict:
+    return {"apiVersion": "/".join(KUEUE), "kind": "Workload",
+            "metadata": {"name": f"bench-wl-{i:05d}", "labels": {BENCH_LABEL: "1"}},
+            "spec": {"active": False, "queueName": "data-science",
+                     "podSets": [{"name": "main", "count": 1, "template": {"spec": {
+                         "containers": [{"name": "notebook", "image": "bench:none",
+                                         "resources": {"requests": {"cpu": "100m"}}}]}}}]}}
+
+
+async def _each(make, n: int, concurrency: int = 16) -> None:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i):
+        async with gate:
+            await make(i)
+
+    await asyncio.gather(*(one(i) for i in range(n)))
+
+
+async def populate(kubeconfig: Path, n: int) -> None:
+    from kubernetes_asyncio import client, config
+
+    api = await config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        await _each(lambda i: core.create_namespaced_pod(NAMESPACE, pod(i)), n)
+        await _each(lambda i: custom.create_namespaced_custom_object(
+            *KUEUE, NAMESPACE, "workloads", workload(i)), n)
+    finally:
+        await api.close()
+
+
+async def clean(kubeconfig: Path) -> None:
+    from kubernetes_asyncio import client, config
+
+    api = await config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        await client.CoreV1Api(api).delete_collection_namespaced_pod(
+            NAMESPACE, label_selector=BENCH_LABEL, grace_period_seconds=0)
+        await client.CustomObjectsApi(api).delete_collection_namespaced_custom_object(
+            *KUEUE, NAMESPACE, "workloads", label_selector=BENCH_LABEL)
+    finally:
+        await api.close()

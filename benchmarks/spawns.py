@@ -1,0 +1,185 @@
+"""Items 1-4 on the dev cluster, each hub in turn (plain KubeSpawner, then GPUSpawner):
+
+1. N sequential spawns and stops of one user through the hub's REST API: spawn
+   latency as the hub logs it ("took X seconds to start"), hub CPU-seconds per spawn;
+2. the hub's API requests per spawn, and per minute at idle (audit log);
+3. a burst of B concurrent spawns over the three teams: time to ready, errors, the
+   hub's event-loop lag;
+4. hub RSS once the hub watches a namespace holding P pods and P Workloads.
+
+Pods run on kwok nodes Karpenter starts; a pod's "server" is the answering server
+(:mod:`benchmarks.okserver`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import apicalls, lag
+from .baseline import baseline_slug
+from .hubs import Hub, Ports, running_hub
+from .report import Row
+from .stats import per, percentile
+
+TEAMS = (("data-science", "jhub-data-science"), ("ml-eng", "jhub-ml-eng"),
+         ("experimentation", "jhub-experimentation"))
+PROFILE = "t4-shared"  # allowed to every team
+_TOOK = re.compile(r"User (\S+) took ([\d.]+) seconds to start")
+
+
+@dataclass
+class HubFigures:
+    latencies: list[float] = field(default_factory=list)
+    cpu_per_spawn: float = 0.0
+    spawn_requests: dict = field(default_factory=dict)
+    idle_requests: dict = field(default_factory=dict)
+    idle_seconds: float = 0.0
+    n: int = 0
+    burst_ready: list[float] = field(default_factory=list)
+    burst_errors: int = 0
+    burst_lags: list[float] = field(default_factory=list)
+    rss_mib: float = 0.0  # after the sequential spawns: watches of one namespace
+    startup: float = 0.0
+
+
+def _options(mode: str, team: str) -> dict:
+    return {"profile": PROFILE if mode == "gpu" else baseline_slug(PROFILE, team)}
+
+
+async def _make_users(hub: Hub, users: dict[str, str]) -> None:
+    """``{user: group}``: the users and their (team) groups."""
+    await hub.request("POST", "/users", {"usernames": list(users)}, ok=(201, 409))
+    for group, _ in TEAMS:
+        await hub.request("POST", f"/groups/{group}", ok=(201, 409))
+        members = [u for u, g in users.items() if g == group]
+        if members:
+            await hub.request("POST", f"/groups/{group}/users", {"users": members})
+
+
+async def _server(hub: Hub, user: str) -> dict | None:
+    return (await hub.request("GET", f"/users/{user}"))["servers"].get("")
+
+
+async def _until(check, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+async def spawn_until_ready(hub: Hub, user: str, options: dict, timeout=600) -> float:
+    started = time.monotonic()
+    await hub.request("POST", f"/users/{user}/server", options)
+
+    async def ready():
+        server = await _server(hub, user)
+        if server is None or not (server.get("ready") or server.get("pending") == "spawn"):
+            raise RuntimeError(f"{user}'s spawn failed")
+        return server.get("ready")
+
+    await _until(ready, timeout, f"{user}'s server", interval=0.2)
+    return time.monotonic() - started
+
+
+async def stop_until_gone(hub: Hub, user: str, timeout=300) -> None:
+    await hub.request("DELETE", f"/users/{user}/server")
+
+    async def gone():
+        return await _server(hub, user) is None
+
+    await _until(gone, timeout, f"{user}'s server to stop", interval=0.2)
+
+
+def _hub_latencies(log: Path, users: set[str]) -> list[float]:
+    return [float(s) for u, s in _TOOK.findall(log.read_text(errors="replace")) if u in users]
+
+
+async def sequential(hub: Hub, mode: str, n: int, state_dir: Path, workdir: Path,
+                     idle: float, figures: HubFigures) -> None:
+    user = f"seq-{mode}"
+    await _make_users(hub, {user: "data-science", f"warm-{mode}": "data-science"})
+    # warm-up (not counted): the shared watches start with the first spawn
+    await spawn_until_ready(hub, f"warm-{mode}", _options(mode, "data-science"))
+    await stop_until_gone(hub, f"warm-{mode}")
+    start, cpu = time.time(), hub.cpu_seconds()
+    for _ in range(n):
+        await spawn_until_ready(hub, user, _options(mode, "data-science"))
+        await stop_until_gone(hub, user)
+    end = time.time()
+    figures.cpu_per_spawn = per(hub.cpu_seconds() - cpu, n)
+    await asyncio.sleep(idle)
+    events = apicalls.read_events(state_dir)
+    figures.spawn_requests = apicalls.count_requests(events, apicalls.HUB_USER, start, end)
+    figures.idle_requests = apicalls.count_requests(events, apicalls.HUB_USER, end + 1,
+                                                    end + idle)
+    figures.idle_seconds = idle - 1
+    figures.latencies = _hub_latencies(workdir / "hub.log", {user})
+    figures.n = n
+
+
+async def burst(hub: Hub, mode: str, b: int, workdir: Path, figures: HubFigures) -> None:
+    users = {f"burst-{mode}-{i:03d}": TEAMS[i % len(TEAMS)][0] for i in range(b)}
+    await _make_users(hub, users)
+    start = time.time()
+    results = await asyncio.gather(*(spawn_until_ready(hub, u, _options(mode, g))
+                                     for u, g in users.items()), return_exceptions=True)
+    end = time.time()
+    figures.burst_ready = [r for r in results if isinstance(r, float)]
+    figures.burst_errors = sum(1 for r in results if isinstance(r, BaseException))
+    figures.burst_lags = lag.lags_between(workdir, start, end)
+    await asyncio.gather(*(stop_until_gone(hub, u) for u in users), return_exceptions=True)
+
+
+async def measure_hub(mode: str, spec: Path, state_dir: Path, kubeconfig: Path,
+                      workdir: Path, ports: Ports, n: int, b: int, idle: float,
+                      settle: float = 2.0) -> HubFigures:
+    """``settle``: seconds between the RSS samples (:func:`_steady_rss`)."""
+    figures = HubFigures()
+    hubdir = workdir / f"hub-{mode}"
+    async with running_hub(mode, spec, hubdir, ports, kubeconfig) as (hub, startup):
+        figures.startup = startup
+        await sequential(hub, mode, n, state_dir, hubdir, idle, figures)
+        figures.rss_mib = await _steady_rss(hub, settle)
+        if b:
+            await burst(hub, mode, b, hubdir, figures)
+    return figures
+
+
+async def _steady_rss(hub: Hub, every: float, timeout: float = 120) -> float:
+    """The hub's RSS once it stops growing (3 samples ``every`` s apart within 1%)."""
+    samples = [hub.rss_mib()]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await asyncio.sleep(every)
+        samples.append(hub.rss_mib())
+        last = samples[-3:]
+        if len(last) == 3 and max(last) - min(last) <= 0.01 * max(last):
+            break
+    return samples[-1]
+
+
+async def watch_memory(mode: str, spec: Path, kubeconfig: Path, workdir: Path,
+                       ports: Ports, settle: float = 2.0,
+                       idle: float = 60.0) -> tuple[float, float]:
+    """A fresh hub's steady RSS once one spawn in the populated namespace has
+    started its shared watches there (the server is stopped before measuring), and
+    its CPU-seconds per minute at idle over the next ``idle`` seconds (the watches
+    list everything again each time they restart)."""
+    async with running_hub(mode, spec, workdir / f"hub-{mode}-memory", ports,
+                           kubeconfig) as (hub, _):
+        user = f"mem-{mode}"
+        await _make_users(hub, {user: "data-science"})
+        await spawn_until_ready(hub, user, _options(mode, "data-science"))
+        await stop_until_gone(hub, user)
+        rss = await _steady_rss(hub, settle)
+        cpu = hub.cpu_seconds()
+        await asyncio.sleep(idle)
+        return rss, (hub.cpu_seconds() - cpu) * 60 / idle
