@@ -81,7 +81,8 @@ def running(nodes: Iterable[NodeLifetime], end: datetime) -> list[tuple[datetime
 
 def cumulative_cost(platform: Platform, nodes: Iterable[NodeLifetime], end: datetime
                     ) -> list[tuple[datetime, float]]:
-    """The cost spent by each time a node started or stopped (linear in between)."""
+    """The cost spent by each time a node started or stopped (linear in between),
+    and at ``end``."""
     rate_changes: dict[datetime, float] = {}
     for n in nodes:
         stop, price = min(n.end or end, end), platform.pool(n.pool).price_per_node_hour
@@ -94,6 +95,8 @@ def cumulative_cost(platform: Platform, nodes: Iterable[NodeLifetime], end: date
             spent += rate * (at - last).total_seconds() / 3600
         rate, last = rate + rate_changes[at], at
         points.append((at, spent))
+    if points and points[-1][0] < end:
+        points.append((end, spent))  # nothing up: the line stays flat to the end
     return points
 
 
