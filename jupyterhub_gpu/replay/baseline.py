@@ -2,7 +2,7 @@
 Learning compute instances give it (docs/replay.md, "The baseline").
 
 * Each person has one compute instance of the VM size of the profile they pick
-  (:func:`vm_pool`), on demand: compute instances offer no spot VMs.
+  (:func:`vm_pool`), priced on demand (we assume no spot compute instances).
 * **Always on**: it is started for their first session and never stopped.
 * **Idle shutdown** after ``idle_shutdown_minutes`` (Azure ML allows 15 minutes to
   3 days): it stops that long after the last activity, and the next activity starts
@@ -24,7 +24,8 @@ from .trace import Session, Trace
 
 #: Azure ML's bounds on a compute instance's idle shutdown (IdleShutdownSetting)
 IDLE_SHUTDOWN_MINUTES = (15, 3 * 24 * 60)
-#: Azure ML compute clusters' default idle time before scale-down (AmlCompute)
+#: how long an idle compute-cluster node stays before it is removed: an assumption
+#: (docs/replay.md), set it to the cluster's ``idle_time_before_scale_down``
 CLUSTER_SCALE_DOWN_SECONDS = 120
 
 
@@ -43,6 +44,8 @@ class BaselineConfig:
                              f"allows {low} to {high} minutes")
         if self.vm_start_seconds is not None and self.vm_start_seconds < 0:
             raise ValueError("vm_start_seconds must not be negative")
+        if self.cluster_scale_down_seconds < 0:
+            raise ValueError("cluster_scale_down_seconds must not be negative")
 
     @property
     def title(self) -> str:

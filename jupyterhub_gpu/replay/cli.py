@@ -52,9 +52,11 @@ def _baseline(args: argparse.Namespace) -> int:
     platform = load_platform(args.spec)
     try:
         trace = load(args.trace)
-        configs = [BaselineConfig(None, args.vm_start_seconds, users_stop_vms=args.users_stop_vms),
-                   *(BaselineConfig(m, args.vm_start_seconds, users_stop_vms=args.users_stop_vms)
-                     for m in args.idle_shutdown)]
+        scale_down = ({} if args.cluster_scale_down_seconds is None
+                      else {"cluster_scale_down_seconds": args.cluster_scale_down_seconds})
+        configs = [BaselineConfig(minutes, args.vm_start_seconds,
+                                  users_stop_vms=args.users_stop_vms, **scale_down)
+                   for minutes in (None, *args.idle_shutdown)]
     except (OSError, TraceError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -105,6 +107,9 @@ def add_replay_parsers(sub) -> None:
                    "(15 to 4320; repeatable), e.g. --idle-shutdown 60")
     p.add_argument("--vm-start-seconds", type=int, default=None,
                    help="how long a VM takes to start (default: its pool's bootSeconds)")
+    p.add_argument("--cluster-scale-down-seconds", type=int,
+                   help="how long a training job's compute-cluster node stays idle before "
+                   "it is removed (default: 120, an assumption; docs/replay.md)")
     p.add_argument("--users-stop-vms", action="store_true",
                    help="users stop their VM when they stop a session (default: they "
                    "leave it to idle shutdown)")

@@ -95,3 +95,10 @@ def test_the_replay_commands_load_neither_matplotlib_nor_the_ledger_until_run():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_the_help_states_the_baselines_defaults():
+    result = run("baseline", "--help")
+    words = " ".join(result.stdout.split())
+    assert f"(default: {BaselineConfig().cluster_scale_down_seconds}, an assumption" in words
+    assert "(default: its pool's bootSeconds)" in words
