@@ -136,3 +136,11 @@ def test_check_against_the_spec_names_profiles_a_person_may_not_use(platform):
         "bob: profile 'a100-mig-3g' is not allowed for groups ['experimentation']",
         "alice: job profile 'a100-train' is not allowed for groups ['data-science']"]
     assert check_against(parse(lines(ALICE, SESSION)), platform) == []
+
+
+def test_the_example_in_the_docs_is_a_trace_the_example_spec_allows(repo_root, platform):
+    page = (repo_root / "docs" / "replay.md").read_text()
+    block = page.split("An example with one of each:\n\n```json\n", 1)[1].split("```", 1)[0]
+    trace = parse(block.splitlines(), "docs/replay.md")
+    assert (len(trace.people), len(trace.sessions), len(trace.jobs)) == (1, 1, 1)
+    assert check_against(trace, platform) == []
