@@ -82,8 +82,20 @@ def _overlap_hours(a0: datetime, a1: datetime, b0: datetime, b1: datetime) -> fl
     return _hours(max(a0, b0), min(a1, b1))
 
 
+def _merged(spans: list[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    """``spans`` with the overlapping ones joined: a period is in the result once."""
+    out: list[tuple[datetime, datetime]] = []
+    for start, stop in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], stop))
+        else:
+            out.append((start, stop))
+    return out
+
+
 def _session_work(trace: Trace, rows: list[Usage]) -> float:
-    """GPU-hours of the trace's busy periods while the user's server ran."""
+    """GPU-hours of the trace's busy periods while one of the user's servers ran
+    (counted once however many ran)."""
     until = trace.header.end
     running: dict[str, list[tuple[datetime, datetime]]] = {}
     for r in rows:
@@ -92,7 +104,7 @@ def _session_work(trace: Trace, rows: list[Usage]) -> float:
     used = 0.0
     for s in trace.sessions:
         for b in s.busy:
-            for start, stop in running.get(s.user, ()):
+            for start, stop in _merged(running.get(s.user, [])):
                 used += _overlap_hours(b.start, b.end, start, stop) * b.gpu_percent / 100
     return used
 

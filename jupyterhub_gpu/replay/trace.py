@@ -116,7 +116,8 @@ class _Line:
                record: dict | None = None, prefix: str = "") -> dict:
         record = self.record if record is None else record
         if not isinstance(record, dict):
-            raise TraceError(f"{self.where}: {prefix or 'a record'} must be a JSON object")
+            what = f"field {prefix.rstrip('.')!r}" if prefix else "a record"
+            raise TraceError(f"{self.where}: {what} must be a JSON object")
         for name in record:
             if name not in allowed and name != "type":
                 raise self.fail(prefix + name, f"unknown field (allowed: {', '.join(allowed)})")

@@ -134,7 +134,7 @@ def test_an_idle_shutdown_azure_ml_does_not_allow_is_refused(minutes):
         BaselineConfig(idle_shutdown_minutes=minutes)
 
 
-@settings(max_examples=15, deadline=None,
+@settings(deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32), shorter=st.integers(15, 600), longer=st.integers(15, 4320))
 def test_a_longer_idle_shutdown_never_bills_less_and_always_on_bills_most(

@@ -125,3 +125,13 @@ def test_the_plot_is_a_png(platform, tmp_path):
     path = tmp_path / "week.png"
     plot(platform, worlds, h(0), h(24), str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_busy_time_under_two_servers_at_once_counts_once(platform):
+    """A user with a CPU server beside a GPU one (or a row the hub wrote again) does
+    the trace's work once."""
+    twice = [ROWS[0], row("pod:3", user="alice", profile="cpu", requested_at=h(8),
+                          running_at=h(8), stopped_at=h(20))]
+    f = platform_figures(platform, trace(), twice, NODES)
+    assert f.used_gpu_hours == pytest.approx(0.4 + 1.0)  # both busy hours, fully
+    assert f.time_to_notebook == (1800.0, 0.0)

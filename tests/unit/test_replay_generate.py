@@ -11,17 +11,19 @@ from hypothesis import strategies as st
 from jupyterhub_gpu.replay.generate import GeneratorConfig, generate
 from jupyterhub_gpu.replay.trace import check_against, dumps, parse
 
-WEEKS = settings(max_examples=25, deadline=None,
-                 suppress_health_check=[HealthCheck.function_scoped_fixture])
+WEEKS = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 seeds = st.integers(min_value=0, max_value=2**32)
 teams = st.integers(min_value=10, max_value=50)
 
 
-@WEEKS
+@settings(WEEKS, max_examples=50)
 @given(seed=seeds, team=teams)
-def test_the_same_seed_gives_the_same_trace_byte_for_byte(platform, seed, team):
+def test_the_same_seed_gives_the_same_week(platform, seed, team):
+    """50 seeds (each example builds two weeks): the generator has no source of
+    randomness but its seed. ``test_replay_cli`` also compares two processes' files,
+    byte for byte, under different hash seeds."""
     cfg = GeneratorConfig(team_size=team, seed=seed)
-    assert dumps(generate(platform, cfg)) == dumps(generate(platform, cfg))
+    assert generate(platform, cfg) == generate(platform, cfg)
 
 
 def test_another_seed_gives_another_week(platform):
@@ -31,18 +33,11 @@ def test_another_seed_gives_another_week(platform):
 
 @WEEKS
 @given(seed=seeds, team=teams)
-def test_a_generated_week_is_a_valid_trace_the_spec_allows(platform, seed, team):
+def test_a_generated_week_is_a_valid_trace_of_one_server_at_a_time(platform, seed, team):
     trace = generate(platform, GeneratorConfig(team_size=team, seed=seed))
     assert parse(dumps(trace).splitlines()) == trace  # the parser's checks all pass
-    assert check_against(trace, platform) == []
-    assert len(trace.people) == team
-    assert len({p.user for p in trace.people}) == team
-
-
-@WEEKS
-@given(seed=seeds, team=teams)
-def test_sessions_lie_in_the_week_and_one_person_never_has_two_at_once(platform, seed, team):
-    trace = generate(platform, GeneratorConfig(team_size=team, seed=seed))
+    assert check_against(trace, platform) == []  # every profile allowed for its person
+    assert len({p.user for p in trace.people}) == len(trace.people) == team
     assert trace.header.end - trace.header.start == timedelta(days=7)
     for person in trace.people:
         mine = sorted(trace.sessions_of(person.user), key=lambda s: s.start)
@@ -53,28 +48,14 @@ def test_sessions_lie_in_the_week_and_one_person_never_has_two_at_once(platform,
             assert all(s.start <= b.start < b.end <= s.end for b in s.busy)
             assert all(a.end <= b.start for a, b in zip(s.busy, s.busy[1:]))
             assert s.profile == person.profile
-
-
-@WEEKS
-@given(seed=seeds)
-def test_work_happens_on_weekdays_in_local_working_hours(platform, seed):
-    trace = generate(platform, GeneratorConfig(team_size=20, seed=seed))
-    for s in trace.sessions:
-        offset = timedelta(hours=trace.person(s.user).utc_offset_hours)
-        local_start, local_end = s.start + offset, s.end + offset
-        assert local_start.weekday() < 5
-        assert 7 <= local_start.hour < 12  # arrival: 9:00, two hours either way at most
-        assert local_end.date() == local_start.date()
-
-
-@WEEKS
-@given(seed=seeds)
-def test_gpu_use_stays_within_what_the_profile_can_use(platform, seed):
-    trace = generate(platform, GeneratorConfig(team_size=30, seed=seed))
-    for s in trace.sessions:
-        pool = platform.pool(platform.profile(s.profile).pool)
-        cap = 0 if not pool.has_gpu else (50 if pool.sharing.mode.partitioned else 100)
-        assert all(0 <= b.gpu_percent <= cap for b in s.busy)
+            offset = timedelta(hours=person.utc_offset_hours)
+            local_start, local_end = s.start + offset, s.end + offset
+            assert local_start.weekday() < 5  # Monday to Friday, in their time zone
+            assert 7 <= local_start.hour < 12  # arrival: 9:00, two hours either way at most
+            assert local_end.date() == local_start.date()
+            pool = platform.pool(platform.profile(s.profile).pool)
+            cap = 0 if not pool.has_gpu else (50 if pool.sharing.mode.partitioned else 100)
+            assert all(0 <= b.gpu_percent <= cap for b in s.busy)  # a 3g.40gb slice: half
     for j in trace.jobs:
         assert 0 < j.run_seconds <= platform.job_profile(j.profile).max_run_seconds
         assert trace.header.start <= j.submitted < trace.header.end

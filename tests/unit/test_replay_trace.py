@@ -144,3 +144,8 @@ def test_the_example_in_the_docs_is_a_trace_the_example_spec_allows(repo_root, p
     trace = parse(block.splitlines(), "docs/replay.md")
     assert (len(trace.people), len(trace.sessions), len(trace.jobs)) == (1, 1, 1)
     assert check_against(trace, platform) == []
+
+
+def test_a_busy_period_that_is_not_an_object_is_named():
+    with pytest.raises(TraceError, match="line 3: field 'busy\\[0\\]' must be a JSON object"):
+        parse(lines(ALICE, {**SESSION, "busy": [[1, 2]]}))
