@@ -59,6 +59,16 @@ class GeneratorConfig:
             raise ValueError(f"week_start {self.week_start} is not a Monday")
         if not 1 <= self.working_days <= 7:
             raise ValueError(f"working_days {self.working_days} is not from 1 to 7")
+        for name in ("day_off_probability", "notebook_day_probability",
+                     "abandon_probability", "job_probability"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} {getattr(self, name)} is not from 0 to 1")
+        for name in ("workday_hours", "busy_minutes", "pause_minutes", "job_hours_median"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} {getattr(self, name)} is not positive")
+        if not self.utc_offsets or any(not -12 <= o <= 14 or w <= 0
+                                       for o, w in self.utc_offsets.items()):
+            raise ValueError("utc_offsets must map offsets from -12 to 14 to positive weights")
 
 
 def _weighted(rng: random.Random, options: list, weights: Mapping[str, float], key) -> object:

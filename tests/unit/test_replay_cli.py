@@ -106,3 +106,18 @@ def test_the_help_states_the_baselines_defaults():
     words = " ".join(result.stdout.split())
     assert f"(default: {BaselineConfig().cluster_scale_down_seconds}, an assumption" in words
     assert "(default: its pool's bootSeconds)" in words
+
+
+def test_without_matplotlib_the_table_is_printed_and_the_plot_refused(week, example_spec_path,
+                                                                      tmp_path):
+    code = ("import sys; sys.modules['matplotlib'] = None; "  # import matplotlib now fails
+            "from jupyterhub_gpu.cli import main; sys.exit(main(sys.argv[1:]))")
+    png = tmp_path / "week.png"
+    result = subprocess.run([sys.executable, "-c", code, "replay", "baseline", str(week),
+                             "--spec", str(example_spec_path), "--plot", str(png)],
+                            capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stdout.startswith(" ") and "GPU node-hours" in result.stdout
+    assert result.stderr == ("error: plotting needs matplotlib: pip install "
+                             "'jupyterhub-gpu[replay]'\n")
+    assert not png.exists()

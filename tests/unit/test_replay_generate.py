@@ -75,6 +75,10 @@ def test_a_week_has_idle_gaps_and_jobs_for_those_allowed_them(platform):
     ({"team_size": 0}, "team_size 0 is not from 1 to 500"),
     ({"week_start": date(2026, 1, 6)}, "week_start 2026-01-06 is not a Monday"),
     ({"working_days": 8}, "working_days 8 is not from 1 to 7"),
+    ({"abandon_probability": 1.5}, "abandon_probability 1.5 is not from 0 to 1"),
+    ({"busy_minutes": 0}, "busy_minutes 0 is not positive"),
+    ({"utc_offsets": {15.0: 1}}, "utc_offsets must map offsets from -12 to 14"),
+    ({"utc_offsets": {}}, "utc_offsets must map offsets from -12 to 14"),
 ])
 def test_a_bad_generator_setting_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
