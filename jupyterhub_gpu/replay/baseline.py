@@ -47,6 +47,10 @@ class BaselineConfig:
         if self.cluster_scale_down_seconds < 0:
             raise ValueError("cluster_scale_down_seconds must not be negative")
 
+    def start_seconds(self, pool: Pool) -> int:
+        """How long a VM of ``pool`` takes to start."""
+        return self.vm_start_seconds if self.vm_start_seconds is not None else pool.boot_seconds
+
     @property
     def title(self) -> str:
         if self.idle_shutdown_minutes is None:
@@ -122,9 +126,8 @@ def _job_nodes(platform: Platform, trace: Trace, cfg: BaselineConfig) -> list[No
     for n, job in enumerate(trace.jobs):
         profile = platform.job_profile(job.profile)
         pool = platform.pools_of(profile)[0]
-        boot = cfg.vm_start_seconds if cfg.vm_start_seconds is not None else pool.boot_seconds
-        end = job.submitted + timedelta(
-            seconds=boot + job.run_seconds + cfg.cluster_scale_down_seconds)
+        end = job.submitted + timedelta(seconds=cfg.start_seconds(pool) + job.run_seconds
+                                        + cfg.cluster_scale_down_seconds)
         for pod in range(profile.pods):
             nodes.append(NodeLifetime(pool.name, f"job-{n}-{pod}", job.submitted,
                                       min(end, trace.header.end)))
@@ -149,7 +152,7 @@ def baseline(platform: Platform, trace: Trace, cfg: BaselineConfig = BaselineCon
     by_pool, gpu_hours, cost = node_hours(platform, nodes, trace.header.end)
     waits = []
     for vm in vms:  # a session opened on a running VM waits for nothing
-        boot = cfg.vm_start_seconds if cfg.vm_start_seconds is not None else vm.pool.boot_seconds
+        boot = cfg.start_seconds(vm.pool)
         opened_cold = {at for at, opening in vm.starts if opening}
         waits += [float(boot if s.start in opened_cold else 0)
                   for s in trace.sessions_of(vm.user)]

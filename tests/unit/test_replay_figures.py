@@ -4,6 +4,7 @@ both worlds, the plot's series and the plot itself, on constructed rows."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta
 
 import pytest
@@ -112,11 +113,13 @@ def test_the_table_shows_both_worlds_and_an_empty_platform_column(platform):
     lines = text.splitlines()
     assert lines[0].split("  ")[-1].strip() == PLATFORM_TO_COME
     assert "jupyterhub-gpu" in lines[0] and "VM per person, idle shutdown 60 min" in lines[0]
-    cells = {line[:40].strip(): line[40:].split() for line in lines[1:]}
+    cells = {name: rest for name, *rest in (re.split(r"\s{2,}", line) for line in lines[1:])}
     assert cells["GPU node-hours"] == [f"{vm.gpu_node_hours:.1f}", "8.9", "-"]
     assert cells["utilization of billed GPU-hours"][1:] == ["28.1%", "-"]
-    assert cells["queue wait t4-shared, p95"] == ["-", "15.0", "min", "-"]
+    assert cells["queue wait t4-shared, p95"] == ["-", "15.0 min", "-"]
+    assert cells["time to notebook, p50"][1:] == ["30.0 min", "-"]
     assert cells["culls / idle shutdowns"] == [str(vm.culls), "1", "-"]
+    assert cells["preemptions and evictions"] == ["0", "1", "-"]
 
 
 def test_the_plot_is_a_png(platform, tmp_path):
