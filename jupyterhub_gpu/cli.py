@@ -16,6 +16,7 @@ from .contract import KUEUE_API_VERSION
 from .devcommands import add_dev_parsers
 from .jobs.cli import add_job_parser, split_script_args
 from .parse import SpecError, load_platform
+from .replay.cli import add_replay_parsers
 from .usage.cli import add_usage_parsers
 from .validate import check_warnings
 
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dev_parsers(sub)
     add_bundle_parsers(sub)
     add_usage_parsers(sub)
+    add_replay_parsers(sub)
     return parser
 
 

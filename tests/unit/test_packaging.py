@@ -26,6 +26,12 @@ NOTEBOOK_SIDE = {
 
 DEV_DIR = "devcluster"
 
+# Imported only when a command asks for them, and declared in their own extra:
+# module -> the extra that declares it.
+OPTIONAL = {
+    "matplotlib": "replay",  # replay/report.py imports it for --plot only
+}
+
 
 def _imported_modules(package_dir) -> dict[str, set[str]]:
     """Top-level name of every absolute import -> the files importing it (relative to
@@ -73,9 +79,13 @@ def _dev_only(files: set[str]) -> bool:
 def test_every_imported_distribution_is_declared(repo_root):
     runtime = _declared(repo_root, "options", "install_requires")
     dev = _declared(repo_root, "options.extras_require", "dev")
+    extra = {module: _declared(repo_root, "options.extras_require", name)
+             for module, name in OPTIONAL.items()}
     missing = {module: sorted(files) for module, (dists, files) in _third_party(repo_root).items()
-               if not dists & (dev if _dev_only(files) else runtime)}
+               if not dists & (extra.get(module)
+                               or (dev if _dev_only(files) else runtime))}
     assert missing == {}, f"imported but not declared where it is needed: {missing}"
+    assert not {canonicalize_name(m) for m in OPTIONAL} & runtime, "an optional one is required"
 
 
 def test_the_runtime_requirements_carry_nothing_only_the_dev_cluster_needs(repo_root):

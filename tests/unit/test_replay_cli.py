@@ -1,0 +1,123 @@
+"""``jupyterhub-gpu replay generate|baseline``, run as an admin would run them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jupyterhub_gpu.parse import load_platform
+from jupyterhub_gpu.replay.baseline import BaselineConfig, baseline
+from jupyterhub_gpu.replay.trace import load
+
+CLI = [sys.executable, "-m", "jupyterhub_gpu.cli", "replay"]
+
+
+def run(*args, hash_seed="0"):
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=env)
+
+
+@pytest.fixture(scope="module")
+def week(tmp_path_factory, example_spec_path):
+    path = tmp_path_factory.mktemp("replay") / "week.jsonl"
+    result = run("generate", "--spec", example_spec_path, "--team", 12, "--seed", 3,
+                 "-o", path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith(f"{path}: ") and "12 people, week of 2026-01-05" in (
+        result.stderr)
+    return path
+
+
+def test_generate_writes_a_trace_the_same_every_time(week, example_spec_path):
+    """Another process, with another hash seed (so sets iterate in another order)."""
+    again = run("generate", "--spec", example_spec_path, "--team", 12, "--seed", 3,
+                hash_seed="12345")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == week.read_text()
+    trace = load(week)
+    assert len(trace.people) == 12
+    assert trace.header.source == (f"jupyterhub-gpu replay generate --spec {example_spec_path} "
+                                   "--team 12 --seed 3 --week 2026-01-05")
+
+
+def test_baseline_prints_each_world_and_writes_the_plot(week, example_spec_path, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "week.png"
+    result = run("baseline", week, "--spec", example_spec_path, "--idle-shutdown", 60,
+                 "--plot", png)
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    for title in ("VM per person, always on", "VM per person, idle shutdown 60 min",
+                  "jupyterhub-gpu (replay to come)"):
+        assert title in header
+    platform = load_platform(example_spec_path)
+    expected = baseline(platform, load(week), BaselineConfig(60))
+    gpu_row = next(r for r in rows if r.startswith("GPU node-hours")).split()
+    assert gpu_row[-2:] == [f"{expected.gpu_node_hours:.1f}", "-"]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--idle-shutdown", 5), "error: idle shutdown of 5 minutes: Azure ML allows 15 to 4320"),
+    (("--vm-start-seconds", -1), "error: vm_start_seconds must not be negative"),
+])
+def test_baseline_refuses_settings_azure_ml_does_not_have(week, example_spec_path, args,
+                                                          message):
+    result = run("baseline", week, "--spec", example_spec_path, *args)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith(message)
+
+
+def test_baseline_names_the_bad_line_of_a_trace(week, example_spec_path, tmp_path):
+    lines = week.read_text().splitlines()
+    lines[3] = lines[3].replace('"profile": "', '"profile": "x-')
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    result = run("baseline", bad, "--spec", example_spec_path)
+    assert result.returncode == 1
+    assert "is not in the spec" in result.stderr and result.stderr.startswith(
+        f"error: {bad}: ")
+    bad.write_text("\n".join(lines[:5] + ["{"] + lines[5:]) + "\n")
+    result = run("baseline", bad, "--spec", example_spec_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"error: {bad}, line 6: not JSON")
+
+
+def test_generate_refuses_a_week_that_does_not_start_on_monday(example_spec_path):
+    result = run("generate", "--spec", example_spec_path, "--week", "2026-01-06")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == "error: week_start 2026-01-06 is not a Monday\n"
+
+
+def test_the_replay_commands_load_neither_matplotlib_nor_the_ledger_until_run():
+    code = ("import sys, jupyterhub_gpu.cli; "
+            "print([m for m in sys.modules if m.startswith(('matplotlib', "
+            "'jupyterhub_gpu.replay.report', 'jupyterhub_gpu.replay.baseline'))])")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_help_states_the_baselines_defaults():
+    result = run("baseline", "--help")
+    words = " ".join(result.stdout.split())
+    assert f"(default: {BaselineConfig().cluster_scale_down_seconds}, an assumption" in words
+    assert "(default: its pool's bootSeconds)" in words
+
+
+def test_without_matplotlib_the_table_is_printed_and_the_plot_refused(week, example_spec_path,
+                                                                      tmp_path):
+    code = ("import sys; sys.modules['matplotlib'] = None; "  # import matplotlib now fails
+            "from jupyterhub_gpu.cli import main; sys.exit(main(sys.argv[1:]))")
+    png = tmp_path / "week.png"
+    result = subprocess.run([sys.executable, "-c", code, "replay", "baseline", str(week),
+                             "--spec", str(example_spec_path), "--plot", str(png)],
+                            capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stdout.startswith(" ") and "GPU node-hours" in result.stdout
+    assert result.stderr == ("error: plotting needs matplotlib: pip install "
+                             "'jupyterhub-gpu[replay]'\n")
+    assert not png.exists()
