@@ -85,6 +85,15 @@ def monitoring_env(cluster: Layout, hub_port: int) -> dict[str, str]:
     return {ENV_DEMO_PROMETHEUS_URL: prometheus.url(ports), ENV_DEMO_METRICS_TOKEN: token}
 
 
+def interruptible() -> None:
+    """``preexec_fn`` of a hub process: SIGINT back to its default. A process started
+    in the background by a non-interactive shell (a CI script's ``cmd &``) inherits
+    SIGINT *ignored*, and so would the hub and every managed service it launches;
+    JupyterHub stops a service with SIGINT first and waits ``interrupt_timeout``
+    (10 s) before SIGTERM, so each hub stop would take 10 s more per service."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
                     hub_port: int = 8081, proxy_api_port: int = 8001,
                     extra_env: dict[str, str] | None = None,
@@ -100,7 +109,7 @@ async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
             *hub_command(), cwd=hub_dir, stdout=log, stderr=log,
             env={**hub_env(spec, kubeconfig, url, hub_port, proxy_api_port),
                  **monitoring, **(extra_env or {})},
-            start_new_session=True)
+            start_new_session=True, preexec_fn=interruptible)
 
 
 async def _stop(hub: asyncio.subprocess.Process | None, *tasks: asyncio.Task | None) -> None:

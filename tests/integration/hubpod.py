@@ -67,4 +67,5 @@ async def start_hub_in_pod(spec: Path, sa_dir: Path, api_server: str, workdir: P
         return await asyncio.create_subprocess_exec(
             *unshare_command(), "sh", "-c", _IN_POD, "sh", str(Path("/var/run").resolve()),
             str(SA_DIR), str(sa_dir), *demo.hub_command(),
-            cwd=hub_dir, stdout=log, stderr=log, env=env, start_new_session=True)
+            cwd=hub_dir, stdout=log, stderr=log, env=env, start_new_session=True,
+            preexec_fn=demo.interruptible)
