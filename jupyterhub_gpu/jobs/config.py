@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from ..contract import (ENV_JOBS_BIND, ENV_JOBS_URL, ENV_PLATFORM_FILE, ENV_USAGE_DB_URL,
                         JOBS_ACCESS_SCOPE, JOBS_SERVICE_NAME)
 from ..resume import KUBE_ENV
+from ..roles import with_user_scope
 from ..usage.config import UsageLedger
 
 #: JupyterHub's default scopes of a server's token (its ``server`` role)
@@ -54,18 +55,6 @@ def service_url(url: str) -> str:
     return f"{url.rstrip('/')}/services/{JOBS_SERVICE_NAME}/"
 
 
-def _with_scope(roles: list[dict]) -> list[dict]:
-    """``roles`` with the access scope in the ``user`` role (JupyterHub's default one,
-    ``self``, unless the config already redefines it)."""
-    roles = [dict(r) for r in roles]
-    user = next((r for r in roles if r.get("name") == "user"), None)
-    if user is None:
-        roles.append({"name": "user", "scopes": ["self", JOBS_ACCESS_SCOPE]})
-    elif JOBS_ACCESS_SCOPE not in user.get("scopes", []):
-        user["scopes"] = [*user.get("scopes", ["self"]), JOBS_ACCESS_SCOPE]
-    return roles
-
-
 def add_jobs_service(c: Any, platform_file: str, url: str, *, bind: str | None = None,
                      job_annotations: Mapping[str, str] | None = None) -> None:
     """Add the service, the users' scope and the servers' environment to config ``c``."""
@@ -73,7 +62,7 @@ def add_jobs_service(c: Any, platform_file: str, url: str, *, bind: str | None =
                              jobs_service(platform_file, url, bind=bind,
                                           job_annotations=job_annotations,
                                           usage_db_url=UsageLedger(config=c).db_url)]
-    c.JupyterHub.load_roles = _with_scope(c.JupyterHub.get("load_roles", []))
+    c.JupyterHub.load_roles = with_user_scope(c.JupyterHub.get("load_roles", []), JOBS_ACCESS_SCOPE)
     scopes = (c.KubeSpawner.get("server_token_scopes") or c.Spawner.get("server_token_scopes")
               or list(SERVER_TOKEN_SCOPES))
     if not callable(scopes) and JOBS_ACCESS_SCOPE not in scopes:

@@ -4,13 +4,13 @@ and the GPU nodes' lifetimes (pure functions)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
 from ..spec import Platform
+from ..usage.figures import percentile as nearest_rank
 from ..usage.ledger import Kind, StopReason, Usage
 from .trace import Trace
 
@@ -52,11 +52,10 @@ class Figures:
 
 
 def percentile(values: Iterable[float], p: float) -> float | None:
-    """The ``p``-th percentile (nearest rank) of ``values``; None if empty."""
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+    """The ``p``-th percentile (nearest rank, as the usage page's) of ``values``;
+    None if empty."""
+    values = list(values)
+    return nearest_rank(values, p) if values else None
 
 
 def _hours(a: datetime, b: datetime) -> float:

@@ -33,6 +33,7 @@ from tornado import web
 from ..contract import (ENV_PLATFORM_FILE, ENV_PROMETHEUS_URL, ENV_SERVICE_PREFIX,
                         ENV_SERVICE_URL, ENV_USAGE_BIND, ENV_USAGE_DAYS, ENV_USAGE_DB_URL,
                         USAGE_ACCESS_SCOPE, USAGE_CSV_PATH, USAGE_SERVICE_NAME)
+from ..roles import with_user_scope
 from ..specsource import SpecSource
 from . import figures as fg
 from . import telemetry
@@ -145,17 +146,6 @@ def usage_service(platform_file: str, url: str, usage_db_url: str, *,
             "command": [python, "-m", "jupyterhub_gpu.usage.service"]}
 
 
-def _with_scope(roles: list[dict]) -> list[dict]:
-    """``roles`` with the page's access scope in the ``user`` role."""
-    roles = [dict(r) for r in roles]
-    user = next((r for r in roles if r.get("name") == "user"), None)
-    if user is None:
-        roles.append({"name": "user", "scopes": ["self", USAGE_ACCESS_SCOPE]})
-    elif USAGE_ACCESS_SCOPE not in user.get("scopes", []):
-        user["scopes"] = [*user.get("scopes", ["self"]), USAGE_ACCESS_SCOPE]
-    return roles
-
-
 def add_usage_service(c: Any, platform_file: str, url: str, *, bind: str | None = None) -> None:
     """Add the service (settings: ``c.UsagePage``, ``c.UsageLedger``) and every user's
     access to it to config ``c``."""
@@ -163,7 +153,7 @@ def add_usage_service(c: Any, platform_file: str, url: str, *, bind: str | None 
     c.JupyterHub.services = [*c.JupyterHub.get("services", []), usage_service(
         platform_file, url, UsageLedger(config=c).db_url, prometheus_url=page.prometheus_url,
         default_days=page.default_days, bind=bind)]
-    c.JupyterHub.load_roles = _with_scope(c.JupyterHub.get("load_roles", []))
+    c.JupyterHub.load_roles = with_user_scope(c.JupyterHub.get("load_roles", []), USAGE_ACCESS_SCOPE)
 
 
 def main(argv: list[str] | None = None) -> None:
