@@ -22,6 +22,7 @@ from kubespawner.reflector import ResourceReflector
 from traitlets import default
 
 from .kueue.status import is_true
+from .resumingwatch import ResumesWatch
 from .spec import Platform, Pool
 
 
@@ -101,8 +102,9 @@ class _NodeApi:
         return _ClusterScopedResponse(await self._api.list_node(**kwargs))
 
 
-class NodeReflector(ResourceReflector):
-    """All Nodes of the cluster (one for the hub: ``GPUSpawner._get_reflector_key``)."""
+class NodeReflector(ResumesWatch, ResourceReflector):
+    """All Nodes of the cluster (one for the hub: ``GPUSpawner._get_reflector_key``), in
+    one long watch that resumes from its last resourceVersion."""
 
     kind = "nodes"
 

@@ -92,6 +92,10 @@ from .usage.spawner import UsageRecording
 
 # with a spec, poll() tells a preempted or evicted server within seconds, not 30
 PLATFORM_POLL_SECONDS = 10
+# with a spec, a pod create may wait out Kueue's pod webhook (the API server's default
+# webhook timeout is 10 s) instead of KubeSpawner's 3 s, in a retry budget of two tries
+POD_REQUEST_TIMEOUT_SECONDS = 15
+POD_REQUEST_RETRY_SECONDS = 60
 
 
 def _apply_user_options(spawner: "GPUSpawner", user_options: dict) -> None:
@@ -215,6 +219,17 @@ class GPUSpawner(PlatformStops, UsageRecording, KubeSpawner):
     @spec_default("poll_interval")
     def _platform_poll_interval(self) -> int:
         return PLATFORM_POLL_SECONDS
+
+    @spec_default("k8s_api_request_timeout")
+    def _platform_request_timeout(self) -> int:
+        """Every pod of a spec passes Kueue's webhook, which a burst of spawns slows
+        past KubeSpawner's 3 s: the hub then gives up, the create is cancelled (a 504
+        in the audit log) and tried again into the same congestion."""
+        return POD_REQUEST_TIMEOUT_SECONDS
+
+    @spec_default("k8s_api_request_retry_timeout")
+    def _platform_request_retry_timeout(self) -> int:
+        return POD_REQUEST_RETRY_SECONDS
 
     @spec_default("options_form")
     def _platform_form(self) -> Any:

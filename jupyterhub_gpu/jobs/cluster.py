@@ -1,7 +1,8 @@
 """What the jobs service reads and changes in the cluster, with the hub's credentials.
 
 Reads come from shared watches, started once for every team namespace (KubeSpawner's
-reflectors, label-selected): the users' Jobs, the pods of those Jobs and the users'
+reflectors, label-selected, each one long watch that resumes from its last
+resourceVersion: :mod:`jupyterhub_gpu.resumingwatch`): the users' Jobs, the pods of those Jobs and the users'
 notebook pods (a job takes its image and home from the running server), and Kueue's
 Workloads. No request lists anything from the API server. Writes are the Job (and a
 multi-pod job's headless Service, owned by the Job so that it goes with it) and the
@@ -27,13 +28,14 @@ from ..contract import (BATCH_API_VERSION, COMPONENT_LABEL, JOB_COMPONENT, JOB_N
 from ..kueue import status as st
 from ..kueue.reflectors import WorkloadReflector
 from ..kueue.visibility import PendingWorkloads
+from ..resumingwatch import ResumesWatch
 
 log = logging.getLogger("jupyterhub_gpu.jobs")
 #: how long a new Job may take to reach the watch before its creator goes on
 SEEN_TIMEOUT = 10.0
 
 
-class JobReflector(NamespacedResourceReflector):
+class JobReflector(ResumesWatch, NamespacedResourceReflector):
     """The users' training Jobs of one namespace."""
 
     @default("kind")
@@ -49,7 +51,7 @@ class JobReflector(NamespacedResourceReflector):
         return "list_namespaced_job"
 
 
-class UserPodReflector(PodReflector):
+class UserPodReflector(ResumesWatch, PodReflector):
     """The notebook pods and training-job pods of one namespace."""
 
     def __init__(self, *args: Any, **kwargs: Any):

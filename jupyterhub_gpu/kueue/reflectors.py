@@ -12,6 +12,7 @@ from kubespawner.spawner import PodReflector
 from traitlets import default, validate
 
 from ..contract import KUEUE_GROUP, KUEUE_VERSION
+from ..resumingwatch import ResumesWatch
 from .status import checkpoint_unavailable
 
 
@@ -114,8 +115,9 @@ class _WorkloadApi:
             KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", **kwargs)
 
 
-class WorkloadReflector(RecordsDeletions, NamespacedResourceReflector):
-    """All Kueue Workloads of one namespace."""
+class WorkloadReflector(ResumesWatch, RecordsDeletions, NamespacedResourceReflector):
+    """All Kueue Workloads of one namespace, in one long watch that resumes from its
+    last resourceVersion (:mod:`jupyterhub_gpu.resumingwatch`)."""
 
     @default("kind")
     def _kind_default(self) -> str:

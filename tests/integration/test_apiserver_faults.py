@@ -367,9 +367,9 @@ async def test_a_watch_cut_mid_stream_relists_once_and_the_messages_stay_right(
         proxied_hub, kube, pod_runner):
     """The shared pod and Workload watches of a team namespace, cut three ways while
     the queue moves: reset (as erin joins the queue), a 410 ERROR event (as alice
-    stops, so dave is admitted), HTTP 410 on the next watch request (then dave stops,
-    so erin is admitted). Each time each watch relists once for all spawners, and the
-    positions and stages the users read follow the queue."""
+    stops, so dave is admitted), HTTP 410 on the next watch request after a reset (then
+    dave stops, so erin is admitted). Each time each watch relists once for all
+    spawners, and the positions and stages the users read follow the queue."""
     hub, proxy = proxied_hub, proxied_hub.proxy
     keys = [("pods", DS), ("workloads", DS)]
     users = ("alice", "dave", "erin")
@@ -402,10 +402,12 @@ async def test_a_watch_cut_mid_stream_relists_once_and_the_messages_stay_right(
         await hub.progress_until("dave", _past_the_queue)
         await hub.progress_until("erin", _queued_at("position 1 of 1"))
 
-        # (c) HTTP 410 on the next watch request (the watch restarts every few seconds)
+        # (c) HTTP 410 on the next watch request: armed, then the live watches reset
+        # (our watches stay open for minutes, so none would come soon by itself)
         watchers = await _watching(hub, keys)
         armed = time.monotonic()
         assert all(proxy.gone_next_watch(k) for k in keys)
+        assert all(proxy.reset(k) for k in keys)
         answered = await wait_for(lambda: _gone_answered(proxy, watchers, armed), timeout=90,
                                   what="each watch to be answered 410")
         await hub.stop("dave")

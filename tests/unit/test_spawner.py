@@ -16,7 +16,8 @@ from traitlets.config import Config
 
 from jupyterhub_gpu import SpecError, checkpoint, configure_hub
 from jupyterhub_gpu.kueue.reflectors import RecordingPodReflector
-from jupyterhub_gpu.spawner import PLATFORM_POLL_SECONDS, GPUSpawner
+from jupyterhub_gpu.spawner import (PLATFORM_POLL_SECONDS, POD_REQUEST_RETRY_SECONDS,
+                                    POD_REQUEST_TIMEOUT_SECONDS, GPUSpawner)
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
                   "effect": "NoSchedule"}
@@ -207,6 +208,23 @@ async def test_with_a_spec_poll_notices_platform_stops_within_seconds(make_spawn
     assert PLATFORM_POLL_SECONDS < KubeSpawner.class_traits()["poll_interval"].default_value
     readme = (repo_root / "README.md").read_text()
     assert f"stopped at the next poll (every {PLATFORM_POLL_SECONDS} s)" in readme
+
+
+async def test_with_a_spec_a_pod_create_may_wait_out_kueues_webhook(make_spawner):
+    """The API server gives an admission webhook without ``timeoutSeconds`` (Kueue's
+    have none) 10 s; KubeSpawner gives up on a create after 3."""
+    spawner, kube = make_spawner(), KubeSpawner.class_traits()
+    assert spawner.k8s_api_request_timeout == POD_REQUEST_TIMEOUT_SECONDS > 10
+    assert kube["k8s_api_request_timeout"].default_value < 10
+    assert spawner.k8s_api_request_retry_timeout == POD_REQUEST_RETRY_SECONDS
+    assert POD_REQUEST_RETRY_SECONDS >= 2 * POD_REQUEST_TIMEOUT_SECONDS
+    assert make_spawner(spec=False).k8s_api_request_timeout == kube[
+        "k8s_api_request_timeout"].default_value
+
+
+async def test_an_admins_pod_request_timeout_wins(make_spawner):
+    spawner = make_spawner(config={"GPUSpawner": {"k8s_api_request_timeout": 7}})
+    assert spawner.k8s_api_request_timeout == 7
 
 
 async def test_the_pod_watcher_is_kubespawners_without_a_spec(make_spawner, monkeypatch):
