@@ -9,7 +9,7 @@ SPEC ?= config/platform.yaml
 BIN := $(VENV)/bin
 
 .PHONY: install build demo test test-unit test-cluster docs clean labextension system-packages \
-	bench bench-short
+	bench bench-short bench-build
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,11 +63,15 @@ test-cluster: build system-packages
 
 # Benchmarks against plain KubeSpawner and the stock culler (docs/benchmarks.md): a dev
 # cluster of their own; `bench` rewrites docs/benchmarks.md, `bench-short` (CI) runs
-# every benchmark with tiny numbers and fails only if one crashes.
-bench: build
+# every benchmark with tiny numbers and fails only if one crashes. They need the
+# project's venv and the cluster's binaries, not the IaC scanner's venv (`install`).
+bench-build: $(VENV)/.installed
+	$(BIN)/jupyterhub-gpu devcluster build
+
+bench: bench-build
 	$(BIN)/python -m benchmarks
 
-bench-short: build
+bench-short: bench-build
 	$(BIN)/python -m benchmarks --short
 
 # Two pytest processes: each tier loads its own kubeconfig (see tests/conftest.py).

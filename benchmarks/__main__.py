@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 
 from . import bigspec, culler, memory, spawns
-from .devcluster import EXAMPLE_SPEC, dev_cluster, write_bench_spec
+from .devcluster import EXAMPLE_SPEC, dev_cluster, prometheus_url, write_bench_spec
 from .hubs import REPO, Ports, ok_server, running_hub
 from .report import Row, git_commit, render_table, this_machine
 from .rows import spawn_rows
@@ -87,6 +87,9 @@ async def _cluster_sections(run: Run, args, work: Path, ports: Ports, offset: in
     spec = write_bench_spec(work, room=max(args.burst, 10))
     state = work / "cluster"
     with dev_cluster(spec, state, offset) as (status, hub_kubeconfig), ok_server(ports.ok):
+        culled = await run.section("culler", culler.run(
+            work, ports, EXAMPLE_SPEC, args.servers, prometheus_url(offset)))
+        run.rows += culled or []
         figures = {}
         for mode in ("kube", "gpu"):
             figures[mode] = await run.section(f"spawns ({mode})", spawns.measure_hub(
@@ -109,7 +112,8 @@ async def _cluster_sections(run: Run, args, work: Path, ports: Ports, offset: in
                         "GPUSpawner also watches Workloads; KubeSpawner does not"),
                     Row("watch memory", f"hub CPU per minute at idle, {objects}", "s",
                         rss["gpu"][1], rss["kube"][1], "",
-                        "every shared watch lists its objects again each time it restarts")]
+                        "KubeSpawner's reflectors list their objects again every 10 s; "
+                        "ours resume their watch")]
         rows = await run.section("big spec", _big_spec(run, args, work, ports, hub_kubeconfig))
         run.rows += rows or []
 
@@ -147,8 +151,6 @@ async def main(args) -> int:
     print(f"benchmarks: working in {work}", flush=True)
     started = time.monotonic()
     run = Run()
-    culled = await run.section("culler", culler.run(work, ports, EXAMPLE_SPEC, args.servers))
-    run.rows += culled or []
     try:
         await _cluster_sections(run, args, work, ports, offset)
     except Exception:

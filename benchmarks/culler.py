@@ -1,7 +1,12 @@
 """Item 5: one culler decision pass over N running servers (5,000; ``--short``: 50) on
 a real JupyterHub whose spawner starts at once (:class:`benchmarks.fakes.InstantSpawner`):
 the stock jupyterhub-idle-culler with our arbiter hook against it with no hook. Wall
-time of the pass, and the hub API requests it made (the hub's own request counter)."""
+time of the pass, and the hub API requests it made (the hub's own request counter).
+
+With a Prometheus URL (the dev cluster's), two more passes of our hook read a copy of
+the spec whose profile has ``gpuIdle`` (:func:`gpu_idle_spec`): without the URL (the
+GPU-idle rule is off) and with it (one range query per pass, shared by every server:
+``jupyterhub_gpu.cull.hook.UsageCache``). Their difference is the query's cost."""
 
 from __future__ import annotations
 
@@ -13,11 +18,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .hubs import REPO, Hub, Ports, ok_server, running_hub
+import yaml
+
+from jupyterhub_gpu.cull.hook import ENV_PROMETHEUS_URL
+
+from .hubs import REPO, Hub, Ports, running_hub
 from .report import Row
 
 _REQUESTS = re.compile(r'^jupyterhub_request_duration_seconds_count\{([^}]*)\} (\S+)$', re.M)
 PROFILE = "t4-shared"  # the example spec's default profile
+#: the GPU-idle rule the Prometheus passes give PROFILE (the example's a100-mig-3g's)
+GPU_IDLE = {"threshold": 5, "window": "30m"}
 
 
 def hub_requests(metrics: str) -> int:
@@ -50,10 +61,25 @@ async def start_servers(hub: Hub, n: int, concurrency: int = 50) -> None:
     await asyncio.gather(*(one(name) for name in names))
 
 
-async def _pass(hub: Hub, which: str, spec: Path) -> tuple[float, int]:
+def gpu_idle_spec(spec: Path, directory: Path) -> Path:
+    """A copy of ``spec`` whose :data:`PROFILE` has the GPU-idle rule :data:`GPU_IDLE`."""
+    data = yaml.safe_load(spec.read_text())
+    for profile in data["profiles"]:
+        if profile["slug"] == PROFILE:
+            profile["gpuIdle"] = dict(GPU_IDLE)
+    path = directory / "culler-gpu-idle.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+async def _pass(hub: Hub, which: str, spec: Path,
+                prometheus: str | None = None) -> tuple[float, int]:
     before = hub_requests(await hub.metrics())
     env = {**os.environ, "JUPYTERHUB_GPU_PLATFORM_FILE": str(spec),
            "PYTHONPATH": str(REPO)}
+    env.pop(ENV_PROMETHEUS_URL, None)
+    if prometheus:
+        env[ENV_PROMETHEUS_URL] = prometheus
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "benchmarks.cullpass", f"{hub.api}", hub.token, which,
         env=env, stdout=subprocess.PIPE)
@@ -64,17 +90,27 @@ async def _pass(hub: Hub, which: str, spec: Path) -> tuple[float, int]:
     return json.loads(out)["seconds"], after - before
 
 
-async def run(workdir: Path, ports: Ports, spec: Path, n: int) -> list[Row]:
-    with ok_server(ports.ok):
-        async with running_hub("instant", spec, workdir / "culler-hub", ports) as (hub, _):
-            await start_servers(hub, n)
-            running = await count_running(hub)
-            if running != n:
-                raise RuntimeError(f"{running} of {n} servers are running")
-            stock_s, stock_req = await _pass(hub, "stock", spec)
-            ours_s, ours_req = await _pass(hub, "ours", spec)
+async def run(workdir: Path, ports: Ports, spec: Path, n: int,
+              prometheus: str | None = None) -> list[Row]:
+    """The rows; with ``prometheus`` (a URL), also the GPU-idle passes'."""
+    gpu_spec = gpu_idle_spec(spec, workdir)
+    async with running_hub("instant", spec, workdir / "culler-hub", ports) as (hub, _):
+        await start_servers(hub, n)
+        running = await count_running(hub)
+        if running != n:
+            raise RuntimeError(f"{running} of {n} servers are running")
+        stock_s, stock_req = await _pass(hub, "stock", spec)
+        ours_s, ours_req = await _pass(hub, "ours", spec)
+        if prometheus:
+            off_s, _ = await _pass(hub, "ours", gpu_spec)
+            on_s, _ = await _pass(hub, "ours", gpu_spec, prometheus)
     label = f"{n:,} running servers"
-    return [Row("culler", f"one decision pass, {label}: wall time", "s", ours_s, stock_s,
+    rows = [Row("culler", f"one decision pass, {label}: wall time", "s", ours_s, stock_s,
                 "ratio <= 1.0", "baseline: jupyterhub-idle-culler with no hook"),
             Row("culler", f"one decision pass, {label}: hub API requests", "", ours_req,
                 stock_req, "ratio = 1.0")]
+    if prometheus:
+        rows.append(Row("culler", f"one decision pass, {label} with gpuIdle: wall time "
+                        "with the Prometheus range query", "s", on_s, off_s, "",
+                        "baseline: the same pass without a Prometheus URL (GPU-idle rule off)"))
+    return rows

@@ -3,7 +3,7 @@ jupyterhub-idle-culler's own ``cull_idle`` over the hub's servers, with our arbi
 hook (``ours``: :func:`jupyterhub_gpu.cull.hook.hook_from_env`, the spec from
 ``JUPYTERHUB_GPU_PLATFORM_FILE``) or none (``stock``). Prints the pass's wall
 seconds as JSON. The idle limit is an hour, so no server just started is culled: the
-pass is decisions only."""
+pass is decisions only. The hook's warnings are off (see the end of this file)."""
 
 import asyncio
 import json
@@ -31,4 +31,9 @@ async def main(url: str, token: str, which: str) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
+    # the fake servers have no GPU series, and the hook warns about each: one line per
+    # server per pass would be most of what the GPU-idle pass measures
+    from jupyterhub_gpu.cull.hook import LOGGER_NAME
+
+    logging.getLogger(LOGGER_NAME).setLevel(logging.ERROR)
     asyncio.run(main(*sys.argv[1:4]))

@@ -43,6 +43,13 @@ def cluster_ports(offset: int) -> ClusterPorts:
                            for name, port in ClusterPorts().as_dict().items()})
 
 
+def prometheus_url(offset: int) -> str:
+    """The dev cluster's Prometheus (the culler benchmark's GPU usage)."""
+    from jupyterhub_gpu.devcluster import prometheus
+
+    return prometheus.url(cluster_ports(offset))
+
+
 @contextlib.contextmanager
 def dev_cluster(spec: Path, state_dir: Path, offset: int) -> Iterator[tuple[dict, Path]]:
     """Up for the block: the cluster's status and the hub's kubeconfig."""

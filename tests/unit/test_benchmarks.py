@@ -152,3 +152,16 @@ def test_the_report_has_the_table_what_failed_the_machine_and_the_findings():
     assert "A busy machine." in doc and "**Failed in this run:** burst." in doc
     assert "| culler | one pass | 2 s | 4 s | 0.50 | ratio <= 1.0 |  |" in doc
     assert "kueue v" in doc and "## Findings" in doc
+
+
+def test_the_culler_prometheus_passes_read_a_spec_whose_profile_has_gpu_idle(tmp_path):
+    from benchmarks.culler import PROFILE, gpu_idle_spec
+    from benchmarks.devcluster import EXAMPLE_SPEC
+    from jupyterhub_gpu.cull.hook import longest_gpu_window
+    from jupyterhub_gpu.parse import load_platform
+
+    example, copy = load_platform(EXAMPLE_SPEC), load_platform(gpu_idle_spec(EXAMPLE_SPEC,
+                                                                           tmp_path))
+    assert example.profile(PROFILE).gpu_idle is None  # the passes without Prometheus
+    assert copy.profile(PROFILE).gpu_idle.window_seconds == 1800
+    assert longest_gpu_window(copy) == 1800  # the one range query's window
