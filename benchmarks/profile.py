@@ -4,8 +4,9 @@ docs/benchmarks.md.
 
 It brings up the benchmarks' dev cluster, starts one hub as :mod:`benchmarks.spawns`
 does, makes the warm-up spawn, then records the hub process with ``py-spy record``
-(raw stacks, 100 Hz) over the N spawns and stops, and prints the share of the samples
-whose stack passes through each of :data:`PARTS` (a sample may count in several).
+(raw stacks, 100 Hz) over the N spawns and stops, and prints the number of busy
+samples (threads waiting left out) and the share of them whose stack passes through
+each of :data:`PARTS` (a sample may count in several).
 The raw stacks stay in the working directory for a closer look.
 """
 
@@ -39,12 +40,18 @@ PARTS = {
 }
 
 
+#: a sample whose innermost frame is one of these is a thread waiting, not working
+IDLE = ("_worker (concurrent/futures/thread.py", "_run_safe_shutdown_loop (pycares/",
+        "Selector.select (selectors.py")
+
+
 def shares(raw: str) -> dict[str, float]:
-    """Per part, the share of samples (py-spy's raw format: ``stack count`` lines)."""
+    """Per part, the share of the busy samples (py-spy's raw format: ``stack count``
+    lines; those of a waiting thread, :data:`IDLE`, left out)."""
     counts, total = Counter(), 0
     for line in raw.splitlines():
         stack, _, n = line.rpartition(" ")
-        if not n.isdigit():
+        if not n.isdigit() or any(w in stack.rsplit(";", 1)[-1] for w in IDLE):
             continue
         total += int(n)
         for name, needle in PARTS.items():
@@ -80,7 +87,7 @@ def main() -> None:
     mode, n = (sys.argv[1:2] or ["gpu"])[0], int((sys.argv[2:3] or [30])[0])
     work = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-profile-"))
     result = asyncio.run(profile(mode, n, work))
-    print(f"{mode} hub, {n} spawns and stops, {result.pop('samples')} samples; raw stacks "
+    print(f"{mode} hub, {n} spawns and stops, {result.pop('samples')} busy samples; raw stacks "
           f"in {work}")
     for name, share in result.items():
         print(f"  {share:6.1%}  {name}")

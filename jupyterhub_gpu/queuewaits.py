@@ -14,20 +14,27 @@ is the store the hub already keeps across restarts (z2jh: SQLite on the hub's PV
 the database of ``hub.db.url``). The rows live in one table of their own,
 ``jupyterhub_gpu_queue_waits``, created on first use and pruned to the last
 :data:`KEEP_DAYS` days on every write; JupyterHub's migrations (``jupyterhub
-upgrade-db``) only touch JupyterHub's tables. Every access goes through the hub's own
-SQLAlchemy session (``User.db``, a handler's ``self.db``): one connection, in the
-hub's thread, as JupyterHub's own writes.
+upgrade-db``) only touch JupyterHub's tables. Reads go through the hub's own
+SQLAlchemy session (``User.db``, a handler's ``self.db``). A spawn's write does not:
+it is one transaction (the insert and the pruning) on a connection of its own to the
+same database, in a thread of its own (:class:`Writer`), so the spawn and the hub's
+event loop never wait for the commit (with SQLite, a sync to disk). Writes happen in
+the order they were made; one still in flight when the hub stops is finished first
+(the thread is joined at exit).
 """
 
 from __future__ import annotations
 
+import logging
 import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 import sqlalchemy as sa
 
 from .availability import WAIT_DAYS, QueueWait
+from .usage.ledger import create_engine
 
 TABLE = "jupyterhub_gpu_queue_waits"
 #: rows older than this are deleted
@@ -57,14 +64,58 @@ def _ensure_table(db: Any) -> None:
         _created.add(engine)
 
 
+def _write(execute: Callable[[Any], Any], wait: QueueWait) -> None:
+    execute(WAITS.insert().values(at=_naive_utc(wait.at), queue=wait.queue,
+                                  profile=wait.profile, seconds=wait.seconds))
+    execute(WAITS.delete().where(WAITS.c.at < _naive_utc(wait.at - timedelta(days=KEEP_DAYS))))
+
+
 def record(db: Any, wait: QueueWait) -> None:
-    """Add ``wait``, and delete the rows older than :data:`KEEP_DAYS` before it."""
+    """Add ``wait``, and delete the rows older than :data:`KEEP_DAYS` before it,
+    through the hub's session ``db`` (the hub's thread waits for the commit)."""
     _ensure_table(db)
-    db.execute(WAITS.insert().values(at=_naive_utc(wait.at), queue=wait.queue,
-                                     profile=wait.profile, seconds=wait.seconds))
-    db.execute(WAITS.delete().where(
-        WAITS.c.at < _naive_utc(wait.at - timedelta(days=KEEP_DAYS))))
+    _write(db.execute, wait)
     db.commit()
+
+
+class Writer:
+    """The queue-wait writes to one database, on a connection of their own, in one
+    thread: :meth:`submit` returns at once."""
+
+    def __init__(self, url: str, log: logging.Logger):
+        self.engine, self.log = create_engine(url), log
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="queue-waits")
+        self._created = False
+
+    _shared: dict[str, "Writer"] = {}
+
+    @classmethod
+    def of(cls, db: Any, log: logging.Logger) -> "Writer | None":
+        """The process's writer for the hub database of session ``db``; None for an
+        in-memory SQLite database (another connection would not see it)."""
+        url = db.get_bind().url
+        if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+            return None
+        key = url.render_as_string(hide_password=False)
+        if key not in cls._shared:
+            cls._shared[key] = cls(key, log)
+        return cls._shared[key]
+
+    def submit(self, wait: QueueWait) -> Future:
+        done = self._thread.submit(self.record_sync, wait)
+        done.add_done_callback(self._logged)
+        return done
+
+    def record_sync(self, wait: QueueWait) -> None:
+        with self.engine.begin() as conn:
+            if not self._created:
+                WAITS.create(conn, checkfirst=True)
+                self._created = True
+            _write(conn.execute, wait)
+
+    def _logged(self, done: Future) -> None:
+        if done.exception() is not None:
+            self.log.error("Could not record a queue wait: %r", done.exception())
 
 
 def recent(db: Any, queue: str, now: datetime) -> list[QueueWait]:
@@ -78,10 +129,20 @@ def recent(db: Any, queue: str, now: datetime) -> list[QueueWait]:
             for at, q, p, s in rows]
 
 
-def saver(db: Any, queue: str, profile: str) -> Callable[[float], None] | None:
-    """What a spawn in ``queue`` for ``profile`` calls with the seconds it waited; None
-    without a hub database (a spawner outside a hub: ``render``)."""
+def saver(db: Any, queue: str, profile: str,
+          log: logging.Logger) -> Callable[[float], None] | None:
+    """What a spawn in ``queue`` for ``profile`` calls with the seconds it waited (the
+    row is written by the database's :class:`Writer`); None without a hub database (a
+    spawner outside a hub: ``render``)."""
     if db is None:
         return None
-    return lambda seconds: record(db, QueueWait(datetime.now(timezone.utc), queue, profile,
-                                                seconds))
+    writer = Writer.of(db, log)
+
+    def save(seconds: float) -> None:
+        wait = QueueWait(datetime.now(timezone.utc), queue, profile, seconds)
+        if writer is None:
+            record(db, wait)
+        else:
+            writer.submit(wait)
+
+    return save

@@ -218,17 +218,23 @@ class GPUSpawner(PlatformStops, UsageRecording, KubeSpawner):
 
     @spec_default("poll_interval")
     def _platform_poll_interval(self) -> int:
+        """So that the hub tells a preempted or evicted server within seconds."""
         return PLATFORM_POLL_SECONDS
 
     @spec_default("k8s_api_request_timeout")
     def _platform_request_timeout(self) -> int:
-        """Every pod of a spec passes Kueue's webhook, which a burst of spawns slows
-        past KubeSpawner's 3 s: the hub then gives up, the create is cancelled (a 504
-        in the audit log) and tried again into the same congestion."""
+        """Every pod of a spec passes Kueue's pod webhook, which the API server gives
+        10 s (Kueue sets no ``timeoutSeconds``) and which a burst of spawns slows past
+        KubeSpawner's 3 s: the hub would give up, the create be cancelled (a 504 in
+        the audit log) and tried again into the same congestion. Example:
+        ``c.GPUSpawner.k8s_api_request_timeout = 20``."""
         return POD_REQUEST_TIMEOUT_SECONDS
 
     @spec_default("k8s_api_request_retry_timeout")
     def _platform_request_retry_timeout(self) -> int:
+        """Room for two pod-create attempts of ``k8s_api_request_timeout`` each, with
+        KubeSpawner's backoff between them. Example:
+        ``c.GPUSpawner.k8s_api_request_retry_timeout = 120``."""
         return POD_REQUEST_RETRY_SECONDS
 
     @spec_default("options_form")
@@ -424,7 +430,7 @@ class GPUSpawner(PlatformStops, UsageRecording, KubeSpawner):
             grant, self.namespace, pod=self._my_pod, workloads=self._namespace_workloads,
             events=lambda: self.events, log=self.log, who=self._log_name,
             save_wait=queuewaits.saver(getattr(self.user, "db", None),
-                                       grant.team.local_queue, grant.profile.slug),
+                                       grant.team.local_queue, grant.profile.slug, self.log),
             ours=self._is_this_spawns_pod, deleted=self._pod_was_deleted,
             on_outcome=self._record_outcome)
         return await self._queued.run(super().start, lambda: self.stop(now=True))

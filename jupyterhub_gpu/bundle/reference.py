@@ -402,7 +402,26 @@ def traits_reference() -> str:
     for name in SpawnSettings.trait_names():
         first = _help(traits[name]).split("\n\n")[0]
         out.append(f"### `{name}`\n\n```text\n{first}\n```\n")
+    out.append(_changed_defaults(GPUSpawner))
     out.append(_usage_ledger_traits())
+    return "\n".join(out)
+
+
+def _changed_defaults(spawner_class: type) -> str:
+    """The KubeSpawner settings whose default GPUSpawner changes when it has a spec
+    (each ``@spec_default`` with a docstring, which says why)."""
+    from kubespawner import KubeSpawner
+    from traitlets.traitlets import DefaultHandler
+
+    kube = KubeSpawner.class_traits(config=True)
+    out = ["## KubeSpawner defaults GPUSpawner changes\n\nWith a spec only (without one "
+           "GPUSpawner is KubeSpawner); a value you configure wins.\n"]
+    for handler in vars(spawner_class).values():
+        name = getattr(handler, "trait_name", None)
+        if isinstance(handler, DefaultHandler) and name in kube and handler.func.__doc__:
+            value = handler.func.__wrapped__(None)
+            out.append(f"### `{name}`\n\nDefault `{value!r}` (KubeSpawner's: "
+                       f"`{kube[name].default()!r}`). {_one_line(handler.func.__doc__)}\n")
     return "\n".join(out)
 
 
@@ -421,3 +440,7 @@ def _usage_ledger_traits() -> str:
         out.append(f"### `{name}`\n\nType `{type(trait).__name__}`, default "
                    f"`{trait.default()!r}`.\n\n```text\n{_help(trait)}\n```\n")
     return "\n".join(out)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
