@@ -15,8 +15,9 @@ The times come from the cluster where it has them (the pod's or Job's
 Database work is synchronous SQLAlchemy run in one worker thread per ledger
 (:meth:`Ledger.record`): the hub's event loop never waits for the disk or the
 database server, and a process's writes happen in the order it made them. One short
-transaction per write. (An async driver would need one per database -- aiosqlite,
-asyncpg or psycopg's async mode -- and Alembic runs synchronously anyway.)
+transaction per write: a select of the row, then its insert or update. (An async
+driver would need one per database -- aiosqlite, asyncpg or psycopg's async mode --
+and Alembic runs synchronously anyway.)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 
 #: the ledger's table, in a database of its own or next to JupyterHub's tables
 TABLE = "jupyterhub_gpu_usage"
@@ -153,6 +155,24 @@ def _to_row(u: Usage) -> dict:
     return values
 
 
+def _insert_if_absent(conn: sa.Connection, values: dict) -> bool:
+    """Insert the row unless a row of its key exists; whether it did. SQLite and
+    PostgreSQL in one statement (``ON CONFLICT DO NOTHING``); other databases in a
+    savepoint (with SQLite's driver, a savepoint opened outside a transaction is one,
+    and its release a commit: one more sync to disk per new row)."""
+    dialect = {"sqlite": sqlite, "postgresql": postgresql}.get(conn.dialect.name)
+    if dialect is not None:
+        insert = dialect.insert(USAGE).values(values).on_conflict_do_nothing(
+            index_elements=[USAGE.c.key]).returning(USAGE.c.key)
+        return conn.execute(insert).first() is not None
+    try:
+        with conn.begin_nested():
+            conn.execute(USAGE.insert().values(values))
+        return True
+    except sa.exc.IntegrityError:
+        return False
+
+
 def create_engine(url: str) -> sa.Engine:
     """The ledger's engine; SQLite waits for another writer's lock (the hub and the
     jobs service share the file) instead of failing at once."""
@@ -200,14 +220,12 @@ class Ledger:
         old = _from_row(row) if row is not None else None
         merged = merge(old, new)
         if old is None:
-            try:
-                with conn.begin_nested():
-                    conn.execute(USAGE.insert().values(_to_row(merged)))
+            if _insert_if_absent(conn, _to_row(merged)):
                 return merged
-            except sa.exc.IntegrityError:  # another process inserted it just now
-                row = conn.execute(sa.select(USAGE).where(where).with_for_update()).one()
-                old = _from_row(row)
-                merged = merge(old, new)
+            # another process inserted it just now
+            row = conn.execute(sa.select(USAGE).where(where).with_for_update()).one()
+            old = _from_row(row)
+            merged = merge(old, new)
         if merged != old:
             conn.execute(USAGE.update().where(where).values(_to_row(merged)))
         return merged

@@ -464,3 +464,26 @@ def test_rows_of_a_period(ledger):
         ledger.record_sync(Usage(key, Kind.SESSION, requested_at=requested, stopped_at=stopped))
     assert [u.key for u in ledger.rows_sync(since=since)] == ["open", "over-the-start", "new"]
     assert len(ledger.rows_sync()) == 4
+
+
+def test_a_row_another_process_inserted_meanwhile_is_merged_not_duplicated(ledger, db_url):
+    """Two writers (two processes: two engines) on the same key: the second one's
+    insert finds the first one's row, and merges its facts into it."""
+    other = Ledger(db_url)
+    try:
+        other.record_sync(Usage("pod:race", Kind.SESSION, user="alice", requested_at=T0))
+        assert ledger.record_sync(Usage("pod:race", Kind.SESSION, user="bob",
+                                        running_at=T0 + timedelta(seconds=5))) == Usage(
+            "pod:race", Kind.SESSION, user="alice", requested_at=T0,
+            running_at=T0 + timedelta(seconds=5))
+    finally:
+        other.dispose()
+    from jupyterhub_gpu.usage.ledger import USAGE, _insert_if_absent
+
+    with ledger.engine.begin() as conn:  # the insert of a key that exists does nothing
+        assert not _insert_if_absent(conn, {"key": "pod:race", "kind": "session",
+                                            "user": "mallory"})
+        assert _insert_if_absent(conn, {"key": "pod:new", "kind": "session"})
+    rows = ledger.rows_sync()
+    assert [(u.key, u.user) for u in rows if u.key == "pod:race"] == [("pod:race", "alice")]
+    assert {u.key for u in rows} == {"pod:race", "pod:new"} and USAGE.name == TABLE
