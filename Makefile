@@ -63,13 +63,14 @@ test-cluster: build system-packages
 
 # Benchmarks against plain KubeSpawner and the stock culler (docs/benchmarks.md): a dev
 # cluster of their own; `bench` rewrites docs/benchmarks.md, `bench-short` (CI) runs
-# every benchmark with tiny numbers and fails only if one crashes. They need the
+# every benchmark with tiny numbers and fails only if one crashes (BENCH_ARGS: more
+# arguments for `bench`, e.g. BENCH_ARGS='--note "..."'). They need the
 # project's venv and the cluster's binaries, not the IaC scanner's venv (`install`).
 bench-build: $(VENV)/.installed
 	$(BIN)/jupyterhub-gpu devcluster build
 
 bench: bench-build
-	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 bench-short: bench-build
 	$(BIN)/python -m benchmarks --short
