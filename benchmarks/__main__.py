@@ -144,7 +144,22 @@ def render_doc(run: Run, args, wall: float) -> str:
             + (REPO / "benchmarks" / "doc_findings.md").read_text())
 
 
+def missing_reference() -> str | None:
+    """Why the baseline hub cannot be configured, or None: it reads the z2jh chart's
+    default values from the reference data beside the checkout."""
+    from tests.z2jh_chart import DEFAULT_VALUES
+
+    if DEFAULT_VALUES.is_file():
+        return None
+    return (f"benchmarks: the baseline hub needs the z2jh chart's default values at "
+            f"{DEFAULT_VALUES} (the reference data beside every checkout: "
+            f"../shared/reference/); clone the project beside it")
+
+
 async def main(args) -> int:
+    if (missing := missing_reference()) is not None:
+        print(missing, file=sys.stderr)
+        return 2
     offset = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
     ports = Ports.shifted(offset)
     work = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-bench-"))

@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -46,6 +47,15 @@ async def count_running(hub: Hub, page: int = 200) -> int:
         if len(users) < page:
             return running
         offset += page
+
+
+async def all_running(hub: Hub, n: int, timeout: float = 900, every: float = 5) -> int:
+    """Wait until ``n`` servers run (a start the hub answered 202 is still pending);
+    how many run at the end."""
+    deadline = time.monotonic() + timeout
+    while (running := await count_running(hub)) != n and time.monotonic() < deadline:
+        await asyncio.sleep(every)
+    return running
 
 
 async def start_servers(hub: Hub, n: int, concurrency: int = 50) -> None:
@@ -96,7 +106,7 @@ async def run(workdir: Path, ports: Ports, spec: Path, n: int,
     gpu_spec = gpu_idle_spec(spec, workdir)
     async with running_hub("instant", spec, workdir / "culler-hub", ports) as (hub, _):
         await start_servers(hub, n)
-        running = await count_running(hub)
+        running = await all_running(hub, n)
         if running != n:
             raise RuntimeError(f"{running} of {n} servers are running")
         stock_s, stock_req = await _pass(hub, "stock", spec)

@@ -165,3 +165,16 @@ def test_the_culler_prometheus_passes_read_a_spec_whose_profile_has_gpu_idle(tmp
     assert example.profile(PROFILE).gpu_idle is None  # the passes without Prometheus
     assert copy.profile(PROFILE).gpu_idle.window_seconds == 1800
     assert longest_gpu_window(copy) == 1800  # the one range query's window
+
+
+def test_without_the_reference_data_the_benchmarks_stop_at_once_and_say_why(monkeypatch,
+                                                                             tmp_path):
+    import asyncio
+
+    from benchmarks import __main__ as bench
+    from tests import z2jh_chart
+
+    assert bench.missing_reference() is None or not z2jh_chart.DEFAULT_VALUES.is_file()
+    monkeypatch.setattr(z2jh_chart, "DEFAULT_VALUES", tmp_path / "values.yaml")
+    assert str(tmp_path / "values.yaml") in bench.missing_reference()
+    assert asyncio.run(bench.main(bench.parse_args(["--short"]))) == 2
