@@ -38,8 +38,21 @@ def hub_requests(metrics: str) -> int:
                    if "MetricsHandler" not in labels))
 
 
+async def not_running(hub: Hub, page: int = 200) -> list[str]:
+    """Users without a server that is ready or on its way, page by page (JupyterHub's
+    REST pagination)."""
+    idle, offset = [], 0
+    while True:
+        users = await hub.request("GET", f"/users?limit={page}&offset={offset}")
+        idle += [u["name"] for u in users
+                 if not any(s["ready"] or s["pending"] for s in u["servers"].values())]
+        if len(users) < page:
+            return idle
+        offset += page
+
+
 async def count_running(hub: Hub, page: int = 200) -> int:
-    """Users with a running server, page by page (JupyterHub's REST pagination)."""
+    """Users with a running server, page by page."""
     running, offset = 0, 0
     while True:
         users = await hub.request("GET", f"/users?state=ready&limit={page}&offset={offset}")
@@ -50,10 +63,14 @@ async def count_running(hub: Hub, page: int = 200) -> int:
 
 
 async def all_running(hub: Hub, n: int, timeout: float = 900, every: float = 5) -> int:
-    """Wait until ``n`` servers run (a start the hub answered 202 is still pending);
-    how many run at the end."""
+    """Wait until ``n`` servers run (a start the hub answered 202 is still pending;
+    one that failed, its server too slow to answer on a loaded machine, is asked
+    again); how many run at the end."""
     deadline = time.monotonic() + timeout
     while (running := await count_running(hub)) != n and time.monotonic() < deadline:
+        for name in await not_running(hub):
+            await hub.request("POST", f"/users/{name}/server", {"profile": PROFILE},
+                              ok=(201, 202, 400))  # 400: already pending
         await asyncio.sleep(every)
     return running
 

@@ -35,6 +35,8 @@ c.JupyterHub.load_roles = [{"name": "bench", "services": ["bench"], "scopes": [
 
 if mode == "instant":
     c.JupyterHub.spawner_class = "benchmarks.fakes.InstantSpawner"
+    # 5,000 servers answer from one process on a loaded machine: give it time
+    c.Spawner.http_timeout = 300
 else:
     from benchmarks.baseline import chart_config
 
