@@ -59,7 +59,7 @@ docs: install
 	$(BIN)/sphinx-build -W -b html docs docs/_build/html
 
 test-cluster: build system-packages
-	$(BIN)/python -m pytest tests/integration --durations=30
+	$(BIN)/python -m pytest tests/integration --durations=50
 
 # Benchmarks against plain KubeSpawner and the stock culler (docs/benchmarks.md): a dev
 # cluster of their own; `bench` rewrites docs/benchmarks.md, `bench-short` (CI) runs
