@@ -194,7 +194,7 @@ async def test_gpu_telemetry_rules_and_the_gpu_idle_cull(cluster, cluster_spec_p
             aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as carol, \
             aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as bob:
         try:
-            await wait_for(lambda: _hub_answers(http), timeout=60, what="JupyterHub to answer")
+            await wait_for(lambda: _hub_answers(http), timeout=120, what="JupyterHub to answer")
             token = await _admin_token(http)
             await _login(carol, "carol")
             await _login(bob, "bob")
