@@ -198,9 +198,10 @@ async def test_gpu_telemetry_rules_and_the_gpu_idle_cull(cluster, cluster_spec_p
             token = await _admin_token(http)
             await _login(carol, "carol")
             await _login(bob, "bob")
-            first = await _start(carol, kube, CAROL, IDLE)
+            starts = asyncio.Lock()
+            first = await _start(carol, kube, CAROL, IDLE, starts)
             reporter = asyncio.create_task(_report_activity(http, token))
-            spot = asyncio.create_task(_two_spot_evictions(http, bob, kube))
+            spot = asyncio.create_task(_two_spot_evictions(http, bob, kube, starts))
             window = cluster_platform.profile(PROFILE).gpu_idle.window_seconds
             back = await _prometheus_down_culls_nothing(hub_log, carol, window)
             await wait_for(lambda: _stopped(carol), timeout=120,
@@ -212,7 +213,8 @@ async def test_gpu_telemetry_rules_and_the_gpu_idle_cull(cluster, cluster_spec_p
             await wait_for(lambda: _pod_gone(kube, NAMESPACE, POD), timeout=60,
                            what="carol's pod to go")
             node = await _static_node(kube, a100mig)
-            second = await _start(carol, kube, CAROL_2, {**IDLE, contract.DCGM_GPU_UTIL: 40})
+            second = await _start(carol, kube, CAROL_2, {**IDLE, contract.DCGM_GPU_UTIL: 40},
+                                  starts)
             await _check_exporter_and_our_queries(http, kube, CAROL_2.pod)
             sessions += await spot
             await _check_every_expression(http, cluster_platform)
@@ -236,13 +238,19 @@ async def test_gpu_telemetry_rules_and_the_gpu_idle_cull(cluster, cluster_spec_p
                    what=f"pool {BOB.pool} to be empty again")
 
 
-async def _start(session, kube, who: Who, values: dict) -> usage_live.Session:
-    """``who`` starts a server; its pod's GPU reads ``values``. What the pod says."""
-    await _spawn(session, who)
-    await wait_for(lambda: _pod_running(kube, who), timeout=120, what=f"{who.user}'s pod to run")
-    await _annotate(kube, who, values)
-    await wait_for(lambda: _running(session, who), timeout=120,
-                   what=f"{who.user}'s server to be up")
+async def _start(session, kube, who: Who, values: dict,
+                 one_at_a_time: asyncio.Lock) -> usage_live.Session:
+    """``who`` starts a server; its pod's GPU reads ``values``. What the pod says.
+    Carol's and bob's servers start one at a time: a jupyterhub-singleuser starting
+    takes a core for seconds, and two at once on a loaded machine may outlast the
+    demo's http_timeout."""
+    async with one_at_a_time:
+        await _spawn(session, who)
+        await wait_for(lambda: _pod_running(kube, who), timeout=120,
+                       what=f"{who.user}'s pod to run")
+        await _annotate(kube, who, values)
+        await wait_for(lambda: _running(session, who), timeout=120,
+                       what=f"{who.user}'s server to be up")
     return await usage_live.Session.of_pod(kube, who.namespace, who.pod, who.user, who.team,
                                            who.profile, who.pool)
 
@@ -267,7 +275,8 @@ async def _counter_is(http, expr: str, value: int) -> bool:
     return len(found) == 1 and float(found[0]["value"][1]) == value
 
 
-async def _two_spot_evictions(http, bob, kube) -> list[usage_live.Session]:
+async def _two_spot_evictions(http, bob, kube,
+                              starts: asyncio.Lock) -> list[usage_live.Session]:
     """bob's server on the spot pool loses its node (:func:`usage_live.evict_spot_node`),
     twice; the hub counts each (``reason="evicted"``) and records a spot eviction.
 
@@ -279,7 +288,8 @@ async def _two_spot_evictions(http, bob, kube) -> list[usage_live.Session]:
     sessions = []
     labels = f'profile="{BOB.profile}", pool="{BOB.pool}"'
     for n, percent in enumerate((90, 60), start=1):
-        started = await _start(bob, kube, BOB, {**IDLE, contract.DCGM_GPU_UTIL: percent})
+        started = await _start(bob, kube, BOB, {**IDLE, contract.DCGM_GPU_UTIL: percent},
+                               starts)
         gpu = f'{contract.DCGM_GPU_UTIL}{{exported_pod="{BOB.pod}"}}'
         await wait_for(lambda: _series(http, gpu), timeout=120, interval=1,
                        what="Prometheus to scrape bob's GPU")
