@@ -74,7 +74,8 @@ bench-short: build
 
 # A 20-person team's week (generated, seed 1) replayed against the dev cluster 300 times
 # faster than real time (a week in ~34 min): the table of both worlds, the accounting
-# invariants and the plot, under .replay/ (docs/outcome.md, docs/replay.md).
+# invariants (also in .replay/run/report.txt) and the plot .replay/week.png
+# (docs/outcome.md, docs/replay.md).
 REPLAY_COMPRESS ?= 300
 REPLAY_DIR ?= .replay
 REPLAY_ARGS ?=  # e.g. --port-offset 500, beside another dev cluster
@@ -84,7 +85,7 @@ replay: build
 	$(BIN)/jupyterhub-gpu replay generate --spec $(SPEC) --team 20 --seed 1 -o $(REPLAY_DIR)/week.jsonl
 	$(BIN)/jupyterhub-gpu replay run $(REPLAY_DIR)/week.jsonl --spec $(SPEC) \
 	  --compress $(REPLAY_COMPRESS) --state-dir $(REPLAY_DIR) --plot $(REPLAY_DIR)/week.png \
-	  $(REPLAY_ARGS) | tee $(REPLAY_DIR)/week.txt
+	  $(REPLAY_ARGS)
 
 # Two pytest processes: each tier loads its own kubeconfig (see tests/conftest.py).
 test: test-unit test-cluster

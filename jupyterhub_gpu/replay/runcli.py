@@ -1,12 +1,15 @@
 """``jupyterhub-gpu replay run TRACE --compress F``: bring the dev cluster up with the
 spec's timings compressed (pools at 0), replay the trace against the real stack, bring
 the cluster down, then print the table of both worlds, the distortions and the
-accounting invariants, and write the plot and the outcome (docs/replay.md)."""
+accounting invariants, and write them (``run/report.txt``), the ledger rows and node
+lifetimes in the trace's time (``run/outcome.json``) and the plot (docs/replay.md)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import io
 import json
 import shutil
 import sys
@@ -143,5 +146,11 @@ def run_command(args: argparse.Namespace) -> int:
     finally:
         cluster.down(layout.root, print)
     save(outcome, state / "run" / "outcome.json")
-    broken = report(platform, outcome, args.plot)
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        broken = report(platform, outcome, args.plot)
+    sys.stdout.write(text.getvalue())
+    (state / "run" / "report.txt").write_text(text.getvalue())
+    print(f"wrote {state / 'run' / 'report.txt'} and {state / 'run' / 'outcome.json'}",
+          file=sys.stderr)
     return 1 if broken else 0
