@@ -117,6 +117,7 @@ def add_replay_parsers(sub) -> None:
                    "matplotlib: pip install 'jupyterhub-gpu[replay]')")
     p.set_defaults(func=_baseline)
 
-    from .runcli import add_run_parser
+    from .runcli import add_report_parser, add_run_parser
 
     add_run_parser(commands, DEFAULT_SPEC)
+    add_report_parser(commands, DEFAULT_SPEC)

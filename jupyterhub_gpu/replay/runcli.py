@@ -39,8 +39,62 @@ def add_run_parser(commands, default_spec: str) -> None:
                    help="the dev cluster's state and the run's files (default: .replay)")
     p.add_argument("--port-offset", type=int, default=0,
                    help="shift every port (cluster and hub) by this, e.g. 500")
+    p.add_argument("--from", dest="start", metavar="TIME",
+                   help="replay only the sessions and jobs that start at or after TIME "
+                   "(ISO 8601 with a UTC offset, e.g. 2026-01-05T06:00Z)")
+    p.add_argument("--until", dest="end", metavar="TIME",
+                   help="... and before TIME; sessions still open then are cut there")
     p.add_argument("--plot", metavar="PNG", help="also write the plot (needs matplotlib)")
     p.set_defaults(func=run_command)
+
+
+def add_report_parser(commands, default_spec: str) -> None:
+    p = commands.add_parser(
+        "report", help="print a finished replay's table and invariants again",
+        description="Read the outcome.json a `replay run` wrote (under STATE_DIR/run/) and "
+        "print its table, distortions and invariants again; --plot redraws the plot.")
+    p.add_argument("outcome", metavar="OUTCOME", help="the run's outcome.json")
+    p.add_argument("trace", metavar="TRACE", help="the trace it replayed")
+    p.add_argument("--spec", default=default_spec,
+                   help=f"the spec it replayed with (default: {default_spec})")
+    p.add_argument("--from", dest="start", metavar="TIME", help="as given to the run")
+    p.add_argument("--until", dest="end", metavar="TIME", help="as given to the run")
+    p.add_argument("--plot", metavar="PNG", help="also write the plot (needs matplotlib)")
+    p.set_defaults(func=report_command)
+
+
+def load_outcome(path: Path, trace):
+    """The :class:`~.run.Outcome` :func:`save` wrote."""
+    from datetime import datetime
+
+    from ..usage.ledger import Kind, StopReason, Usage
+    from .figures import NodeLifetime
+    from .run import Outcome
+    from .schedule import Distortion
+
+    data = json.loads(path.read_text())
+
+    def times(d: dict, names) -> dict:
+        return {**d, **{k: datetime.fromisoformat(d[k]) for k in names if d.get(k)}}
+
+    rows = tuple(Usage(**{**times(r, ("requested_at", "admitted_at", "running_at",
+                                      "stopped_at")), "kind": Kind(r["kind"]),
+                          "stop_reason": r["stop_reason"] and StopReason(r["stop_reason"])})
+                 for r in data["rows"])
+    nodes = tuple(NodeLifetime(**times(n, ("start", "end"))) for n in data["nodes"])
+    return Outcome(trace, data["factor"], rows, nodes, data["requested"],
+                   tuple(data["refused"]), data["counts"],
+                   tuple(Distortion(**d) for d in data["distortions"]), data["wall_seconds"],
+                   data["settled"], tuple(data["load"]))
+
+
+def report_command(args: argparse.Namespace) -> int:
+    from ..parse import load_platform
+    from .trace import load
+
+    platform = load_platform(args.spec)
+    outcome = load_outcome(Path(args.outcome), _window(load(args.trace), args))
+    return 1 if report(platform, outcome, args.plot) else 0
 
 
 def _ports(offset: int):
@@ -72,6 +126,7 @@ def report(platform, outcome, plot_path: str | None) -> list[str]:
     from .figures import platform_figures
     from .invariants import violations
     from .report import plot, table
+    from .schedule import NOT_SCALED
 
     trace, factor = outcome.trace, outcome.factor
     worlds = [baseline(platform, trace, BaselineConfig()),
@@ -88,8 +143,9 @@ def report(platform, outcome, plot_path: str | None) -> list[str]:
     for d in outcome.distortions:
         print(f"  {d.what}: {d.trace_seconds:g} s ran as {d.wall_seconds:g} s, that is "
               f"{d.simulated_seconds(factor):g} s of trace time")
-    print(f"  one wall second of fixed delay (Kueue, Karpenter, a server's start) is "
-          f"{factor:g} s of trace time")
+    print(f"  not scaled (each wall second of them is {factor:g} s of trace time):")
+    for what in NOT_SCALED:
+        print(f"    {what}")
     broken = violations(platform, outcome)
     print("accounting invariants: " + ("kept" if not broken else f"{len(broken)} broken"))
     for line in broken:
@@ -116,6 +172,24 @@ def save(outcome, path: Path) -> None:
         "distortions": [asdict(d) for d in outcome.distortions]}, indent=1, default=str))
 
 
+def _window(trace, args: argparse.Namespace):
+    """The trace, cut to --from/--until if given."""
+    from datetime import datetime
+
+    from .schedule import window
+
+    if args.start is None and args.end is None:
+        return trace
+    start, end = (datetime.fromisoformat(t) if t else default for t, default in
+                  ((args.start, trace.header.start), (args.end, trace.header.end)))
+    if start.tzinfo is None or end.tzinfo is None or not (
+            trace.header.start <= start < end <= trace.header.end):
+        raise ValueError(f"--from and --until must be times with a UTC offset, in order, "
+                         f"within the trace's window {trace.header.start.isoformat()} to "
+                         f"{trace.header.end.isoformat()}")
+    return window(trace, start, end)
+
+
 def run_command(args: argparse.Namespace) -> int:
     from ..devcluster import cluster
     from ..parse import load_platform
@@ -124,7 +198,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     spec, state = Path(args.spec), Path(args.state_dir).absolute()
     try:
-        trace, platform = load(args.trace), load_platform(spec)
+        trace, platform = _window(load(args.trace), args), load_platform(spec)
         if args.compress < 1:
             raise ValueError(f"--compress must be at least 1, not {args.compress:g}")
     except (OSError, TraceError, ValueError) as e:

@@ -145,3 +145,16 @@ def test_sessions_must_run_on_billed_nodes_that_all_went():
     up = nodes_billed_as_they_lived(platform, [], [NodeLifetime("t4dev", "n2", h(1))], h(24),
                                     slack)
     assert "never seen to go" in up[0]
+
+
+def test_an_outcome_reads_back_as_it_was_saved(tmp_path):
+    from jupyterhub_gpu.replay.run import Outcome
+    from jupyterhub_gpu.replay.runcli import load_outcome, save
+    from jupyterhub_gpu.replay.schedule import Distortion
+
+    outcome = Outcome(trace(), 100.0, (row("pod:a"), row("job:b", kind=Kind.JOB, stopped=None)),
+                      (NodeLifetime("t4dev", "n1", h(8), h(12)),), {"alice": 1},
+                      ("bob (a100-mig-3g): 400 no",), {"servers requested": 1},
+                      (Distortion("bootTime of t4dev", 300, 1),), 61.5, True, (1.0, 2.0, 3.0))
+    save(outcome, tmp_path / "outcome.json")
+    assert load_outcome(tmp_path / "outcome.json", trace()) == outcome
