@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..quantities import parse_duration
-from .trace import Busy, Job, Trace
+from .trace import Busy, Job, Session, Trace
 
 #: how often a busy server reports activity to the hub, in trace seconds: the
 #: single-user server's default (JUPYTERHUB_ACTIVITY_INTERVAL, 300 s)
@@ -140,10 +140,13 @@ def trace_time(trace: Trace, wall: float, factor: float) -> datetime:
     return trace.header.start + timedelta(seconds=wall * factor)
 
 
-def _busy_actions(trace: Trace, factor: float, user: str, index: int, busy: Busy
+def _busy_actions(trace: Trace, factor: float, session: Session, index: int, busy: Busy
                   ) -> list[Action]:
+    """Busy from ``busy.start`` (with the session's profile: a user whose server was
+    culled meanwhile starts it again), activity every ACTIVITY_INTERVAL, idle at the end."""
+    user = session.user
     start, end = wall_seconds(trace, busy.start, factor), wall_seconds(trace, busy.end, factor)
-    actions = [Action(start, "busy", user, gpu_percent=busy.gpu_percent, session=index)]
+    actions = [Action(start, "busy", user, session.profile, busy.gpu_percent, index)]
     step = ACTIVITY_INTERVAL / factor
     at = start + step
     while at < end:
@@ -165,7 +168,7 @@ def schedule(trace: Trace, factor: float) -> tuple[Action, ...]:
         actions.append(Action(wall_seconds(trace, s.start, factor), "start", s.user,
                               s.profile, session=index))
         for busy in s.busy:
-            actions += _busy_actions(trace, factor, s.user, index, busy)
+            actions += _busy_actions(trace, factor, s, index, busy)
         if not s.abandoned:
             actions.append(Action(wall_seconds(trace, s.end, factor), "stop", s.user,
                                   s.profile, session=index))

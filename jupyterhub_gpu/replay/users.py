@@ -65,6 +65,7 @@ class Users:
         self.pod_of, self.annotate = pod_of, annotate
         self.tokens: dict[str, str] = {}
         self.gpu: dict[str, float] = {}  # what each user's GPU is doing now
+        self.profiles: dict[str, str] = {}  # the profile of each user's last server
         self.applied: dict[tuple[str, str], str] = {}  # pod -> annotation set on it
         self.requested: Counter[str] = Counter()  # servers the hub accepted, per user
         self.refused: list[str] = []  # what the hub refused, and why
@@ -101,6 +102,7 @@ class Users:
             log.exception("%s of %s failed: %s", action.kind, action.user, e)
 
     async def _start(self, a: Action) -> None:
+        self.profiles[a.user] = a.profile
         async with self.http.post(f"{self.api}/users/{a.user}/server",
                                   headers=_auth(self.tokens[a.user]),
                                   data=json.dumps({"profile": a.profile})) as r:
@@ -144,7 +146,12 @@ class Users:
             return r.status == 200 and "" in (await r.json()).get("servers", {})
 
     async def _busy(self, a: Action) -> None:
+        """Back at work: a server the culler stopped meanwhile is started again, as a
+        person does who comes back to a stopped notebook."""
         self.gpu[a.user] = a.gpu_percent
+        if not await self.has_server(a.user):
+            self.counts["servers started again after a cull"] += 1
+            await self._start(a)
         await self._activity(a)
 
     async def _idle(self, a: Action) -> None:
@@ -172,10 +179,21 @@ class Users:
             self.applied[pod] = value
 
     async def _job(self, a: Action) -> None:
-        async with self.http.post(f"{self.url}/services/{JOBS_SERVICE_NAME}/api/jobs",
-                                  headers=_auth(self.tokens[a.user]),
-                                  json={"profile": a.profile, "script": "train.py"}) as r:
-            text = await r.text()
+        """Submit the job from the user's server; one the culler stopped is started
+        again first (a job needs a running server), waiting up to STOP_PATIENCE."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_PATIENCE
+        if not await self.has_server(a.user) and a.user in self.profiles:
+            self.counts["servers started again after a cull"] += 1
+            await self._start(Action(a.at, "start", a.user, self.profiles[a.user]))
+        while True:
+            async with self.http.post(f"{self.url}/services/{JOBS_SERVICE_NAME}/api/jobs",
+                                      headers=_auth(self.tokens[a.user]),
+                                      json={"profile": a.profile, "script": "train.py"}) as r:
+                text = await r.text()
+            if r.status != 409 or "Start your server" not in text or loop.time() > deadline:
+                break
+            await asyncio.sleep(1)
         if r.status == 201:
             self.counts["jobs submitted"] += 1
         else:
