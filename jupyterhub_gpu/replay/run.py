@@ -24,7 +24,7 @@ import aiohttp
 import yaml
 
 from ..contract import (AGENTPOOL_LABEL, ENV_DEMO_CULL_EVERY, ENV_DEMO_JOB_RUN_FOR,
-                        NODEPOOL_LABEL, PROFILE_LABEL, USERNAME_KEY)
+                        FAKE_DCGM_ANNOTATION, NODEPOOL_LABEL, PROFILE_LABEL, USERNAME_KEY)
 from ..devcluster import demo
 from ..devcluster.kube import AdminClient, KubeErrors
 from ..devcluster.layout import Layout
@@ -35,7 +35,7 @@ from .figures import NodeLifetime
 from .schedule import (CULL_EVERY, Distortion, interval, job_run_seconds, scaled_spec,
                        schedule, trace_time)
 from .trace import Trace
-from .users import Users, admin_token, annotation_patch
+from .users import Users, admin_token
 
 log = logging.getLogger("jupyterhub_gpu.replay")
 
@@ -266,8 +266,8 @@ async def replay(trace: Trace, spec_path: Path, factor: float, stack: Stack, wor
                                          timeout=aiohttp.ClientTimeout(total=120)) as http:
             if not await _wait(lambda: _hub_answers(http, stack.url), 120, "the hub", 0.5):
                 raise RuntimeError(f"the hub did not start; see {workdir / 'hub.log'}")
-            users = Users(http, stack.url, watch.pod_of,
-                          lambda ns, name, v: client.apply(annotation_patch(ns, name, v)))
+            users = Users(http, stack.url, watch.pod_of, lambda ns, name, v: client.annotate(
+                "v1", "Pod", name, ns, {FAKE_DCGM_ANNOTATION: v}))
             await users.sign_up(await admin_token(http, stack.url), trace.people)
             progress(f"replay: {len(trace.people)} people, {len(trace.sessions)} sessions, "
                      f"{len(trace.jobs)} jobs, compressed {factor:g}x; hub log: "

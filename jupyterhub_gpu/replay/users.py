@@ -15,7 +15,7 @@ from typing import Callable
 
 import aiohttp
 
-from ..contract import DCGM_GPU_UTIL, FAKE_DCGM_ANNOTATION, JOBS_SERVICE_NAME
+from ..contract import DCGM_GPU_UTIL, JOBS_SERVICE_NAME
 from .schedule import Action
 
 log = logging.getLogger("jupyterhub_gpu.replay")
@@ -60,7 +60,7 @@ class Users:
 
     def __init__(self, http: aiohttp.ClientSession, url: str,
                  pod_of: Callable[[str], tuple[str, str] | None],
-                 annotate: Callable[[str, str, str], None]):
+                 annotate: Callable[[str, str, str], bool]):
         self.http, self.url, self.api = http, url, f"{url}/hub/api"
         self.pod_of, self.annotate = pod_of, annotate
         self.tokens: dict[str, str] = {}
@@ -174,8 +174,7 @@ class Users:
         if pod is None:
             return
         value = json.dumps({DCGM_GPU_UTIL: self.gpu.get(user, 0.0)})
-        if self.applied.get(pod) != value:
-            await asyncio.to_thread(self.annotate, *pod, value)
+        if self.applied.get(pod) != value and await asyncio.to_thread(self.annotate, *pod, value):
             self.applied[pod] = value
 
     async def _job(self, a: Action) -> None:
@@ -200,9 +199,3 @@ class Users:
             self.refused.append(f"{a.user} job ({a.profile}): {r.status} {text[:200]}")
             self.counts["jobs refused"] += 1
 
-
-def annotation_patch(namespace: str, name: str, value: str) -> dict:
-    """The server-side apply body that sets the fake DCGM annotation on a pod."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace,
-                         "annotations": {FAKE_DCGM_ANNOTATION: value}}}
