@@ -132,6 +132,9 @@ def test_rows_of_one_server_must_not_overlap():
     (broken,) = no_gpu_hour_twice([row("pod:a", running=9, stopped=10.5),
                                    row("pod:b", running=10, stopped=11)], h(24))
     assert "overlap" in broken
+    clocks = [row("pod:a", running=9, stopped=10.001), row("pod:b", running=10, stopped=11)]
+    assert no_gpu_hour_twice(clocks, h(24), timedelta(seconds=5)) == []
+    assert no_gpu_hour_twice(clocks, h(24)) != []
 
 
 def test_sessions_must_run_on_billed_nodes_that_all_went():
