@@ -1,6 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   the local GPU hub on http://127.0.0.1:8000 (Ctrl-C stops everything)
 #   make test   unit tests, then the cluster tests against the real local control plane
+#   make replay a 20-person team's generated week replayed on the real stack (~35 min;
+#               docs/outcome.md), beside one GPU VM per person
 # Go binaries and the proxy are cached in ~/.cache/jupyterhub-gpu/ (first build: ~8 min).
 
 PYTHON ?= python3
@@ -9,7 +11,7 @@ SPEC ?= config/platform.yaml
 BIN := $(VENV)/bin
 
 .PHONY: install build demo test test-unit test-cluster docs clean labextension system-packages \
-	bench bench-short bench-build
+	bench bench-short bench-build replay
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,7 +61,7 @@ docs: install
 	$(BIN)/sphinx-build -W -b html docs docs/_build/html
 
 test-cluster: build system-packages
-	$(BIN)/python -m pytest tests/integration --durations=30
+	$(BIN)/python -m pytest tests/integration --durations=50
 
 # Benchmarks against plain KubeSpawner and the stock culler (docs/benchmarks.md): a dev
 # cluster of their own; `bench` rewrites docs/benchmarks.md, `bench-short` (CI) runs
@@ -74,6 +76,21 @@ bench: bench-build
 
 bench-short: bench-build
 	$(BIN)/python -m benchmarks --short
+
+# A 20-person team's week (generated, seed 1) replayed against the dev cluster 300 times
+# faster than real time (a week in ~34 min): the table of both worlds, the accounting
+# invariants (also in .replay/run/report.txt) and the plot .replay/week.png
+# (docs/outcome.md, docs/replay.md).
+REPLAY_COMPRESS ?= 300
+REPLAY_DIR ?= .replay
+REPLAY_ARGS ?=  # e.g. --port-offset 500, beside another dev cluster
+replay: build
+	$(BIN)/pip install --quiet -e ".[replay]"
+	mkdir -p $(REPLAY_DIR)
+	$(BIN)/jupyterhub-gpu replay generate --spec $(SPEC) --team 20 --seed 1 -o $(REPLAY_DIR)/week.jsonl
+	$(BIN)/jupyterhub-gpu replay run $(REPLAY_DIR)/week.jsonl --spec $(SPEC) \
+	  --compress $(REPLAY_COMPRESS) --state-dir $(REPLAY_DIR) --plot $(REPLAY_DIR)/week.png \
+	  $(REPLAY_ARGS)
 
 # Two pytest processes: each tier loads its own kubeconfig (see tests/conftest.py).
 test: test-unit test-cluster

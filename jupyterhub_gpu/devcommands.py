@@ -38,7 +38,8 @@ DEVCLUSTER_ACTIONS: tuple[tuple[str, str, str, Arguments], ...] = (
     ("up", "start the dev cluster for a platform spec",
      "Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, Kueue and "
      "Karpenter on 127.0.0.1; apply the bundle's team namespaces with the hub's Roles, "
-     "RoleBindings and NetworkPolicies, minNodes static fake nodes per pool, the spec's "
+     "RoleBindings and NetworkPolicies, their checkpoint PVCs (each bound to a volume made "
+     "for it), minNodes static fake nodes per pool, the spec's "
      "Kueue objects and a Karpenter NodePool per pool, which adds nodes up to maxNodes when "
      "notebooks need them and removes them once empty. Kueue runs the bundle's "
      "Configuration with the dev cluster's local addresses. Prometheus scrapes the hubs "

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from . import metrics
 from .resume import KUBE_ENV
 from .spawner import GPUSpawner
 from .spec import Platform
@@ -46,6 +47,7 @@ def configure_hub(c: Any, platform_file: str, resume: bool = True) -> Platform:
     from .hubapi import handlers  # JupyterHub's handlers: only where a hub runs
 
     platform = SpecSource.shared(platform_file).current()
+    metrics.count_from_zero(platform)
     c.JupyterHub.spawner_class = GPUSpawner
     c.JupyterHub.extra_handlers = [*c.JupyterHub.get("extra_handlers", []), *handlers()]
     c.GPUSpawner.platform_file = platform_file

@@ -9,7 +9,10 @@ from typing import Any, Iterator
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
+from .kueue.lifecycle import Outcome
+from .kueue.messages import STOP_REASONS
 from .poolnodes import failed, pool_node_counts
+from .spec import Platform
 
 PLATFORM_STOP_SCHEMA = "https://jupyterhub-gpu.readthedocs.io/events/platform-stop"
 _SCHEMA_FILE = Path(__file__).parent / "event-schemas" / "platform-stop" / "v1.yaml"
@@ -38,6 +41,17 @@ STOPS_BY_PLATFORM = Counter(
     ["profile", "reason", "pool"],
 )
 
+
+def count_from_zero(platform: Platform) -> None:
+    """Give every profile and pool of ``platform`` its started-spawn and platform-stop
+    series at 0 now, so that ``increase()`` counts each one's first event (a series
+    that appears at 1 has no increase to show: the spot-eviction rate would miss the
+    first eviction of each pool, and again after every hub restart)."""
+    for profile in platform.profiles:
+        for pool in profile.pool_names:
+            SPAWNS.labels(profile.slug, Outcome.STARTED.value, pool)
+            for reason in STOP_REASONS:
+                STOPS_BY_PLATFORM.labels(profile.slug, reason, pool)
 
 
 class PoolNodesCollector:

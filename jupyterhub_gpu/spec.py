@@ -346,7 +346,14 @@ class Platform:
         return tuple(p for p in self.pools if p.has_gpu)
 
     def pool(self, name: str) -> Pool:
-        return next(p for p in self.pools if p.name == name)
+        """The pool called ``name``; a ``KeyError`` naming the spec's pools if none is
+        (a bare ``next()`` would raise StopIteration, which a generator or coroutine
+        turns into a RuntimeError that names nothing)."""
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(f"no pool named {name!r} in the spec (its pools: "
+                       f"{', '.join(p.name for p in self.pools)})")
 
     @property
     def all_profiles(self) -> tuple[Profile | JobProfile, ...]:

@@ -70,6 +70,9 @@ from ..usage.ledger import Kind, Ledger, StopReason, Usage
 LEDGER_REASONS = {Reason.MAX_AGE: StopReason.MAX_AGE, Reason.IDLE: StopReason.IDLE_CULL,
                   Reason.GPU_IDLE: StopReason.IDLE_CULL}
 
+#: how long a failed Prometheus query answers the calls after it (jupyterhub-idle-culler
+#: calls the hook for one user after another, so a cycle's calls follow at once)
+FAILURE_REUSE_SECONDS = 2.0
 LOGGER_NAME = "IdleCuller.jupyterhub_gpu"  # under the culler's own (configured) logger
 _TRUE = ("1", "true", "yes", "on")
 
@@ -114,27 +117,42 @@ class UsageCache:
 
     The culler calls the hook for each server within seconds; the first call starts
     the query, the others await the same one, and the answer is reused for
-    ``ttl_seconds`` (keep it below ``--cull-every``)."""
+    ``ttl_seconds`` (keep it below ``--cull-every``). A failed query is reused only
+    for :data:`FAILURE_REUSE_SECONDS` after it failed -- the rest of its cycle, whose
+    calls come one right after another -- so a Prometheus that is back is asked
+    again in the next cycle, not a TTL later."""
 
     def __init__(self, client: PrometheusClient, clock: Clock, log: logging.Logger,
                  ttl_seconds: float = 60.0):
         self.client, self.clock, self.log, self.ttl = client, clock, log, ttl_seconds
         self._task: asyncio.Task | None = None
         self._key: tuple[int, datetime] | None = None
+        self._failed_at: datetime | None = None
 
     async def snapshot(self, window_seconds: int) -> UsageSnapshot | GpuUnknown:
         now = self.clock()
         fresh = (self._key is not None and self._key[0] == window_seconds
                  and (now - self._key[1]).total_seconds() < self.ttl)
-        if self._task is None or not fresh:
+        if self._task is None or not fresh or self._failure_over(now):
             self._key = (window_seconds, now)
             self._task = asyncio.ensure_future(self._fetch(window_seconds, now))
         return await asyncio.shield(self._task)
+
+    def _failure_over(self, now: datetime) -> bool:
+        """The last query failed, and longer ago than a cycle's calls may reuse it."""
+        task = self._task
+        if task is None or not task.done():
+            return False
+        if task.cancelled() or task.exception() is not None:
+            return True
+        return (isinstance(task.result(), GpuUnknown) and self._failed_at is not None
+                and (now - self._failed_at).total_seconds() >= FAILURE_REUSE_SECONDS)
 
     async def _fetch(self, window_seconds: int, end: datetime) -> UsageSnapshot | GpuUnknown:
         try:
             snapshot = await self.client.gpu_usage(window_seconds, end)
         except PrometheusError as e:
+            self._failed_at = self.clock()
             self.log.warning("GPU-idle culling skipped this cycle, Prometheus: %s", e)
             return GpuUnknown(GpuState.UNAVAILABLE, f"Prometheus unavailable: {e}")
         self.log.debug("GPU usage of %d pods from Prometheus", len(snapshot.by_pod))

@@ -200,6 +200,8 @@ def _start_all(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.Pki
 
 def _populate(client: AdminClient, platform: Platform, progress: Progress) -> None:
     namespaces = bootstrap.apply_team_objects(client, platform)
+    for obj in bootstrap.checkpoint_volumes(platform):
+        client.apply(obj)
     nodes = bootstrap.create_static_nodes(client, platform)
     bootstrap.apply_kueue_objects(client, platform)
     bootstrap.apply_karpenter_objects(client, platform)

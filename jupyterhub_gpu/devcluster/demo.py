@@ -127,13 +127,15 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
                 hub_port: int = 8081, proxy_api_port: int = 8001,
                 hub_kubeconfig: Path | None = None,
                 watch: Callable[[], Coroutine] | None = None,
-                cluster: Layout | None = None) -> int:
+                cluster: Layout | None = None,
+                extra_env: dict[str, str] | None = None) -> int:
     """Run the hub and the pod runner (and ``watch()``, e.g. the pools' live lines)
     until ``stop`` is set (by default: on Ctrl-C or SIGTERM) or the hub exits; then
     stop them all, whatever happened meanwhile. The pod
     runner, which plays the kubelet, uses ``kubeconfig``; the hub uses
     ``hub_kubeconfig`` if given (e.g. a ServiceAccount's, bound by the bundle's RBAC),
-    else the same."""
+    else the same. ``extra_env`` is added to the hub's environment (e.g. the culler's
+    interval, :data:`~jupyterhub_gpu.contract.ENV_DEMO_CULL_EVERY`)."""
     progress = unfailing(progress)
     if stop is None:
         stop = asyncio.Event()
@@ -144,7 +146,7 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
     hub = waiter = None
     try:
         hub = await start_hub(spec, hub_kubeconfig or kubeconfig, workdir, url, hub_port,
-                              proxy_api_port, cluster=cluster)
+                              proxy_api_port, extra_env=extra_env, cluster=cluster)
         progress(f"JupyterHub is starting on {url} (log: {workdir / 'hub.log'})\n"
                  f"  log in as {DEMO_USERS}; password: gpu-demo\n  Ctrl-C stops everything.")
         waiter = asyncio.create_task(stop.wait())

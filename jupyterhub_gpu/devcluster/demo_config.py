@@ -59,9 +59,11 @@ add_jobs_service(c, os.environ[ENV_DEMO_SPEC], f"http://127.0.0.1:{c.JupyterHub.
                  job_annotations={RUN_FOR_ANNOTATION: os.environ.get(ENV_DEMO_JOB_RUN_FOR, "60s")})
 
 # The usage page (GPU-hours, costs, queue waits...) on the hub's port + 11, under
-# /services/gpu-usage/; no Prometheus here, so it says "no GPU telemetry".
+# /services/gpu-usage/; its utilization of billed GPU-hours comes from the dev cluster's
+# Prometheus (without JUPYTERHUB_GPU_DEMO_PROMETHEUS_URL it says "no GPU telemetry").
 from jupyterhub_gpu.usage.service import add_usage_service  # noqa: E402
 
+c.UsagePage.prometheus_url = os.environ.get(ENV_DEMO_PROMETHEUS_URL, "")
 add_usage_service(c, os.environ[ENV_DEMO_SPEC], f"http://127.0.0.1:{c.JupyterHub.hub_port + 11}")
 c.ConfigurableHTTPProxy.command = [os.environ[ENV_DEMO_CHP]]
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{}".format(

@@ -54,6 +54,18 @@ class AdminClient:
                           field_manager=FIELD_MANAGER,
                           **({"dry_run": "All"} if dry_run else {})).to_dict()
 
+    def annotate(self, api_version: str, kind: str, name: str, namespace: str | None,
+                 annotations: dict[str, str]) -> bool:
+        """Merge ``annotations`` into an object's; False if it does not exist (any
+        more): unlike an apply, this never creates it."""
+        try:
+            self._resource(api_version, kind).patch(
+                name=name, namespace=namespace, body={"metadata": {"annotations": annotations}},
+                content_type="application/merge-patch+json", field_manager=FIELD_MANAGER)
+            return True
+        except NotFoundError:
+            return False
+
     def get(self, api_version: str, kind: str, name: str,
             namespace: str | None = None) -> dict | None:
         try:

@@ -219,11 +219,18 @@ class Preemptor:
     team: str
 
 
+#: the reasons of a :class:`StopNotice` (the ``reason`` label of
+#: ``jupyterhub_gpu_preemptions_total``): Kueue preempted it, or it was evicted (its node
+#: went away or was drained, or Kueue evicted it for another cause)
+PREEMPTED, EVICTED = "preempted", "evicted"
+STOP_REASONS = (PREEMPTED, EVICTED)
+
+
 @dataclass(frozen=True)
 class StopNotice:
     """Why a running server was stopped by the platform, for the user's next page."""
 
-    reason: str  # metric label: preempted, evicted, node-drain, ...
+    reason: str  # one of STOP_REASONS
     at: str  # ISO time
     message: str
     pool: str = ""  # the pool the server ran on ("" if unknown)
@@ -248,15 +255,15 @@ def _preemption(pod: dict, workload: dict | None, queue: str,
     if not target:
         return None
     if by is not None:
-        return "preempted", f"preempted for training job {by.job} of team {by.team}"
+        return PREEMPTED, f"preempted for training job {by.job} of team {by.team}"
     preempted = st.condition(workload, "Preempted") or {}
     words = _PREEMPTION_WORDS.get(preempted.get("reason", ""))
     if words:
-        return "preempted", f"preempted {words.format(queue=queue)}"
+        return PREEMPTED, f"preempted {words.format(queue=queue)}"
     kueue_reason = target.get("reason", "").removeprefix("WorkloadEvictedDueTo")
     if kueue_reason == "Preempted":
-        return "preempted", f"preempted to make room for higher-priority work in queue {queue}"
-    return "evicted", f"stopped by the queue ({kueue_reason or 'evicted'})"
+        return PREEMPTED, f"preempted to make room for higher-priority work in queue {queue}"
+    return EVICTED, f"stopped by the queue ({kueue_reason or 'evicted'})"
 
 
 #: a server whose node stopped answering (:func:`node_lost_notice`)
@@ -271,7 +278,7 @@ def node_lost_notice(node: str, since: datetime, at: datetime, checkpoint_dir: s
     if checkpoint_dir:
         kept += f"; your checkpoints are in {checkpoint_dir}"
     message = f"{NODE_LOST.format(node=node, since=since)} {kept}."
-    return StopNotice("evicted", at.isoformat(), message, pool)
+    return StopNotice(EVICTED, at.isoformat(), message, pool)
 
 
 def stop_notice(pod: dict, workload: dict | None, queue: str, at: datetime,
@@ -285,7 +292,7 @@ def stop_notice(pod: dict, workload: dict | None, queue: str, at: datetime,
         if not disruption:
             return None
         words = _DISRUPTION_WORDS.get(disruption.get("reason", ""), "its node went away")
-        found = ("evicted", f"stopped because {words}")
+        found = (EVICTED, f"stopped because {words}")
     reason, words = found
     # a fallback profile's pod: the hub recorded the pool Kueue chose, worth saying
     recorded = (pod["metadata"].get("annotations") or {}).get(POOL_ANNOTATION)

@@ -1,6 +1,6 @@
-"""``jupyterhub-gpu replay generate|baseline``: make a team's week as a trace, and
-compute what it costs on one VM per person (docs/replay.md). The modules behind
-each command are imported when it runs."""
+"""``jupyterhub-gpu replay generate|baseline|run``: make a team's week as a trace,
+compute what it costs on one VM per person, replay it on the real stack
+(docs/replay.md). The modules behind each command are imported when it runs."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def add_replay_parsers(sub) -> None:
     replay = sub.add_parser(
         "replay", help="a team's week as a trace, and its cost on one VM per person",
         description="Generate a workload trace and compute the one-VM-per-person baseline "
-        "from it (docs/replay.md). The replay against the real stack is still to come.")
+        "from it, and replay it against the real stack on the dev cluster (docs/replay.md).")
     commands = replay.add_subparsers(dest="replay_command", required=True, metavar="COMMAND")
     p = commands.add_parser(
         "generate", help="write a seeded trace of a team's working week",
@@ -99,7 +99,7 @@ def add_replay_parsers(sub) -> None:
         "baseline", help="the trace's figures on one Azure ML compute instance per person",
         description="Print GPU node-hours, cost, utilization of billed GPU-hours and "
         "time-to-notebook of TRACE on one dedicated VM per person: always on, and with "
-        "each --idle-shutdown. The platform's column stays empty until the replay exists.")
+        "each --idle-shutdown; the platform's column is `replay run`'s.")
     p.add_argument("trace", metavar="TRACE", help="the trace file (JSON Lines)")
     p.add_argument("--spec", default=DEFAULT_SPEC, help=f"platform spec (default: {DEFAULT_SPEC})")
     p.add_argument("--idle-shutdown", type=int, action="append", default=[], metavar="MINUTES",
@@ -116,3 +116,8 @@ def add_replay_parsers(sub) -> None:
     p.add_argument("--plot", metavar="PNG", help="also write the plot to PNG (needs "
                    "matplotlib: pip install 'jupyterhub-gpu[replay]')")
     p.set_defaults(func=_baseline)
+
+    from .runcli import add_report_parser, add_run_parser
+
+    add_run_parser(commands, DEFAULT_SPEC)
+    add_report_parser(commands, DEFAULT_SPEC)

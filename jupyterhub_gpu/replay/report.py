@@ -11,8 +11,8 @@ from .figures import Figures, NodeLifetime, percentile
 
 #: a column's cell for a figure it does not have (yet)
 MISSING = "-"
-#: the platform column's title until the replay against the real stack exists
-PLATFORM_TO_COME = "jupyterhub-gpu (replay to come)"
+#: the platform column's title in `replay baseline`, where nothing was replayed
+PLATFORM_NOT_REPLAYED = "jupyterhub-gpu (see replay run)"
 
 
 def _seconds(value: float | None) -> str:
@@ -55,7 +55,7 @@ def table(platform: Platform, columns: Sequence[Figures | None],
           titles: Sequence[str] | None = None) -> str:
     """The figures of each world side by side, as aligned text; a None column (the
     platform's, before a replay) shows every cell as missing."""
-    titles = list(titles or [f.world if f else PLATFORM_TO_COME for f in columns])
+    titles = list(titles or [f.world if f else PLATFORM_NOT_REPLAYED for f in columns])
     rows = [("", titles), *_rows(platform, columns)]
     label = max(len(name) for name, _ in rows)
     widths = [max(len(cells[i]) for _, cells in rows) for i in range(len(columns))]

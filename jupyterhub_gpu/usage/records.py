@@ -9,11 +9,12 @@ from typing import Iterable
 from ..contract import (JOB_PROFILE_LABEL, POOL_ANNOTATION, PROFILE_LABEL, QUEUE_LABEL,
                         SERVERNAME_KEY, USERNAME_KEY)
 from ..kueue import status as st
+from ..kueue.messages import EVICTED, PREEMPTED
 from ..spec import Platform, Pool, Team
 from .ledger import Kind, StopReason, Usage
 
 #: a stop notice's reason (:class:`~jupyterhub_gpu.kueue.messages.StopNotice`) in the ledger
-NOTICE_REASONS = {"preempted": StopReason.PREEMPTED, "evicted": StopReason.EVICTED}
+NOTICE_REASONS = {PREEMPTED: StopReason.PREEMPTED, EVICTED: StopReason.EVICTED}
 
 
 def parse_time(value: str | datetime | None) -> datetime | None:

@@ -42,7 +42,21 @@ singleuser:
     extraVolumes: [{name: datasets, emptyDir: {}}]
     extraVolumeMounts: [{name: datasets, mountPath: /home/jovyan/datasets}]
 """)
-PROFILES = [p["slug"] for p in yaml.safe_load((HERE / "platform.yaml").read_text())["profiles"]]
+
+
+def _one_profile_per_pool_set() -> list[str]:
+    """The first profile of each pool (or fallback pool list). The pod's node selector,
+    tolerations and GPU resources come from the pool; profiles of one pool differ only
+    in timeouts, priority and groups, which touch no volume. Every example profile's pod is
+    rendered under the chart's config offline (tests/unit/test_chart_shape.py); here one
+    per pool runs, each on a node of its own."""
+    firsts: dict[tuple[str, ...], str] = {}
+    for p in yaml.safe_load((HERE / "platform.yaml").read_text())["profiles"]:
+        firsts.setdefault(tuple(p.get("pools") or [p["pool"]]), p["slug"])
+    return list(firsts.values())
+
+
+PROFILES = _one_profile_per_pool_set()
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,16 @@
-"""[usage] The dev cluster's real Prometheus: GPU-idle culling end to end, and the bundle's
+"""[usage] The dev cluster's real Prometheus: GPU-idle culling end to end, the bundle's
 rules and dashboard evaluated against what the hub, Kueue, Karpenter and the DCGM
-exporter really export.
+exporter really export, and the usage page's figures of real servers.
 
 One hub (the demo's, scraped by the dev cluster's Prometheus with a ``read:metrics``
-token, its culler pointed at that Prometheus) serves the whole module's story: carol
-starts a server of ``t4-gpu-watched`` (gpuIdle: under 5 % for 30 s); the test reports
-activity for it every second through the hub's activity API, as a busy kernel's server
-does, and sets its GPU's DCGM values on the pod. While Prometheus is stopped the culler
-culls nothing; once it is back, the GPU-idle rule culls the server.
+token, its culler and its usage page pointed at that Prometheus) serves the whole
+module's story: carol starts a server of ``t4-gpu-watched`` (gpuIdle: under 5 % for
+30 s); the test reports activity for it every second through the hub's activity API,
+as a busy kernel's server does, and sets its GPU's DCGM values on the pod. While
+Prometheus is stopped the culler culls nothing; once it is back, the GPU-idle rule
+culls the server. Meanwhile bob's server on the spot pool loses its node. Then
+carol stops her second server herself, and the usage page shows the hub's own ledger
+rows of the three servers and the utilization Prometheus stored for them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import json
 import math
 import subprocess
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,7 +35,10 @@ from jupyterhub_gpu.cull.prometheus import PrometheusClient
 from jupyterhub_gpu.devcluster import build, cluster as devcluster, demo, prometheus
 from jupyterhub_gpu.devcluster.layout import Layout
 from jupyterhub_gpu.labext import dcgm as labext_dcgm
+from jupyterhub_gpu.usage.config import DEFAULT_DAYS
+from jupyterhub_gpu.usage.ledger import StopReason
 
+from . import usage_live
 from .conftest import STATE_DIR, TEST_PORTS, wait_for
 from .hubrest import API, _admin_token, _auth
 from .test_demo import PORTS, URL, _hub_answers, _login, _pod_gone, _xsrf
@@ -40,6 +47,8 @@ REPO = Path(__file__).resolve().parents[2]
 PROM = prometheus.url(TEST_PORTS)
 NAMESPACE, POD = "jhub-experimentation", "jupyter-carol"
 PROFILE = "t4-gpu-watched"
+SPOT = dict(user="bob", team="ml-eng", namespace="jhub-ml-eng", profile="a100-spot",
+            pool="a100spot")
 IDLE = {contract.DCGM_GPU_UTIL: 0, contract.DCGM_ENGINE_ACTIVE: 0.0,
         contract.DCGM_FB_USED: 812, contract.DCGM_FB_FREE: 14_289}
 #: the labels dcgm-exporter 4.x puts on a whole GPU's series, pod mapping on
@@ -69,13 +78,42 @@ async def _query(http, expr: str) -> list[dict]:
 
 
 async def _series(http, expr: str) -> list[dict] | None:
-    """The series of ``expr`` with a finite value, or None while there are none."""
-    found = [s for s in await _query(http, expr) if math.isfinite(float(s["value"][1]))]
-    return found or None
+    """The series of ``expr`` with a finite value, or None while there are none (or
+    while Prometheus is stopped or starting: bob's evictions go on meanwhile)."""
+    try:
+        found = await _query(http, expr)
+    except aiohttp.ClientError:  # refused; 503 (not ready) is not JSON
+        return None
+    return [s for s in found if math.isfinite(float(s["value"][1]))] or None
 
 
-async def _annotate(kube, values: dict) -> None:
-    await kube.core.patch_namespaced_pod(POD, NAMESPACE, {"metadata": {"annotations": {
+@dataclass(frozen=True)
+class Who:
+    """A user's server in this test: whose, which, of which profile, on which pool."""
+
+    user: str
+    team: str
+    namespace: str
+    profile: str
+    pool: str
+    server: str = ""
+
+    @property
+    def pod(self) -> str:
+        return f"jupyter-{self.user}" + (f"--{self.server}" if self.server else "")
+
+
+CAROL = Who("carol", "experimentation", NAMESPACE, PROFILE, "t4dev")
+# carol's second server is a named one: its pod has a name of its own, so its series
+# are told apart from her first pod's, which Prometheus still shows for its 5 min
+# lookback when that pod went before Prometheus, just restarted, scraped it again
+# (no staleness marker then)
+CAROL_2 = Who("carol", "experimentation", NAMESPACE, PROFILE, "t4dev", "second")
+BOB = Who("bob", "ml-eng", "jhub-ml-eng", "a100-spot", "a100spot")  # a spot pool
+
+
+async def _annotate(kube, who: Who, values: dict) -> None:
+    await kube.core.patch_namespaced_pod(who.pod, who.namespace, {"metadata": {"annotations": {
         contract.FAKE_DCGM_ANNOTATION: json.dumps(values)}}})
 
 
@@ -90,25 +128,31 @@ async def _report_activity(http, token: str) -> None:
         await asyncio.sleep(1)
 
 
-async def _spawn(carol) -> None:
-    async with carol.post(f"{URL}/hub/spawn", data={"profile": PROFILE,
-                                                   "_xsrf": _xsrf(carol)}) as r:
+async def _spawn(session, who: Who) -> None:
+    path = f"/{who.user}/{who.server}" if who.server else ""
+    async with session.post(f"{URL}/hub/spawn{path}", data={"profile": who.profile,
+                                                            "_xsrf": _xsrf(session)}) as r:
         assert r.status == 200, await r.text()
 
 
-async def _running(carol) -> bool:
-    async with carol.get(f"{API}/users/carol", headers={"X-XSRFToken": _xsrf(carol)}) as r:
-        server = (await r.json())["servers"].get("")
+async def _server(session, who: Who) -> dict | None:
+    async with session.get(f"{API}/users/{who.user}",
+                           headers={"X-XSRFToken": _xsrf(session)}) as r:
+        return (await r.json())["servers"].get(who.server)
+
+
+async def _running(session, who: Who = CAROL) -> bool:
+    server = await _server(session, who)
     return bool(server and server.get("ready"))
 
 
-async def _stopped(carol) -> bool:
-    async with carol.get(f"{API}/users/carol", headers={"X-XSRFToken": _xsrf(carol)}) as r:
-        return "" not in (await r.json())["servers"]
+async def _stopped(session, who: Who = CAROL) -> bool:
+    return await _server(session, who) is None
 
 
-async def _pod_running(kube) -> bool:
-    pods = await kube.core.list_namespaced_pod(NAMESPACE, field_selector=f"metadata.name={POD}")
+async def _pod_running(kube, who: Who) -> bool:
+    pods = await kube.core.list_namespaced_pod(who.namespace,
+                                               field_selector=f"metadata.name={who.pod}")
     return bool(pods.items) and pods.items[0].status.phase == "Running"
 
 
@@ -132,8 +176,10 @@ async def test_gpu_telemetry_rules_and_the_gpu_idle_cull(cluster, cluster_spec_p
                                                          hub_kubeconfig, tmp_path,
                                                          monkeypatch):
     """An idle GPU under a busy kernel: no cull while Prometheus is down, a GPU-idle cull
-    once it is back. Then a second server of the same profile, its GPU at 40 %: the
-    exporter's labels, our own PromQL, and every rule and dashboard expression."""
+    once it is back; meanwhile bob's spot server loses its node. Then a second
+    server of carol's profile, its GPU at 40 %: the exporter's labels, our own PromQL,
+    and every rule and dashboard expression. Carol stops it; the usage page shows the
+    three servers as the hub recorded them."""
     monkeypatch.setenv(contract.ENV_DEMO_CULL_EVERY, "3")
     demo.ensure_chp(progress=lambda m: None)
     stop = asyncio.Event()
@@ -141,63 +187,172 @@ async def test_gpu_telemetry_rules_and_the_gpu_idle_cull(cluster, cluster_spec_p
         cluster_spec_path, Path(cluster["kubeconfig"]), tmp_path, URL, lambda m: None, stop,
         **PORTS, hub_kubeconfig=hub_kubeconfig, cluster=Layout(STATE_DIR)))
     a100mig = cluster_platform.pool("a100mig")
-    assert a100mig.max_nodes == 1
+    assert a100mig.max_nodes == 1 and cluster_platform.pool(BOB.pool).spot
     hub_log = tmp_path / "hub.log"
-    node = reporter = None
+    node = reporter = spot = None
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http, \
-            aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as carol:
+            aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as carol, \
+            aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as bob:
         try:
-            await wait_for(lambda: _hub_answers(http), timeout=60, what="JupyterHub to answer")
+            await wait_for(lambda: _hub_answers(http), timeout=120, what="JupyterHub to answer")
             token = await _admin_token(http)
             await _login(carol, "carol")
-            await _start(carol, kube, IDLE)
+            await _login(bob, "bob")
+            starts = asyncio.Lock()
+            first = await _start(carol, kube, CAROL, IDLE, starts)
             reporter = asyncio.create_task(_report_activity(http, token))
+            spot = asyncio.create_task(_a_spot_eviction(http, bob, kube, starts))
             window = cluster_platform.profile(PROFILE).gpu_idle.window_seconds
-            await _prometheus_down_culls_nothing(hub_log, carol, window)
+            back = await _prometheus_down_culls_nothing(hub_log, carol, window)
             await wait_for(lambda: _stopped(carol), timeout=120,
                            what="the GPU-idle rule to cull carol's server")
+            sessions = [first.stopped(StopReason.IDLE_CULL, back, usage_live.now())]
             log = hub_log.read_text()
             assert f"Culling user=carol server='' profile={PROFILE} reason=gpu-idle" in log
             assert not reporter.done(), "activity was reported all along"
             await wait_for(lambda: _pod_gone(kube, NAMESPACE, POD), timeout=60,
                            what="carol's pod to go")
             node = await _static_node(kube, a100mig)
-            await _start(carol, kube, {**IDLE, contract.DCGM_GPU_UTIL: 40})
-            await _check_exporter_and_our_queries(http, kube)
+            second = await _start(carol, kube, CAROL_2, {**IDLE, contract.DCGM_GPU_UTIL: 40},
+                                  starts)
+            await _check_exporter_and_our_queries(http, kube, CAROL_2.pod)
+            sessions += await spot
             await _check_every_expression(http, cluster_platform)
-            assert await _running(carol), "a GPU at 40 % is not idle"
+            assert await _running(carol, CAROL_2), "a GPU at 40 % is not idle"
+            sessions.append(await _user_stop(carol, kube, CAROL_2, second))
+            await _check_usage_page(http, token, tmp_path, sessions, cluster_platform)
         finally:
-            if reporter:
-                reporter.cancel()
-                await asyncio.gather(reporter, return_exceptions=True)
+            for task in (reporter, spot):
+                if task:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
             await _ensure_prometheus()
             if node:
                 await kube.core.delete_node(node)
             stop.set()
             assert await asyncio.wait_for(hub, 120) == 0
-    await wait_for(lambda: _pod_gone(kube, NAMESPACE, POD), timeout=60, what="carol's pod to go")
+    for pod in (POD, CAROL_2.pod):
+        await wait_for(lambda p=pod: _pod_gone(kube, NAMESPACE, p), timeout=60,
+                       what=f"carol's pod {pod} to go")
+    await wait_for(lambda: kube.pool_is_empty(BOB.pool), timeout=120,
+                   what=f"pool {BOB.pool} to be empty again")
 
 
-async def _start(carol, kube, values: dict) -> None:
-    """carol starts a server of the watched profile; its pod's GPU reads ``values``."""
-    await _spawn(carol)
-    await wait_for(lambda: _pod_running(kube), timeout=120, what="carol's pod to run")
-    await _annotate(kube, values)
-    await wait_for(lambda: _running(carol), timeout=120, what="carol's server to be up")
+async def _start(session, kube, who: Who, values: dict,
+                 one_at_a_time: asyncio.Lock) -> usage_live.Session:
+    """``who`` starts a server; its pod's GPU reads ``values``. What the pod says.
+    Carol's and bob's servers start one at a time: a jupyterhub-singleuser starting
+    takes a core for seconds, and two at once on a loaded machine may outlast the
+    demo's http_timeout."""
+    async with one_at_a_time:
+        await _spawn(session, who)
+        await wait_for(lambda: _pod_running(kube, who), timeout=120,
+                       what=f"{who.user}'s pod to run")
+        await _annotate(kube, who, values)
+        await wait_for(lambda: _running(session, who), timeout=120,
+                       what=f"{who.user}'s server to be up")
+    return await usage_live.Session.of_pod(kube, who.namespace, who.pod, who.user, who.team,
+                                           who.profile, who.pool)
 
 
-async def _check_exporter_and_our_queries(http, kube) -> None:
+async def _user_stop(session, kube, who: Who,
+                     started: usage_live.Session) -> usage_live.Session:
+    """``who`` stops the named server themself (the hub's REST API, from their browser
+    session)."""
+    after = usage_live.now()
+    async with session.delete(f"{API}/users/{who.user}/servers/{who.server}",
+                              headers={"X-XSRFToken": _xsrf(session)}) as r:
+        assert r.status in (202, 204), await r.text()
+    await wait_for(lambda: _stopped(session, who), timeout=60, what="the server to stop")
+    stopped = started.stopped(StopReason.USER, after, usage_live.now())
+    await wait_for(lambda: _pod_gone(kube, who.namespace, who.pod), timeout=60,
+                   what=f"{who.pod} to go")
+    return stopped
+
+
+async def _counter_is(http, expr: str, value: int) -> bool:
+    found = await _series(http, expr) or []
+    return len(found) == 1 and float(found[0]["value"][1]) == value
+
+
+async def _a_spot_eviction(http, bob, kube,
+                           starts: asyncio.Lock) -> list[usage_live.Session]:
+    """bob's server on the spot pool loses its node (:func:`usage_live.evict_spot_node`);
+    the hub counts it (``reason="evicted"``) and records a spot eviction. The hub's
+    counters of the profile on the pool were at 0 since it started
+    (``metrics.count_from_zero``), so the spot-eviction rule's ``increase()`` counts
+    this first one. Bob's GPU reads 90 %."""
+    sessions = []
+    labels = f'profile="{BOB.profile}", pool="{BOB.pool}"'
+    for n, percent in enumerate((90,), start=1):
+        started = await _start(bob, kube, BOB, {**IDLE, contract.DCGM_GPU_UTIL: percent},
+                               starts)
+        gpu = f'{contract.DCGM_GPU_UTIL}{{exported_pod="{BOB.pod}"}}'
+        await wait_for(lambda: _series(http, gpu), timeout=120, interval=1,
+                       what="Prometheus to scrape bob's GPU")
+        after = usage_live.now()
+        await usage_live.evict_spot_node(kube, BOB.namespace, BOB.pod, BOB.pool)
+        await wait_for(lambda: _stopped(bob, BOB), timeout=120,
+                       what="the hub to see bob's server go with its node")
+        sessions.append(started.stopped(StopReason.SPOT_EVICTION, after, usage_live.now()))
+        await wait_for(lambda: _pod_gone(kube, BOB.namespace, BOB.pod), timeout=60,
+                       what="bob's pod to go")
+        for expr in (f'jupyterhub_gpu_spawns_total{{outcome="started", {labels}}}',
+                     f'jupyterhub_gpu_preemptions_total{{reason="evicted", {labels}}}'):
+            await wait_for(lambda e=expr: _counter_is(http, e, n), timeout=120, interval=1,
+                           what=f"Prometheus to scrape {expr} = {n}")
+    rate = f'{monitoring.SPOT_EVICTIONS}{{pool="{BOB.pool}"}}'
+    found = await wait_for(lambda: _series(http, f"{rate} > 0"), timeout=60, interval=1,
+                           what="the spot eviction rate of a100spot to be over 0")
+    assert [s["metric"]["pool"] for s in found] == [BOB.pool], found
+    return sessions
+
+
+async def _check_usage_page(http, token: str, workdir: Path, sessions, platform) -> None:
+    """The hub's ledger rows of the three servers are what the test saw of them, and the
+    usage page (and its CSV) shows their GPU-hours, costs, the idle cull and the
+    spot eviction; its utilization of each team is the mean of the GPU samples
+    Prometheus stored for the team's pods, computed here from the samples themselves."""
+    teams = {CAROL.team: CAROL.namespace, BOB.team: BOB.namespace}
+    selector = f'{contract.DCGM_GPU_UTIL}{{exported_namespace=~"{"|".join(teams.values())}"}}'
+    # no pod is left, and no sample came for 6 s (3 scrapes): no new sample changes
+    # the mean between the page's query and ours
+    await wait_for(lambda: _no_series(http, f"count_over_time({selector}[6s])"),
+                   timeout=60, interval=1, what="the GPUs' series to end")
+    rows = await usage_live.check_ledger(workdir, sessions, platform)
+    figures, csv, page = await usage_live.page_and_csv(http, token)
+    assert csv == figures
+    usage_live.check_page(figures, rows, platform)
+    assert (figures["culls/all/idle_culls"], figures["disruptions/all/spot_evictions"],
+            figures["disruptions/all/spot_ended"]) == ("1", "1", "1")
+    assert "Spot eviction rate 100.0% is over 20%" in page
+    for team, namespace in teams.items():
+        samples = await usage_live.raw_samples(lambda q: _query(http, q),
+                                               contract.DCGM_GPU_UTIL, namespace, DEFAULT_DAYS)
+        mean = sum(samples) / len(samples)
+        # every server's samples count (carol's at 0 % and 40 %, bob's at 90 %)
+        assert set(samples) == {CAROL.team: {0, 40}, BOB.team: {90}}[team], (team, samples)
+        # the same samples on both sides: the only difference is the page's one decimal
+        assert abs(float(figures[f"utilization/{team}/percent"]) - mean) <= 0.05 + 1e-9, (
+            team, figures[f"utilization/{team}/percent"], mean)
+
+
+async def _no_series(http, selector: str) -> bool:
+    return not await _query(http, selector)
+
+
+async def _check_exporter_and_our_queries(http, kube, pod_name: str) -> None:
     """The exporter's series carry the real exporter's labels; scraped through a
     ServiceMonitor-like target, the pod's own labels arrive as ``exported_*``, and the
     culler's and the status item's PromQL find the pod."""
     series = await wait_for(
-        lambda: _series(http, f'{contract.DCGM_GPU_UTIL}{{exported_pod="{POD}"}}'),
+        lambda: _series(http, f'{contract.DCGM_GPU_UTIL}{{exported_pod="{pod_name}"}}'),
         timeout=60, what="Prometheus to scrape carol's GPU at 40 %", interval=1)
     labels = series[0]["metric"]
     renamed = {k.removeprefix("exported_") for k in labels if k.startswith("exported_")}
     assert renamed == {"namespace", "pod", "container"}, labels
     assert {k.removeprefix("exported_") for k in labels} >= EXPORTER_LABELS, labels
-    pod = await kube.core.read_namespaced_pod(POD, NAMESPACE)
+    pod = await kube.core.read_namespaced_pod(pod_name, NAMESPACE)
     assert (labels["exported_namespace"], labels["exported_container"]) == (
         NAMESPACE, pod.spec.containers[0].name)
     assert labels["namespace"] == "gpu-operator" and labels["Hostname"] == pod.spec.node_name
@@ -205,9 +360,9 @@ async def _check_exporter_and_our_queries(http, kube) -> None:
     client = PrometheusClient(PROM, step_seconds=2)
     snapshot = await client.gpu_usage(10, datetime.now(timezone.utc))
     points = [p for ref, p in snapshot.by_pod.items()
-              if (ref.namespace, ref.name) == (NAMESPACE, POD)]
+              if (ref.namespace, ref.name) == (NAMESPACE, pod_name)]
     assert points and points[0][-1][1] == 40.0, snapshot.by_pod
-    found = await _query(http, labext_dcgm.usage_query(NAMESPACE, POD, partitioned=False))
+    found = await _query(http, labext_dcgm.usage_query(NAMESPACE, pod_name, partitioned=False))
     usage = labext_dcgm.parse_usage({"status": "success", "data": {"result": found}}, False)
     assert (usage.utilization_percent, usage.memory_used_mib, usage.memory_total_mib) == (
         40.0, 812.0, 812.0 + 14_289.0), usage
@@ -217,15 +372,11 @@ async def _check_every_expression(http, platform) -> None:
     """Every rule's and dashboard panel's expression returns series: the data are carol's
     server (DCGM 40 %: under the 70 % target), its queue wait (the second spawn of the
     profile, so that the histogram's rate is not 0), the static a100mig node (its pool
-    at maxNodes, its GPUs unasked for), Kueue's queues and the pools' prices. The spot
-    eviction rate is only queried (it needs two evictions on a spot pool: not made
-    here, for time)."""
+    at maxNodes, its GPUs unasked for), bob's spot eviction (the rate is over
+    the 20 % of the alert), Kueue's queues and the pools' prices."""
     expressions = monitoring.expressions(platform)
     missing = {}
     for name, expr in expressions.items():
-        if "SpotEviction" in name or "spot_eviction" in name:
-            await _query(http, expr)  # valid PromQL; no spot eviction is made here
-            continue
         try:
             await wait_for(lambda e=expr: _series(http, e), timeout=60, interval=1,
                            what=f"{name} to return series")
@@ -234,10 +385,11 @@ async def _check_every_expression(http, platform) -> None:
     assert not missing, "\n".join(f"{k}: {v}" for k, v in missing.items())
 
 
-async def _prometheus_down_culls_nothing(hub_log: Path, carol, window: int) -> None:
+async def _prometheus_down_culls_nothing(hub_log: Path, carol, window: int) -> datetime:
     """Prometheus stopped until carol's server is older than the GPU-idle window, then
     for three more cull cycles: the culler says each time that it had no GPU data, and
-    culls nothing (carol's activity keeps the activity rules quiet)."""
+    culls nothing (carol's activity keeps the activity rules quiet). When Prometheus
+    was started again."""
     await asyncio.to_thread(devcluster.stop_component, "prometheus", STATE_DIR)
     try:
         await asyncio.sleep(window)  # the server could not be GPU-idle before
@@ -249,8 +401,10 @@ async def _prometheus_down_culls_nothing(hub_log: Path, carol, window: int) -> N
         assert await _running(carol), "the server was culled without GPU data"
         assert "Culling user=carol" not in hub_log.read_text()
     finally:
+        back = usage_live.now()
         await asyncio.to_thread(devcluster.start_component, "prometheus", STATE_DIR,
                                 lambda m: None)
+    return back
 
 
 async def _ensure_prometheus() -> None:

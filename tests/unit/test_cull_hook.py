@@ -18,10 +18,12 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from jupyterhub_gpu.cull.hook import (LOGGER_NAME, HookSettings, UsageCache, make_arbiter,
-                                      metric_warnings)
+from jupyterhub_gpu.cull.hook import (FAILURE_REUSE_SECONDS, LOGGER_NAME, HookSettings,
+                                      UsageCache, make_arbiter, metric_warnings)
 from jupyterhub_gpu.cull.metrics import CullMetrics
-from jupyterhub_gpu.cull.prometheus import PrometheusClient
+from jupyterhub_gpu.cull.gpu_window import GpuState, GpuUnknown
+from jupyterhub_gpu.cull.policy import PodRef
+from jupyterhub_gpu.cull.prometheus import PrometheusClient, UsageSnapshot
 from jupyterhub_gpu.cull.service import (CULLER_CONFIG, CULLER_SCOPES, culler_role,
                                          culler_service)
 from jupyterhub_gpu.spec import GpuIdle
@@ -201,6 +203,27 @@ async def test_one_query_for_concurrent_callers_and_reuse_within_the_ttl(prom):
     clock.now += timedelta(seconds=2)
     await cache.snapshot(1800)
     assert len(prom.requests) == 2
+
+
+async def test_a_failed_query_answers_its_cycle_only(prom):
+    """Prometheus down: the calls of a cull cycle (one right after another) share the
+    failed query; the next cycle, within the TTL, asks again and gets the answer of a
+    Prometheus that is back, which is then reused."""
+    clock = Clock(NOW)
+    cache = UsageCache(PrometheusClient(prom.url), clock, logging.getLogger("t"), 60)
+    prom.status, prom.body, prom.delay = 503, "unavailable", 0.2
+    failed = await asyncio.gather(*(cache.snapshot(1800) for _ in range(5)))
+    clock.now += timedelta(seconds=FAILURE_REUSE_SECONDS / 2)
+    assert await cache.snapshot(1800) is failed[0]  # the same cycle's next server
+    assert len(prom.requests) == 1 and all(f is failed[0] for f in failed)
+    assert isinstance(failed[0], GpuUnknown) and failed[0].state is GpuState.UNAVAILABLE
+    prom.status, prom.body = 200, None  # Prometheus is back
+    clock.now += timedelta(seconds=3)  # the next cycle (the demo culls every 3 s)
+    snapshot = await cache.snapshot(1800)
+    assert isinstance(snapshot, UsageSnapshot) and len(prom.requests) == 2
+    assert snapshot.series(PodRef("jhub-data-science", "jupyter-bob")) is not None
+    clock.now += timedelta(seconds=30)
+    assert await cache.snapshot(1800) is snapshot and len(prom.requests) == 2  # reused
 
 
 def test_metric_limits_on_mig_and_shared_gpus_are_pointed_out(platform):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import subprocess
+import sys
 
 import jsonschema
 import pytest
@@ -69,3 +71,43 @@ async def test_the_spawner_reports_a_platform_stop_on_the_hubs_event_log(make_sp
     fields = ["username", "servername", "profile", "reason", "message", "at", "pool"]
     assert [{k: r[k] for k in fields} for r in _records(out)] == (
         expected if with_eventlog else [])
+
+
+
+COUNTED = """
+import json, sys
+from prometheus_client import REGISTRY
+from jupyterhub_gpu import metrics
+from jupyterhub_gpu.parse import load_platform
+
+def series():
+    return sorted((s.name, s.labels["profile"], s.labels["pool"], s.labels.get("reason", ""),
+                   s.value) for m in REGISTRY.collect() for s in m.samples
+                  if s.name in ("jupyterhub_gpu_spawns_total",
+                                "jupyterhub_gpu_preemptions_total"))
+
+before = series()
+metrics.count_from_zero(load_platform(sys.argv[1]))
+print(json.dumps([before, series()]))
+"""
+
+
+def test_every_profile_and_pool_is_counted_from_zero_at_start_up(example_spec_path):
+    """``increase()`` sees no first event in a series that appears at 1: the hub gives
+    each profile's pools their started-spawn and platform-stop series at 0 before any
+    (in a fresh process: this one's registry holds other tests' counts)."""
+    from jupyterhub_gpu.kueue.messages import STOP_REASONS
+    from jupyterhub_gpu.parse import load_platform
+
+    out = subprocess.run([sys.executable, "-c", COUNTED, str(example_spec_path)],
+                         check=True, capture_output=True, text=True).stdout
+    before, after = json.loads(out)
+    assert before == []
+    platform = load_platform(example_spec_path)
+    expected = sorted(
+        [("jupyterhub_gpu_spawns_total", p.slug, pool, "", 0.0)
+         for p in platform.profiles for pool in p.pool_names]
+        + [("jupyterhub_gpu_preemptions_total", p.slug, pool, reason, 0.0)
+           for p in platform.profiles for pool in p.pool_names for reason in STOP_REASONS])
+    assert [tuple(s) for s in after] == expected
+    assert any(len(p.pool_names) > 1 for p in platform.profiles)  # fallback pools too

@@ -34,6 +34,13 @@ def test_example_spec_parses(platform):
     assert platform.profile("t4-shared").queue_patience_seconds == 600  # the default
 
 
+def test_an_unknown_pool_name_is_a_key_error_naming_the_pools(platform):
+    with pytest.raises(KeyError, match="no pool named 'h100'.*its pools: .*"
+                                       + platform.pools[0].name):
+        platform.pool("h100")
+    assert platform.pool(platform.pools[-1].name) is platform.pools[-1]
+
+
 def test_autoscaling_fields_default_and_accept_zero(example_spec):
     t4 = parse_platform(example_spec).pool("t4dev")
     assert (t4.consolidate_after_seconds, t4.boot_seconds) == (600, 300)

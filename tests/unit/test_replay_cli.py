@@ -1,4 +1,5 @@
-"""``jupyterhub-gpu replay generate|baseline``, run as an admin would run them."""
+"""``jupyterhub-gpu replay generate|baseline|run``, run as an admin would run them
+(``run`` only up to what it refuses: its replays are the cluster tests')."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def test_baseline_prints_each_world_and_writes_the_plot(week, example_spec_path,
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
     for title in ("VM per person, always on", "VM per person, idle shutdown 60 min",
-                  "jupyterhub-gpu (replay to come)"):
+                  "jupyterhub-gpu (see replay run)"):
         assert title in header
     platform = load_platform(example_spec_path)
     expected = baseline(platform, load(week), BaselineConfig(60))
@@ -121,3 +122,23 @@ def test_without_matplotlib_the_table_is_printed_and_the_plot_refused(week, exam
     assert result.stderr == ("error: plotting needs matplotlib: pip install "
                              "'jupyterhub-gpu[replay]'\n")
     assert not png.exists()
+
+
+def test_run_refuses_a_compression_under_one_before_starting_anything(week, tmp_path,
+                                                                      example_spec_path):
+    result = run("run", week, "--spec", example_spec_path, "--compress", "0.5",
+                 "--state-dir", tmp_path / "state")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "error: --compress must be at least 1, not 0.5"
+    assert not (tmp_path / "state").exists()
+
+
+def test_run_refuses_a_trace_the_spec_does_not_allow(week, tmp_path, example_spec_path):
+    spec = tmp_path / "platform.yaml"  # the example without its A100 MIG profile
+    spec.write_text(example_spec_path.read_text().replace("slug: a100-mig-3g",
+                                                          "slug: a100-mig-renamed"))
+    result = run("run", week, "--spec", spec, "--compress", 300,
+                 "--state-dir", tmp_path / "state")
+    assert result.returncode == 1
+    assert "profile 'a100-mig-3g' is not in the spec" in result.stderr
+    assert not (tmp_path / "state").exists()

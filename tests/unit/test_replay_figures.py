@@ -11,7 +11,7 @@ import pytest
 
 from jupyterhub_gpu.replay.baseline import BaselineConfig, baseline
 from jupyterhub_gpu.replay.figures import NodeLifetime, percentile, platform_figures
-from jupyterhub_gpu.replay.report import (PLATFORM_TO_COME, cumulative_cost, plot, running,
+from jupyterhub_gpu.replay.report import (PLATFORM_NOT_REPLAYED, cumulative_cost, plot, running,
                                           table)
 from jupyterhub_gpu.replay.trace import parse
 from jupyterhub_gpu.usage.ledger import Kind, StopReason, Usage
@@ -111,7 +111,7 @@ def test_the_table_shows_both_worlds_and_an_empty_platform_column(platform):
     vm = baseline(platform, trace(), BaselineConfig(idle_shutdown_minutes=60))
     text = table(platform, [vm, platform_figures(platform, trace(), ROWS, NODES), None])
     lines = text.splitlines()
-    assert lines[0].split("  ")[-1].strip() == PLATFORM_TO_COME
+    assert lines[0].split("  ")[-1].strip() == PLATFORM_NOT_REPLAYED
     assert "jupyterhub-gpu" in lines[0] and "VM per person, idle shutdown 60 min" in lines[0]
     cells = {name: rest for name, *rest in (re.split(r"\s{2,}", line) for line in lines[1:])}
     assert cells["GPU node-hours"] == [f"{vm.gpu_node_hours:.1f}", "8.9", "-"]

@@ -1,0 +1,163 @@
+"""The replay's timetable and scaled spec (pure functions of the trace, the spec and
+the compression factor), and the accounting invariants on constructed rows."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jupyterhub_gpu.parse import load_platform
+from jupyterhub_gpu.replay.figures import NodeLifetime
+from jupyterhub_gpu.replay.invariants import (no_gpu_hour_twice, nodes_billed_as_they_lived,
+                                              sessions_end_with_a_reason)
+from jupyterhub_gpu.replay.schedule import (ACTIVITY_INTERVAL, interval, job_run_seconds,
+                                            scaled_spec, schedule, trace_time, window)
+from jupyterhub_gpu.replay.trace import parse
+from jupyterhub_gpu.usage.ledger import Kind, StopReason, Usage
+
+SPEC = Path(__file__).resolve().parents[2] / "config" / "platform.yaml"
+START = datetime.fromisoformat("2026-01-05T00:00:00Z")
+
+
+def h(hours: float) -> datetime:
+    return START + timedelta(hours=hours)
+
+
+def trace(abandoned=False):
+    records = [
+        {"trace": "jupyterhub-gpu-trace", "version": 1, "start": h(0).isoformat(),
+         "end": h(24).isoformat()},
+        {"type": "person", "user": "alice", "groups": ["data-science"], "profile": "t4-shared"},
+        {"type": "person", "user": "bob", "groups": ["ml-eng"], "profile": "a100-mig-3g"},
+        {"type": "session", "user": "alice", "profile": "t4-shared", "start": h(9).isoformat(),
+         "end": h(17).isoformat(), "abandoned": abandoned, "busy": [
+             {"start": h(9.5).isoformat(), "end": h(10).isoformat(), "gpu_percent": 40}]},
+        {"type": "job", "user": "bob", "profile": "a100-train", "submitted": h(11).isoformat(),
+         "run_seconds": 3600, "gpu_percent": 90},
+        {"type": "job", "user": "bob", "profile": "a100-train", "submitted": h(12).isoformat(),
+         "run_seconds": 7200, "gpu_percent": 90},
+    ]
+    return parse([json.dumps(r) for r in records])
+
+
+def test_the_timetable_is_the_trace_divided_by_the_factor():
+    actions = schedule(trace(), 100)
+    kinds = [(a.kind, a.user, round(a.at, 6)) for a in actions]
+    step = ACTIVITY_INTERVAL / 100
+    busy = [("activity", "alice", round(9.5 * 36 + step * i, 6)) for i in range(1, 6)]
+    assert kinds == [("start", "alice", 9 * 36), ("busy", "alice", 9.5 * 36), *busy,
+                     ("idle", "alice", 10 * 36), ("job", "bob", 11 * 36),
+                     ("job", "bob", 12 * 36), ("stop", "alice", 17 * 36)]
+    assert actions[0].profile == "t4-shared" and actions[1].gpu_percent == 40
+    assert trace_time(trace(), 9 * 36, 100) == h(9)
+
+
+def test_an_abandoned_session_is_never_stopped_by_its_user():
+    assert "stop" not in {a.kind for a in schedule(trace(abandoned=True), 100)}
+
+
+def test_the_same_trace_and_factor_give_the_same_timetable():
+    assert schedule(trace(), 37) == schedule(trace(), 37)
+
+
+def test_every_platform_timing_is_divided_by_the_factor():
+    spec, distortions = scaled_spec(yaml.safe_load(SPEC.read_text()), 300)
+    platform = load_platform_from(spec)
+    t4 = platform.profile("t4-shared")
+    mig = platform.profile("a100-mig-3g")
+    assert (t4.idle_timeout_seconds, mig.queue_patience_seconds, mig.max_age_seconds) == \
+        (6, 4, 144)
+    assert mig.gpu_idle.window_seconds == 6
+    assert platform.cpu_idle_timeout_seconds == 48
+    assert {(p.boot_seconds, p.consolidate_after_seconds) for p in platform.pools} == {(1, 2)}
+    assert platform.job_profile("a100-train").max_run_seconds == 288
+    assert distortions == ()  # 300 divides every timing of the example spec
+
+
+def test_a_timing_that_does_not_divide_is_reported():
+    _, distortions = scaled_spec({"pools": [{"name": "p", "bootTime": "5m"}]}, 7)
+    assert [(d.what, d.trace_seconds, d.wall_seconds) for d in distortions] == [
+        ("consolidateAfter of p", 600, 86), ("bootTime of p", 300, 43)]
+    assert interval(60, 300, "culler")[0] == 1 and interval(60, 300, "culler")[1] \
+        .simulated_seconds(300) == 300
+    assert interval(60, 60, "culler") == (1, None)
+
+
+def test_a_factor_under_one_is_refused():
+    with pytest.raises(ValueError, match="at least 1"):
+        scaled_spec({}, 0.5)
+
+
+def test_jobs_run_the_mean_run_time_and_say_so():
+    seconds, distortion = job_run_seconds(trace(), 100)
+    assert seconds == 54 and distortion.trace_seconds == 5400
+
+
+def test_a_window_cuts_sessions_and_abandons_the_cut_ones():
+    part = window(trace(), h(8), h(9.75))
+    (session,) = part.sessions
+    assert session.end == h(9.75) and session.abandoned
+    assert session.busy[0].end == h(9.75) and part.jobs == ()
+    assert (part.header.start, part.header.end) == (h(8), h(9.75))
+
+
+def load_platform_from(spec, tmp=Path("/tmp")):
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump(spec, f)
+    return load_platform(f.name)
+
+
+def row(key, user="alice", running=9, stopped=10, reason=StopReason.USER, pool="t4dev",
+        kind=Kind.SESSION):
+    return Usage(key, kind, user=user, server="", pool=pool, requested_at=h(running),
+                 running_at=h(running), stopped_at=None if stopped is None else h(stopped),
+                 stop_reason=reason if stopped is not None else None)
+
+
+def test_every_accepted_session_must_end_with_a_reason():
+    assert sessions_end_with_a_reason([row("pod:a")], {"alice": 1}) == []
+    assert "no end" in sessions_end_with_a_reason([row("pod:a", stopped=None)], {})[0]
+    assert "accepted 2" in sessions_end_with_a_reason([row("pod:a")], {"alice": 2})[0]
+
+
+def test_rows_of_one_server_must_not_overlap():
+    assert no_gpu_hour_twice([row("pod:a", running=9, stopped=10),
+                              row("pod:b", running=10, stopped=11)], h(24)) == []
+    (broken,) = no_gpu_hour_twice([row("pod:a", running=9, stopped=10.5),
+                                   row("pod:b", running=10, stopped=11)], h(24))
+    assert "overlap" in broken
+    clocks = [row("pod:a", running=9, stopped=10.001), row("pod:b", running=10, stopped=11)]
+    assert no_gpu_hour_twice(clocks, h(24), timedelta(seconds=5)) == []
+    assert no_gpu_hour_twice(clocks, h(24)) != []
+
+
+def test_sessions_must_run_on_billed_nodes_that_all_went():
+    platform = load_platform(SPEC)
+    node = NodeLifetime("t4dev", "n1", h(8.9), h(12))
+    slack = timedelta(seconds=60)
+    assert nodes_billed_as_they_lived(platform, [row("pod:a")], [node], h(24), slack) == []
+    late = nodes_billed_as_they_lived(platform, [row("pod:a", stopped=13)], [node], h(24),
+                                      slack)
+    assert "with no node of that pool up" in late[0]
+    up = nodes_billed_as_they_lived(platform, [], [NodeLifetime("t4dev", "n2", h(1))], h(24),
+                                    slack)
+    assert "never seen to go" in up[0]
+
+
+def test_an_outcome_reads_back_as_it_was_saved(tmp_path):
+    from jupyterhub_gpu.replay.run import Outcome
+    from jupyterhub_gpu.replay.runcli import load_outcome, save
+    from jupyterhub_gpu.replay.schedule import Distortion
+
+    outcome = Outcome(trace(), 100.0, (row("pod:a"), row("job:b", kind=Kind.JOB, stopped=None)),
+                      (NodeLifetime("t4dev", "n1", h(8), h(12)),), {"alice": 1},
+                      ("bob (a100-mig-3g): 400 no",), {"servers requested": 1},
+                      (Distortion("bootTime of t4dev", 300, 1),), 61.5, True, (1.0, 2.0, 3.0))
+    save(outcome, tmp_path / "outcome.json")
+    assert load_outcome(tmp_path / "outcome.json", trace()) == outcome
