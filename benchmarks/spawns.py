@@ -22,8 +22,7 @@ from pathlib import Path
 from . import apicalls, lag
 from .baseline import baseline_slug
 from .hubs import Hub, Ports, running_hub
-from .report import Row
-from .stats import per, percentile
+from .stats import per
 
 TEAMS = (("data-science", "jhub-data-science"), ("ml-eng", "jhub-ml-eng"),
          ("experimentation", "jhub-experimentation"))

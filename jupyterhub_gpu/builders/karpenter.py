@@ -26,8 +26,7 @@ import json
 
 from ..allocatable import node_resources
 from ..contract import (CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, KARPENTER_API_VERSION,
-                        KWOK_NODE_CLASS_API_VERSION, KWOK_NODE_CLASS_GROUP, NODEPOOL_LABEL,
-                        PRICE_LABEL, ZONE_LABEL)
+                        KWOK_NODE_CLASS_API_VERSION, KWOK_NODE_CLASS_GROUP, ZONE_LABEL)
 from ..quantities import format_duration
 from ..spec import Platform, Pool
 from .deviceplugin import node_labels

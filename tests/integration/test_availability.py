@@ -21,7 +21,7 @@ import pytest
 
 from jupyterhub_gpu.contract import PROFILE_LABEL
 
-from .conftest import PORT_OFFSET, wait_for
+from .conftest import wait_for
 from .test_browser import _log_in
 from .test_demo import URL, _login, _login_session, _serving, _xsrf, hub  # noqa: F401
 
