@@ -82,6 +82,8 @@ class ResumesWatch:
                 version = await self._watch_from(version)
                 delay = FIRST_DELAY
             except asyncio.CancelledError:
+                if self._stopping:  # stop(): it cancels the task, then awaits it
+                    break
                 raise
             except Gone:
                 self.log.info("%s watch: resourceVersion %s is gone, listing again",

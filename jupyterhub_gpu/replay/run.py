@@ -227,16 +227,21 @@ def _in_trace_time(trace: Trace, factor: float, t0: float, at: datetime | None):
 def to_trace_time(trace: Trace, factor: float, t0: float, rows, nodes
                   ) -> tuple[tuple[Usage, ...], tuple[NodeLifetime, ...]]:
     """Ledger rows and node lifetimes in wall time (``t0``: the replay's start, epoch
-    seconds) -> in the trace's time; a node up before the start counts from it."""
+    seconds) -> in the trace's time; a node up before the start counts from it, and
+    one whose deletion began before the start (an earlier run's node, going) not at
+    all."""
     def t(at):
         return _in_trace_time(trace, factor, t0, at)
+
+    def lifetime(n: NodeLifetime) -> NodeLifetime:
+        start, end = max(t(n.start), trace.header.start), t(n.end)
+        return replace(n, start=start, end=None if end is None else max(end, start))
 
     rows = tuple(replace(r, requested_at=t(r.requested_at), admitted_at=t(r.admitted_at),
                          running_at=t(r.running_at), stopped_at=t(r.stopped_at),
                          queue_wait_seconds=None if r.queue_wait_seconds is None
                          else r.queue_wait_seconds * factor) for r in rows)
-    nodes = tuple(replace(n, start=max(t(n.start), trace.header.start), end=t(n.end))
-                  for n in nodes)
+    nodes = tuple(lifetime(n) for n in nodes)
     return rows, nodes
 
 

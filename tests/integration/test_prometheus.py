@@ -378,7 +378,7 @@ async def _check_every_expression(http, platform) -> None:
     missing = {}
     for name, expr in expressions.items():
         try:
-            await wait_for(lambda e=expr: _series(http, e), timeout=60, interval=1,
+            await wait_for(lambda e=expr: _series(http, e), timeout=120, interval=1,
                            what=f"{name} to return series")
         except Exception as e:  # noqa: BLE001 - collect them all, then fail once
             missing[name] = f"{expr}: {e}"

@@ -161,3 +161,24 @@ def test_an_outcome_reads_back_as_it_was_saved(tmp_path):
                       (Distortion("bootTime of t4dev", 300, 1),), 61.5, True, (1.0, 2.0, 3.0))
     save(outcome, tmp_path / "outcome.json")
     assert load_outcome(tmp_path / "outcome.json", trace()) == outcome
+
+
+def test_a_node_going_before_the_replay_starts_bills_nothing_and_one_up_counts_from_it():
+    """The replay shares a cluster (the CI's) whose earlier nodes may still be going when
+    it starts: their lifetimes in the trace's time start at the trace's start, and one
+    whose deletion began before it ends there too (never a negative lifetime)."""
+    from datetime import timezone
+
+    from jupyterhub_gpu.replay.run import to_trace_time
+
+    t = trace()
+    t0 = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc)
+    wall = lambda s: t0 + timedelta(seconds=s)  # noqa: E731
+    nodes = [NodeLifetime("t4dev", "going", wall(-60), wall(-5)),
+             NodeLifetime("t4dev", "up", wall(-60), wall(10)),
+             NodeLifetime("t4dev", "new", wall(2), None)]
+    _, (going, up, new) = to_trace_time(t, 60, t0.timestamp(), (), nodes)
+    start = t.header.start
+    assert (going.start, going.end) == (start, start)
+    assert (up.start, up.end) == (start, start + timedelta(seconds=600))
+    assert (new.start, new.end) == (start + timedelta(seconds=120), None)

@@ -45,3 +45,24 @@ async def test_watch_requests_last_minutes_with_bookmarks_from_the_version_given
 async def test_the_node_watch_has_no_namespace_and_resumes_too(offline_kubeconfig):
     assert issubclass(NodeReflector, ResumesWatch)
     assert "namespace" not in NodeReflector()._watch_args("1")
+
+
+async def test_stop_ends_the_watch_task_quietly_even_mid_request(offline_kubeconfig):
+    """KubeSpawner's ``stop()`` sets ``_stopping``, cancels the watch task and awaits
+    it: a task cancelled in the middle of a minutes-long watch request must end, not
+    raise CancelledError into the caller (a hub stopping its reflectors)."""
+    import asyncio
+
+    reflector = WorkloadReflector(namespace="jhub-ml-eng")
+    in_request = asyncio.Event()
+
+    async def long_request(version):
+        in_request.set()
+        await asyncio.sleep(3600)
+
+    reflector._listed_version = "1"
+    reflector._watch_from = long_request
+    reflector.watch_task = asyncio.create_task(reflector._watch_and_update())
+    await in_request.wait()
+    await reflector.stop()  # raises CancelledError without the fix
+    assert reflector.watch_task is None
