@@ -18,6 +18,8 @@ from typing import AsyncIterator
 import aiohttp
 import psutil
 
+from jupyterhub_gpu.devcluster.demo import hub_answers
+
 from .fakes import ENV_OK_PORT
 
 HUB_CONFIG = Path(__file__).with_name("hub_config.py")
@@ -96,14 +98,6 @@ def hub_env(mode: str, spec: Path, ports: Ports, token: str,
     return env
 
 
-async def _answers(http: aiohttp.ClientSession, url: str) -> bool:
-    try:
-        async with http.get(f"{url}/hub/health") as r:
-            return r.status == 200
-    except aiohttp.ClientError:
-        return False
-
-
 @contextlib.asynccontextmanager
 async def running_hub(mode: str, spec: Path, workdir: Path, ports: Ports,
                       kubeconfig: Path | None = None,
@@ -122,7 +116,7 @@ async def running_hub(mode: str, spec: Path, workdir: Path, ports: Ports,
                             start_new_session=True)
     http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
     try:
-        while not await _answers(http, url):
+        while not await hub_answers(http, url):
             if proc.poll() is not None or time.perf_counter() - started > timeout:
                 raise RuntimeError(f"the {mode} hub did not start; see {workdir / 'hub.log'}")
             await asyncio.sleep(0.05)

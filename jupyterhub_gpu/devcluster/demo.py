@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Coroutine
 
+import aiohttp
+
 from ..contract import (ENV_DEMO_CHP, ENV_DEMO_HUB_PORT, ENV_DEMO_METRICS_TOKEN,
                         ENV_DEMO_PROMETHEUS_URL, ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC,
                         ENV_DEMO_URL)
@@ -92,6 +94,16 @@ def interruptible() -> None:
     JupyterHub stops a service with SIGINT first and waits ``interrupt_timeout``
     (10 s) before SIGTERM, so each hub stop would take 10 s more per service."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+async def hub_answers(http: aiohttp.ClientSession, url: str) -> bool:
+    """Whether the hub at ``url`` (e.g. ``http://127.0.0.1:8000``) answers its health
+    check; False while it is starting or gone."""
+    try:
+        async with http.get(f"{url}/hub/health") as r:
+            return r.status == 200
+    except aiohttp.ClientError:
+        return False
 
 
 async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,

@@ -152,14 +152,6 @@ def prepare(trace: Trace, spec_path: Path, factor: float, workdir: Path
     return scaled, env, distortions + tuple(d for d in (cull, jobs) if d)
 
 
-async def _hub_answers(http: aiohttp.ClientSession, url: str) -> bool:
-    try:
-        async with http.get(f"{url}/hub/health") as r:
-            return r.status == 200
-    except aiohttp.ClientError:
-        return False
-
-
 async def _wait(check: Callable, timeout: float, what: str, every: float = 1.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -269,7 +261,7 @@ async def replay(trace: Trace, spec_path: Path, factor: float, stack: Stack, wor
     try:
         async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True),
                                          timeout=aiohttp.ClientTimeout(total=120)) as http:
-            if not await _wait(lambda: _hub_answers(http, stack.url), 120, "the hub", 0.5):
+            if not await _wait(lambda: demo.hub_answers(http, stack.url), 120, "the hub", 0.5):
                 raise RuntimeError(f"the hub did not start; see {workdir / 'hub.log'}")
             users = Users(http, stack.url, watch.pod_of, lambda ns, name, v: client.annotate(
                 "v1", "Pod", name, ns, {FAKE_DCGM_ANNOTATION: v}))

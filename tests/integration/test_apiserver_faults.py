@@ -103,17 +103,9 @@ def _xsrf(http) -> str:
     return next(c.value for c in http.cookie_jar if c.key == "_xsrf" and c["path"] == "/hub/")
 
 
-async def _hub_answers(http) -> bool:
-    try:
-        async with http.get(f"{URL}/hub/api/") as r:
-            return r.status == 200
-    except aiohttp.ClientError:
-        return False
-
-
 async def _admin_session() -> aiohttp.ClientSession:
     http = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
-    await wait_for(lambda: _hub_answers(http), timeout=90, what="the hub to answer")
+    await wait_for(lambda: demo.hub_answers(http, URL), timeout=90, what="the hub to answer")
     async with http.get(f"{URL}/hub/login"):
         pass
     async with http.post(f"{URL}/hub/login", data={
@@ -334,7 +326,7 @@ async def test_apiserver_restart_with_spawns_queued_admitted_and_starting(
         await asyncio.to_thread(devcluster.restart_component, "kube-apiserver", STATE_DIR,
                                 lambda m: None)
         await _resumed(proxy, watchers, restarted)  # each relisted once
-        assert hub.up() and await _hub_answers(hub.admin)
+        assert hub.up() and await demo.hub_answers(hub.admin, URL)
 
         # the same words, and the same place in the queue
         await hub.progress_until("dave", _queued_at("position 1 of 1"))

@@ -42,7 +42,7 @@ async def _serving(cluster, spec: Path, hub_kubeconfig: Path, workdir: Path):
                                           lambda m: None, stop, **PORTS,
                                           hub_kubeconfig=hub_kubeconfig))
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
-        await wait_for(lambda: _hub_answers(http), timeout=60, what="JupyterHub to answer")
+        await wait_for(lambda: demo.hub_answers(http, URL), timeout=60, what="JupyterHub to answer")
         yield http
     stop.set()
     assert await asyncio.wait_for(task, 60) == 0
@@ -206,7 +206,7 @@ async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spe
         await wait_for(lambda: _queued(kube, "jupyter-ada"), what="ada queued")
         await _kill_hub_pod(hub)  # no clean shutdown: the hub just dies
         hub = await hub_pod(cluster_spec_path, tmp_path)
-        await wait_for(lambda: _hub_answers(alice), timeout=60, what="the hub to come back")
+        await wait_for(lambda: demo.hub_answers(alice, URL), timeout=60, what="the hub to come back")
         server = await wait_for(lambda: _hub_server(dave, "dave"), timeout=60,
                                 what="gpu-resume to restart dave's spawn")
         assert server["pending"] == "spawn"
@@ -263,16 +263,8 @@ async def _stop_hub(hub, runner) -> None:
 
 async def _login_when_up(user):
     async with aiohttp.ClientSession() as probe:
-        await wait_for(lambda: _hub_answers(probe), timeout=60, what="the hub to answer")
+        await wait_for(lambda: demo.hub_answers(probe, URL), timeout=60, what="the hub to answer")
     return await _login_session(user)
-
-
-async def _hub_answers(http):
-    try:
-        async with http.get(f"{URL}/hub/api/") as r:
-            return r.status == 200
-    except aiohttp.ClientError:
-        return False
 
 
 async def _lab_up(http, user):
@@ -362,7 +354,7 @@ async def test_hub_restart_while_admitted_but_not_yet_running(cluster, cluster_s
                                   what="bob's pod admitted but unscheduled")
         await _kill_hub_pod(hub)
         hub = await hub_pod(cluster_spec_path, tmp_path)
-        await wait_for(lambda: _hub_answers(bob), timeout=60, what="the hub to come back")
+        await wait_for(lambda: demo.hub_answers(bob, URL), timeout=60, what="the hub to come back")
         await wait_for(lambda: _hub_server(bob, "bob"), timeout=60,
                        what="gpu-resume to restart bob's spawn")
         assert await _admitted_unscheduled(kube, "jupyter-bob") == admitted, "same pod"

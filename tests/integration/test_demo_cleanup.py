@@ -17,6 +17,7 @@ import pytest
 
 from jupyterhub_gpu.devcluster import cluster as devcluster
 from jupyterhub_gpu.devcluster import procs
+from jupyterhub_gpu.devcluster.demo import hub_answers
 
 from .conftest import PORT_OFFSET, TEST_PORTS, wait_for
 from .test_demo import _descendants
@@ -45,14 +46,6 @@ def _read_until(fd: int, text: str, timeout: float) -> str:
                                  f"{seen.decode(errors='replace')}")
         seen += chunk
     return seen.decode(errors="replace")
-
-
-async def _hub_answers() -> bool:
-    try:
-        async with aiohttp.ClientSession() as http, http.get(f"{URL}/hub/api/") as r:
-            return r.status == 200
-    except aiohttp.ClientError:
-        return False
 
 
 EVERYTHING = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
@@ -86,7 +79,9 @@ async def test_ctrl_c_with_output_into_a_closed_pipe_stops_everything(cluster_sp
     started: dict[int, int | None] = {}
     try:
         await asyncio.to_thread(_read_until, read_end, "Ctrl-C stops everything.", 600)
-        await wait_for(_hub_answers, timeout=120, what="the demo's JupyterHub to answer")
+        async with aiohttp.ClientSession() as http:
+            await wait_for(lambda: hub_answers(http, URL), timeout=120,
+                           what="the demo's JupyterHub to answer")
         await wait_for(lambda: _all_up(demo.pid), timeout=60,
                        what="the control plane, the hub, its proxy and its services")
         started = {pid: procs.start_ticks(pid) for pid in _descendants(demo.pid)}

@@ -41,7 +41,7 @@ from jupyterhub_gpu.usage.ledger import StopReason
 from . import usage_live
 from .conftest import STATE_DIR, TEST_PORTS, wait_for
 from .hubrest import API, _admin_token, _auth
-from .test_demo import PORTS, URL, _hub_answers, _login, _pod_gone, _xsrf
+from .test_demo import PORTS, URL, _login, _pod_gone, _xsrf
 
 REPO = Path(__file__).resolve().parents[2]
 PROM = prometheus.url(TEST_PORTS)
@@ -194,7 +194,7 @@ async def test_gpu_telemetry_rules_and_the_gpu_idle_cull(cluster, cluster_spec_p
             aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as carol, \
             aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as bob:
         try:
-            await wait_for(lambda: _hub_answers(http), timeout=120, what="JupyterHub to answer")
+            await wait_for(lambda: demo.hub_answers(http, URL), timeout=120, what="JupyterHub to answer")
             token = await _admin_token(http)
             await _login(carol, "carol")
             await _login(bob, "bob")

@@ -3,9 +3,7 @@ both worlds, the plot's series and the plot itself, on constructed rows."""
 
 from __future__ import annotations
 
-import json
 import re
-from datetime import datetime, timedelta
 
 import pytest
 
@@ -13,30 +11,14 @@ from jupyterhub_gpu.replay.baseline import BaselineConfig, baseline
 from jupyterhub_gpu.replay.figures import NodeLifetime, percentile, platform_figures
 from jupyterhub_gpu.replay.report import (PLATFORM_NOT_REPLAYED, cumulative_cost, plot, running,
                                           table)
-from jupyterhub_gpu.replay.trace import parse
 from jupyterhub_gpu.usage.ledger import Kind, StopReason, Usage
 
-START = datetime.fromisoformat("2026-01-05T00:00:00Z")
+from .replay_traces import day_trace, h
 
-
-def h(hours: float) -> datetime:
-    return START + timedelta(hours=hours)
 
 
 def trace():
-    records = [
-        {"trace": "jupyterhub-gpu-trace", "version": 1, "start": h(0).isoformat(),
-         "end": h(24).isoformat()},
-        {"type": "person", "user": "alice", "groups": ["data-science"], "profile": "t4-shared"},
-        {"type": "person", "user": "bob", "groups": ["ml-eng"], "profile": "a100-mig-3g"},
-        {"type": "session", "user": "alice", "profile": "t4-shared", "start": h(9).isoformat(),
-         "end": h(17).isoformat(), "busy": [
-             {"start": h(9).isoformat(), "end": h(10).isoformat(), "gpu_percent": 40},
-             {"start": h(14).isoformat(), "end": h(15).isoformat(), "gpu_percent": 100}]},
-        {"type": "job", "user": "bob", "profile": "a100-ddp-2", "submitted": h(11).isoformat(),
-         "run_seconds": 3600, "gpu_percent": 90},
-    ]
-    return parse([json.dumps(r) for r in records])
+    return day_trace([(9, 10, 40), (14, 15, 100)], [("a100-ddp-2", 11, 3600)])
 
 
 def row(key, kind=Kind.SESSION, **fields) -> Usage:

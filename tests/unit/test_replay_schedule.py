@@ -3,7 +3,6 @@ the compression factor), and the accounting invariants on constructed rows."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -16,32 +15,16 @@ from jupyterhub_gpu.replay.invariants import (no_gpu_hour_twice, nodes_billed_as
                                               sessions_end_with_a_reason)
 from jupyterhub_gpu.replay.schedule import (ACTIVITY_INTERVAL, interval, job_run_seconds,
                                             scaled_spec, schedule, trace_time, window)
-from jupyterhub_gpu.replay.trace import parse
 from jupyterhub_gpu.usage.ledger import Kind, StopReason, Usage
 
+from .replay_traces import day_trace, h
+
 SPEC = Path(__file__).resolve().parents[2] / "config" / "platform.yaml"
-START = datetime.fromisoformat("2026-01-05T00:00:00Z")
-
-
-def h(hours: float) -> datetime:
-    return START + timedelta(hours=hours)
 
 
 def trace(abandoned=False):
-    records = [
-        {"trace": "jupyterhub-gpu-trace", "version": 1, "start": h(0).isoformat(),
-         "end": h(24).isoformat()},
-        {"type": "person", "user": "alice", "groups": ["data-science"], "profile": "t4-shared"},
-        {"type": "person", "user": "bob", "groups": ["ml-eng"], "profile": "a100-mig-3g"},
-        {"type": "session", "user": "alice", "profile": "t4-shared", "start": h(9).isoformat(),
-         "end": h(17).isoformat(), "abandoned": abandoned, "busy": [
-             {"start": h(9.5).isoformat(), "end": h(10).isoformat(), "gpu_percent": 40}]},
-        {"type": "job", "user": "bob", "profile": "a100-train", "submitted": h(11).isoformat(),
-         "run_seconds": 3600, "gpu_percent": 90},
-        {"type": "job", "user": "bob", "profile": "a100-train", "submitted": h(12).isoformat(),
-         "run_seconds": 7200, "gpu_percent": 90},
-    ]
-    return parse([json.dumps(r) for r in records])
+    return day_trace([(9.5, 10, 40)], [("a100-train", 11, 3600), ("a100-train", 12, 7200)],
+                     abandoned)
 
 
 def test_the_timetable_is_the_trace_divided_by_the_factor():
