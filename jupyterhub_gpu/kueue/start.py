@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from kubernetes_asyncio.client import ApiException
@@ -53,6 +54,7 @@ class QueuedStart:
                  on_outcome: Callable[[Outcome], None] | None = None):
         self.grant, self.log, self.who, self.save_wait = grant, log, who, save_wait
         self.on_outcome = on_outcome
+        self.requested_at = datetime.now(timezone.utc)  # when this start began
         self.pending = PendingWorkloads.shared(namespace, grant.team.local_queue)
         self.pool_recorded = False
         self.watch = QueueWatch(wanted(grant), grant.profile.queue_patience_seconds,

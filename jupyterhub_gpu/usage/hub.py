@@ -4,7 +4,9 @@ ledger (:mod:`.ledger`) keeps the first word on each fact.
 When it writes, for a server's pod (keyed by the pod's UID):
 
 * the start's outcome: started (requested, admitted, running), or refused or
-  cancelled in the queue (stopped, with the reason);
+  cancelled in the queue (stopped, with the reason); a start that failed before its
+  pod existed (e.g. Kueue's webhook did not answer) gets a row of its own
+  (:func:`.records.podless_session`, keyed ``start:<random>``);
 * the first time a process sees the pod running in ``poll()``: after a hub restart,
   what the dead hub may not have written (nothing is counted twice: same key);
 * its stop: by the platform (the stop notice's reason), by the user or the culler
@@ -65,17 +67,19 @@ class SessionRecorder:
             self._seen_running.add(usage.key)
             self.write(usage)
 
-    def started(self, platform: Platform, pod: dict | None, workload: dict | None,
+    def started(self, platform: Platform, pod: dict, workload: dict | None,
                 server: str, reason: StopReason | None) -> None:
         """A start's outcome: ``reason`` None if the server started, else why not."""
-        if pod is None:
-            return  # no pod was made: nothing to bill
         usage = records.session(platform, pod, workload, server)
         if reason is not None:
             usage = dataclasses.replace(usage, stopped_at=datetime.now(timezone.utc),
                                         stop_reason=reason)
         elif usage.running_at is not None:
             self._seen_running.add(usage.key)
+        self.write(usage)
+
+    def failed_before_pod(self, usage: Usage) -> None:
+        """A start that failed before its pod existed (:func:`.records.podless_session`)."""
         self.write(usage)
 
     def lost(self, user: str, server: str) -> asyncio.Future:

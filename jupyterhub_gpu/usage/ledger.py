@@ -118,9 +118,21 @@ def merge(old: Usage | None, new: Usage) -> Usage:
     return dataclasses.replace(merged, queue_wait_seconds=queue_wait(merged))
 
 
+#: the key prefix of a start that failed before its pod existed (no pod UID to key it by)
+PODLESS_PREFIX = "start:"
+
+
+def podless(u: Usage) -> bool:
+    """A start that failed before its pod existed: it was never queued or billed."""
+    return u.key.startswith(PODLESS_PREFIX)
+
+
 def queue_wait(u: Usage) -> float | None:
     """Seconds from requested to admitted; never admitted and stopped: its time in
-    the queue; else (still queued, or unknown) what is recorded."""
+    the queue; a start that failed before its pod existed: none (never queued); else
+    (still queued, or unknown) what is recorded."""
+    if podless(u):
+        return None
     if u.requested_at is None:
         return u.queue_wait_seconds
     end = u.admitted_at or (u.stopped_at if u.running_at is None else None)

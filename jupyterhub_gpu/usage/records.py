@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Iterable
 
+from ..builders.pod import Grant
 from ..contract import (JOB_PROFILE_LABEL, POOL_ANNOTATION, PROFILE_LABEL, QUEUE_LABEL,
                         SERVERNAME_KEY, USERNAME_KEY)
 from ..kueue import status as st
 from ..kueue.messages import EVICTED, PREEMPTED
 from ..spec import Platform, Pool, Team
-from .ledger import Kind, StopReason, Usage
+from .ledger import PODLESS_PREFIX, Kind, StopReason, Usage
 
 #: a stop notice's reason (:class:`~jupyterhub_gpu.kueue.messages.StopNotice`) in the ledger
 NOTICE_REASONS = {PREEMPTED: StopReason.PREEMPTED, EVICTED: StopReason.EVICTED}
@@ -82,6 +84,19 @@ def session(platform: Platform, pod: dict, workload: dict | None, server: str = 
         gpu_units=profile.units if profile else None,
         requested_at=parse_time(meta.get("creationTimestamp")),
         running_at=running_since([pod]), **_admission(pools, workload, pod))
+
+
+def podless_session(grant: Grant, namespace: str, user: str, server: str,
+                    requested_at: datetime, stopped_at: datetime,
+                    reason: StopReason) -> Usage:
+    """A start the hub accepted that failed before its pod existed (nothing created:
+    nothing queued or billed), by its grant, under a key of its own."""
+    return Usage(
+        key=f"{PODLESS_PREFIX}{uuid.uuid4().hex}", kind=Kind.SESSION, user=user,
+        server=server, team=grant.team.name, namespace=namespace,
+        profile=grant.profile.slug, pools=",".join(p.name for p in grant.pools),
+        gpu_units=grant.profile.units, requested_at=requested_at,
+        stopped_at=stopped_at, stop_reason=reason)
 
 
 def stop_reason_of_notice(reason: str, pool: Pool | None) -> StopReason:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..contract import PROFILE_LABEL
 from . import hub as usage
+from . import records
 from .config import UsageLedger
 
 
@@ -31,12 +32,25 @@ class UsageRecording:
         return usage.SessionRecorder.shared(UsageLedger(parent=self).db_url, self.log)
 
     def _record_outcome(self, outcome: Any) -> None:
-        """``QueuedStart``'s ``on_outcome``: how the start ended."""
-        pod = self._my_pod() or self.pod_reflector.graveyard.get(
-            f"{self.namespace}/{self.pod_name}")
-        if self.usage is not None:
-            self.usage.started(self._grant_platform, pod, pod and self._workload_of(pod),
-                               self.name, usage.outcome_reason(outcome))
+        """``QueuedStart``'s ``on_outcome``: how the start ended. A start that failed
+        before its own pod existed (an earlier pod of the same name is not its own)
+        gets a row of its own."""
+        if self.usage is None:
+            return
+        pod, reason = self._own_pod(), usage.outcome_reason(outcome)
+        if pod is not None:
+            self.usage.started(self._grant_platform, pod, self._workload_of(pod),
+                               self.name, reason)
+        elif reason is not None and self._queued is not None:
+            self.usage.failed_before_pod(records.podless_session(
+                self._queued.grant, self.namespace, self.user.name, self.name,
+                self._queued.requested_at, datetime.now(timezone.utc), reason))
+
+    def _own_pod(self) -> dict | None:
+        """This spawn's pod, live or just deleted; None if it made none."""
+        pods, key = self.pod_reflector, f"{self.namespace}/{self.pod_name}"
+        pod = pods and (pods.resources.get(key) or pods.graveyard.get(key))
+        return pod if pod and self._is_this_spawns_pod(pod) else None
 
     async def _record_stop_by_hub(self) -> None:
         """A stop through the hub (its user, the culler; past maxAge: ``max-age``),

@@ -204,7 +204,6 @@ def test_queue_wait(ledger, platform):
                        workload("admitted", T0 + timedelta(seconds=90)), "", None)
         writer.started(platform, pod("gave-up"), workload("gave-up"), "",
                        StopReason.QUEUE_TIMEOUT)
-        writer.started(platform, None, None, "", StopReason.FAILURE)  # no pod: no row
         await hub.settle()
 
     asyncio.run(spawns())
@@ -487,3 +486,84 @@ def test_a_row_another_process_inserted_meanwhile_is_merged_not_duplicated(ledge
     rows = ledger.rows_sync()
     assert [(u.key, u.user) for u in rows if u.key == "pod:race"] == [("pod:race", "alice")]
     assert {u.key for u in rows} == {"pod:race", "pod:new"} and USAGE.name == TABLE
+
+
+def _failing_start(spawner, platform, error):
+    """A real ``QueuedStart`` of ``spawner`` whose pod creation fails with ``error``
+    (as when Kueue's webhook does not answer): nothing is created."""
+    from jupyterhub_gpu.builders.pod import UserRef, authorize
+    from jupyterhub_gpu.kueue.start import QueuedStart
+
+    grant = authorize(platform, UserRef("alice", frozenset({"data-science"})),
+                      {"profile": "t4-shared"})
+    spawner.namespace = grant.team.namespace
+    spawner._queued = QueuedStart(grant, spawner.namespace, pod=lambda: None,
+                                  workloads=list, events=list, log=LOG, who="alice",
+                                  on_outcome=spawner._record_outcome)
+
+    async def start():
+        raise error
+
+    async def withdraw():
+        pass
+    return spawner._queued, spawner._queued.run(start, withdraw)
+
+
+async def test_a_start_that_failed_before_its_pod_existed_gets_a_row_of_its_own(
+        make_spawner, ledger, platform):
+    """Issue #15: a start the hub accepted that failed before its pod existed is in
+    the ledger, as a failure, once per start, by its grant and the times it was asked
+    for and failed; it bills nothing and was never queued."""
+    from jupyterhub_gpu.usage.ledger import podless
+
+    spawner = make_spawner()
+    spawner.__dict__["usage"] = hub.SessionRecorder(ledger, LOG)
+    spawner._grant_platform = platform
+    starts = []
+    for _ in range(2):  # the same server, twice: two rows
+        queued, run = _failing_start(spawner, platform, RuntimeError("webhook refused"))
+        with pytest.raises(RuntimeError, match="webhook refused"):
+            await run
+        starts.append(queued)
+    await hub.settle()
+    rows = sorted(await ledger.rows(), key=lambda r: r.requested_at)
+    assert len(rows) == 2 and len({r.key for r in rows}) == 2
+    grant = starts[0].grant
+    for row, queued in zip(rows, starts):
+        assert podless(row) and len(row.key) <= 80
+        assert (row.kind, row.user, row.server) == (Kind.SESSION, "alice", "")
+        assert (row.team, row.namespace, row.profile) == (
+            "data-science", "jhub-data-science", "t4-shared")
+        assert row.pools == ",".join(p.name for p in grant.pools)
+        assert row.gpu_units == grant.profile.units
+        assert row.requested_at == queued.requested_at
+        assert row.stopped_at >= row.requested_at
+        assert row.stop_reason is StopReason.FAILURE
+        assert (row.pool, row.price_per_unit_hour, row.admitted_at, row.running_at,
+                row.queue_wait_seconds) == (None, None, None, None, None)
+
+
+def test_a_podless_failure_adds_no_gpu_hours_cost_or_queue_wait(platform):
+    """The usage page's figures: a start that failed before its pod existed counts as
+    a session that ended, with no GPU-hours, no cost and no queue wait; the replay's
+    invariant holds for it."""
+    from jupyterhub_gpu.builders.pod import UserRef, authorize
+    from jupyterhub_gpu.replay.invariants import sessions_end_with_a_reason
+    from jupyterhub_gpu.usage import figures
+    from jupyterhub_gpu.usage.ledger import merge
+
+    grant = authorize(platform, UserRef("alice", frozenset({"data-science"})),
+                      {"profile": "t4-shared"})
+    failed = merge(None, records.podless_session(
+        grant, "jhub-data-science", "alice", "", T0, T0 + timedelta(minutes=5),
+        StopReason.FAILURE))
+    window = figures.Window(T0 - timedelta(days=1), T0 + timedelta(days=1))
+    assert failed.queue_wait_seconds is None
+    assert figures.gpu_hours(failed, window) == 0 and figures.cost(failed, window) == 0
+    assert figures.queue_waits([failed], window) == ()
+    assert [(t.gpu_hours, t.cost) for t in figures.by_profile([failed], window)] in (
+        [], [(0.0, 0.0)])
+    assert figures.disruptions([failed], window, frozenset()).ended == 1
+    assert sessions_end_with_a_reason([failed], {"alice": 1}) == []
+    # the same start with no row: the invariant names the gap
+    assert sessions_end_with_a_reason([], {"alice": 1})
