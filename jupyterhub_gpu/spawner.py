@@ -15,9 +15,8 @@ All decisions are made elsewhere -- the pod by pure code
   stopped a server (:mod:`jupyterhub_gpu.stops`); each session goes into the usage
   ledger (:mod:`jupyterhub_gpu.usage.spawner`).
 
-Without a platform spec, GPUSpawner is exactly KubeSpawner: each override is marked
-:func:`spec_only` or :func:`spec_default`, the one place that decides, and without a
-spec KubeSpawner's own method or default applies.
+Without a platform spec, GPUSpawner is exactly KubeSpawner (:mod:`jupyterhub_gpu.withspec`).
+Its shared watches are :mod:`jupyterhub_gpu.spawnwatch`'s.
 
 Upstream internals the package relies on, checked against kubespawner 7.0.0 (the
 oldest pin, ``.ci/oldest-constraints.txt``) and 7.1.0, and JupyterHub 5.3.0 and
@@ -58,10 +57,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import inspect
 import os
-from typing import Any, Callable
+from typing import Any
 
 from kubernetes_asyncio.client import ApiException
 from kubespawner import KubeSpawner
@@ -69,7 +67,7 @@ from tornado import web
 from traitlets import Any as AnyTrait
 from traitlets import Dict, Integer, Unicode, default, validate
 
-from . import metrics, poolnodes, queuewaits
+from . import queuewaits
 from .builders.pod import (Grant, OptionsRejected, SpawnSettings, UserRef, authorize,
                            merge_traits, spawn_settings)
 from .cull.notice import deadline_env
@@ -77,18 +75,19 @@ from .form import render_form, user_profiles_url
 from .kueue import status as kstatus
 from .kueue.lifecycle import Outcome, SpawnRefused
 from .kueue.messages import Stage, submit_unavailable
-from .kueue.reflectors import RecordingPodReflector, WorkloadReflector
+from .kueue.reflectors import WorkloadReflector
 from .kueue.start import QueuedStart
 from .kueue.start import progress as queue_progress
 from .parse import parse_platform
-from .poolnodes import NodeReflector
-from .contract import (COMPONENT_LABEL, ENV_LAST_STOP_NOTICE, QUEUE_LABEL, STATE_POD_UID,
-                       STATE_PROFILE, STATE_STOP_NOTICE)
+from .contract import (ENV_LAST_STOP_NOTICE, QUEUE_LABEL, STATE_POD_UID, STATE_PROFILE,
+                       STATE_STOP_NOTICE)
 from .servers import OtherServer, check_gpu_servers, other_server
+from .spawnwatch import SharedWatches
 from .spec import Platform
 from .specsource import FixedSpec, SpecSource
 from .stops import PlatformStops
 from .usage.spawner import UsageRecording
+from .withspec import spec_default, spec_only
 
 # with a spec, poll() tells a preempted or evicted server within seconds, not 30
 PLATFORM_POLL_SECONDS = 10
@@ -107,36 +106,7 @@ def _apply_user_options(spawner: "GPUSpawner", user_options: dict) -> None:
         raise web.HTTPError(400, str(e), reason=str(e)) from None
 
 
-def spec_only(method: Callable) -> Callable:
-    """Override ``method`` only when there is a spec; without one, KubeSpawner's
-    method of the same name runs."""
-    name = method.__name__
-
-    @functools.wraps(method)
-    def with_or_without_spec(self: "GPUSpawner", *args: Any, **kwargs: Any) -> Any:
-        if self.spec_source is None:
-            return getattr(super(GPUSpawner, self), name)(*args, **kwargs)
-        return method(self, *args, **kwargs)
-
-    return with_or_without_spec
-
-
-def spec_default(trait: str) -> Callable:
-    """``@default(trait)`` when there is a spec; without one, KubeSpawner's default."""
-    def decorate(method: Callable) -> Any:
-        @functools.wraps(method)
-        def with_or_without_spec(self: "GPUSpawner") -> Any:
-            if self.spec_source is None:
-                kube = getattr(super(GPUSpawner, self), f"_{trait}_default", None)
-                return kube() if kube else KubeSpawner.class_traits()[trait].default()
-            return method(self)
-
-        return default(trait)(with_or_without_spec)
-
-    return decorate
-
-
-class GPUSpawner(PlatformStops, UsageRecording, KubeSpawner):
+class GPUSpawner(PlatformStops, UsageRecording, SharedWatches, KubeSpawner):
     gpu_grant: Grant | None = None  # the profile grant of the current/last spawn
     gpu_stop_notice: dict | None = None  # why the platform stopped the last server
     _last_stop_notice: dict | None = None  # that notice, for the next server's environment
@@ -364,54 +334,6 @@ class GPUSpawner(PlatformStops, UsageRecording, KubeSpawner):
         if self.gpu_grant is None or self._applied_options != self.user_options:
             return self.apply_profile(self.user_options)
         return self.gpu_grant
-
-    # -- shared watches ---------------------------------------------------------
-
-    @spec_only
-    async def _start_watching_pods(self, replace: bool = False):
-        return await self._start_reflector(
-            kind="pods", reflector_class=RecordingPodReflector,
-            labels={COMPONENT_LABEL: self.component_label},
-            omit_namespace=self.enable_user_namespaces, replace=replace)
-
-    @spec_only
-    async def _start_reflector(self, kind: str, reflector_class: type, replace: bool = False,
-                               **kwargs: Any):
-        """KubeSpawner's, but a shared watch that gave up (KubeSpawner's stop retrying
-        after about 50 s without the API server) is started again, not kept, dead, by
-        every spawn and poll of its namespace."""
-        running = self.reflectors.get(self._get_reflector_key(kind))
-        if not replace and running is not None and poolnodes.failed(running):
-            self.log.warning("The hub's %s watch of %s had stopped; starting it again",
-                             kind, running.namespace or "the cluster")
-            replace = True
-        return await super()._start_reflector(kind=kind, reflector_class=reflector_class,
-                                              replace=replace, **kwargs)
-
-    def _get_reflector_key(self, kind: str) -> tuple:
-        if kind == NodeReflector.kind:
-            return (kind, None)  # one node watch for the hub, whatever the namespace
-        return super()._get_reflector_key(kind)
-
-    async def _watch_nodes(self, retry: bool) -> None:
-        """Start the hub's node watch, which ``POOL_NODES`` counts (:func:`~.poolnodes.watch`)."""
-        nodes = await poolnodes.watch(
-            lambda replace: self._start_reflector(kind=NodeReflector.kind, replace=replace,
-                                                  reflector_class=NodeReflector),
-            self.reflectors.get(self._get_reflector_key(NodeReflector.kind)), retry, self.log)
-        if nodes is not None:
-            metrics.POOL_NODES.count_from(self.spec_source, nodes)
-
-    def _my_pod(self) -> dict | None:
-        pods = self.pod_reflector
-        return pods.resources.get(f"{self.namespace}/{self.pod_name}") if pods else None
-
-    def _workload_reflector(self):
-        return self.reflectors.get(self._get_reflector_key("workloads"))
-
-    def _namespace_workloads(self) -> list[dict]:
-        workloads = self._workload_reflector()
-        return list(workloads.resources.values()) if workloads else []
 
     # -- start, progress, poll ----------------------------------------------------
 
