@@ -116,6 +116,18 @@ def _job_end(job: dict) -> tuple[datetime | None, StopReason | None]:
     return (deleted, StopReason.USER) if deleted else (None, None)
 
 
+def job_running_since(job: dict, pods: list[dict], stopped_at: datetime | None
+                      ) -> datetime | None:
+    """When the job's first container started; a job that ended with its pods already
+    gone (it finished while no one watched): when the Job controller started it (its
+    ``status.startTime``, which Kubernetes clears while a Job is suspended in the
+    queue), so its GPU-hours are not lost."""
+    started = running_since(pods)
+    if started is None and stopped_at is not None:
+        started = parse_time((job.get("status") or {}).get("startTime"))
+    return started
+
+
 def job(platform: Platform, job: dict, workload: dict | None, pods: list[dict]) -> Usage:
     """A training job, from its Job, Workload and pods."""
     meta = job["metadata"]
@@ -131,5 +143,5 @@ def job(platform: Platform, job: dict, workload: dict | None, pods: list[dict]) 
         pools=",".join(p.name for p in pools) or None,
         gpu_units=profile.units * profile.pods if profile else None,
         requested_at=parse_time(meta.get("creationTimestamp")),
-        running_at=running_since(pods), stopped_at=stopped_at, stop_reason=reason,
-        **_admission(pools, workload, None))
+        running_at=job_running_since(job, pods, stopped_at), stopped_at=stopped_at,
+        stop_reason=reason, **_admission(pools, workload, None))

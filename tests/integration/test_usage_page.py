@@ -43,23 +43,27 @@ ROWS = [
 ]
 
 
+def _hours(r) -> float:
+    """A row's GPU-hours: none if it never ran."""
+    if r.running_at is None:
+        return 0.0
+    return r.gpu_units * (r.stopped_at - r.running_at).total_seconds() / 3600
+
+
 def _expected(rows, spot_pools: set[str]) -> dict[str, str]:
     """The figures the page must show of ``rows``, computed here from the rows."""
     out: dict[str, str] = {}
     for figure, key in (("team", "team"), ("user", "user"), ("profile", "profile")):
         for name in {getattr(r, key) for r in rows}:
             mine = [r for r in rows if getattr(r, key) == name]
-            hours = sum(r.gpu_units * (r.stopped_at - r.running_at).total_seconds() / 3600
-                        for r in mine)
-            money = sum(r.gpu_units * (r.stopped_at - r.running_at).total_seconds() / 3600
-                        * r.price_per_unit_hour for r in mine)
+            hours = sum(_hours(r) for r in mine)
+            money = sum(_hours(r) * r.price_per_unit_hour for r in mine)
             out[f"{figure}/{name}/gpu_hours"] = f"{hours:.2f}"
             out[f"{figure}/{name}/cost"] = f"{money:.2f}"
             out[f"{figure}/{name}/count"] = str(len(mine))
     for r in rows:
         if r.kind is Kind.JOB:
-            hours = r.gpu_units * (r.stopped_at - r.running_at).total_seconds() / 3600
-            out[f"training_run/{r.server}/cost"] = f"{hours * r.price_per_unit_hour:.2f}"
+            out[f"training_run/{r.server}/cost"] = f"{_hours(r) * r.price_per_unit_hour:.2f}"
     out["disruptions/all/ended"] = str(len(rows))
     out["disruptions/all/preempted"] = str(sum(r.stop_reason is StopReason.PREEMPTED
                                                for r in rows))

@@ -215,7 +215,8 @@ def test_queue_wait(ledger, platform):
     assert gave_up.queue_wait_seconds == (gave_up.stopped_at - T0).total_seconds()
 
 
-def job(uid, *, profile="a100-train", created=T0, complete=None, failed=None, deleted=None):
+def job(uid, *, profile="a100-train", created=T0, complete=None, failed=None, deleted=None,
+        started=None):
     conditions = [{"type": kind, "status": "True", "lastTransitionTime": iso(at)}
                   for kind, at in (("Complete", complete), ("Failed", failed)) if at]
     meta = {"uid": uid, "name": f"train-{uid}", "namespace": "jhub-ml-eng",
@@ -223,7 +224,8 @@ def job(uid, *, profile="a100-train", created=T0, complete=None, failed=None, de
             "annotations": {USERNAME_KEY: "bob"}}
     if deleted:
         meta["deletionTimestamp"] = iso(deleted)
-    return {"metadata": meta, "status": {"conditions": conditions}}
+    status = {"conditions": conditions, **({"startTime": iso(started)} if started else {})}
+    return {"metadata": meta, "status": status}
 
 
 class Watches:
@@ -283,6 +285,24 @@ def test_a_deleted_job_is_the_users():
     usage = records.job(SimpleNamespace(teams=(), job_profiles=(), pools=()),
                         job("x", deleted=T0 + timedelta(hours=1)), None, [])
     assert (usage.stopped_at, usage.stop_reason) == (T0 + timedelta(hours=1), StopReason.USER)
+
+
+def test_a_job_that_ended_with_its_pods_gone_is_billed_from_its_start():
+    """The jobs service was down while the job ran and its pods are gone: its hours
+    run from the Job's startTime; a job that never left the queue has none."""
+    spec = SimpleNamespace(teams=(), job_profiles=(), pools=())
+    ended = records.job(spec, job("x", started=T0 + timedelta(minutes=7),
+                                  complete=T0 + timedelta(hours=1)), None, [])
+    assert (ended.running_at, ended.stopped_at) == (T0 + timedelta(minutes=7),
+                                                    T0 + timedelta(hours=1))
+    ran = pod("p", running=T0 + timedelta(minutes=10))
+    assert records.job(spec, job("y", started=T0 + timedelta(minutes=7),
+                                 complete=T0 + timedelta(hours=1)), None, [ran]).running_at \
+        == T0 + timedelta(minutes=10)  # its pod says when it ran
+    never = records.job(spec, job("z", deleted=T0 + timedelta(hours=1)), None, [])
+    assert never.running_at is None
+    running = records.job(spec, job("w", started=T0 + timedelta(minutes=7)), None, [])
+    assert running.running_at is None  # still running: its pods will say
 
 
 def test_one_url_for_the_hub_and_the_jobs_service(tmp_path, monkeypatch, example_spec_path):
