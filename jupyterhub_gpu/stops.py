@@ -106,9 +106,11 @@ class PlatformStops:
         labels = pod["metadata"].get("labels") or {}
         slug = labels.get(PROFILE_LABEL, "")
         workload = self._workload_of(pod)
+        platform = self._grant_platform or self.platform
+        spot = frozenset(p.name for p in platform.pools if p.spot) if platform else frozenset()
         notice = stop_notice(pod, workload, labels.get(QUEUE_LABEL, ""),
                              datetime.now(timezone.utc), self._checkpoint_dir(slug),
-                             self._preemptor(workload))
+                             self._preemptor(workload), spot)
         if notice is None:
             return False
         self._record_stop(pod["metadata"]["uid"], notice, slug)

@@ -209,6 +209,11 @@ _DISRUPTION_WORDS = {
     "DeletionByPodGC": "its node went away",
     "PreemptionByScheduler": "the scheduler made room for higher-priority work",
 }
+#: the node-going disruptions on a spot pool: Azure took the spot VM back (on AKS, node
+#: auto-drain turns its Preempt event into evictions through the Eviction API)
+_SPOT_WORDS = "its spot VM was taken back by Azure (a spot eviction)"
+_NODE_GOING = frozenset({"DeletionByTaintManager", "EvictionByEvictionAPI",
+                         "TerminationByKubelet", "DeletionByPodGC"})
 
 
 @dataclass(frozen=True)
@@ -281,22 +286,30 @@ def node_lost_notice(node: str, since: datetime, at: datetime, checkpoint_dir: s
     return StopNotice(EVICTED, at.isoformat(), message, pool)
 
 
+def _disruption(pod: dict, pool: str, spot_pools: frozenset[str]) -> tuple[str, str] | None:
+    disruption = st.condition(pod, DISRUPTION_TARGET)
+    if not disruption:
+        return None
+    cause = disruption.get("reason", "")
+    if pool in spot_pools and cause in _NODE_GOING:
+        return EVICTED, f"stopped because {_SPOT_WORDS}"
+    return EVICTED, f"stopped because {_DISRUPTION_WORDS.get(cause, 'its node went away')}"
+
+
 def stop_notice(pod: dict, workload: dict | None, queue: str, at: datetime,
-                checkpoint_dir: str | None, by: Preemptor | None = None) -> StopNotice | None:
+                checkpoint_dir: str | None, by: Preemptor | None = None,
+                spot_pools: frozenset[str] = frozenset()) -> StopNotice | None:
     """A notice when the last seen state of a vanished pod shows the platform stopped
     it (Kueue preemption or eviction, a node going away); None for a normal stop.
-    ``by``: the training job Kueue preempted it for, when it was one."""
-    found = _preemption(pod, workload, queue, by)
-    if found is None:
-        disruption = st.condition(pod, DISRUPTION_TARGET)
-        if not disruption:
-            return None
-        words = _DISRUPTION_WORDS.get(disruption.get("reason", ""), "its node went away")
-        found = (EVICTED, f"stopped because {words}")
-    reason, words = found
+    ``by``: the training job Kueue preempted it for, when it was one; ``spot_pools``:
+    the spec's spot pools (a node going away there is a spot eviction)."""
     # a fallback profile's pod: the hub recorded the pool Kueue chose, worth saying
     recorded = (pod["metadata"].get("annotations") or {}).get(POOL_ANNOTATION)
     pool = recorded or st.admitted_pool(workload) or st.selected_pool(pod) or ""
+    found = _preemption(pod, workload, queue, by) or _disruption(pod, pool, spot_pools)
+    if found is None:
+        return None
+    reason, words = found
     ran = f" It ran on pool {pool}." if recorded else ""
     kept = "Your files are kept"
     if checkpoint_dir:

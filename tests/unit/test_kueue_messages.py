@@ -11,6 +11,7 @@ from jupyterhub_gpu.kueue.lifecycle import QueueWatch, SpawnRefused, wanted
 from jupyterhub_gpu.kueue.messages import (Preemptor, Wanted, describe, preempting_job,
                                           stop_notice)
 from jupyterhub_gpu.builders.pod import UserRef, authorize
+from jupyterhub_gpu.contract import POOL_ANNOTATION
 
 W = Wanted(profile="A100 MIG 3g.40gb slice", what="an A100-80GB MIG 3g.40gb slice",
            queue="data-science", pool="a100mig", gpu="A100-80GB", image="img:1")
@@ -221,6 +222,19 @@ def test_node_loss_notice_and_normal_stop():
         "evicted", "Your server was stopped because its node was taken away (spot eviction "
         "or node failure) at 14:02 UTC on 2026-12-02. Your files are kept.")
     assert stop_notice(pod(gated=False), None, "q", AT, None) is None
+
+
+def test_a_node_going_away_on_a_spot_pool_is_a_spot_eviction():
+    """On AKS, node auto-drain evicts a spot node's pods through the Eviction API:
+    on a spot pool that is Azure taking the VM back, not maintenance."""
+    drained = pod(gated=False, conditions=[{"type": "DisruptionTarget", "status": "True",
+                                            "reason": "EvictionByEvictionAPI"}])
+    drained["metadata"].setdefault("annotations", {})[POOL_ANNOTATION] = "a100spot"
+    spot = stop_notice(drained, None, "q", AT, None, spot_pools=frozenset({"a100spot"}))
+    assert (spot.reason, spot.pool) == ("evicted", "a100spot")
+    assert "its spot VM was taken back by Azure (a spot eviction)" in spot.message
+    on_demand = stop_notice(drained, None, "q", AT, None, spot_pools=frozenset({"t4spot"}))
+    assert "its node was drained for maintenance or scale-down" in on_demand.message
 
 
 def test_queue_watch_patience_with_an_injected_clock(platform):
