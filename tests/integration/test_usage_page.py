@@ -44,18 +44,24 @@ ROWS = [
 
 
 def _hours(r) -> float:
-    """A row's GPU-hours: none if it never ran."""
+    """A row's GPU-hours: none if it never ran or holds no GPU (a CPU job)."""
     if r.running_at is None:
         return 0.0
     return r.gpu_units * (r.stopped_at - r.running_at).total_seconds() / 3600
 
 
+def _billed(rows) -> list:
+    """The rows the GPU-hours and cost tables count: those with GPU-hours."""
+    return [r for r in rows if _hours(r) > 0]
+
+
 def _expected(rows, spot_pools: set[str]) -> dict[str, str]:
     """The figures the page must show of ``rows``, computed here from the rows."""
     out: dict[str, str] = {}
+    billed = _billed(rows)
     for figure, key in (("team", "team"), ("user", "user"), ("profile", "profile")):
-        for name in {getattr(r, key) for r in rows}:
-            mine = [r for r in rows if getattr(r, key) == name]
+        for name in {getattr(r, key) for r in billed}:
+            mine = [r for r in billed if getattr(r, key) == name]
             hours = sum(_hours(r) for r in mine)
             money = sum(_hours(r) * r.price_per_unit_hour for r in mine)
             out[f"{figure}/{name}/gpu_hours"] = f"{hours:.2f}"
@@ -145,7 +151,7 @@ def _check(shown: dict[str, str], rows, spot_pools: set[str]) -> None:
     expected = _expected(rows, spot_pools)
     assert {k: shown.get(k) for k in expected} == expected
     names = {k.split("/")[1] for k in shown if k.startswith(("team/", "user/"))}
-    assert names == {r.team for r in rows} | {r.user for r in rows}
+    assert names == {r.team for r in _billed(rows)} | {r.user for r in _billed(rows)}
 
 
 async def test_each_viewer_sees_their_share_and_the_ledgers_numbers(hub, browser,  # noqa: F811
