@@ -89,10 +89,38 @@ class CheckpointVolume:
     size: str = "100Gi"
 
 
+#: Pod Security admission's labels on a team namespace
+POD_SECURITY_PREFIX = "pod-security.kubernetes.io/"
+POD_SECURITY_LEVEL = "restricted"
+#: the policy version enforced, pinned so that a cluster upgrade does not change what
+#: is admitted unannounced; ``warn`` and ``audit`` check the newest one
+POD_SECURITY_VERSION = "v1.33"
+
+
+def pod_security_labels() -> dict[str, str]:
+    """Enforce Pod Security's strictest level, ``restricted``: every pod the platform
+    puts in a team namespace meets it (notebooks: z2jh's uid 1000, fsGid 100 and
+    allowPrivilegeEscalation false, and GPUSpawner's ``RESTRICTED_POD`` and
+    ``RESTRICTED_CONTAINER``; jobs: the notebook's identity under the same; both use
+    only PVC, ConfigMap, Secret, emptyDir and projected volumes). So a caller with
+    the hub's credentials cannot start a privileged, root, host-namespace or
+    hostPath pod there either. Warnings and audit annotations follow the latest
+    version, so an upgrade's tightening shows before it is enforced."""
+    labels = {}
+    for mode, version in (("enforce", POD_SECURITY_VERSION), ("warn", "latest"),
+                          ("audit", "latest")):
+        labels[f"{POD_SECURITY_PREFIX}{mode}"] = POD_SECURITY_LEVEL
+        labels[f"{POD_SECURITY_PREFIX}{mode}-version"] = version
+    return labels
+
+
 def namespace(team: Team) -> dict:
+    """The team's namespace: Kueue manages it, and it enforces Pod Security
+    ``restricted`` (:func:`pod_security_labels`)."""
     return {"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": team.namespace,
-                         "labels": {MANAGED_LABEL: "true", TEAM_LABEL: team.name}}}
+                         "labels": {MANAGED_LABEL: "true", TEAM_LABEL: team.name,
+                                    **pod_security_labels()}}}
 
 
 def hub_role(team: Team) -> dict:

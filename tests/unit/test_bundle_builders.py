@@ -35,7 +35,14 @@ def test_namespace_and_hub_rbac(platform):
     assert namespaces.namespace(team) == {
         "apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "jhub-data-science", "labels": {
-            "jupyterhub-gpu/managed": "true", "jupyterhub-gpu/team": "data-science"}}}
+            "jupyterhub-gpu/managed": "true", "jupyterhub-gpu/team": "data-science",
+            # Pod Security: restricted enforced at a pinned version (issue #25)
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "v1.33",
+            "pod-security.kubernetes.io/warn": "restricted",
+            "pod-security.kubernetes.io/warn-version": "latest",
+            "pod-security.kubernetes.io/audit": "restricted",
+            "pod-security.kubernetes.io/audit-version": "latest"}}}
     assert namespaces.hub_role(team)["rules"] == [
         {"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims"],
          "verbs": [*READ, "create", "delete"]},
