@@ -12,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jupyterhub_gpu.builders.pod import UserRef, authorize, spawn_settings
+from jupyterhub_gpu.builders.pod import CHECKPOINT_VOLUME, UserRef, authorize, spawn_settings
 from jupyterhub_gpu.spec import Platform
 
 #: the overlay of the chart's values both benchmark hubs use
 CHART_OVERLAY = {"singleuser": {"storage": {"type": "none"}}}
+KUBESPAWNER_USERNAME = "{username}"  # KubeSpawner expands it for each user
 
 
 def chart_config():
@@ -39,7 +40,13 @@ def profile_list(platform: Platform) -> list[dict[str, Any]]:
             if platform.team_for(user.groups) != team:
                 continue
             settings = spawn_settings(platform, authorize(platform, user,
-                                                          {"profile": profile.slug}))
+                                                          {"profile": profile.slug}),
+                                      user.name)
+            # one entry for every user: KubeSpawner's own {username} names their
+            # checkpoint directory (GPUSpawner names it by user_dir)
+            mounts = [dict(m, subPath=KUBESPAWNER_USERNAME) if m["name"] == CHECKPOINT_VOLUME
+                      else m for m in settings.volume_mounts]
+            settings = dataclasses.replace(settings, volume_mounts=mounts)
             override = {k: v for k, v in dataclasses.asdict(settings).items()
                         if v is not None and v != [] and v != {}}
             override["start_timeout"] = (profile.queue_patience_seconds

@@ -281,7 +281,8 @@ class GPUSpawner(PlatformStops, UsageRecording, SharedWatches, KubeSpawner):
         if self._gpu_base_traits is None:
             self._gpu_base_traits = {name: copy.deepcopy(getattr(self, name))
                                      for name in SpawnSettings.trait_names()}
-        traits = merge_traits(self._gpu_base_traits, spawn_settings(platform, grant))
+        traits = merge_traits(self._gpu_base_traits,
+                              spawn_settings(platform, grant, self.user.name))
         for name, value in traits.items():
             setattr(self, name, value)
         self.dns_name = self.dns_name_template.format(namespace=self.namespace,

@@ -10,14 +10,19 @@ Helm values into ``c.KubeSpawner`` traits, and only then runs ``hub.extraConfig`
 * the storage traits behind the user's home volume (``storage_pvc_ensure``,
   ``pvc_name_template``, ``storage_class``, ``storage_access_modes``,
   ``storage_capacity``, ``storage_extra_labels``),
+* what Pod Security admission judges: ``uid``, ``fs_gid``,
+  ``allow_privilege_escalation``, and ``init_containers`` (``singleuser.initContainers``
+  and, with ``singleuser.cloudMetadata.blockWithIptables``, the chart's privileged
+  iptables container that blocks the metadata server),
 
 so that tests hold GPUSpawner against the shapes the chart really produces: e.g.
-``volumes`` and ``volume_mounts`` as dicts, ``tolerations`` as a list. Written from
-reading the chart; none of its code is copied. What the chart sets that GPUSpawner
-never touches (scheduler name, preferred node and pod affinities, uid, image pull
-secrets, the cloud-metadata init container, ...) is left out: the dev cluster has no
-user-scheduler, and none of it changes how a profile merges. ``singleuser.extraFiles``
-(a volume of a Secret the chart makes) is refused rather than reproduced.
+``volumes`` and ``volume_mounts`` as dicts, ``tolerations`` as a list, and the pod the
+API server admits or refuses. Written from reading the chart; none of its code is
+copied. What the chart sets that GPUSpawner never touches and admission does not judge
+(scheduler name, preferred node and pod affinities, image pull secrets, ...) is left
+out: the dev cluster has no user-scheduler, and none of it changes how a profile
+merges. ``singleuser.extraFiles`` (a volume of a Secret the chart makes) is refused
+rather than reproduced.
 
 Values are read the way the chart's ``get_config`` reads them (a dotted path; a
 missing or null level gives the default), after Helm has merged the ``-f`` files
@@ -59,17 +64,24 @@ COPIED = (
     ("environment", "extraEnv"),
     ("extra_pod_config", "extraPodConfig"),
     ("storage_extra_labels", "storage.extraLabels"),
+    ("uid", "uid"),
+    ("fs_gid", "fsGid"),
 )
 # what the chart adds to node_affinity_required with matchNodePurpose: require
 NODE_PURPOSE_TERM = {"matchExpressions": [
     {"key": "hub.jupyter.org/node-purpose", "operator": "In", "values": ["user"]}]}
 # traits GPUSpawner sets that the chart's hub config (4.4.0) leaves at KubeSpawner's
 # default: no singleuser value maps to them
-CHART_LEAVES_UNSET = frozenset({"delete_grace_period", "automount_service_account_token"})
+CHART_LEAVES_UNSET = frozenset({"delete_grace_period", "automount_service_account_token",
+                                "pod_security_context", "container_security_context"})
 # every trait kubespawner_config may set
 TRAITS = frozenset({name for name, _ in COPIED} | {
     "namespace", "image", "tolerations", "volumes", "volume_mounts", "storage_pvc_ensure",
-    "pvc_name_template", "storage_class", "storage_access_modes", "storage_capacity"})
+    "pvc_name_template", "storage_class", "storage_access_modes", "storage_capacity",
+    "allow_privilege_escalation", "init_containers"})
+# the chart's init container that blocks the cloud metadata server with iptables
+# (files/hub/jupyterhub_config.py, "cloud_metadata"): root, privileged, NET_ADMIN
+METADATA_BLOCK_CONTAINER = "block-cloud-metadata"
 
 
 def coalesce(defaults: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -144,6 +156,22 @@ def _extra_volumes(values: Mapping[str, Any], volumes: dict, mounts: dict) -> No
                   else {f"{i}-{m['name']}": m for i, m in enumerate(extra)})
 
 
+def _init_containers(values: Mapping[str, Any]) -> list[dict]:
+    """``singleuser.initContainers``, then the metadata block when it is on."""
+    containers = copy.deepcopy(get(values, "singleuser.initContainers", []) or [])
+    metadata = get(values, "singleuser.cloudMetadata", {}) or {}
+    if metadata.get("blockWithIptables") is True:
+        image = get(values, "singleuser.networkTools.image", {}) or {}
+        containers.append({
+            "name": METADATA_BLOCK_CONTAINER, "image": f"{image['name']}:{image['tag']}",
+            "command": ["iptables", "--append", "OUTPUT", "--protocol", "tcp",
+                        "--destination", metadata["ip"], "--destination-port", "80",
+                        "--jump", "DROP"],
+            "securityContext": {"privileged": True, "runAsUser": 0,
+                                "capabilities": {"add": ["NET_ADMIN"]}}})
+    return containers
+
+
 def kubespawner_config(values: Mapping[str, Any],
                        namespace: str = RELEASE_NAMESPACE) -> Config:
     """``c.KubeSpawner`` as the chart's hub config leaves it for these ``values``,
@@ -157,6 +185,11 @@ def kubespawner_config(values: Mapping[str, Any],
             ks[trait] = copy.deepcopy(value)
     if _image(values):
         ks.image = _image(values)
+    # set even when null: None, False and True all mean something to KubeSpawner
+    ks.allow_privilege_escalation = get(values, "singleuser.allowPrivilegeEscalation")
+    init_containers = _init_containers(values)
+    if init_containers:
+        ks.init_containers = init_containers
     if get(values, "scheduling.userPods.nodeAffinity.matchNodePurpose") == "require":
         ks.node_affinity_required = [*ks.get("node_affinity_required", []), NODE_PURPOSE_TERM]
     tolerations = [*get(values, "scheduling.userPods.tolerations", []),

@@ -8,6 +8,10 @@ user's home and checkpoint volumes as their notebook pod has them, and the pool'
 GPU resource, selector and tolerations from the same pieces as the notebook pod
 (:mod:`jupyterhub_gpu.builders.pod`).
 
+Its pod runs as the notebook's user and groups (:func:`identity_of`) under Pod
+Security's ``restricted`` level, as the notebook does: not as root, no privilege
+escalation, no capabilities, the runtime's default seccomp profile.
+
 A disruption -- spot eviction, Kueue preemption, a node going away: the pod
 condition ``DisruptionTarget`` -- starts the pod again without using up a retry
 (``podFailurePolicy`` action ``Ignore``); a crash, a non-zero exit, counts against
@@ -29,9 +33,12 @@ from ..contract import (BATCH_API_VERSION, COMPONENT_LABEL, DISRUPTION_TARGET, E
                         USERNAME_KEY)
 from ..quantities import format_cpu, format_memory
 from ..spec import CheckpointStorage, JobProfile, Platform, Pool, Priority, Team
-from .pod import CHECKPOINT_VOLUME, checkpoint_parts, placement
+from .pod import RESTRICTED_CONTAINER, RESTRICTED_POD, checkpoint_parts, placement
 
 HOME_VOLUME = "home"
+#: where the z2jh chart mounts the home volume by default (its
+#: ``singleuser.storage.homeMountPath``)
+DEFAULT_HOME_MOUNT_PATH = "/home/jovyan"
 CONTAINER = "job"
 #: the rendezvous port of rank 0 (PyTorch's default)
 RENDEZVOUS_PORT = 29500
@@ -54,6 +61,19 @@ class Home:
     claim_name: str
     mount_path: str
     sub_path: str = ""
+    read_only: bool = False  # the mount's readOnly
+    claim_read_only: bool = False  # the volume's persistentVolumeClaim.readOnly
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The user and groups the notebook's container runs as (:func:`identity_of`);
+    None: not set on the notebook pod."""
+
+    uid: int | None = None
+    gid: int | None = None
+    fs_group: int | None = None
+    supplemental_groups: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,11 +99,15 @@ class JobRequest:
     #: the user's name as KubeSpawner expands ``{username}`` for their notebook (its
     #: ``slug_scheme``): their directory on the checkpoint PVC, and a label value
     user_slug: str
+    #: the JupyterHub user's name: their directory on the checkpoint PVC is
+    #: :func:`~jupyterhub_gpu.builders.pod.user_dir` of it, as their notebook's
+    username: str
     grant: JobGrant
     image: str  # the user's running server's, or the spec's
     command: tuple[str, ...]
     home: Home | None = None
     checkpoint_storage: CheckpointStorage | None = None
+    identity: Identity = Identity()
 
 
 class JobManifests(NamedTuple):
@@ -91,31 +115,69 @@ class JobManifests(NamedTuple):
     service: dict | None  # a multi-pod job's headless Service
 
 
-def home_of(pod: Mapping[str, Any]) -> Home | None:
-    """The home volume of a notebook pod: its one claim other than the checkpoint
-    PVC, where its container mounts it."""
-    spec = pod.get("spec") or {}
-    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
-              for v in spec.get("volumes") or [] if v.get("persistentVolumeClaim")
-              and v["name"] != CHECKPOINT_VOLUME}
-    for container in spec.get("containers") or []:
-        for mount in container.get("volumeMounts") or []:
-            if mount["name"] in claims:
-                return Home(claims[mount["name"]], mount["mountPath"],
-                            mount.get("subPath") or "")
+def _notebook_container(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The notebook's container: KubeSpawner's first (``extra_containers`` follow)."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    return containers[0]
+
+
+def home_of(pod: Mapping[str, Any], home_path: str = DEFAULT_HOME_MOUNT_PATH) -> Home | None:
+    """The home volume of a notebook pod: the claim its notebook container mounts at
+    ``home_path`` (the chart's ``singleuser.storage.homeMountPath``), whichever
+    other claims it mounts and in whatever order, with the mount's and the claim's
+    ``readOnly``. None if no claim is mounted there."""
+    claims = {v.get("name"): v["persistentVolumeClaim"]
+              for v in (pod.get("spec") or {}).get("volumes") or []
+              if v.get("persistentVolumeClaim")}
+    wanted = home_path.rstrip("/") or "/"
+    for mount in _notebook_container(pod).get("volumeMounts") or []:
+        claim = claims.get(mount.get("name"))
+        if claim is not None and (mount.get("mountPath") or "").rstrip("/") == wanted:
+            return Home(claim["claimName"], mount["mountPath"], mount.get("subPath") or "",
+                        read_only=bool(mount.get("readOnly")),
+                        claim_read_only=bool(claim.get("readOnly")))
     return None
+
+
+def identity_of(pod: Mapping[str, Any]) -> Identity:
+    """Who the notebook's container runs as: its ``runAsUser`` and ``runAsGroup``
+    (the container's, else the pod's, as the kubelet resolves them), the pod's
+    ``fsGroup`` and ``supplementalGroups``."""
+    pod_context = (pod.get("spec") or {}).get("securityContext") or {}
+    context = {**pod_context, **(_notebook_container(pod).get("securityContext") or {})}
+    return Identity(context.get("runAsUser"), context.get("runAsGroup"),
+                    pod_context.get("fsGroup"),
+                    tuple(pod_context.get("supplementalGroups") or ()))
+
+
+def _security_context(identity: Identity) -> dict:
+    """The job pod's: the notebook's identity under :data:`RESTRICTED_POD`."""
+    context: dict[str, Any] = _plain(RESTRICTED_POD)
+    for key, value in (("runAsUser", identity.uid), ("runAsGroup", identity.gid),
+                       ("fsGroup", identity.fs_group)):
+        if value is not None:
+            context[key] = value
+    if identity.supplemental_groups:
+        context["supplementalGroups"] = list(identity.supplemental_groups)
+    return context
 
 
 def _volumes(req: JobRequest) -> tuple[list[dict], list[dict], dict[str, str]]:
     """(volumes, mounts, environment): the home and the checkpoint directory."""
     volumes, mounts, env = checkpoint_parts(req.checkpoint_storage,
-                                            req.grant.profile.checkpoint, sub_path=req.user_slug)
-    if req.home is not None:
-        volumes.insert(0, {"name": HOME_VOLUME,
-                           "persistentVolumeClaim": {"claimName": req.home.claim_name}})
-        mount = {"name": HOME_VOLUME, "mountPath": req.home.mount_path}
-        mounts.insert(0, {**mount, "subPath": req.home.sub_path} if req.home.sub_path
-                      else mount)
+                                            req.grant.profile.checkpoint, req.username)
+    home = req.home
+    if home is not None:
+        claim: dict[str, Any] = {"claimName": home.claim_name}
+        if home.claim_read_only:
+            claim["readOnly"] = True
+        volumes.insert(0, {"name": HOME_VOLUME, "persistentVolumeClaim": claim})
+        mount: dict[str, Any] = {"name": HOME_VOLUME, "mountPath": home.mount_path}
+        if home.sub_path:
+            mount["subPath"] = home.sub_path
+        if home.read_only:
+            mount["readOnly"] = True
+        mounts.insert(0, mount)
     return volumes, mounts, env
 
 
@@ -139,7 +201,8 @@ def _container(req: JobRequest, mounts: list[dict], env: dict[str, str]) -> dict
         variables += _rendezvous(req)
     container = {"name": CONTAINER, "image": req.image, "command": list(req.command),
                  "env": variables, "volumeMounts": mounts,
-                 "resources": {"requests": resources, "limits": dict(resources)}}
+                 "resources": {"requests": resources, "limits": dict(resources)},
+                 "securityContext": _plain(RESTRICTED_CONTAINER)}
     if req.home is not None:
         container["workingDir"] = req.home.mount_path
     return container
@@ -157,6 +220,7 @@ def _pod_spec(req: JobRequest) -> dict:
     selector, tolerations, affinity = placement(req.grant.pools)
     spec: dict[str, Any] = {"restartPolicy": "Never",  # podFailurePolicy requires it
                             "automountServiceAccountToken": False,
+                            "securityContext": _security_context(req.identity),
                             "containers": [_container(req, mounts, env)],
                             "volumes": volumes, "nodeSelector": selector,
                             "tolerations": tolerations}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
@@ -17,6 +19,16 @@ from ..spec import Checkpoint, CheckpointStorage, Platform, Pool, Priority, Prof
 
 CHECKPOINT_VOLUME = "checkpoints"
 ALLOWED_OPTION_KEYS = frozenset({"profile"})
+
+#: what every notebook and job pod runs with, so that Pod Security's ``restricted``
+#: level (enforced on the team namespaces, :mod:`jupyterhub_gpu.bundle.namespaces`)
+#: admits it: no root (the image's user must be numeric and not 0, or the pod's
+#: ``runAsUser`` set, as z2jh's ``singleuser.uid`` does), the runtime's default seccomp
+#: profile; and for each container no privilege escalation and no capability
+RESTRICTED_POD: Mapping[str, Any] = {"runAsNonRoot": True,
+                                     "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER: Mapping[str, Any] = {"allowPrivilegeEscalation": False,
+                                           "capabilities": {"drop": ["ALL"]}}
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,12 @@ class SpawnSettings:
     # no Kubernetes credentials in a notebook: it submits jobs through the hub's
     # service (jupyterhub_gpu.jobs), never to the API server itself
     automount_service_account_token: bool = False
+    # Pod Security "restricted" (RESTRICTED_POD, RESTRICTED_CONTAINER), merged over
+    # what KubeSpawner makes of uid, fs_gid and allow_privilege_escalation
+    pod_security_context: dict[str, Any] = field(
+        default_factory=lambda: copy.deepcopy(dict(RESTRICTED_POD)))
+    container_security_context: dict[str, Any] = field(
+        default_factory=lambda: copy.deepcopy(dict(RESTRICTED_CONTAINER)))
 
     @classmethod
     def trait_names(cls) -> tuple[str, ...]:
@@ -201,29 +219,51 @@ def profile_env(grant: Grant) -> dict[str, Any]:
     }
 
 
-#: a notebook's directory on the checkpoint PVC: KubeSpawner expands it to the user's
-#: escaped, unique name
-USER_SUBPATH = "{username}"
+#: a user name used as it is for their directory: a DNS label (KubeSpawner's safe
+#: ``{username}`` keeps these too) without "--", which every hashed name has
+_PLAIN_NAME = re.compile(r"[a-z]([a-z0-9-]{0,46}[a-z0-9])?")
+#: hex digits of SHA-256 in a hashed directory name: 128 bits, so that no one can
+#: pick a name whose directory is another user's (KubeSpawner's 8 give 32 bits)
+USER_DIR_HASH_DIGITS = 32
+_STEM = 24  # characters of the readable part of a hashed name
+
+
+def user_dir(username: str) -> str:
+    """The user's directory on the checkpoint PVC, for their notebooks and their
+    jobs alike: the JupyterHub user name itself if it is a lowercase DNS label of at
+    most 48 characters without "--" (what KubeSpawner's ``{username}`` gives it
+    too), else a readable stem, "---" and a 128-bit hash of the whole name. The two
+    kinds cannot meet (a plain name has no "--"); two hashed names meet only if
+    their hashes do. Only ``[a-z0-9-]``: never a path separator, "..", or a
+    ``{field}`` KubeSpawner would expand."""
+    if _PLAIN_NAME.fullmatch(username) and "--" not in username:
+        return username
+    stem = re.sub(r"[^a-z0-9]+", "-", username.lower()).strip("-")[:_STEM].strip("-")
+    digest = hashlib.sha256(username.encode("utf-8")).hexdigest()[:USER_DIR_HASH_DIGITS]
+    return f"{stem or 'x'}---{digest}"
 
 
 def checkpoint_parts(storage: CheckpointStorage | None, checkpoint: Checkpoint,
-                     sub_path: str = USER_SUBPATH) -> tuple[list, list, dict]:
-    """(volumes, mounts, environment) of the user's directory ``sub_path`` on the
-    checkpoint PVC, when ``checkpoint`` is on and the spec has checkpoint storage."""
+                     username: str) -> tuple[list, list, dict]:
+    """(volumes, mounts, environment) of the directory of user ``username`` (their
+    JupyterHub name) on the checkpoint PVC (:func:`user_dir`), when ``checkpoint`` is
+    on and the spec has checkpoint storage."""
     if not checkpoint.enabled or storage is None:
         return [], [], {}
     volume = {"name": CHECKPOINT_VOLUME,
               "persistentVolumeClaim": {"claimName": storage.claim_name}}
-    mount = {"name": CHECKPOINT_VOLUME, "mountPath": storage.mount_path, "subPath": sub_path}
+    mount = {"name": CHECKPOINT_VOLUME, "mountPath": storage.mount_path,
+             "subPath": user_dir(username)}
     return [volume], [mount], {ENV_CHECKPOINT_DIR: storage.mount_path}
 
 
-def spawn_settings(platform: Platform, grant: Grant) -> SpawnSettings:
-    """The KubeSpawner settings that start ``grant.profile`` for its team."""
+def spawn_settings(platform: Platform, grant: Grant, username: str) -> SpawnSettings:
+    """The KubeSpawner settings that start ``grant.profile`` for its team, for the
+    JupyterHub user ``username``."""
     profile, pool, team = grant.profile, grant.pool, grant.team
     gpu = pool.gpu_resources(profile.units)  # none on a CPU-only pool
     volumes, mounts, ckpt_env = checkpoint_parts(platform.checkpoint_storage,
-                                                 profile.checkpoint)
+                                                 profile.checkpoint, username)
     selector, tolerations, affinity = placement(grant.pools)
     gates = [{"name": POOL_GATE}] if grant.fallbacks else []  # see placement()
     pod_config: dict[str, Any] = {"schedulingGates": gates} if gates else {}

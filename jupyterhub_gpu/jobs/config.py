@@ -22,6 +22,7 @@ import os
 import sys
 from typing import Any, Mapping
 
+from ..builders.job import DEFAULT_HOME_MOUNT_PATH
 from ..contract import (ENV_JOBS_BIND, ENV_JOBS_URL, ENV_PLATFORM_FILE, ENV_USAGE_DB_URL,
                         JOBS_ACCESS_SCOPE, JOBS_SERVICE_NAME)
 from ..resume import KUBE_ENV
@@ -34,10 +35,13 @@ SERVER_TOKEN_SCOPES = ("users:activity!user", "access:servers!server")
 
 def jobs_service(platform_file: str, url: str, *, bind: str | None = None,
                  job_annotations: Mapping[str, str] | None = None,
-                 python: str = sys.executable, usage_db_url: str | None = None) -> dict:
+                 python: str = sys.executable, usage_db_url: str | None = None,
+                 home_mount_path: str = DEFAULT_HOME_MOUNT_PATH) -> dict:
     """The ``c.JupyterHub.services`` entry: the service listens on ``url``'s port, on
     ``bind`` if given (``0.0.0.0`` in the hub pod) else on ``url``'s host; it records
-    jobs in the usage ledger at ``usage_db_url`` (None: none)."""
+    jobs in the usage ledger at ``usage_db_url`` (None: none); a job's home is the
+    claim the user's notebook mounts at ``home_mount_path`` (the chart's
+    ``singleuser.storage.homeMountPath``)."""
     env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
     env[ENV_PLATFORM_FILE] = os.path.abspath(platform_file)
     if usage_db_url:
@@ -47,7 +51,8 @@ def jobs_service(platform_file: str, url: str, *, bind: str | None = None,
     notes = [f"--job-annotation={k}={v}" for k, v in (job_annotations or {}).items()]
     return {"name": JOBS_SERVICE_NAME, "url": url, "environment": env,
             "oauth_no_confirm": True, "display": False,
-            "command": [python, "-m", "jupyterhub_gpu.jobs.service", *notes]}
+            "command": [python, "-m", "jupyterhub_gpu.jobs.service", *notes,
+                        f"--home-mount-path={home_mount_path}"]}
 
 
 def service_url(url: str) -> str:
@@ -56,12 +61,16 @@ def service_url(url: str) -> str:
 
 
 def add_jobs_service(c: Any, platform_file: str, url: str, *, bind: str | None = None,
-                     job_annotations: Mapping[str, str] | None = None) -> None:
-    """Add the service, the users' scope and the servers' environment to config ``c``."""
+                     job_annotations: Mapping[str, str] | None = None,
+                     home_mount_path: str = DEFAULT_HOME_MOUNT_PATH) -> None:
+    """Add the service, the users' scope and the servers' environment to config ``c``.
+    ``home_mount_path``: where notebooks mount the home volume (in the z2jh chart's
+    ``hub.extraConfig``: ``get_config("singleuser.storage.homeMountPath")``)."""
     c.JupyterHub.services = [*c.JupyterHub.get("services", []),
                              jobs_service(platform_file, url, bind=bind,
                                           job_annotations=job_annotations,
-                                          usage_db_url=UsageLedger(config=c).db_url)]
+                                          usage_db_url=UsageLedger(config=c).db_url,
+                                          home_mount_path=home_mount_path)]
     c.JupyterHub.load_roles = with_user_scope(c.JupyterHub.get("load_roles", []), JOBS_ACCESS_SCOPE)
     scopes = (c.KubeSpawner.get("server_token_scopes") or c.Spawner.get("server_token_scopes")
               or list(SERVER_TOKEN_SCOPES))

@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from ..builders.job import JobGrant, JobRequest, home_of
+from ..builders.job import (DEFAULT_HOME_MOUNT_PATH, JobGrant, JobRequest, home_of,
+                            identity_of)
 from ..builders.pod import UserRef
 from ..contract import USERNAME_KEY
 from ..spec import CheckpointStorage, JobProfile, Platform
@@ -149,12 +150,15 @@ def _notebook_image(pod: Mapping[str, Any]) -> str:
 
 
 def job_request(submission: Submission, notebook: Mapping[str, Any], name: str,
-                storage: CheckpointStorage | None) -> JobRequest:
-    """The Job of ``submission`` for the user whose running notebook pod is
-    ``notebook``: its image (unless the profile sets one), home and user slug."""
+                storage: CheckpointStorage | None, username: str,
+                home_path: str = DEFAULT_HOME_MOUNT_PATH) -> JobRequest:
+    """The Job of ``submission`` for JupyterHub user ``username``, whose running
+    notebook pod is ``notebook``: its image (unless the profile sets one), user
+    slug, identity (uid, gid, fsGroup) and home, the claim it mounts at
+    ``home_path`` (the chart's ``singleuser.storage.homeMountPath``)."""
     labels = (notebook.get("metadata") or {}).get("labels") or {}
-    return JobRequest(name=name, user_slug=labels.get(USERNAME_KEY, ""),
+    return JobRequest(name=name, user_slug=labels.get(USERNAME_KEY, ""), username=username,
                       grant=submission.grant,
                       image=submission.grant.profile.image or _notebook_image(notebook),
-                      command=submission.command, home=home_of(notebook),
-                      checkpoint_storage=storage)
+                      command=submission.command, home=home_of(notebook, home_path),
+                      checkpoint_storage=storage, identity=identity_of(notebook))

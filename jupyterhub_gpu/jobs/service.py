@@ -34,7 +34,7 @@ from jupyterhub.services.auth import (HubOAuth, HubOAuthCallbackHandler, HubOAut
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ..builders.job import build_job
+from ..builders.job import DEFAULT_HOME_MOUNT_PATH, build_job
 from ..builders.pod import UserRef
 from ..contract import (ENV_JOBS_BIND, ENV_PLATFORM_FILE, ENV_SERVICE_PREFIX, ENV_SERVICE_URL,
                         JOB_PROFILE_LABEL, JOBS_ACCESS_SCOPE, JOBS_API_PATH, JOBS_SERVICE_NAME,
@@ -56,8 +56,9 @@ class Jobs:
     submits at once cannot both pass the limit)."""
 
     def __init__(self, platform_file: str, watches: cluster.Watches,
-                 usage: JobRecorder | None = None):
+                 usage: JobRecorder | None = None, home_path: str = DEFAULT_HOME_MOUNT_PATH):
         self.source, self.watches, self.usage = SpecSource.shared(platform_file), watches, usage
+        self.home_path = home_path  # where notebooks mount the home volume
         self._locks: dict[str, asyncio.Lock] = {}
 
     @property
@@ -167,7 +168,7 @@ class JobsHandler(_API):
             raise web.HTTPError(e.status, e.user_message) from None
         slug = (notebook["metadata"].get("labels") or {}).get(USERNAME_KEY, user.name)
         req = job_request(submission, notebook, job_name(slug, secrets.token_hex(3)),
-                          platform.checkpoint_storage)
+                          platform.checkpoint_storage, user.name, self.jobs.home_path)
         job, service = build_job(req)
         job["metadata"]["annotations"] = {USERNAME_KEY: user.name}
         job["spec"]["template"]["metadata"].setdefault("annotations", {}).update(
@@ -257,22 +258,27 @@ def main(argv: list[str] | None = None) -> None:
                         "unset: no ledger")
     parser.add_argument("--job-annotation", type=_annotation, action="append", default=[],
                         metavar="KEY=VALUE", help="an annotation on every job's pods")
+    parser.add_argument("--home-mount-path", default=DEFAULT_HOME_MOUNT_PATH,
+                        help="where notebooks mount the home volume, the z2jh chart's "
+                        "singleuser.storage.homeMountPath (default: %(default)s)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s %(asctime)s %(name)s] "
                         "%(message)s")
-    asyncio.run(_serve(args.spec, dict(args.job_annotation), args.usage_db_url))
+    asyncio.run(_serve(args.spec, dict(args.job_annotation), args.usage_db_url,
+                       args.home_mount_path))
 
 
 async def _serve(platform_file: str, annotations: dict[str, str],
-                 usage_db_url: str | None = None) -> None:
+                 usage_db_url: str | None = None,
+                 home_path: str = DEFAULT_HOME_MOUNT_PATH) -> None:
     platform = SpecSource.shared(platform_file).current()
     watches = cluster.Watches(t.namespace for t in platform.teams)
     url = urlparse(os.environ[ENV_SERVICE_URL])
     prefix = os.environ[ENV_SERVICE_PREFIX]
     recorder = usage_db_url and JobRecorder(Ledger(usage_db_url), watches,
                                             SpecSource.shared(platform_file).current)
-    app = make_app(Jobs(platform_file, watches, recorder or None), prefix, annotations,
-                   HubOAuth())
+    app = make_app(Jobs(platform_file, watches, recorder or None, home_path), prefix,
+                   annotations, HubOAuth())
     # listen at once (the hub waits for its services at start-up), then watch
     app.listen(url.port or 80, os.environ.get(ENV_JOBS_BIND) or url.hostname)
     log.info("Serving %s on %s (prefix %s)", JOBS_SERVICE_NAME, url.geturl(), prefix)

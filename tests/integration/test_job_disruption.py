@@ -115,7 +115,7 @@ async def test_a_notebook_preempted_for_another_teams_training_job_is_told_which
     grant = JobGrant.of(cluster_platform, cluster_platform.job_profile("t4-spot-train"),
                         modelers)
     created = await hub_batch(build_job(JobRequest(
-        name="finetune", user_slug="mo", grant=grant, image="jupyter/minimal",
+        name="finetune", user_slug="mo", username="mo", grant=grant, image="jupyter/minimal",
         command=("python", "train.py"))), run_for="30m")
     jobs = Jobs(kube, modelers.namespace)
 
@@ -195,7 +195,7 @@ async def test_a_job_whose_node_goes_away_resumes_from_its_checkpoint_without_a_
                                   checkpoint=Checkpoint(grace_period_seconds=10))
     grant = JobGrant.of(cluster_platform, profile, team)
     manifests = build_job(JobRequest(
-        name="resume", user_slug="tia", grant=grant, image="jupyter/minimal",
+        name="resume", user_slug="tia", username="tia", grant=grant, image="jupyter/minimal",
         command=("python", "-c", SCRIPT), home=Home(home_claim, "/home/jovyan"),
         checkpoint_storage=CheckpointStorage(checkpoint_claim)))
     home = tmp_path / "volumes" / TRAINERS / home_claim

@@ -72,6 +72,7 @@ async def test_every_example_job_profile_builds_objects_the_api_server_accepts(
             assert team.namespace in namespaces  # the example's teams are the tier's too
             job, service = build_job(JobRequest(
                 name=f"dry-{profile.slug}", user_slug="max-mustermann---1ca42713",
+                username="Max.Mustermann",
                 grant=JobGrant.of(platform, profile, team), image="jupyter/minimal",
                 command=("python", "train.py"), home=Home("claim-max", "/home/jovyan"),
                 checkpoint_storage=platform.checkpoint_storage))
@@ -87,7 +88,7 @@ async def test_every_example_job_profile_builds_objects_the_api_server_accepts(
 
 def _request(platform, slug: str, name: str) -> JobRequest:
     team = platform.team_for(GROUPS)
-    return JobRequest(name=name, user_slug="tia",
+    return JobRequest(name=name, user_slug="tia", username="tia",
                       grant=JobGrant.of(platform, platform.job_profile(slug), team),
                       image="jupyter/minimal", command=("python", "train.py"))
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.builders.job import (POD_FAILURE_POLICY, Home, JobGrant, JobRequest,
-                                         build_job, home_of)
+from jupyterhub_gpu.builders.job import (POD_FAILURE_POLICY, Home, Identity, JobGrant,
+                                         JobRequest, build_job, home_of, identity_of)
 from jupyterhub_gpu.builders.kueue import kueue_objects
 from jupyterhub_gpu.builders.pod import CHECKPOINT_VOLUME, authorize, spawn_settings, UserRef
+from jupyterhub_gpu.jobs.request import check_submission, job_request
 from tests import z2jh_chart
 
 ML_ENG = frozenset({"ml-eng"})
@@ -17,7 +18,7 @@ ML_ENG = frozenset({"ml-eng"})
 
 def _request(platform, slug: str, groups=ML_ENG, **changes) -> JobRequest:
     team = platform.team_for(groups)
-    fields = {"name": "train-1", "user_slug": "alice",
+    fields = {"name": "train-1", "user_slug": "alice", "username": "alice",
               "grant": JobGrant.of(platform, platform.job_profile(slug), team),
               "image": "registry.example/notebook:1", "command": ("python", "train.py"),
               "home": Home("claim-alice", "/home/jovyan"),
@@ -66,20 +67,39 @@ def test_a_disruption_is_no_failure_and_a_crash_is_one(platform):
     assert _pod(job)["automountServiceAccountToken"] is False
 
 
-async def test_the_volumes_are_the_notebook_pods(make_spawner, platform):
-    """The Job mounts the same home claim and the same directory of the checkpoint PVC
-    as the user's notebook pod, as the z2jh chart and KubeSpawner make it."""
+async def _chart_notebook_pod(make_spawner, user: str, values=None) -> dict:
+    """The pod GPUSpawner makes for ``user``'s a100-training server, configured as the
+    z2jh chart configures KubeSpawner from our Helm values (and ``values``)."""
     from kubernetes_asyncio.client import ApiClient
 
-    config = z2jh_chart.kubespawner_config(z2jh_chart.helm_values())
-    spawner = make_spawner(user="Max.Mustermann", groups=["ml-eng"], config=config)
+    config = z2jh_chart.kubespawner_config(z2jh_chart.helm_values(*([values] if values else [])))
+    spawner = make_spawner(user=user, groups=["ml-eng"], config=config)
     await spawner._run_apply_user_options({"profile": "a100-training"})
     async with ApiClient() as client:
         pod = client.sanitize_for_serialization(await spawner.get_pod_manifest())
     await spawner.api.api_client.close()
-    request = _request(platform, "a100-train", home=home_of(pod),
-                       user_slug=spawner._expand_user_properties("{username}"))
-    job, _ = build_job(request)
+    return pod
+
+
+def _job_for(platform, pod: dict, user: str, home_path: str = "/home/jovyan") -> dict:
+    """The Job the gpu-jobs service builds for ``user`` whose notebook pod is ``pod``."""
+    submission = check_submission(platform, UserRef(user, ML_ENG),
+                                  {"profile": "a100-train", "script": "train.py"}, 0)
+    job, _ = build_job(job_request(submission, pod, "job-1", platform.checkpoint_storage,
+                                   user, home_path))
+    return job
+
+
+@pytest.mark.parametrize("user", ["max", "Max.Mustermann", "a" * 60,
+                                  "max-mustermann---1ca42713"])
+async def test_the_volumes_are_the_notebook_pods(make_spawner, platform, user):
+    """The Job mounts the same home claim and the same directory of the checkpoint PVC
+    as the user's notebook pod, as the z2jh chart and KubeSpawner make it: for a
+    plain name, one KubeSpawner's slug changes, a long one, and one that looks like
+    another's slug. (The job's directory was the pod's username label, which is not
+    KubeSpawner's ``{username}`` for the last three.)"""
+    pod = await _chart_notebook_pod(make_spawner, user)
+    job = _job_for(platform, pod, user)
 
     def claims_and_mounts(spec: dict) -> set:
         claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"]
@@ -109,7 +129,7 @@ def test_placement_is_the_notebook_profiles(platform, notebook, job):
     fallback one leaves both to Kueue (the admitted flavor's) and keeps to its pools
     by node affinity, but has no scheduling gate: nothing would lift it."""
     grant = authorize(platform, UserRef("alice", ML_ENG), {"profile": notebook})
-    settings = spawn_settings(platform, grant)
+    settings = spawn_settings(platform, grant, "alice")
     built, _ = build_job(_request(platform, job))
     pod = _pod(built)
     assert pod["nodeSelector"] == settings.node_selector
@@ -140,3 +160,82 @@ def test_several_pods_make_an_indexed_job_with_the_ddp_rendezvous(platform):
     index = {"fieldRef": {"fieldPath":
                           "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
     assert env["RANK"] == env["NODE_RANK"] == index
+
+
+# A team's read-only datasets claim, mounted by the chart (singleuser.storage.extra*)
+# beside the home; its volume name sorts before the chart's "volume-{user_server}", so
+# KubeSpawner puts it first in the pod.
+DATASETS = {"singleuser": {"storage": {
+    "extraVolumes": [{"name": "datasets", "persistentVolumeClaim": {
+        "claimName": "team-datasets", "readOnly": True}}],
+    "extraVolumeMounts": [{"name": "datasets", "mountPath": "/datasets", "readOnly": True}]}}}
+
+
+async def test_the_home_is_the_claim_at_the_home_path_not_the_first_one(make_spawner,
+                                                                        platform):
+    """Issue #25: a job took the notebook's first claim as its home, read-write: here
+    the team's read-only datasets. The home is the claim mounted at the chart's
+    homeMountPath, and no other claim of the notebook is copied."""
+    pod = await _chart_notebook_pod(make_spawner, "alice", DATASETS)
+    assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "team-datasets"
+    spec = _pod(_job_for(platform, pod, "alice"))
+    claims = {v["name"]: v["persistentVolumeClaim"] for v in spec["volumes"]}
+    (container,) = spec["containers"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    home = mounts["/home/jovyan"]
+    assert claims[home["name"]] == {"claimName": "claim-alice"}
+    assert container["workingDir"] == "/home/jovyan"
+    assert "team-datasets" not in str(spec["volumes"])
+    assert "readOnly" not in home
+
+
+async def test_a_read_only_home_stays_read_only(make_spawner, platform):
+    """readOnly is kept on the copied mount and on its claim."""
+    values = {"singleuser": {"storage": {
+        "type": "static", "static": {"pvcName": "shared-homes", "subPath": "{username}"},
+        "homeMountPath": "/home/work",
+        "extraVolumes": [{"name": "datasets", "persistentVolumeClaim": {
+            "claimName": "team-datasets"}}],
+        "extraVolumeMounts": [{"name": "datasets", "mountPath": "/datasets"}]}}}
+    pod = await _chart_notebook_pod(make_spawner, "alice", values)
+    for volume in pod["spec"]["volumes"]:
+        if volume["name"] == "home":
+            volume["persistentVolumeClaim"]["readOnly"] = True
+    for mount in pod["spec"]["containers"][0]["volumeMounts"]:
+        if mount["name"] == "home":
+            mount["readOnly"] = True
+    home = home_of(pod, "/home/work/")
+    assert home == Home("shared-homes", "/home/work", "alice", read_only=True,
+                        claim_read_only=True)
+    spec = _pod(build_job(_request(platform, "a100-train", home=home))[0])
+    assert spec["volumes"][0] == {"name": "home", "persistentVolumeClaim": {
+        "claimName": "shared-homes", "readOnly": True}}
+    assert spec["containers"][0]["volumeMounts"][0] == {
+        "name": "home", "mountPath": "/home/work", "subPath": "alice", "readOnly": True}
+    assert home_of(pod) is None  # nothing at the default /home/jovyan: no home
+
+
+async def test_the_job_pod_runs_as_the_notebook_under_restricted(make_spawner, platform):
+    """Issue #25: a job pod had no securityContext (the image's user, root in many
+    images; privilege escalation allowed). It runs as the notebook's uid and fsGroup
+    (z2jh's singleuser.uid 1000 and fsGid 100) and meets Pod Security "restricted"."""
+    pod = await _chart_notebook_pod(make_spawner, "alice")
+    spec = _pod(_job_for(platform, pod, "alice"))
+    assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000,
+                                       "fsGroup": 100,
+                                       "seccompProfile": {"type": "RuntimeDefault"}}
+    assert spec["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def test_the_identity_is_the_containers_over_the_pods(platform):
+    pod = {"spec": {"securityContext": {"runAsUser": 5, "runAsGroup": 6, "fsGroup": 7,
+                                        "supplementalGroups": [8, 9]},
+                    "containers": [{"name": "notebook", "securityContext": {"runAsUser": 1001}},
+                                   {"name": "sidecar", "securityContext": {"runAsUser": 0}}]}}
+    identity = identity_of(pod)
+    assert identity == Identity(1001, 6, 7, (8, 9))
+    context = _pod(build_job(_request(platform, "a100-train", identity=identity))[0])[
+        "securityContext"]
+    assert (context["runAsUser"], context["runAsGroup"], context["fsGroup"],
+            context["supplementalGroups"], context["runAsNonRoot"]) == (1001, 6, 7, [8, 9], True)

@@ -29,7 +29,7 @@ CONTRACT = ("namespace", "extra_labels", "environment", "volumes", "volume_mount
 
 def _settings(platform, groups, profile):
     grant = authorize(platform, UserRef("alice", frozenset(groups)), {"profile": profile})
-    settings = asdict(spawn_settings(platform, grant))
+    settings = asdict(spawn_settings(platform, grant, "alice"))
     return {name: settings[name] for name in CONTRACT}
 
 
@@ -62,7 +62,7 @@ def test_spot_profile_with_checkpoints(platform):
         "volumes": [{"name": "checkpoints",
                      "persistentVolumeClaim": {"claimName": "jupyterhub-gpu-checkpoints"}}],
         "volume_mounts": [{"name": "checkpoints", "mountPath": "/home/jovyan/checkpoints",
-                           "subPath": "{username}"}],
+                           "subPath": "alice"}],
         "extra_pod_config": {"terminationGracePeriodSeconds": 25},
         "lifecycle_hooks": PRESTOP,
     }
@@ -146,7 +146,7 @@ def test_rejections_name_the_problem(platform, groups, options, message, detail)
 
 def test_merge_traits_merges_dicts_appends_lists_replaces_scalars(platform):
     grant = authorize(platform, UserRef("alice", frozenset({"ml-eng"})), {"profile": "a100-spot"})
-    settings = spawn_settings(platform, grant)
+    settings = spawn_settings(platform, grant, "alice")
     base = {"image": "admin/image", "node_selector": {"team": "x",
             "kubernetes.azure.com/agentpool": "cpu"},
             "tolerations": [{"key": "admin", "operator": "Exists"}],
@@ -173,7 +173,7 @@ def _only(settings: SpawnSettings, **traits) -> SpawnSettings:
 @pytest.fixture
 def spot_settings(platform):
     grant = authorize(platform, UserRef("alice", frozenset({"ml-eng"})), {"profile": "a100-spot"})
-    return spawn_settings(platform, grant)
+    return spawn_settings(platform, grant, "alice")
 
 
 def test_dicts_merge_recursively_like_kubespawner_override(spot_settings):
@@ -265,7 +265,7 @@ def test_chart_home_volume_and_tolerations_survive_every_profile(platform, chart
                                                      "hub.jupyter.org_dedicated"]
     assert any(p.checkpoint.enabled for p in platform.profiles)
     for profile in platform.profiles:
-        settings = spawn_settings(platform, _grant_for_anyone(platform, profile))
+        settings = spawn_settings(platform, _grant_for_anyone(platform, profile), "alice")
         merged = merge_traits(chart_base, settings)
         assert _by_name(_sorted_values(merged["volumes"])) == _by_name(
             [home, *settings.volumes]), profile.slug
@@ -289,5 +289,5 @@ async def test_a_notebook_pod_gets_no_kubernetes_token_whatever_the_admin_set(
     grant = authorize(platform, UserRef("alice", frozenset({"data-science"})),
                       {"profile": "t4-shared"})
     traits = merge_traits({"automount_service_account_token": True},
-                          spawn_settings(platform, grant))
+                          spawn_settings(platform, grant, "alice"))
     assert traits["automount_service_account_token"] is False

@@ -30,6 +30,15 @@ def z2jh() -> tuple[dict, dict]:
             yaml.safe_load((REFERENCE / "values.yaml").read_text()))
 
 
+@pytest.fixture
+def get_config(z2jh):
+    """The chart's ``get_config`` (in scope in ``hub.extraConfig``): a dotted key of
+    the chart's defaults with our values files merged in."""
+    values = merge_values([("z2jh defaults", z2jh[1]),
+                           *((n, _load(REPO / "helm-values" / n)) for n in INSTALL_ORDER)])
+    return lambda key, default=None: get(values, key, default)
+
+
 def _errors(z2jh, *files: dict) -> list[str]:
     schema, defaults = z2jh
     merged = merge_values([("chart", defaults), *(("file", f) for f in files)])
@@ -87,7 +96,7 @@ def test_extra_config_is_valid_python():
         compile(source, name, "exec")
 
 
-def test_extra_config_runs_as_z2jh_runs_it(example_spec_path, monkeypatch):
+def test_extra_config_runs_as_z2jh_runs_it(example_spec_path, monkeypatch, get_config):
     """z2jh exec()s each extraConfig entry with get_name/get_name_env in scope."""
     from traitlets.config import Config
 
@@ -98,7 +107,7 @@ def test_extra_config_runs_as_z2jh_runs_it(example_spec_path, monkeypatch):
     monkeypatch.setenv("POD_NAMESPACE", "jupyterhub")
     monkeypatch.setenv("HUB_SERVICE_PORT", "8081")
     c = Config()
-    exec(source, {"c": c, "get_name": lambda name: name,
+    exec(source, {"c": c, "get_name": lambda name: name, "get_config": get_config,
                   "get_name_env": lambda name, suffix="": __import__("os").environ[
                       (name + suffix).upper().replace("-", "_")]})
     assert c.JupyterHub.spawner_class is GPUSpawner
@@ -110,7 +119,7 @@ def test_extra_config_runs_as_z2jh_runs_it(example_spec_path, monkeypatch):
 
 
 def test_the_chart_runs_the_jobs_service_where_notebooks_reach_it(example_spec_path,
-                                                                  monkeypatch):
+                                                                  monkeypatch, get_config):
     """The gpu-jobs service listens in the hub pod on the port the hub Service adds and
     the hub's NetworkPolicy opens to the team namespaces (whose own policy lets
     notebooks out to it); servers get its URL and a token that may call it."""
@@ -126,10 +135,13 @@ def test_the_chart_runs_the_jobs_service_where_notebooks_reach_it(example_spec_p
     monkeypatch.setenv("HUB_SERVICE_PORT", "8081")
     c = Config()
     c.KubeSpawner.environment = {"FROM_EXTRA_ENV": "1"}  # the chart's singleuser.extraEnv
-    exec(source, {"c": c, "get_name": lambda name: name,
+    exec(source, {"c": c, "get_name": lambda name: name, "get_config": get_config,
                   "get_name_env": lambda name, suffix="": "8081"})
     (service,) = [s for s in c.JupyterHub.services if s["name"] == "gpu-jobs"]
     assert service["url"] == f"http://hub.jupyterhub.svc.cluster.local:{JOBS_PORT}"
+    # a job's home is the claim notebooks mount where the chart mounts the home
+    assert f"--home-mount-path={get_config('singleuser.storage.homeMountPath')}" in (
+        service["command"])
     assert c.KubeSpawner.environment == {
         "FROM_EXTRA_ENV": "1",
         ENV_JOBS_URL: f"http://hub.jupyterhub.svc.cluster.local:{JOBS_PORT}/services/gpu-jobs/"}
@@ -146,7 +158,7 @@ def test_the_chart_runs_the_jobs_service_where_notebooks_reach_it(example_spec_p
 
 
 def test_the_chart_runs_the_usage_page_where_the_proxy_reaches_it(example_spec_path,
-                                                                 monkeypatch):
+                                                                 monkeypatch, get_config):
     """The gpu-usage service listens in the hub pod on a port the hub Service adds and
     the hub's NetworkPolicy opens to the proxy alone; every user may open it; it reads
     the same ledger and Prometheus as the hub and the culler."""
@@ -164,7 +176,7 @@ def test_the_chart_runs_the_usage_page_where_the_proxy_reaches_it(example_spec_p
     monkeypatch.setenv("JUPYTERHUB_GPU_PROMETHEUS_URL", values["hub"]["extraEnv"][
         "JUPYTERHUB_GPU_PROMETHEUS_URL"])
     c = Config()
-    exec(source, {"c": c, "get_name": lambda name: name,
+    exec(source, {"c": c, "get_name": lambda name: name, "get_config": get_config,
                   "get_name_env": lambda name, suffix="": "8081"})
     (service,) = [s for s in c.JupyterHub.services if s["name"] == USAGE_SERVICE_NAME]
     assert service["url"] == f"http://hub.jupyterhub.svc.cluster.local:{USAGE_PORT}"

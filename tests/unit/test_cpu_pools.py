@@ -125,5 +125,5 @@ def test_the_queue_words_for_a_cpu_server(platform):
                       {"profile": "cpu"})
     w = wanted(grant)
     assert (w.what, w.gpu, w.pool) == ("a CPU server", "CPU", "cpu")
-    settings = spawn_settings(platform, grant)
+    settings = spawn_settings(platform, grant, "alice")
     assert settings.extra_resource_limits == {} and settings.tolerations == []

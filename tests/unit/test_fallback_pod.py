@@ -86,7 +86,7 @@ def gated_pod(annotations=None, gates=(POOL_GATE, ADMISSION_GATE)) -> dict:
 # -- the pod -------------------------------------------------------------------------
 
 def test_a_fallback_pod_selects_no_pool_and_waits_for_the_hub(platform):
-    settings = spawn_settings(platform, _grant(platform))
+    settings = spawn_settings(platform, _grant(platform), "alice")
     assert settings.node_selector == {} and settings.tolerations == []
     assert settings.node_affinity_required == [{"matchExpressions": [
         {"key": AGENTPOOL_LABEL, "operator": "In", "values": ["a100spot", "a100"]}]}]
@@ -100,7 +100,7 @@ def test_a_fallback_pod_selects_no_pool_and_waits_for_the_hub(platform):
 
 
 def test_a_single_pool_pod_keeps_its_selector_and_tolerations(platform):
-    settings = spawn_settings(platform, _grant(platform, "a100-spot"))
+    settings = spawn_settings(platform, _grant(platform, "a100-spot"), "alice")
     assert settings.node_selector == {AGENTPOOL_LABEL: "a100spot"}
     assert {t["key"] for t in settings.tolerations} == {
         "nvidia.com/gpu", "kubernetes.azure.com/scalesetpriority"}

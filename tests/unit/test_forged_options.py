@@ -50,7 +50,7 @@ def test_pure_authorization_never_escalates(platform, user_groups, opts):
     team = _team(platform, user_groups)
     assert grant.profile.slug == expected
     assert grant.team == team
-    settings_ = spawn_settings(platform, grant)
+    settings_ = spawn_settings(platform, grant, "alice")
     assert settings_.extra_labels[QUEUE_LABEL] == team.local_queue
     assert settings_.extra_labels[PRIORITY_LABEL] == grant.profile.priority
     assert settings_.namespace == team.namespace

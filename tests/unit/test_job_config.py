@@ -13,11 +13,13 @@ from jupyterhub_gpu.jobs.config import SERVER_TOKEN_SCOPES, add_jobs_service
 def test_a_hub_with_the_service(example_spec_path):
     c = Config()
     add_jobs_service(c, str(example_spec_path), "http://127.0.0.1:8091",
-                     job_annotations={"example.org/cost-center": "ml"})
+                     job_annotations={"example.org/cost-center": "ml"},
+                     home_mount_path="/home/me")
     (service,) = c.JupyterHub.services
     assert service["name"] == JOBS_SERVICE_NAME and service["url"] == "http://127.0.0.1:8091"
     assert service["command"][1:] == ["-m", "jupyterhub_gpu.jobs.service",
-                                      "--job-annotation=example.org/cost-center=ml"]
+                                      "--job-annotation=example.org/cost-center=ml",
+                                      "--home-mount-path=/home/me"]
     assert service["environment"][ENV_PLATFORM_FILE] == str(example_spec_path)
     assert ENV_JOBS_BIND not in service["environment"]
     # the service gets no role (JupyterHub answers who owns a token, groups included,

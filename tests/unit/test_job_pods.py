@@ -21,7 +21,7 @@ def _job_pod(platform, name="train-1", uid="u1", annotations=None) -> dict:
     profile = next(p for p in platform.job_profiles if p.checkpoint.enabled and p.pods == 1)
     team = platform.team_for(set(profile.allowed_groups))
     job, _ = build_job(JobRequest(
-        name="train", user_slug="tia", grant=JobGrant.of(platform, profile, team),
+        name="train", user_slug="tia", username="tia", grant=JobGrant.of(platform, profile, team),
         image="img", command=("python", "/home/jovyan/train.py", "--out", "out"),
         home=Home("claim-tia", "/home/jovyan"),
         checkpoint_storage=platform.checkpoint_storage))

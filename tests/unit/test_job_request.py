@@ -81,7 +81,8 @@ def test_the_job_takes_the_running_servers_image_home_and_user_slug(platform):
                          "volumes": [{"name": "home",
                                       "persistentVolumeClaim": {"claimName": "claim-bob"}}]}}
     sub = check_submission(platform, BOB, GOOD, 0)
-    job, service = build_job(job_request(sub, notebook, "job-bob-1", platform.checkpoint_storage))
+    job, service = build_job(job_request(sub, notebook, "job-bob-1", platform.checkpoint_storage,
+                                   "bob"))
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "acr.io/nb:1" and container["workingDir"] == "/home/jovyan"
     assert container["command"] == ["python", "train/train.py", "--epochs", "3"]

@@ -20,7 +20,7 @@ STARTED = datetime(2026, 12, 2, 10, 0)  # the hub's naive UTC: max age 12h -> 22
 def pod_env(platform, slug, groups=("data-science",), started=STARTED, **extra):
     """The environment of a pod of ``slug``, as the spawner builds it."""
     grant = authorize(platform, UserRef("alice", frozenset(groups)), {"profile": slug})
-    env = dict(spawn_settings(platform, grant).environment)
+    env = dict(spawn_settings(platform, grant, "alice").environment)
     env.update(deadline_env(grant.profile, started))
     env.update({"CPU_LIMIT": str(float(grant.profile.cpu)),
                 "MEM_LIMIT": str(grant.profile.memory_bytes), **extra})
