@@ -73,7 +73,8 @@ def test_a_made_up_mode_renders_the_form_and_the_queue_message(fair_share_mode, 
     grant = authorize(platform, UserRef("alice", frozenset({"data-science"})),
                       {"profile": "t4-shared"})
     assert wanted(grant).what == "a T4 fair share"
-    assert spawn_settings(platform, grant, "alice").environment["JUPYTERHUB_GPU_SHARING"] == "fairshare"
+    settings = spawn_settings(platform, grant, "alice")
+    assert settings.environment["JUPYTERHUB_GPU_SHARING"] == "fairshare"
 
 
 def test_a_made_up_mode_renders_a_device_plugin_config_that_advertises_its_resource(
