@@ -1,0 +1,58 @@
+"""The NetworkPolicies we ship and create, as objects: every pod of a team namespace
+denied both ways unless allowed, job pods fenced in, a multi-pod job's pods let reach
+each other. What the policies allow together is proven by a real evaluator in
+tests/integration/test_network_policies.py (the truth table)."""
+
+from __future__ import annotations
+
+from jupyterhub_gpu.builders.job import JobGrant, JobRequest, build_job
+from jupyterhub_gpu.bundle import namespaces
+
+FORBIDDEN = {*namespaces.PRIVATE_RANGES, namespaces.METADATA_SERVER, namespaces.WIRESERVER}
+
+
+def _policies(platform, team) -> list[dict]:
+    return [o for o in namespaces.team_objects(platform)
+            if o["kind"] == "NetworkPolicy" and o["metadata"]["namespace"] == team.namespace]
+
+
+def _selects(policy: dict, pod_labels: dict) -> bool:
+    match = policy["spec"]["podSelector"].get("matchLabels") or {}
+    assert set(policy["spec"]["podSelector"]) <= {"matchLabels"}
+    return all(pod_labels.get(k) == v for k, v in match.items())
+
+
+def _request(platform, slug: str, team_name: str = "ml-eng") -> JobRequest:
+    team = next(t for t in platform.teams if t.name == team_name)
+    return JobRequest("job-alice-0a1b2c", "alice",
+                      JobGrant.of(platform, platform.job_profile(slug), team),
+                      "registry.example/notebook:1", ("python", "train.py"))
+
+
+def test_every_team_namespace_denies_everything_not_allowed(platform):
+    for team in platform.teams:
+        deny = [p for p in _policies(platform, team) if p["spec"]["podSelector"] == {}]
+        assert [p["spec"] for p in deny] == [{"podSelector": {}, "policyTypes": ["Ingress", "Egress"],
+                                             "ingress": [], "egress": []}], team.name
+
+
+def test_job_pods_are_selected_for_ingress_and_egress_and_let_in_nothing(platform):
+    req = _request(platform, "a100-train")
+    pod_labels = build_job(req).job["spec"]["template"]["metadata"]["labels"]
+    team = req.grant.team
+    selecting = [p for p in _policies(platform, team)
+                 if p["spec"]["podSelector"] and _selects(p, pod_labels)]
+    assert [p["metadata"]["name"] for p in selecting] == [namespaces.JOBS_POLICY_NAME]
+    (policy,) = selecting
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["ingress"] == []
+    dns, internet = policy["spec"]["egress"]
+    assert "to" not in dns and {p["port"] for p in dns["ports"]} == {namespaces.DNS_PORT}
+    assert set(internet["to"][0]["ipBlock"]["except"]) == FORBIDDEN
+
+
+def test_notebooks_egress_excludes_the_wireserver_too(platform):
+    policy = namespaces.network_policy(platform.teams[0], namespaces.HubRef())
+    internet = policy["spec"]["egress"][-1]["to"][0]["ipBlock"]
+    assert internet["cidr"] == "0.0.0.0/0" and set(internet["except"]) == FORBIDDEN
+
