@@ -5,9 +5,14 @@ tests/integration/test_network_policies.py (the truth table)."""
 
 from __future__ import annotations
 
-from jupyterhub_gpu.builders.job import JobGrant, JobRequest, build_job
-from jupyterhub_gpu.bundle import namespaces
+import kubernetes_validate
 
+from jupyterhub_gpu.builders.job import JobGrant, JobRequest, build_job, labels, peer_policy
+from jupyterhub_gpu.bundle import namespaces
+from jupyterhub_gpu.contract import JOB_NAME_LABEL
+from jupyterhub_gpu.devcluster.build import K8S_VERSION
+
+SCHEMA_VERSION = K8S_VERSION.lstrip("v").rsplit(".", 1)[0]
 FORBIDDEN = {*namespaces.PRIVATE_RANGES, namespaces.METADATA_SERVER, namespaces.WIRESERVER}
 
 
@@ -55,4 +60,20 @@ def test_notebooks_egress_excludes_the_wireserver_too(platform):
     policy = namespaces.network_policy(platform.teams[0], namespaces.HubRef())
     internet = policy["spec"]["egress"][-1]["to"][0]["ipBlock"]
     assert internet["cidr"] == "0.0.0.0/0" and set(internet["except"]) == FORBIDDEN
+
+
+def test_a_multi_pod_jobs_pods_reach_each_other_and_no_one_else(platform):
+    req = _request(platform, "a100-ddp-2")
+    policy = peer_policy(req)
+    kubernetes_validate.validate(policy, SCHEMA_VERSION, strict=True)
+    same_job = {"podSelector": {"matchLabels": {JOB_NAME_LABEL: req.name}}}
+    assert policy["metadata"]["namespace"] == req.grant.team.namespace
+    assert policy["metadata"]["labels"] == labels(req)
+    assert policy["spec"] == {"podSelector": same_job["podSelector"],
+                              "policyTypes": ["Ingress", "Egress"],
+                              "ingress": [{"from": [same_job]}], "egress": [{"to": [same_job]}]}
+
+
+def test_a_one_pod_job_has_no_policy_of_its_own(platform):
+    assert peer_policy(_request(platform, "a100-train")) is None
 
