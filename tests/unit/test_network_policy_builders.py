@@ -5,13 +5,18 @@ tests/integration/test_network_policies.py (the truth table)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import kubernetes_validate
+import yaml
 
 from jupyterhub_gpu.builders.job import JobGrant, JobRequest, build_job, labels, peer_policy
 from jupyterhub_gpu.bundle import namespaces
-from jupyterhub_gpu.contract import JOB_NAME_LABEL
+from jupyterhub_gpu.contract import (COMPONENT_LABEL, JOB_NAME_LABEL, MANAGED_LABEL,
+                                     SINGLEUSER_COMPONENT)
 from jupyterhub_gpu.devcluster.build import K8S_VERSION
 
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA_VERSION = K8S_VERSION.lstrip("v").rsplit(".", 1)[0]
 FORBIDDEN = {*namespaces.PRIVATE_RANGES, namespaces.METADATA_SERVER, namespaces.WIRESERVER}
 
@@ -37,8 +42,9 @@ def _request(platform, slug: str, team_name: str = "ml-eng") -> JobRequest:
 def test_every_team_namespace_denies_everything_not_allowed(platform):
     for team in platform.teams:
         deny = [p for p in _policies(platform, team) if p["spec"]["podSelector"] == {}]
-        assert [p["spec"] for p in deny] == [{"podSelector": {}, "policyTypes": ["Ingress", "Egress"],
-                                             "ingress": [], "egress": []}], team.name
+        assert [p["spec"] for p in deny] == [{
+            "podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": []}
+        ], team.name
 
 
 def test_job_pods_are_selected_for_ingress_and_egress_and_let_in_nothing(platform):
@@ -77,3 +83,17 @@ def test_a_multi_pod_jobs_pods_reach_each_other_and_no_one_else(platform):
 def test_a_one_pod_job_has_no_policy_of_its_own(platform):
     assert peer_policy(_request(platform, "a100-train")) is None
 
+
+
+def test_the_hub_and_proxy_reach_team_notebooks_by_selectors():
+    """helm-values/values.yaml lets the hub and the proxy out to the user servers of
+    the team namespaces by namespace and pod labels, not only by z2jh's private-range
+    ipBlock, which Cilium on AKS does not match against pod addresses; the labels and
+    port are the ones the bundle and GPUSpawner use."""
+    values = yaml.safe_load((REPO / "helm-values" / "values.yaml").read_text())
+    to_servers = {"to": [{"namespaceSelector": {"matchLabels": {MANAGED_LABEL: "true"}},
+                          "podSelector": {"matchLabels": {
+                              COMPONENT_LABEL: SINGLEUSER_COMPONENT}}}],
+                  "ports": [{"port": namespaces.SINGLEUSER_PORT}]}
+    assert to_servers in values["hub"]["networkPolicy"]["egress"]
+    assert to_servers in values["proxy"]["chp"]["networkPolicy"]["egress"]
