@@ -34,7 +34,7 @@ from jupyterhub.services.auth import (HubOAuth, HubOAuthCallbackHandler, HubOAut
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ..builders.job import build_job
+from ..builders.job import build_job, peer_policy
 from ..builders.pod import UserRef
 from ..contract import (ENV_JOBS_BIND, ENV_PLATFORM_FILE, ENV_SERVICE_PREFIX, ENV_SERVICE_URL,
                         JOB_PROFILE_LABEL, JOBS_ACCESS_SCOPE, JOBS_API_PATH, JOBS_SERVICE_NAME,
@@ -172,7 +172,7 @@ class JobsHandler(_API):
         job["metadata"]["annotations"] = {USERNAME_KEY: user.name}
         job["spec"]["template"]["metadata"].setdefault("annotations", {}).update(
             self.settings["job_annotations"])
-        created = await cluster.create(job, service)
+        created = await cluster.create(job, service, peer_policy(req))
         await watches.seen(req.grant.team.namespace, req.name)
         log.info("User %s submitted job %s/%s (%s): %s", user.name, req.grant.team.namespace,
                  req.name, submission.grant.profile.slug, " ".join(submission.command))

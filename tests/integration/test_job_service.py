@@ -282,21 +282,39 @@ async def test_the_user_guides_commands_run_as_written(hub, kube, tmp_path):
 
 
 async def test_cancel_of_a_multi_pod_job_leaves_no_service_behind(hub, kube, tmp_path):
-    """A job of two pods has a headless Service for its rendezvous, owned by the Job:
-    cancel removes it with the Job, its pods and its Workload."""
+    """A job of two pods has a headless Service for its rendezvous and a NetworkPolicy
+    that lets its pods reach each other, both owned by the Job; the policy selects
+    exactly the Job's pods as the API server labels them. Cancel removes both with
+    the Job, its pods and its Workload."""
+    from kubernetes_asyncio.client import BatchV1Api, NetworkingV1Api
+
+    networking = NetworkingV1Api(kube.api_client)
     terminal, _ = await _alice(hub, kube, tmp_path)
     code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-ddp-2")
     assert code == 0, err
     name = out.split(":")[0]
     service = await kube.core.read_namespaced_service(name, NAMESPACE)
     assert [(o.kind, o.name) for o in service.metadata.owner_references] == [("Job", name)]
+    policy = await networking.read_namespaced_network_policy(name, NAMESPACE)
+    assert [(o.kind, o.name) for o in policy.metadata.owner_references] == [("Job", name)]
     await wait_for(lambda: _is(terminal, name, "running on pool cpu"), timeout=60,
                    what="both pods to run")
+    job = await BatchV1Api(kube.api_client).read_namespaced_job(name, NAMESPACE)
+
+    async def pods(selector):  # the pods a label selector picks
+        found = await kube.core.list_namespaced_pod(NAMESPACE, label_selector=",".join(
+            f"{k}={v}" for k, v in selector.match_labels.items()))
+        return sorted(p.metadata.name for p in found.items)
+
+    selected = await pods(policy.spec.pod_selector)
+    assert len(selected) == 2 and selected == await pods(job.spec.selector)
     assert (await terminal.job("cancel", name))[0] == 0
 
     async def gone():
         services = (await kube.core.list_namespaced_service(NAMESPACE)).items
+        policies = (await networking.list_namespaced_network_policy(NAMESPACE)).items
         return await _nothing_left_of(kube, name) and name not in {
-            s.metadata.name for s in services}
+            s.metadata.name for s in [*services, *policies]}
 
-    await wait_for(gone, timeout=60, what=f"{name}'s Job, pods, Workload and Service to go")
+    await wait_for(gone, timeout=60,
+                   what=f"{name}'s Job, pods, Workload, Service and NetworkPolicy to go")
