@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from .contract import ENV_API_TOKEN, ENV_API_URL, PROFILE_LABEL, SERVERNAME_KEY, USERNAME_KEY
+from .logtext import shown
 from .parse import load_platform
 
 log = logging.getLogger("jupyterhub_gpu.resume")
@@ -108,18 +109,23 @@ async def _pods(namespaces: list[str]) -> list[dict]:
         return found
 
 
+def server_path(item: Resumable) -> str:
+    """The hub API's path of ``item``'s server, each name one path segment."""
+    return f"/users/{quote(item.user, safe='')}/servers/{quote(item.server, safe='')}"
+
+
 async def _resume(http, item: Resumable) -> bool:
     """Ask the hub to start ``item`` again; False if it refuses (HTTP 4xx)."""
-    path = f"/users/{quote(item.user)}/servers/{quote(item.server)}"
-    log.info("resuming %s's queued server %r (profile %s)", item.user, item.server,
-             item.profile)
+    path = server_path(item)
+    log.info("resuming %s's queued server %s (profile %s)", shown(item.user),
+             shown(item.server), shown(item.profile))
     try:
         await _hub(http, "POST", path, {"profile": item.profile})
     except HubError as e:
         if not 400 <= e.status < 500:
             raise
-        log.warning("not resuming %s's server %r: the hub refused it: %s", item.user,
-                    item.server, e)
+        log.warning("not resuming %s's server %s: the hub refused it: %s", shown(item.user),
+                    shown(item.server), shown(e))
         return False
     return True
 
@@ -141,7 +147,8 @@ async def resume_once(namespaces: list[str]) -> list[Resumable]:
                 if await _resume(http, item):
                     resumed.append(item)
             except Exception as e:  # noqa: BLE001 - raised below, after the others
-                log.warning("could not resume %s's server %r: %s", item.user, item.server, e)
+                log.warning("could not resume %s's server %s: %s", shown(item.user),
+                            shown(item.server), shown(e))
                 failed.append(item)
     if failed:
         raise RuntimeError(f"{len(failed)} server(s) not resumed yet; "

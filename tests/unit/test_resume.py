@@ -11,7 +11,7 @@ from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 from traitlets.config import Config
 
 from jupyterhub_gpu import configure_hub
-from jupyterhub_gpu.resume import resumable
+from jupyterhub_gpu.resume import Resumable, resumable, server_path
 from jupyterhub_gpu.contract import PROFILE_LABEL
 
 
@@ -78,3 +78,10 @@ def test_resumable_are_the_waiting_pods_the_hub_does_not_know():
              {"name": "erin", "servers": {}}]
     assert [(r.user, r.server) for r in resumable(pods, users)] == [("alice", ""),
                                                                     ("erin", "big")]
+
+
+def test_a_name_with_a_slash_is_one_segment_of_the_hub_api_path():
+    """JupyterHub allows "/" in user names (some authenticators give such names): it
+    must not move the request to another user's path of the hub API."""
+    item = Resumable("team/alice", "big/../../bob", "t4-shared")
+    assert server_path(item) == "/users/team%2Falice/servers/big%2F..%2F..%2Fbob"
