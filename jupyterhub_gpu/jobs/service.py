@@ -189,7 +189,7 @@ class JobsHandler(_API):
             raise web.HTTPError(413, f"A job request may have at most {MAX_BODY_BYTES} bytes.")
         try:
             body = json.loads(self.request.body or b"null")
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to read
             body = None
         async with self.jobs.lock(user.name):
             job = await self._submit(user, body)

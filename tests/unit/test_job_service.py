@@ -140,6 +140,9 @@ def test_the_request_body_is_bounded(service, kube):  # noqa: F811
     assert status == 413 and f"at most {MAX_BODY_BYTES} bytes" in said["error"]
     status, said = _submit(service, {**GOOD, "args": ["x" * (5 * 2**20)]})
     assert status in (400, 413) and kube == []
+    for body in (b"[" * 100_000, b'{"profile": ' + b"[" * 50_000, b"\xff\xfe", b""):
+        status, said = _submit(service, body)
+        assert status == 400 and "must be a JSON object" in said["error"], body[:20]
 
 
 def test_log_lines_escape_user_input_and_hold_no_argument(service, kube, caplog):  # noqa: F811
