@@ -35,6 +35,10 @@ USERS = {  # token -> the model JupyterHub's GET /hub/api/user answers
     "unscoped-token": {"kind": "user", "name": "bob", "groups": ["ml-eng"], "scopes": []},
     "dave-token": {"kind": "user", "name": "dave", "groups": ["ml-eng"],
                    "scopes": [JOBS_ACCESS_SCOPE]},
+    "admin-token": {"kind": "user", "name": "root", "admin": True, "groups": [],
+                    "scopes": [JOBS_ACCESS_SCOPE, "admin:users", "admin:servers"]},
+    "service-token-of-usage": {"kind": "service", "name": "gpu-usage",
+                               "scopes": [JOBS_ACCESS_SCOPE]},
     # a name that would forge a log line if logged as it is
     "mallory-token": {"kind": "user", "name": "mallory\n[W 2026 jobs] admin cancelled all",
                       "groups": ["ml-eng"], "scopes": [JOBS_ACCESS_SCOPE]},

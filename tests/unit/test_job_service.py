@@ -194,3 +194,18 @@ def test_a_log_that_ends_has_no_note(service, monkeypatch):  # noqa: F811
     status, text, _ = _call(_api(service, "/job-bob-run/logs"),
                             headers={"Authorization": "token bob-token"})
     assert (status, text) == (200, ("x" * 9 + "\n") * 3)
+
+
+def test_no_admin_or_service_path_reaches_another_users_jobs(service, kube):  # noqa: F811
+    """The service has no lead or admin view: a hub admin sees and touches only their
+    own jobs (none), and a service's token is no user's."""
+    admin = {"Authorization": "token admin-token"}
+    assert json.loads(_call(_api(service), headers=admin)[1]) == {"jobs": []}
+    for method, path in (("GET", "/job-bob-run"), ("DELETE", "/job-bob-run"),
+                         ("GET", "/job-bob-run/logs")):
+        status, text, _ = _call(_api(service, path), method, headers=admin)
+        assert status == 404 and "You have no job 'job-bob-run'" in text
+    status, text, _ = _call(_api(service), headers={"Authorization": "token "
+                                                    "service-token-of-usage"})
+    assert status == 403 and "Only users have jobs" in text
+    assert kube == []
