@@ -7,11 +7,14 @@ Its API, under the service's prefix (``/services/gpu-jobs/``), answers JSON:
   (:mod:`jupyterhub_gpu.jobs.request` checks it before any Kubernetes call);
 * ``GET api/jobs/<name>``: one job; ``DELETE api/jobs/<name>``: cancel it;
 * ``GET api/jobs/<name>/logs``: its first pod's log, as plain text, followed while it
-  runs (503 where the cluster serves no logs).
+  runs, for at most :data:`MAX_LOG_BYTES` or :data:`MAX_LOG_SECONDS` (a last line says
+  so); 503 where the cluster serves no logs.
 
 A caller is a JupyterHub user with the scope ``access:services!service=gpu-jobs``:
 their API token (``Authorization: token ...``, what the ``jupyterhub-gpu job`` command
-sends), or OAuth in the browser. Their groups come with the token owner's model
+sends), or OAuth in the browser. A request with a token is answered as the token's
+owner or refused, never as the browser's cookie sent with it; a browser's write
+needs the XSRF token a page view of the service set (JupyterHub's rules). Their groups come with the token owner's model
 (``GET /hub/api/user`` always includes them), so the service itself needs no hub scope.
 Kubernetes is reached with the hub's ServiceAccount (:mod:`jupyterhub_gpu.jobs.cluster`).
 
@@ -44,9 +47,9 @@ from ..kueue import status as st
 from ..specsource import SpecSource
 from ..usage.jobs import JobRecorder
 from ..usage.ledger import Ledger
+from ..logtext import shown
 from . import cluster
 from .cluster import owner
-from ..logtext import shown
 from .request import MAX_BODY_BYTES, JobRefused, check_submission, job_name, job_request
 from .words import describe, preemptor
 
