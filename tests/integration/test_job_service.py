@@ -260,7 +260,7 @@ async def test_a_forged_same_origin_request_with_the_victims_cookie_is_refused(
     code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-job")
     assert code == 0, err  # a valid token, no XSRF token
     victims = out.split(":")[0]
-    api = terminal.env[ENV_JOBS_URL] + JOBS_API_PATH
+    api = f"{URL}/services/{JOBS_SERVICE_NAME}/{JOBS_API_PATH}"  # through the proxy
     async with hub.get(api) as r:  # her browser opens the service: OAuth, its cookie
         assert r.status == 200 and str(r.url) == api, r.url
         assert victims in {j["name"] for j in (await r.json())["jobs"]}
