@@ -139,11 +139,23 @@ class Watches:
         return [j for j in self.jobs_of(user)
                 if not finished(j) and not j["metadata"].get("deletionTimestamp")]
 
+    def notebooks_of(self, user: str) -> list[dict]:
+        """The user's notebook pods, whatever their phase."""
+        return [p for r in self.pods.values() for p in r.resources.values()
+                if _component(p) == SINGLEUSER_COMPONENT and owner(p) == user]
+
+    def words_for_own(self, user: str) -> dict[str, str]:
+        """How a status names each of the user's Jobs and notebook pods, by uid."""
+        words = {p["metadata"].get("uid"): "your notebook" for p in self.notebooks_of(user)}
+        words.update({j["metadata"].get("uid"): f"your job {j['metadata']['name']}"
+                      for j in self.jobs_of(user)})
+        words.pop(None, None)
+        return words
+
     def notebook_of(self, user: str) -> dict | None:
         """The user's running notebook pod: their default server's if it runs."""
-        running = [p for r in self.pods.values() for p in r.resources.values()
-                   if _component(p) == SINGLEUSER_COMPONENT and owner(p) == user
-                   and (p.get("status") or {}).get("phase") == "Running"
+        running = [p for p in self.notebooks_of(user)
+                   if (p.get("status") or {}).get("phase") == "Running"
                    and not p["metadata"].get("deletionTimestamp")]
         running.sort(key=lambda p: bool((p["metadata"].get("annotations") or {}).get(SERVERNAME_KEY)))
         return running[0] if running else None

@@ -20,10 +20,11 @@ import pytest
 
 from jupyterhub_gpu.builders.job import home_of
 from jupyterhub_gpu.contract import (ENV_API_TOKEN, ENV_DEMO_JOB_RUN_FOR, ENV_JOBS_URL,
-                                     JOB_NAME_LABEL, PRIORITY_LABEL, QUEUE_LABEL)
+                                     JOB_NAME_LABEL, JOBS_API_PATH, JOBS_SERVICE_NAME,
+                                     PRIORITY_LABEL, QUEUE_LABEL)
 
 from .conftest import wait_for
-from .test_demo import _login, _serving, _spawn_and_wait
+from .test_demo import URL, _login, _serving, _spawn_and_wait, _xsrf
 
 CLI = Path(sys.executable).parent / "jupyterhub-gpu"
 NAMESPACE = "jhub-data-science"
@@ -235,6 +236,54 @@ async def test_forged_submits_are_refused_and_create_nothing(hub, kube, cluster_
     assert (await _post(url, None, FORGED[0][0]))[0] == 403, "no token, nothing"
     assert (await _post(url, "not-a-token", FORGED[0][0]))[0] == 403
     assert await _snapshot(kube, cluster_platform) == before
+
+
+async def _jobs_in(kube) -> dict[str, bool]:
+    """The team namespace's Jobs, and whether each is being deleted."""
+    from kubernetes_asyncio import client
+
+    jobs = (await client.BatchV1Api(kube.api_client).list_namespaced_job(NAMESPACE)).items
+    return {j.metadata.name: j.metadata.deletion_timestamp is not None for j in jobs}
+
+
+async def test_a_forged_same_origin_request_with_the_victims_cookie_is_refused(
+        hub, kube, tmp_path):
+    """What a page under /user/<attacker>/ (the service's origin when subdomain_host is
+    unset) can make alice's browser send: her OAuth cookie for the service with
+    ``Authorization: token x``, and no XSRF token or a wrong one. JupyterHub's HubAuth
+    falls back to the cookie when the hub does not know the header's token
+    (jupyterhub/services/auth.py, HubAuth._get_user): the service answers such a
+    request as the token's owner or not at all, so POST and DELETE are refused and
+    nothing is created or deleted. Her own token needs no XSRF token (the CLI); her
+    browser's write is let in with the XSRF token a page view of the service gave it."""
+    terminal, _ = await _alice(hub, kube, tmp_path)
+    code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-job")
+    assert code == 0, err  # a valid token, no XSRF token
+    victims = out.split(":")[0]
+    api = f"{URL}/services/{JOBS_SERVICE_NAME}/{JOBS_API_PATH}"  # through the proxy
+    async with hub.get(api) as r:  # her browser opens the service: OAuth, its cookie
+        assert r.status == 200 and str(r.url) == api, r.url
+        assert victims in {j["name"] for j in (await r.json())["jobs"]}
+    before = await _jobs_in(kube)
+    page = {"Sec-Fetch-Mode": "cors", "Sec-Fetch-Site": "same-origin",
+            "Origin": URL, "Referer": f"{URL}/user/mallory/lab"}
+    body = {"profile": "cpu-job", "script": "train/train.py"}
+    for extra in ({"Authorization": "token x"}, {"Authorization": "token x", "X-XSRFToken": "x"},
+                  {}, {"X-XSRFToken": "x"}):
+        headers = {**page, **extra}
+        async with hub.post(api, json=body, headers=headers) as r:
+            assert r.status == 403, (extra, r.status, await r.text())
+        async with hub.delete(f"{api}/{victims}", headers=headers) as r:
+            assert r.status == 403, (extra, r.status, await r.text())
+    assert await _jobs_in(kube) == before, "the forged requests changed nothing"
+    assert before[victims] is False
+    xsrf = _xsrf(hub, f"/services/{JOBS_SERVICE_NAME}/")
+    async with hub.post(api, json={**body, "profile": "nope"},
+                        headers={**page, "X-XSRFToken": xsrf}) as r:
+        said = await r.json()
+        assert r.status == 400 and "Unknown job profile 'nope'" in said["error"], said
+    assert (await terminal.job("cancel", victims))[0] == 0
+    await wait_for(lambda: _nothing_left_of(kube, victims), timeout=60, what="the cancel")
 
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
