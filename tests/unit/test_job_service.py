@@ -52,7 +52,7 @@ def kube(monkeypatch):
     """The API server's writes, recorded; the Job watch never shows the new Jobs."""
     made: list[dict] = []
 
-    async def create(job, service_):
+    async def create(job, service_, policy=None):
         job = json.loads(json.dumps(job))
         job["metadata"]["uid"] = f"uid-{len(made)}"
         made.append(job)
