@@ -11,7 +11,7 @@ asking for a team or user outside it is refused (:class:`NotVisible`), never ans
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..spec import Platform
 from .ledger import Usage
@@ -74,3 +74,28 @@ def visible(rows: Iterable[Usage], viewer: Viewer, selection: Selection) -> list
     :class:`NotVisible` for a selection outside the viewer's rights)."""
     selection.check(viewer)
     return [u for u in rows if viewer.may_see(u) and selection.matches(u)]
+
+
+class BadQuery(ValueError):
+    """A page's query string that is not one the page takes; the message says why."""
+
+
+@dataclass(frozen=True)
+class Query:
+    """A page's query string, parsed: the period (days up to now) and the narrowing."""
+
+    days: int
+    selection: Selection
+
+    @classmethod
+    def parse(cls, arguments: Mapping[str, Sequence[bytes]], default_days: int,
+              max_days: int) -> "Query":
+        """The query of a request's ``arguments`` (tornado's ``query_arguments``)."""
+        def one(name: str) -> str | None:
+            values = arguments.get(name)
+            return values[-1].decode() if values else None
+
+        days = one("days") or str(default_days)
+        if not days.isdigit() or not 1 <= int(days) <= max_days:
+            raise BadQuery(f"days must be a whole number from 1 to {max_days}, got {days!r}")
+        return cls(int(days), Selection(one("team") or None, one("user") or None))

@@ -37,7 +37,7 @@ from ..roles import with_user_scope
 from ..specsource import SpecSource
 from . import figures as fg
 from . import telemetry
-from .access import NotVisible, Selection, Viewer, visible
+from .access import BadQuery, NotVisible, Query, Selection, Viewer, visible
 from .config import DEFAULT_DAYS, MAX_DAYS, UsageLedger, UsagePage
 from .ledger import Ledger
 from .page import Report, report, to_csv, to_html
@@ -78,24 +78,21 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
         model = await self.hub_auth.get_user(self, sync=False)
         self.current_user = self.check_hub_user(model) if model else None
 
-    def _days(self) -> int:
-        text = self.get_argument("days", str(self.usage.default_days))
-        if not text.isdigit() or not 1 <= int(text) <= MAX_DAYS:
-            raise web.HTTPError(400, f"days must be a whole number from 1 to {MAX_DAYS}, "
-                                f"got {text!r}")
-        return int(text)
-
     async def _report(self) -> Report:
-        selection = Selection(self.get_argument("team", None) or None,
-                              self.get_argument("user", None) or None)
         try:
-            return await self.usage.report(self.current_user, selection, self._days())
+            query = Query.parse(self.request.query_arguments, self.usage.default_days,
+                                MAX_DAYS)
+            return await self.usage.report(self.current_user, query.selection, query.days)
+        except BadQuery as e:
+            raise web.HTTPError(400, "%s", e) from None
         except NotVisible as e:
-            raise web.HTTPError(403, str(e)) from None
+            raise web.HTTPError(403, "%s", e) from None
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = kwargs.get("exc_info", (None, None))[1]
-        message = getattr(error, "log_message", None) or self._reason
+        message = self._reason
+        if isinstance(error, web.HTTPError) and error.log_message:
+            message = error.log_message % error.args  # as tornado logs it
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.finish(f"{status_code}: {message}\n")
 
