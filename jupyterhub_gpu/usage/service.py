@@ -6,9 +6,10 @@ Under the service's prefix (``/services/gpu-usage/``):
 * ``GET ./usage.csv``: the same numbers as CSV (``figure,name,measure,value``).
 
 Both take ``days`` (the period up to now, 1 to 366), ``team`` and ``user`` (narrow to
-one team or user). Who sees what: :mod:`.access` (admins everything, a team's
-``leadGroups`` their team, everyone their own); a narrowing outside that is answered
-403 and shows nothing. The viewer's name, admin flag and groups come from the hub
+one team or user), each at most once; any other query is answered 400 with the reason
+(:meth:`.access.Query.parse`). Who sees what: :mod:`.access` (admins everything, a
+team's ``leadGroups`` their team, everyone their own); a narrowing outside that (a
+lead's too, to a user with no usage in their teams) is answered 403 and shows nothing. The viewer's name, admin flag and groups come from the hub
 (``GET /hub/api/user``, which every token may call about its owner).
 
 Run as a managed service by :func:`add_usage_service`.

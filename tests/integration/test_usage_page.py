@@ -173,6 +173,9 @@ async def test_each_viewer_sees_their_share_and_the_ledgers_numbers(hub, browser
     lead = await asyncio.to_thread(_view, browser, "erin", "usage-page-lead")
     _check(lead, [r for r in ROWS if r.team == "data-science"], spot)
     assert not browser.css(".warning")
+    # another team's user: refused, not an empty page
+    text = await asyncio.to_thread(_open, browser, PAGE + "?user=bob")
+    assert "403" in text and "may not see user 'bob'" in text and "ml-eng" not in text
 
     bob = await asyncio.to_thread(_view, browser, "bob", None)
     _check(bob, [r for r in ROWS if r.user == "bob"], spot)
@@ -185,3 +188,8 @@ async def test_each_viewer_sees_their_share_and_the_ledgers_numbers(hub, browser
     assert await asyncio.to_thread(_csv, browser, "?user=bob") == bob
     status, body = await asyncio.to_thread(_fetch, browser, USAGE_CSV_PATH + "?days=0")
     assert status == 400 and "days must be a whole number from 1 to 366" in body
+    for query, reason in (("?days=%C2%B2", "days must be a whole number"),  # '²'.isdigit()
+                          ("?format=json", "unknown query parameter 'format'"),
+                          ("?user=" + "x" * 300, "user is longer than 255 characters")):
+        status, body = await asyncio.to_thread(_fetch, browser, USAGE_CSV_PATH + query)
+        assert status == 400 and reason in body, (query, status, body)
