@@ -93,7 +93,7 @@ class BadQuery(ValueError):
 
 #: the query parameters of the page and its CSV
 PARAMETERS = ("days", "team", "user")
-_DAYS = re.compile(r"[0-9]{1,3}")  # ASCII digits only (str.isdigit also takes '²')
+_DAYS = re.compile(r"[0-9]+")  # ASCII digits only (str.isdigit also takes '²')
 _QUOTED = 40  # the most characters of a bad value a message repeats
 
 
@@ -118,7 +118,7 @@ def _value(arguments: Mapping[str, Sequence[bytes]], name: str) -> str | None:
     if len(text) > NAME_CHARS:
         raise BadQuery(f"{name} is longer than {NAME_CHARS} characters")
     if not text.isprintable():
-        raise BadQuery(f"{name} has a control character: {_shown(text)}")
+        raise BadQuery(f"{name} has a character that is not printable: {_shown(text)}")
     return text
 
 
