@@ -104,7 +104,7 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
         error = kwargs.get("exc_info", (None, None))[1]
         message = self._reason
         if isinstance(error, web.HTTPError) and error.log_message:
-            message = error.log_message % error.args  # as tornado logs it
+            message = error.log_message % error.args if error.args else error.log_message
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.finish(f"{status_code}: {message}\n")
 
