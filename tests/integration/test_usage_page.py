@@ -8,6 +8,8 @@ forged ``team`` parameter is refused and shows nothing. Screenshots go to
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 from datetime import datetime, timedelta, timezone
 
 from jupyterhub_gpu.contract import USAGE_CSV_PATH, USAGE_SERVICE_NAME
@@ -193,3 +195,45 @@ async def test_each_viewer_sees_their_share_and_the_ledgers_numbers(hub, browser
                           ("?user=" + "x" * 300, "user is longer than 255 characters")):
         status, body = await asyncio.to_thread(_fetch, browser, USAGE_CSV_PATH + query)
         assert status == 400 and reason in body, (query, status, body)
+
+
+async def test_the_service_refuses_bad_queries_and_other_teams_users_through_the_hub(
+        cluster, cluster_spec_path, hub_kubeconfig, tmp_path):
+    """Without a browser: API tokens of the demo's users, through the real hub's proxy
+    to the real service. Every bad query is a 400 with its reason (none a 500), a lead's
+    user outside the team a 403, and a name that would be a spreadsheet formula is text
+    in the CSV."""
+    from .hubrest import _auth, hub_with_tokens
+
+    hostile = "=HYPERLINK(\"http://x.example\",\"y\")"
+    async with hub_with_tokens(cluster, cluster_spec_path, hub_kubeconfig, tmp_path) as (
+            http, token):
+        ledger = Ledger(f"sqlite:///{tmp_path / 'hub' / 'jupyterhub-gpu-usage.sqlite'}")
+        try:
+            for usage in [*ROWS, _row("pod:h1", hostile, "data-science", "t4-shared", 1, 0.5,
+                                      1.0)]:
+                await ledger.record(usage)
+        finally:
+            ledger.dispose()
+        erin, bob = await token("erin"), await token("bob")
+
+        async def get(who: str, query: str) -> tuple[int, str]:
+            async with http.get(PAGE + USAGE_CSV_PATH + query, headers=_auth(who)) as r:
+                return r.status, await r.text()
+
+        for query, reason in (("?days=%C2%B2", "days must be a whole number"),
+                              ("?days=%EF%BC%97", "days must be a whole number"),
+                              ("?days=1&days=2", "give days once"),
+                              ("?format=json", "unknown query parameter 'format'"),
+                              ("?user=a%00b", "not printable"),
+                              ("?user=" + "x" * 300, "longer than 255 characters"),
+                              ("?team=%FF", "team is not UTF-8")):
+            status, body = await get(bob, query)
+            assert status == 400 and body.startswith("400: ") and reason in body, query
+        status, body = await get(erin, "?user=bob")
+        assert status == 403 and "may not see user 'bob'" in body and "ml-eng," not in body
+        status, body = await get(erin, "?user=alice")
+        assert status == 200 and "user,alice,gpu_hours,3.00" in body
+        status, body = await get(erin, "")
+        assert status == 200
+        assert ["user", f"'{hostile}", "gpu_hours", "1.00"] in csv.reader(io.StringIO(body))
