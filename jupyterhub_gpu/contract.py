@@ -116,6 +116,10 @@ ENV_API_TOKEN = "JUPYTERHUB_API_TOKEN"
 ENV_API_URL = "JUPYTERHUB_API_URL"
 ENV_SERVICE_URL = "JUPYTERHUB_SERVICE_URL"
 ENV_SERVICE_PREFIX = "JUPYTERHUB_SERVICE_PREFIX"  # a hub service's path on the proxy
+ENV_SERVICE_NAME = "JUPYTERHUB_SERVICE_NAME"
+ENV_CLIENT_ID = "JUPYTERHUB_CLIENT_ID"  # its OAuth client: service-<name> for a service
+ENV_OAUTH_CALLBACK_URL = "JUPYTERHUB_OAUTH_CALLBACK_URL"
+ENV_BASE_URL = "JUPYTERHUB_BASE_URL"  # the hub's base URL, e.g. "/"
 #: what JupyterHub's Spawner.get_env tells a server of its limits
 ENV_CPU_LIMIT = "CPU_LIMIT"
 ENV_MEM_LIMIT = "MEM_LIMIT"  # bytes
@@ -144,14 +148,16 @@ BATCH_GROUP = "batch"
 BATCH_API_VERSION = f"{BATCH_GROUP}/v1"
 #: on an Indexed Job's pod: its completion index (the Job controller sets it)
 JOB_COMPLETION_INDEX_ANNOTATION = f"{BATCH_GROUP}.kubernetes.io/job-completion-index"
-#: on a Job's pods: the Job's name (the Job controller sets it)
+#: on a Job's pods: the Job's name (the API server adds it to the pod template when
+#: the Job is created: kubernetes pkg/registry/batch/job/strategy.go)
 JOB_NAME_LABEL = f"{BATCH_GROUP}.kubernetes.io/job-name"
 #: the pod condition of a disruption: preemption, eviction, a node going away
 DISRUPTION_TARGET = "DisruptionTarget"
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
 RBAC_API_VERSION = f"{RBAC_GROUP}/v1"
-NETWORKING_API_VERSION = "networking.k8s.io/v1"
+NETWORKING_GROUP = "networking.k8s.io"
+NETWORKING_API_VERSION = f"{NETWORKING_GROUP}/v1"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 OS_LABEL = "kubernetes.io/os"

@@ -12,6 +12,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -61,8 +62,10 @@ def _ensure_kubeconfig() -> None:
     os.environ["KUBECONFIG"] = str(path)
 
 
-async def render_pod(platform_file: str, user: str, groups: list[str], profile: str) -> dict:
-    """The pod manifest GPUSpawner would create for ``user`` starting ``profile``.
+async def render_pod(platform_file: str, user: str, groups: list[str], profile: str,
+                     config: Any = None) -> dict:
+    """The pod manifest GPUSpawner would create for ``user`` starting ``profile``, under
+    the hub's traitlets ``config`` if given (e.g. what the z2jh chart sets).
 
     Raises :class:`OptionsRejected` when the user may not start that profile.
     """
@@ -78,7 +81,8 @@ async def render_pod(platform_file: str, user: str, groups: list[str], profile: 
               options)
 
     spawner = GPUSpawner(user=OfflineUser(user, [_Group(g) for g in groups]),
-                         hub=OfflineHub(), platform_file=platform_file)
+                         hub=OfflineHub(), platform_file=platform_file,
+                         **({"config": config} if config is not None else {}))
     spawner.user_options = options
     spawner.apply_profile(options)
     async with ApiClient() as client:

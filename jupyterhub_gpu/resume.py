@@ -7,7 +7,11 @@ user's server the hub no longer knows, it asks the hub to start that server agai
 with the same profile. GPUSpawner then adopts the pod (same Workload, same place).
 
 Run by :func:`jupyterhub_gpu.configure_hub` as the managed service ``gpu-resume``,
-with the scopes ``list:users``, ``read:servers`` and ``servers``. It reads pods with
+with the scopes ``list:users``, ``read:servers`` and ``servers``: its hub token (the
+one JupyterHub makes for a managed service at each hub start) may start any user's
+server and does not expire, so once its pass is done the service replaces itself
+with a process that only sleeps and holds neither the token nor any other variable
+(:func:`idle`). It reads pods with
 the hub's Kubernetes credentials: in the hub pod, the in-cluster config (the hub
 passes it :data:`KUBE_ENV`), else ``KUBECONFIG``.
 
@@ -22,10 +26,12 @@ import asyncio
 import json
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from urllib.parse import quote
 
 from .contract import ENV_API_TOKEN, ENV_API_URL, PROFILE_LABEL, SERVERNAME_KEY, USERNAME_KEY
+from .logtext import shown
 from .parse import load_platform
 
 log = logging.getLogger("jupyterhub_gpu.resume")
@@ -36,6 +42,8 @@ log = logging.getLogger("jupyterhub_gpu.resume")
 KUBE_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG")
 # GPUSpawner's pods, whatever component label the spawner is configured with
 SELECTOR = PROFILE_LABEL
+#: what the service runs once its pass is done: sleep until stopped (SIGTERM)
+IDLE = "import signal; signal.pause()"
 
 
 @dataclass(frozen=True)
@@ -108,18 +116,23 @@ async def _pods(namespaces: list[str]) -> list[dict]:
         return found
 
 
+def server_path(item: Resumable) -> str:
+    """The hub API's path of ``item``'s server, each name one path segment."""
+    return f"/users/{quote(item.user, safe='')}/servers/{quote(item.server, safe='')}"
+
+
 async def _resume(http, item: Resumable) -> bool:
     """Ask the hub to start ``item`` again; False if it refuses (HTTP 4xx)."""
-    path = f"/users/{quote(item.user)}/servers/{quote(item.server)}"
-    log.info("resuming %s's queued server %r (profile %s)", item.user, item.server,
-             item.profile)
+    path = server_path(item)
+    log.info("resuming %s's queued server %s (profile %s)", shown(item.user),
+             shown(item.server), shown(item.profile))
     try:
         await _hub(http, "POST", path, {"profile": item.profile})
     except HubError as e:
         if not 400 <= e.status < 500:
             raise
-        log.warning("not resuming %s's server %r: the hub refused it: %s", item.user,
-                    item.server, e)
+        log.warning("not resuming %s's server %s: the hub refused it: %s", shown(item.user),
+                    shown(item.server), shown(e))
         return False
     return True
 
@@ -141,7 +154,8 @@ async def resume_once(namespaces: list[str]) -> list[Resumable]:
                 if await _resume(http, item):
                     resumed.append(item)
             except Exception as e:  # noqa: BLE001 - raised below, after the others
-                log.warning("could not resume %s's server %r: %s", item.user, item.server, e)
+                log.warning("could not resume %s's server %s: %s", shown(item.user),
+                            shown(item.server), shown(e))
                 failed.append(item)
     if failed:
         raise RuntimeError(f"{len(failed)} server(s) not resumed yet; "
@@ -165,13 +179,19 @@ def main(argv: list[str] | None = None) -> None:
             asyncio.run(asyncio.sleep(2))
     else:
         raise SystemExit("could not resume queued servers; see the warnings above")
-    log.info("resumed %d queued server(s); nothing more to do", len(resumed))
-    asyncio.run(_idle())
+    log.info("resumed %d queued server(s); nothing more to do: idling without the "
+             "hub token", len(resumed))
+    idle()
 
 
-async def _idle() -> None:
-    """Stay up: JupyterHub restarts a managed service that exits."""
-    await asyncio.Event().wait()
+def idle() -> None:
+    """Stay up (JupyterHub restarts a managed service that exits), as a process that no
+    longer holds the service's hub token: this process is replaced by one that only
+    sleeps, with an empty environment. The token may start any user's server
+    (``servers``) and does not expire; after the one pass it has no use here."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-c", IDLE], {})
 
 
 if __name__ == "__main__":

@@ -172,6 +172,24 @@ def _init_containers(values: Mapping[str, Any]) -> list[dict]:
     return containers
 
 
+#: the release name the admin guide installs the chart as (``helm upgrade --install jupyterhub``)
+RELEASE_NAME = "jupyterhub"
+CHART = REFERENCE / "chart" / "jupyterhub"
+
+
+def common_labels(values: Mapping[str, Any]) -> dict[str, str]:
+    """``c.KubeSpawner.common_labels`` as the chart's hub config sets it (its "implement
+    common labels" part): on every user pod, beside KubeSpawner's own. Not in
+    :func:`kubespawner_config`, which holds only what GPUSpawner's merging meets."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    name = get(values, "nameOverride") or chart["name"]
+    chart_label = f"{chart['name']}-{chart['version'].replace('+', '_')}"
+    return {"app.kubernetes.io/name": name, "app": name,
+            "app.kubernetes.io/instance": RELEASE_NAME, "release": RELEASE_NAME,
+            "helm.sh/chart": chart_label, "chart": chart_label,
+            "app.kubernetes.io/managed-by": "kubespawner"}
+
+
 def kubespawner_config(values: Mapping[str, Any],
                        namespace: str = RELEASE_NAMESPACE) -> Config:
     """``c.KubeSpawner`` as the chart's hub config leaves it for these ``values``,

@@ -1,7 +1,8 @@
 """A user's training job as a Kueue-queued ``batch/v1`` Job: pure, no I/O.
 
 :func:`build_job` turns a :class:`JobRequest` into the Job (and, for a job of several
-pods, the headless Service of their rendezvous). The Job runs in the user's team
+pods, the headless Service of their rendezvous); :func:`peer_policy` gives such a job
+the NetworkPolicy that lets its pods reach each other. The Job runs in the user's team
 namespace, on the team's LocalQueue with the job profile's WorkloadPriorityClass, so
 Kueue queues, admits and preempts it like a notebook of that team; it gets the
 user's home and checkpoint volumes as their notebook pod has them, and the pool's
@@ -29,8 +30,8 @@ from typing import Any, Mapping, NamedTuple
 from ..contract import (BATCH_API_VERSION, COMPONENT_LABEL, DISRUPTION_TARGET, ENV_MASTER_ADDR,
                         ENV_MASTER_PORT, ENV_NODE_RANK, ENV_RANK, ENV_WORLD_SIZE,
                         JOB_COMPLETION_INDEX_ANNOTATION, JOB_COMPONENT, JOB_NAME_LABEL,
-                        JOB_PROFILE_LABEL, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL,
-                        USERNAME_KEY)
+                        JOB_PROFILE_LABEL, NETWORKING_API_VERSION, PRIORITY_LABEL,
+                        QUEUE_LABEL, TEAM_LABEL, USERNAME_KEY)
 from ..quantities import format_cpu, format_memory
 from ..spec import CheckpointStorage, JobProfile, Platform, Pool, Priority, Team
 from .pod import RESTRICTED_CONTAINER, RESTRICTED_POD, checkpoint_parts, placement
@@ -242,6 +243,30 @@ def _service(req: JobRequest) -> dict:
             "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
                      "selector": {JOB_NAME_LABEL: req.name},
                      "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT}]}}
+
+
+def peer_policy(req: JobRequest) -> dict | None:
+    """The NetworkPolicy of a multi-pod job: its pods reach each other on every port
+    and protocol, and nothing else gains anything (None for a one-pod job).
+
+    Every port, not only the rendezvous port: after the ``env://`` rendezvous on
+    :data:`RENDEZVOUS_PORT`, NCCL's bootstrap and Gloo listen on ports the kernel
+    picks (NVIDIA/nccl ``src/bootstrap.cc``: ``createListenSocket`` binds the
+    interface's address with no port) and each rank connects to the others' there.
+    The pods of one job run one user's code: a port between them opens nothing the
+    user could not reach anyway. Pods are matched by the Job's name, which the API
+    server labels every pod of the Job with (:data:`JOB_NAME_LABEL`); the team's
+    default deny and its jobs policy (:mod:`jupyterhub_gpu.bundle.namespaces`) keep
+    everything else out. The hub creates it with the Service, owned by the Job."""
+    if req.grant.profile.pods < 2:
+        return None
+    same_job = {"podSelector": {"matchLabels": {JOB_NAME_LABEL: req.name}}}
+    return {"apiVersion": NETWORKING_API_VERSION, "kind": "NetworkPolicy",
+            "metadata": {"name": req.name, "namespace": req.grant.team.namespace,
+                         "labels": labels(req)},
+            "spec": {"podSelector": same_job["podSelector"],
+                     "policyTypes": ["Ingress", "Egress"],
+                     "ingress": [{"from": [same_job]}], "egress": [{"to": [same_job]}]}}
 
 
 def _plain(value: Any) -> Any:

@@ -12,7 +12,7 @@ import re
 from typing import Any, Iterator
 
 from ..builders.deviceplugin import node_labels
-from ..contract import AGENTPOOL_LABEL, MANAGED_LABEL, NODE_PURPOSE_LABEL
+from ..contract import AGENTPOOL_LABEL, MANAGED_LABEL, NODE_PURPOSE_LABEL, USAGE_SERVICE_NAME
 from ..spec import Platform
 from .diff import MISSING, Drift
 from .helm import CHART_START_TIMEOUT, gpu_resources, login_groups, start_timeout
@@ -162,6 +162,12 @@ def _image(files: Values, values: dict) -> Iterator[Drift]:
     if name == STOCK_HUB_IMAGE:
         yield _drift(files, "hub.image.name", "an image built from config/Dockerfile",
                      name, "the stock hub image lacks jupyterhub-gpu")
+    hub = f"{name}:{get(values, 'hub.image.tag', '')}"
+    for i, container in enumerate(get(values, "hub.extraContainers", []) or []):
+        if container.get("name") == USAGE_SERVICE_NAME and container.get("image") != hub:
+            yield _drift(files, f"hub.extraContainers[{i}].image", hub, container.get("image"),
+                         "the usage page's container runs jupyterhub-gpu: the hub image",
+                         where="hub.extraContainers")
 
 
 def _one_culler(files: Values, values: dict) -> Iterator[Drift]:

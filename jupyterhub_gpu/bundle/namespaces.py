@@ -11,7 +11,11 @@ each user's pod in the namespace of the user's team. So every team namespace get
   visibility API's pending workloads, and users' training jobs: batch Jobs and the
   headless Services of multi-pod ones, which the hub creates and deletes for them
   (:mod:`jupyterhub_gpu.builders.job`);
-* a NetworkPolicy for the user servers like the one z2jh puts in its own namespace;
+* NetworkPolicies (docs/network-policies.md): a default deny of every pod's ingress
+  and egress; the user servers' (like the one z2jh puts in its own namespace); and
+  the training-job pods' (DNS and the internet only, no ingress: the pods of one
+  multi-pod job reach each other through a policy of that job's own,
+  :func:`jupyterhub_gpu.builders.job.peer_policy`);
 * the checkpoint PVC named in the spec (Azure Files, ReadWriteMany).
 
 And once for the hub, a ClusterRole and ClusterRoleBinding to read Nodes (get, list,
@@ -22,19 +26,27 @@ can grant it.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
-from ..contract import (BATCH_GROUP, COMPONENT_LABEL, HUB_COMPONENT, KUEUE_GROUP,
-                        KUEUE_VISIBILITY_GROUP,
+from ..contract import (BATCH_GROUP, COMPONENT_LABEL, HUB_COMPONENT, JOB_COMPONENT,
+                        KUEUE_GROUP, KUEUE_VISIBILITY_GROUP,
                         MANAGED_LABEL, NAMESPACE_NAME_LABEL, NETWORKING_API_VERSION,
+                        NETWORKING_GROUP,
                         PROXY_COMPONENT, RBAC_API_VERSION, RBAC_GROUP, SINGLEUSER_COMPONENT,
                         TEAM_LABEL)
 from ..spec import Platform, Team
 
 ROLE_NAME = "jupyterhub-gpu-hub"
 NETWORK_POLICY_NAME = "jupyterhub-gpu-singleuser"
+DEFAULT_DENY_POLICY_NAME = "jupyterhub-gpu-default-deny"
+JOBS_POLICY_NAME = "jupyterhub-gpu-jobs"
+#: Azure's instance metadata service: the node's managed-identity tokens
 METADATA_SERVER = "169.254.169.254/32"
+#: Azure's WireServer (the VM agent's channel, and the VNet's DNS)
+WIRESERVER = "168.63.129.16/32"
 PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+DNS_PORT = 53
 SINGLEUSER_PORT = 8888
 HUB_PORT = 8081
 #: the gpu-jobs service in the hub pod (helm-values/values.yaml: hub.service.extraPorts)
@@ -59,9 +71,12 @@ HUB_RULES: tuple[dict, ...] = (
     {"apiGroups": [KUEUE_VISIBILITY_GROUP],
      "resources": ["localqueues/pendingworkloads"], "verbs": list(_READ)},
     # training jobs the hub submits for its users (jupyterhub_gpu.builders.job): the
-    # Job, and a multi-pod job's headless Service (its pods' rendezvous)
+    # Job, and a multi-pod job's headless Service (its pods' rendezvous) and the
+    # NetworkPolicy that lets its pods reach each other
     {"apiGroups": [BATCH_GROUP], "resources": ["jobs"], "verbs": [*_READ, "create", "delete"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": [*_READ, "create", "delete"]},
+    {"apiGroups": [NETWORKING_GROUP], "resources": ["networkpolicies"],
+     "verbs": ["create", "delete"]},
     # a job's log for its user (the gpu-jobs service: jupyterhub_gpu.jobs)
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 )
@@ -165,24 +180,52 @@ def _from_hub_pods(hub: HubRef, components: list[str]) -> dict:
                 {"key": COMPONENT_LABEL, "operator": "In", "values": components}]}}
 
 
+#: egress to DNS on any address: kube-dns, or a node-local cache (z2jh's singleuser
+#: defaults allow the same)
+DNS_EGRESS: dict = {"ports": [{"port": DNS_PORT, "protocol": "UDP"},
+                              {"port": DNS_PORT, "protocol": "TCP"}]}
+#: egress to the internet: no private address (nodes, pods, the VNet), neither the
+#: metadata service nor the WireServer
+INTERNET_EGRESS: dict = {"to": [{"ipBlock": {
+    "cidr": "0.0.0.0/0", "except": [*PRIVATE_RANGES, METADATA_SERVER, WIRESERVER]}}]}
+
+
+def _policy(team: Team, name: str, selector: dict, ingress: list[dict],
+            egress: list[dict]) -> dict:
+    return {"apiVersion": NETWORKING_API_VERSION, "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": team.namespace},
+            "spec": {"podSelector": selector, "policyTypes": ["Ingress", "Egress"],
+                     "ingress": ingress, "egress": egress}}
+
+
+def default_deny_policy(team: Team) -> dict:
+    """Every pod of the namespace: no ingress, no egress, unless another policy
+    allows it (policies only add). A pod no other policy selects is cut off."""
+    return _policy(team, DEFAULT_DENY_POLICY_NAME, {}, [], [])
+
+
 def network_policy(team: Team, hub: HubRef) -> dict:
     """User servers: reached only by the hub and proxy; reach the hub, DNS and the
-    internet, but not the cloud metadata server or other private addresses (z2jh's
-    singleuser defaults)."""
+    internet, but neither the cloud metadata service, the WireServer nor other
+    private addresses (z2jh's singleuser defaults, and the WireServer)."""
     egress = [
         {"to": [_from_hub_pods(hub, [HUB_COMPONENT])],
          "ports": [{"port": HUB_PORT}, {"port": JOBS_PORT}]},
-        {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
-        {"to": [{"ipBlock": {"cidr": "0.0.0.0/0",
-                             "except": [*PRIVATE_RANGES, METADATA_SERVER]}}]},
+        copy.deepcopy(DNS_EGRESS), copy.deepcopy(INTERNET_EGRESS),
     ]
-    return {"apiVersion": NETWORKING_API_VERSION, "kind": "NetworkPolicy",
-            "metadata": {"name": NETWORK_POLICY_NAME, "namespace": team.namespace},
-            "spec": {"podSelector": {"matchLabels": {COMPONENT_LABEL: SINGLEUSER_COMPONENT}},
-                     "policyTypes": ["Ingress", "Egress"],
-                     "ingress": [{"from": [_from_hub_pods(hub, [HUB_COMPONENT, PROXY_COMPONENT])],
-                                  "ports": [{"port": SINGLEUSER_PORT}]}],
-                     "egress": egress}}
+    ingress = [{"from": [_from_hub_pods(hub, [HUB_COMPONENT, PROXY_COMPONENT])],
+                "ports": [{"port": SINGLEUSER_PORT}]}]
+    return _policy(team, NETWORK_POLICY_NAME,
+                   {"matchLabels": {COMPONENT_LABEL: SINGLEUSER_COMPONENT}}, ingress, egress)
+
+
+def jobs_policy(team: Team) -> dict:
+    """Training-job pods: reach DNS and the internet, as user servers do, but not the
+    hub; nothing reaches them. The pods of one multi-pod job reach each other on
+    every port through that job's own policy
+    (:func:`jupyterhub_gpu.builders.job.peer_policy`)."""
+    return _policy(team, JOBS_POLICY_NAME, {"matchLabels": {COMPONENT_LABEL: JOB_COMPONENT}},
+                   [], [copy.deepcopy(DNS_EGRESS), copy.deepcopy(INTERNET_EGRESS)])
 
 
 def checkpoint_claim(platform: Platform, team: Team, volume: CheckpointVolume) -> dict | None:
@@ -204,5 +247,6 @@ def team_objects(platform: Platform, hub: HubRef = HubRef(),
     for team in platform.teams:
         claim = checkpoint_claim(platform, team, volume)
         objects += [namespace(team), hub_role(team), hub_role_binding(team, hub),
-                    network_policy(team, hub), *([claim] if claim else [])]
+                    default_deny_policy(team), network_policy(team, hub),
+                    jobs_policy(team), *([claim] if claim else [])]
     return objects

@@ -63,7 +63,7 @@ from .gpu_window import GpuState, GpuUnknown
 from .metrics import CullMetrics, serve
 from .policy import (DEFAULT_WARN_BEFORE, Clock, CullPolicy, Decision, GpuInput, Reason,
                      ServerView, policy_for, should_cull, utcnow)
-from .prometheus import PrometheusClient, PrometheusError, UsageSnapshot
+from .prometheus import PrometheusClient, PrometheusError, UsageSnapshot, redacted
 from ..usage.ledger import Kind, Ledger, StopReason, Usage
 
 #: a cull's rule as the usage ledger's stop reason
@@ -274,7 +274,7 @@ def make_arbiter(settings: HookSettings, *, clock: Clock = utcnow,
     if settings.metrics_port:
         serve(settings.metrics_port, metrics.registry)
     log.info("GPU cull rules from %s%s%s", settings.platform_file,
-             f", GPU usage from {settings.prometheus_url}" if usage else "",
+             f", GPU usage from {redacted(settings.prometheus_url)}" if usage else "",
              ", DRY RUN: nothing will be stopped" if settings.dry_run else "")
     return CullArbiter(spec, usage=usage, dry_run=settings.dry_run, clock=clock,
                        metrics=metrics, log=log,

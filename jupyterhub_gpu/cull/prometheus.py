@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any, Mapping
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 
@@ -37,6 +38,30 @@ MAX_POINTS = 10_000  # Prometheus refuses more than 11,000 points per series
 
 class PrometheusError(Exception):
     """Prometheus could not be asked, or did not answer a usable result."""
+
+
+def redacted(url: str) -> str:
+    """``url`` as it may be shown or logged: ``scheme://host[:port]/path``, without the
+    user, password, query and fragment, which may hold credentials."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.scheme or not parts.hostname:
+        return "(a URL without scheme://host)"
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return urlunsplit((parts.scheme, host + (f":{port}" if port else ""), parts.path, "", ""))
+
+
+def _secrets(url: str) -> tuple[str, ...]:
+    """The parts of ``url`` that :func:`redacted` leaves out, as they may appear in an
+    error's text (raw and percent-decoded), longest first."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    found = {s for raw in (userinfo, parts.password or "", parts.query, parts.fragment)
+             for s in (raw, unquote(raw)) if s}
+    return tuple(sorted(found, key=len, reverse=True))
 
 
 @dataclass(frozen=True)
@@ -103,6 +128,9 @@ class PrometheusClient:
                  step_seconds: int = 60, timeout_seconds: float = 10.0,
                  max_concurrent: int = 2, token_file: str | None = None):
         self.url = url.rstrip("/")
+        self.shown_url = redacted(self.url)  # for errors and logs: no credentials
+        self._secrets = _secrets(self.url)
+        self._parts = urlsplit(self.url)
         self.query = usage_query(metric)
         self.scale = METRICS[metric]
         self.step_seconds = step_seconds
@@ -144,9 +172,23 @@ class PrometheusClient:
             try:
                 async with aiohttp.ClientSession(timeout=self.timeout,
                                                  headers=self._headers()) as http:
-                    async with http.post(f"{self.url}{path}", data=form) as response:
+                    async with http.post(self._endpoint(path), data=form) as response:
                         if response.status >= 500 or response.status in (401, 403, 404):
-                            raise PrometheusError(f"{self.url}{path}: HTTP {response.status}")
+                            raise PrometheusError(f"{self.shown_url}{path}: "
+                                                  f"HTTP {response.status}")
                         return await response.json(content_type=None)
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
-                raise PrometheusError(f"{self.url}{path}: {type(e).__name__}: {e}") from e
+                raise PrometheusError(f"{self.shown_url}{path}: {type(e).__name__}: "
+                                      f"{self._scrubbed(str(e))}") from e
+
+    def _endpoint(self, path: str) -> str:
+        """The API ``path`` under the URL's path, keeping the URL's query."""
+        p = self._parts
+        return urlunsplit((p.scheme, p.netloc, p.path.rstrip("/") + path, p.query, ""))
+
+    def _scrubbed(self, text: str) -> str:
+        """``text`` (an error aiohttp raised: some quote the URL) without the URL's
+        credentials."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text

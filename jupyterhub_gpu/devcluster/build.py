@@ -74,6 +74,7 @@ class Pin:
 # Kueue v0.17.0 requires k8s.io/* v0.35.3, so the control plane is 1.35.
 K8S_VERSION = "v1.35.4"
 PROMETHEUS_VERSION = "v0.316.0"
+HELM_VERSION = "v4.3.2"
 PINS: Mapping[str, Pin] = MappingProxyType(
     {
         "etcd": Pin("go.etcd.io/etcd/server/v3", "v3.6.16", "go.etcd.io/etcd/server/v3/etcdmain", True),
@@ -95,6 +96,12 @@ PINS: Mapping[str, Pin] = MappingProxyType(
                           "github.com/prometheus/prometheus/cmd/prometheus"),
         "promtool": Pin("github.com/prometheus/prometheus", PROMETHEUS_VERSION,
                         "github.com/prometheus/prometheus/cmd/promtool"),
+        # Not cluster components: the NetworkPolicy evaluator of the truth-table test
+        # (tests/integration/test_network_policies.py) and Helm, which renders the z2jh
+        # chart for it.
+        "cyclonus": Pin("github.com/mattfenwick/cyclonus", "v0.5.6",
+                        "github.com/mattfenwick/cyclonus/cmd/cyclonus"),
+        "helm": Pin("helm.sh/helm/v4", HELM_VERSION, "helm.sh/helm/v4/cmd/helm"),
     }
 )
 
@@ -259,6 +266,8 @@ def _stamps(pin: Pin, build_date: str) -> dict[str, str]:
     if pin.module == "sigs.k8s.io/kueue":
         pkg = "sigs.k8s.io/kueue/pkg/version"
         return {f"{pkg}.GitVersion": pin.version, f"{pkg}.GitCommit": "", f"{pkg}.BuildDate": build_date}
+    if pin.module == "helm.sh/helm/v4":
+        return {"helm.sh/helm/v4/internal/version.version": pin.version}
     if pin.module == "sigs.k8s.io/karpenter":
         return {"sigs.k8s.io/karpenter/pkg/operator.Version": pin.version}
     return {}

@@ -102,7 +102,7 @@ def _list(client: Client, args: argparse.Namespace) -> int:
 
 
 def _status(client: Client, args: argparse.Namespace) -> int:
-    job = client.call("GET", "/" + quote(args.name))
+    job = client.call("GET", "/" + quote(args.name, safe=""))
     for key in ("name", "profile", "status", "namespace", "created", "image"):
         print(f"{key + ':':<11}{job[key]}")
     print(f"{'command:':<11}{' '.join(job['command'] or [])}")
@@ -110,7 +110,7 @@ def _status(client: Client, args: argparse.Namespace) -> int:
 
 
 def _logs(client: Client, args: argparse.Namespace) -> int:
-    with client.open("GET", f"/{quote(args.name)}/logs") as response:
+    with client.open("GET", f"/{quote(args.name, safe='')}/logs") as response:
         while chunk := response.read1(65536):
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
@@ -118,7 +118,7 @@ def _logs(client: Client, args: argparse.Namespace) -> int:
 
 
 def _cancel(client: Client, args: argparse.Namespace) -> int:
-    job = client.call("DELETE", "/" + quote(args.name))
+    job = client.call("DELETE", "/" + quote(args.name, safe=""))
     print(f"{job['name']}: {job['status']}")
     return 0
 

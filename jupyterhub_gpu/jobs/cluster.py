@@ -5,9 +5,9 @@ reflectors, label-selected, each one long watch that resumes from its last
 resourceVersion: :mod:`jupyterhub_gpu.resumingwatch`): the users' Jobs, the pods of those Jobs and the users'
 notebook pods (a job takes its image and home from the running server), and Kueue's
 Workloads. No request lists anything from the API server. Writes are the Job (and a
-multi-pod job's headless Service, owned by the Job so that it goes with it) and the
-Job's deletion with its dependants (its pods and its Workload, which Kueue owns to
-the Job).
+multi-pod job's headless Service and NetworkPolicy, owned by the Job so that they go
+with it) and the Job's deletion with its dependants (its pods and its Workload, which
+Kueue owns to the Job).
 """
 
 from __future__ import annotations
@@ -139,11 +139,23 @@ class Watches:
         return [j for j in self.jobs_of(user)
                 if not finished(j) and not j["metadata"].get("deletionTimestamp")]
 
+    def notebooks_of(self, user: str) -> list[dict]:
+        """The user's notebook pods, whatever their phase."""
+        return [p for r in self.pods.values() for p in r.resources.values()
+                if _component(p) == SINGLEUSER_COMPONENT and owner(p) == user]
+
+    def words_for_own(self, user: str) -> dict[str, str]:
+        """How a status names each of the user's Jobs and notebook pods, by uid."""
+        words = {p["metadata"].get("uid"): "your notebook" for p in self.notebooks_of(user)}
+        words.update({j["metadata"].get("uid"): f"your job {j['metadata']['name']}"
+                      for j in self.jobs_of(user)})
+        words.pop(None, None)
+        return words
+
     def notebook_of(self, user: str) -> dict | None:
         """The user's running notebook pod: their default server's if it runs."""
-        running = [p for r in self.pods.values() for p in r.resources.values()
-                   if _component(p) == SINGLEUSER_COMPONENT and owner(p) == user
-                   and (p.get("status") or {}).get("phase") == "Running"
+        running = [p for p in self.notebooks_of(user)
+                   if (p.get("status") or {}).get("phase") == "Running"
                    and not p["metadata"].get("deletionTimestamp")]
         running.sort(key=lambda p: bool((p["metadata"].get("annotations") or {}).get(SERVERNAME_KEY)))
         return running[0] if running else None
@@ -186,34 +198,53 @@ class Watches:
         return True
 
 
-async def create(job: dict, service: dict | None) -> dict:
-    """Create the Job, then the Service of a multi-pod job, owned by the Job."""
+async def create(job: dict, service: dict | None, policy: dict | None = None) -> dict:
+    """Create the Job, then what a multi-pod job has beside it, each owned by the Job:
+    its headless Service and its pods' NetworkPolicy
+    (:func:`jupyterhub_gpu.builders.job.peer_policy`). If one of those cannot be
+    made, the Job is deleted again (with whatever it owns) and the error raised: a
+    job whose pods cannot reach each other would only hang."""
     ns = job["metadata"]["namespace"]
     batch = shared_client("BatchV1Api")
     created = batch.api_client.sanitize_for_serialization(
         await batch.create_namespaced_job(ns, job))
-    if service is not None:
-        service["metadata"]["ownerReferences"] = [{
-            "apiVersion": BATCH_API_VERSION, "kind": "Job", "name": job["metadata"]["name"],
-            "uid": created["metadata"]["uid"], "blockOwnerDeletion": False}]
-        await shared_client("CoreV1Api").create_namespaced_service(ns, service)
+    owner_ref = [{"apiVersion": BATCH_API_VERSION, "kind": "Job", "name": job["metadata"]["name"],
+                  "uid": created["metadata"]["uid"], "blockOwnerDeletion": False}]
+    try:
+        if service is not None:
+            service["metadata"]["ownerReferences"] = owner_ref
+            await shared_client("CoreV1Api").create_namespaced_service(ns, service)
+        if policy is not None:
+            policy["metadata"]["ownerReferences"] = owner_ref
+            await shared_client("NetworkingV1Api").create_namespaced_network_policy(ns, policy)
+    except Exception:
+        await batch.delete_namespaced_job(job["metadata"]["name"], ns,
+                                          propagation_policy="Background")
+        raise
     return created
+
+
+async def _delete_if_there(delete: Any, name: str, ns: str) -> None:
+    from kubernetes_asyncio.client import ApiException
+
+    try:
+        await delete(name, ns)
+    except ApiException as e:
+        if e.status != 404:
+            raise
 
 
 async def delete(job: dict) -> None:
     """Delete the Job and, in the background, its pods and Workload (the garbage
-    collector follows their owner references); and a multi-pod job's Service."""
-    from kubernetes_asyncio.client import ApiException
-
+    collector follows their owner references); and a multi-pod job's Service and
+    NetworkPolicy."""
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
     await shared_client("BatchV1Api").delete_namespaced_job(
         name, ns, propagation_policy="Background")
     if job["spec"].get("completionMode") == "Indexed":
-        try:
-            await shared_client("CoreV1Api").delete_namespaced_service(name, ns)
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        await _delete_if_there(shared_client("CoreV1Api").delete_namespaced_service, name, ns)
+        await _delete_if_there(
+            shared_client("NetworkingV1Api").delete_namespaced_network_policy, name, ns)
 
 
 class NoLogs(Exception):

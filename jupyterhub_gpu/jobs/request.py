@@ -4,9 +4,16 @@ The body of ``POST api/jobs`` has exactly ``profile`` (a job profile's slug), ``
 and, optionally, ``args``. ``script`` is a path relative to the user's home directory
 (their notebook's home volume, which the job mounts at the same place): the job runs
 ``python <script> <args...>`` with the home as its working directory. An absolute path,
-or one that leaves the home (``..``), is refused; so are a namespace or an image, which
-come from the user's team and their running server (or the profile), never from the
-request.
+one that leaves the home (``..``) or one that starts with ``-`` (Python would take it
+as an option: ``-c`` runs code) is refused; so are a namespace or an image, which come
+from the user's team and their running server (or the profile), never from the
+request. The arguments come after the script, so Python passes every one of them to
+it, whatever it starts with.
+
+Everything is bounded: the request body (:data:`MAX_BODY_BYTES`), the script's path
+(:data:`MAX_SCRIPT_CHARS`), the number of arguments (:data:`MAX_ARGS`), each one's size
+(:data:`MAX_ARG_BYTES`) and all of them together (:data:`MAX_ARGS_BYTES`): a Job is
+one object in etcd, whose limit is about 1.5 MiB.
 """
 
 from __future__ import annotations
@@ -29,6 +36,13 @@ CHOSEN_BY_THE_PLATFORM = {
     "image": "the image is your running server's (or the job profile's)",
 }
 MAX_ARGS = 100
+#: the most bytes (UTF-8) of one argument, and of all of them together
+MAX_ARG_BYTES = 8 * 1024
+MAX_ARGS_BYTES = 64 * 1024
+#: the most characters of the script's path
+MAX_SCRIPT_CHARS = 1024
+#: the most bytes of a request body: the arguments, JSON-escaped, and room to spare
+MAX_BODY_BYTES = 4 * MAX_ARGS_BYTES
 MAX_NAME = 50  # room for an Indexed Job's "-<index>" in a 63-character hostname
 PYTHON = "python"
 
@@ -99,9 +113,12 @@ def _grant(platform: Platform, user: UserRef, slug: Any) -> JobGrant:
 
 def check_script(script: Any) -> str:
     """``script`` as a normalized path relative to the home directory."""
-    if not isinstance(script, str) or not script.strip() or "\0" in script:
+    if not isinstance(script, str) or not script.strip() or not script.isprintable():
         raise JobRefused("'script' must be the path of a Python file in your home "
-                         "directory.", f"script {script!r}")
+                         "directory (printable characters only).", f"script {script!r}")
+    if len(script) > MAX_SCRIPT_CHARS:
+        raise JobRefused(f"The script's path is longer than {MAX_SCRIPT_CHARS} characters.",
+                         f"script path of {len(script)} characters")
     if posixpath.isabs(script):
         raise JobRefused(f"The script {script!r} must be a path relative to your home "
                          "directory.", f"absolute script path {script!r}")
@@ -109,17 +126,43 @@ def check_script(script: Any) -> str:
     if normal == ".." or normal.startswith("../") or normal == ".":
         raise JobRefused(f"The script {script!r} is outside your home directory.",
                          f"script path {script!r} leaves the home")
+    if normal.startswith("-"):
+        raise JobRefused(f"The script {script!r} starts with '-', which Python would take "
+                         "as an option: rename the file.", f"script {script!r} is an option")
     return normal
 
 
 def check_args(args: Any) -> tuple[str, ...]:
+    """``args`` as the script's arguments: at most :data:`MAX_ARGS` strings, each at
+    most :data:`MAX_ARG_BYTES` and all together at most :data:`MAX_ARGS_BYTES`."""
     if args is None:
         return ()
     if (not isinstance(args, list) or len(args) > MAX_ARGS
-            or not all(isinstance(a, str) and "\0" not in a for a in args)):
-        raise JobRefused(f"'args' must be a list of at most {MAX_ARGS} strings.",
-                         f"args {str(args)[:200]!r}")
+            or not all(isinstance(a, str) and "\0" not in a and _is_utf8(a) for a in args)):
+        raise JobRefused(f"'args' must be a list of at most {MAX_ARGS} strings (no NUL, "
+                         "valid Unicode).", f"args: a {type(args).__name__} of {_count(args)}")
+    sizes = [len(a.encode("utf-8")) for a in args]
+    if sizes and max(sizes) > MAX_ARG_BYTES:
+        raise JobRefused(f"An argument is larger than {MAX_ARG_BYTES} bytes (argument "
+                         f"{sizes.index(max(sizes)) + 1}: {max(sizes)} bytes); pass a file "
+                         "instead.", f"an argument of {max(sizes)} bytes")
+    if sum(sizes) > MAX_ARGS_BYTES:
+        raise JobRefused(f"The arguments are larger than {MAX_ARGS_BYTES} bytes together "
+                         f"({sum(sizes)} bytes); pass a file instead.",
+                         f"arguments of {sum(sizes)} bytes")
     return tuple(args)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, which JSON can carry
+        return False
+    return True
+
+
+def _count(value: Any) -> str:
+    return f"{len(value)} item(s)" if isinstance(value, (list, dict, str)) else "1 value"
 
 
 def check_submission(platform: Platform, user: UserRef, body: Any,

@@ -7,11 +7,14 @@ Its API, under the service's prefix (``/services/gpu-jobs/``), answers JSON:
   (:mod:`jupyterhub_gpu.jobs.request` checks it before any Kubernetes call);
 * ``GET api/jobs/<name>``: one job; ``DELETE api/jobs/<name>``: cancel it;
 * ``GET api/jobs/<name>/logs``: its first pod's log, as plain text, followed while it
-  runs (503 where the cluster serves no logs).
+  runs, for at most :data:`MAX_LOG_BYTES` or :data:`MAX_LOG_SECONDS` (a last line says
+  so); 503 where the cluster serves no logs.
 
 A caller is a JupyterHub user with the scope ``access:services!service=gpu-jobs``:
 their API token (``Authorization: token ...``, what the ``jupyterhub-gpu job`` command
-sends), or OAuth in the browser. Their groups come with the token owner's model
+sends), or OAuth in the browser. A request with a token is answered as the token's
+owner or refused, never as the browser's cookie sent with it; a browser's write
+needs the XSRF token a page view of the service set (JupyterHub's rules). Their groups come with the token owner's model
 (``GET /hub/api/user`` always includes them), so the service itself needs no hub scope.
 Kubernetes is reached with the hub's ServiceAccount (:mod:`jupyterhub_gpu.jobs.cluster`).
 
@@ -26,6 +29,7 @@ import json
 import logging
 import os
 import secrets
+import time
 from typing import Any
 from urllib.parse import urlparse
 
@@ -34,7 +38,7 @@ from jupyterhub.services.auth import (HubOAuth, HubOAuthCallbackHandler, HubOAut
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ..builders.job import DEFAULT_HOME_MOUNT_PATH, build_job
+from ..builders.job import DEFAULT_HOME_MOUNT_PATH, build_job, peer_policy
 from ..builders.pod import UserRef
 from ..contract import (ENV_JOBS_BIND, ENV_PLATFORM_FILE, ENV_SERVICE_PREFIX, ENV_SERVICE_URL,
                         JOB_PROFILE_LABEL, JOBS_ACCESS_SCOPE, JOBS_API_PATH, JOBS_SERVICE_NAME,
@@ -43,23 +47,37 @@ from ..kueue import status as st
 from ..specsource import SpecSource
 from ..usage.jobs import JobRecorder
 from ..usage.ledger import Ledger
+from ..logtext import shown
 from . import cluster
-from .request import JobRefused, check_submission, job_name, job_request
+from .cluster import owner
+from .request import MAX_BODY_BYTES, JobRefused, check_submission, job_name, job_request
 from .words import describe, preemptor
 
 log = logging.getLogger("jupyterhub_gpu.jobs")
 NAME = r"([a-z0-9][a-z0-9-]{0,62})"
+#: how long a Job this service created counts against its user's limit while the
+#: Job watch has not shown it (the watch normally shows it within a second)
+UNSEEN_FOR = 600.0
+#: a followed log stream ends after this many bytes or seconds, and says so
+MAX_LOG_BYTES = 16 * 2**20
+MAX_LOG_SECONDS = 3600.0
+#: beyond this, Tornado drops the connection without reading the body; up to it, a
+#: body over MAX_BODY_BYTES gets an answer that names that limit
+BODY_HARD_LIMIT = 2 * MAX_BODY_BYTES
 
 
 class Jobs:
     """The service's state: the live spec, the watches, a lock per user (so two
-    submits at once cannot both pass the limit)."""
+    submits at once cannot both pass the limit), and the Jobs this service created
+    that the Job watch has not shown yet (so a lagging watch cannot let a user past
+    the limit either)."""
 
     def __init__(self, platform_file: str, watches: cluster.Watches,
                  usage: JobRecorder | None = None, home_path: str = DEFAULT_HOME_MOUNT_PATH):
         self.source, self.watches, self.usage = SpecSource.shared(platform_file), watches, usage
         self.home_path = home_path  # where notebooks mount the home volume
         self._locks: dict[str, asyncio.Lock] = {}
+        self._unseen: dict[str, dict[str, float]] = {}  # user -> {ns/name: created at}
 
     @property
     def platform(self):
@@ -67,6 +85,27 @@ class Jobs:
 
     def lock(self, user: str) -> asyncio.Lock:
         return self._locks.setdefault(user, asyncio.Lock())
+
+    def created(self, user: str, job: dict) -> None:
+        """Count ``job``, just created for ``user``, until the watch shows it."""
+        meta = job["metadata"]
+        self._unseen.setdefault(user, {})[f"{meta['namespace']}/{meta['name']}"] = \
+            time.monotonic()
+
+    def active_count(self, user: str) -> int:
+        """What the limit counts: the user's active Jobs in the watch, and those created
+        here that it does not hold yet (forgotten once it does, or after
+        :data:`UNSEEN_FOR` seconds: a Job deleted before the watch saw it)."""
+        unseen, now = self._unseen.get(user, {}), time.monotonic()
+        for key, at in list(unseen.items()):
+            namespace = key.partition("/")[0]
+            reflector = self.watches.jobs.get(namespace)
+            if now - at > UNSEEN_FOR or (reflector is not None
+                                         and key in reflector.resources):
+                del unseen[key]
+        if not unseen:
+            self._unseen.pop(user, None)
+        return len(self.watches.active_jobs(user)) + len(unseen)
 
     async def view(self, job: dict) -> dict:
         """A job as the API answers it."""
@@ -77,8 +116,7 @@ class Jobs:
         if (workload is not None and not cluster.finished(job)
                 and not st.is_true(workload, "QuotaReserved")):
             position = await w.position(workload)
-            teams = {t.namespace: t.name for t in platform.teams}
-            taken_by = preemptor(workload, w.every_workload(), teams)
+            taken_by = preemptor(workload, w.every_workload(), w.words_for_own(owner(job)))
         status = describe(platform, job, w.pods_of(job), workload, position, taken_by)
         container = job["spec"]["template"]["spec"]["containers"][0]
         return {"name": meta["name"], "namespace": meta["namespace"],
@@ -99,18 +137,23 @@ class _API(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(503, "The jobs service cannot read the cluster yet; try "
                                 "again in a minute (its log says why).")
         model = await self.hub_auth.get_user(self, sync=False)
-        if model is None and self.request.headers.get("Authorization"):
+        # HubAuth tries the header's token first and, when the hub does not know it,
+        # the OAuth cookie (XSRF-checked for writes, jupyterhub/services/auth.py
+        # HubAuth._get_user, HubOAuth._get_user_cookie). A request that brings a token
+        # is answered as that token's owner or not at all: never as the browser's.
+        if (self.request.headers.get("Authorization")
+                and not getattr(self, "_token_authenticated", False)):
             raise web.HTTPError(403, "The hub does not know this token (expired or revoked?).")
         try:
             self.current_user = self.check_hub_user(model) if model else None
         except UserNotAllowed:
-            raise web.HTTPError(403, f"{model.get('name')} lacks the scope "
+            raise web.HTTPError(403, f"{shown(model.get('name'))} lacks the scope "
                                 f"{JOBS_ACCESS_SCOPE} (ask your JupyterHub admin).") from None
-
-    def check_xsrf_cookie(self) -> None:
-        # a token in the Authorization header is no cookie a page could forge
-        if not self.request.headers.get("Authorization"):
-            super().check_xsrf_cookie()
+        if (model and self.request.method == "GET"
+                and not getattr(self, "_token_authenticated", False)):
+            # a browser's page view: its XSRF cookie, for the writes that follow
+            # (JupyterHub sets it only on navigation requests)
+            self.xsrf_token  # noqa: B018 - the property sets the cookie
 
     def caller(self) -> UserRef:
         model = self.current_user
@@ -146,9 +189,11 @@ class JobsHandler(_API):
     @web.authenticated
     async def post(self) -> None:
         user = self.caller()
+        if len(self.request.body) > MAX_BODY_BYTES:
+            raise web.HTTPError(413, f"A job request may have at most {MAX_BODY_BYTES} bytes.")
         try:
             body = json.loads(self.request.body or b"null")
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to read
             body = None
         async with self.jobs.lock(user.name):
             job = await self._submit(user, body)
@@ -158,13 +203,13 @@ class JobsHandler(_API):
         watches, platform = self.jobs.watches, self.jobs.platform
         try:
             submission = check_submission(platform, user, body,
-                                          len(watches.active_jobs(user.name)))
+                                          self.jobs.active_count(user.name))
             notebook = watches.notebook_of(user.name)
             if notebook is None:
                 raise JobRefused("Start your server first: a job runs in your server's "
                                  "image with your home directory.", "no running server", 409)
         except JobRefused as e:
-            log.warning("Refused job of user %s: %s", user.name, e.log_detail)
+            log.warning("Refused job of user %s: %s", shown(user.name), shown(e.log_detail))
             raise web.HTTPError(e.status, e.user_message) from None
         slug = (notebook["metadata"].get("labels") or {}).get(USERNAME_KEY, user.name)
         req = job_request(submission, notebook, job_name(slug, secrets.token_hex(3)),
@@ -173,10 +218,14 @@ class JobsHandler(_API):
         job["metadata"]["annotations"] = {USERNAME_KEY: user.name}
         job["spec"]["template"]["metadata"].setdefault("annotations", {}).update(
             self.settings["job_annotations"])
-        created = await cluster.create(job, service)
+        created = await cluster.create(job, service, peer_policy(req))
+        self.jobs.created(user.name, created)
         await watches.seen(req.grant.team.namespace, req.name)
-        log.info("User %s submitted job %s/%s (%s): %s", user.name, req.grant.team.namespace,
-                 req.name, submission.grant.profile.slug, " ".join(submission.command))
+        # the arguments may hold secrets: their number and size only
+        log.info("User %s submitted job %s/%s (%s): python %s with %d argument(s) of %d "
+                 "bytes", shown(user.name), req.grant.team.namespace, req.name,
+                 submission.grant.profile.slug, shown(submission.script),
+                 len(submission.args), sum(len(a.encode()) for a in submission.args))
         job = watches.job(user.name, req.name) or created
         if self.jobs.usage is not None:
             await self.jobs.usage.submitted(job)
@@ -196,7 +245,7 @@ class JobHandler(_API):
         await cluster.delete(job)
         if self.jobs.usage is not None:
             await self.jobs.usage.cancelled(job)
-        log.info("User %s cancelled job %s/%s", self.caller().name,
+        log.info("User %s cancelled job %s/%s", shown(self.caller().name),
                  job["metadata"]["namespace"], name)
         self.answer({"name": name, "state": "cancelling", "status": "cancelling"})
 
@@ -212,14 +261,32 @@ class LogsHandler(_API):
             raise web.HTTPError(404, f"Job {name!r} has no pod on a node yet: there are no "
                                 "logs until it runs.")
         self.set_header("Content-Type", "text/plain; charset=utf-8")
+        sent, stop = 0, asyncio.get_running_loop().time() + MAX_LOG_SECONDS
+        chunks = cluster.log_chunks(pods[-1])
         try:
-            async for chunk in cluster.log_chunks(pods[-1]):
-                self.write(chunk)
-                await self.flush()
+            async with asyncio.timeout_at(stop):
+                async for chunk in chunks:
+                    chunk = chunk[:MAX_LOG_BYTES - sent]
+                    self.write(chunk)
+                    await self.flush()
+                    sent += len(chunk)
+                    if sent >= MAX_LOG_BYTES:
+                        break
         except cluster.NoLogs as e:
             raise web.HTTPError(503, f"The cluster serves no logs of pod "
                                 f"{pods[-1]['metadata']['name']}: its node's kubelet did not "
                                 f"answer ({e}).") from None
+        except TimeoutError:
+            pass
+        finally:
+            await chunks.aclose()
+        cut = (f"{MAX_LOG_BYTES} bytes" if sent >= MAX_LOG_BYTES else
+               f"{MAX_LOG_SECONDS:.0f} seconds"
+               if asyncio.get_running_loop().time() >= stop else None)
+        if cut:
+            self.write(f"\n[{JOBS_SERVICE_NAME}: stopped following this log after {cut}, "
+                       "the most one request follows; ask again for the log from its "
+                       "start]\n")
         self.finish()
 
 
@@ -280,7 +347,8 @@ async def _serve(platform_file: str, annotations: dict[str, str],
     app = make_app(Jobs(platform_file, watches, recorder or None, home_path), prefix,
                    annotations, HubOAuth())
     # listen at once (the hub waits for its services at start-up), then watch
-    app.listen(url.port or 80, os.environ.get(ENV_JOBS_BIND) or url.hostname)
+    app.listen(url.port or 80, os.environ.get(ENV_JOBS_BIND) or url.hostname,
+               max_body_size=BODY_HARD_LIMIT)
     log.info("Serving %s on %s (prefix %s)", JOBS_SERVICE_NAME, url.geturl(), prefix)
     if recorder:
         recorder.start()

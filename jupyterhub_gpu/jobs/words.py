@@ -2,7 +2,7 @@
 
 ``job list`` and ``job status`` print these, e.g. ``queued in ml-eng: position 2 of 3``,
 ``running on pool a100spot``, ``evicted (spot), restarting from the checkpoint``,
-``preempted by ml-eng's job job-bob-1a2b3c, restarting``, ``succeeded after 2 h 14 min``,
+``preempted by a higher-priority workload, restarting``, ``succeeded after 2 h 14 min``,
 ``failed: the job ran longer than its maximum run time``. The objects are dicts as the
 Kubernetes API returns them (the service's watches hold them so).
 """
@@ -20,6 +20,12 @@ from ..spec import Platform
 
 #: Kueue's message on a preempted Workload names the Workload that needed the room
 _PREEMPTOR = re.compile(r"Preempted to accommodate a workload \(UID: (?P<uid>[^,)]+)")
+#: who took the room, in Kueue's words (its message says why it preempted), when it
+#: was not the caller's own
+_PREEMPTED_FOR = {
+    "due to reclamation within the cohort": "a workload of the team whose quota it borrowed",
+    "due to prioritization": "a higher-priority workload",
+}
 #: a Job's failure reasons (its ``Failed`` condition) in words
 _JOB_FAILURES = {
     "DeadlineExceeded": "the job ran longer than its maximum run time",
@@ -78,21 +84,23 @@ def _finished(job: dict, pods: list[dict]) -> JobStatus | None:
 
 
 def preemptor(workload: dict | None, workloads: Iterable[dict],
-              teams: Mapping[str, str]) -> str | None:
-    """Who took the room of a preempted ``workload``: ``ml-eng's job <name>`` or
-    ``ml-eng's notebook``, from the Workloads the service watches (``teams``: team by
-    namespace); None when Kueue does not say or the preemptor is not watched."""
-    found = _PREEMPTOR.search((st.condition(workload, "Preempted") or {}).get("message", ""))
+              yours: Mapping[str, str]) -> str | None:
+    """Who took the room of a preempted ``workload``, in words that name nothing of
+    another user's: the caller's own job or notebook by name when it was one of theirs
+    (``yours``: the words for each of the caller's Jobs and notebook pods, by uid, e.g.
+    ``your job job-bob-1a2b3c``), else what Kueue says of the preemptor's kind only (a
+    higher-priority workload, a workload of the team whose quota this one borrowed);
+    None when Kueue does not say."""
+    message = (st.condition(workload, "Preempted") or {}).get("message", "")
+    found = _PREEMPTOR.search(message)
     if not found:
         return None
     other = next((w for w in workloads if w["metadata"].get("uid") == found["uid"]), None)
-    if other is None:
-        return None
-    team = teams.get(other["metadata"].get("namespace", ""), "another team")
-    owner = next(iter(other["metadata"].get("ownerReferences") or []), {})
-    if owner.get("kind") == "Job":
-        return f"{team}'s job {owner.get('name')}"
-    return f"{team}'s notebook"
+    for ref in ((other or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("uid") in yours:
+            return yours[ref["uid"]]
+    return next((words for why, words in _PREEMPTED_FOR.items() if why in message),
+                "another workload")
 
 
 def _waiting(workload: dict | None, queue: str, position: tuple[int, int] | None,

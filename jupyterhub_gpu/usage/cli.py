@@ -2,7 +2,8 @@
 
 * ``usage upgrade``: bring the ledger's schema to the version this package ships (the
   hub and the jobs service also do it when they first write);
-* ``usage export``: every row as CSV, on standard output.
+* ``usage export``: every row as CSV (RFC 4180), on standard output; text cells never
+  start a spreadsheet formula.
 
 Both take ``--db-url`` (default: ``$JUPYTERHUB_GPU_USAGE_DB_URL``, else the SQLite file
 in the working directory, as the hub's default).
@@ -40,17 +41,27 @@ def _upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cell(value: object) -> str:
+    """A ledger value as a CSV cell: times ISO 8601, numbers as they are, text (names
+    users chose among it) never the start of a spreadsheet formula."""
+    from .page import spreadsheet_text
+
+    if value is None:
+        return ""
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return spreadsheet_text(value) if isinstance(value, str) else str(value)
+
+
 def _export(args: argparse.Namespace) -> int:
     from .ledger import FIELDS, Ledger
 
     ledger = Ledger(_url(args))
     try:
-        writer = csv.DictWriter(sys.stdout, FIELDS)
+        writer = csv.DictWriter(sys.stdout, FIELDS)  # RFC 4180: CRLF line ends
         writer.writeheader()
         for row in ledger.rows_sync():
-            values = dataclasses.asdict(row)
-            writer.writerow({k: "" if v is None else (v.isoformat() if hasattr(v, "isoformat")
-                                                      else str(v)) for k, v in values.items()})
+            writer.writerow({k: _cell(v) for k, v in dataclasses.asdict(row).items()})
     finally:
         ledger.dispose()
     return 0

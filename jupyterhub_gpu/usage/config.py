@@ -53,6 +53,8 @@ class UsagePage(Configurable):
         "",
         help="""Prometheus (HTTP API) with the DCGM exporter's metrics, for the page's
         "utilization of billed GPU-hours". Empty: the page says "no GPU telemetry".
+        A user and password in the URL are sent as basic auth; the page and the log
+        show only ``scheme://host[:port]/path``.
 
         Example::
 

@@ -82,19 +82,21 @@ class Usage:
 
 FIELDS = tuple(f.name for f in dataclasses.fields(Usage))
 TIMES = ("requested_at", "admitted_at", "running_at", "stopped_at")
+#: the longest name (user, server, team, namespace, profile, pool) a row holds
+NAME_CHARS = 255
 
 metadata = sa.MetaData()
 USAGE = sa.Table(
     TABLE, metadata,
     sa.Column("key", sa.String(80), primary_key=True),
     sa.Column("kind", sa.String(16), nullable=False),
-    sa.Column("user", sa.Unicode(255)),
-    sa.Column("server", sa.Unicode(255)),
-    sa.Column("team", sa.Unicode(255)),
-    sa.Column("namespace", sa.Unicode(255)),
-    sa.Column("profile", sa.Unicode(255)),
+    sa.Column("user", sa.Unicode(NAME_CHARS)),
+    sa.Column("server", sa.Unicode(NAME_CHARS)),
+    sa.Column("team", sa.Unicode(NAME_CHARS)),
+    sa.Column("namespace", sa.Unicode(NAME_CHARS)),
+    sa.Column("profile", sa.Unicode(NAME_CHARS)),
     sa.Column("pools", sa.Unicode(1024)),
-    sa.Column("pool", sa.Unicode(255)),
+    sa.Column("pool", sa.Unicode(NAME_CHARS)),
     sa.Column("gpu_units", sa.Integer),
     sa.Column("price_per_unit_hour", sa.Float),
     sa.Column("requested_at", sa.DateTime(timezone=True), index=True),

@@ -96,11 +96,26 @@ def figures(r: Report) -> Iterator[tuple[str, str, str, str]]:
             yield "utilization", team, "percent", _n(r.telemetry.by_namespace[namespace], 1)
 
 
+#: what makes a spreadsheet read a cell as a formula (OWASP, "CSV Injection")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_text(cell: str) -> str:
+    """A text cell a spreadsheet shows as text: one that could start a formula gets a
+    leading ``'`` (OWASP's advice). Only for text: numbers we write are left as they are."""
+    return f"'{cell}" if cell.startswith(FORMULA_START) else cell
+
+
 def to_csv(r: Report) -> str:
+    """The figures as CSV (RFC 4180: CRLF line ends, so a CR or LF inside a name is
+    quoted, never a row break). Names (teams, users, profiles, jobs: users choose some)
+    are text cells that never start a formula; the value column is the numbers as shown."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(("figure", "name", "measure", "value"))
-    writer.writerows(figures(r))
+    writer.writerows((spreadsheet_text(figure), spreadsheet_text(name),
+                      spreadsheet_text(measure), value)
+                     for figure, name, measure, value in figures(r))
     return out.getvalue()
 
 

@@ -6,12 +6,21 @@ Under the service's prefix (``/services/gpu-usage/``):
 * ``GET ./usage.csv``: the same numbers as CSV (``figure,name,measure,value``).
 
 Both take ``days`` (the period up to now, 1 to 366), ``team`` and ``user`` (narrow to
-one team or user). Who sees what: :mod:`.access` (admins everything, a team's
-``leadGroups`` their team, everyone their own); a narrowing outside that is answered
-403 and shows nothing. The viewer's name, admin flag and groups come from the hub
+one team or user), each at most once; any other query is answered 400 with the reason
+(:meth:`.access.Query.parse`). Who sees what: :mod:`.access` (admins everything, a
+team's ``leadGroups`` their team, everyone their own); a narrowing outside that (a
+lead's too, to a user with no usage in their teams) is answered 403 and shows nothing. The viewer's name, admin flag and groups come from the hub
 (``GET /hub/api/user``, which every token may call about its owner).
 
-Run as a managed service by :func:`add_usage_service`.
+Two ways to run it (:func:`add_usage_service`):
+
+* a managed service: the hub starts it as a process in its own container;
+* ``sidecar=True``: a container of its own beside the hub's in the hub pod
+  (``hub.extraContainers``, as helm-values/values.yaml does), registered with the hub
+  as an external service. The usage page needs no Kubernetes access, and a process in
+  the hub's container can read the hub ServiceAccount's token file; the sidecar's
+  container covers that path with an empty volume, so the ServiceAccount admission
+  plugin mounts no token into it.
 """
 
 from __future__ import annotations
@@ -30,15 +39,18 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, HubOAuth
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ..contract import (ENV_PLATFORM_FILE, ENV_PROMETHEUS_URL, ENV_SERVICE_PREFIX,
-                        ENV_SERVICE_URL, ENV_USAGE_BIND, ENV_USAGE_DAYS, ENV_USAGE_DB_URL,
-                        USAGE_ACCESS_SCOPE, USAGE_CSV_PATH, USAGE_SERVICE_NAME)
+from ..bundle.namespaces import USAGE_PORT
+from ..contract import (ENV_BASE_URL, ENV_CLIENT_ID, ENV_OAUTH_CALLBACK_URL,
+                        ENV_PLATFORM_FILE, ENV_PROMETHEUS_URL, ENV_SERVICE_NAME,
+                        ENV_SERVICE_PREFIX, ENV_SERVICE_URL, ENV_USAGE_BIND, ENV_USAGE_DAYS,
+                        ENV_USAGE_DB_URL, USAGE_ACCESS_SCOPE, USAGE_CSV_PATH,
+                        USAGE_SERVICE_NAME)
 from ..roles import with_user_scope
 from ..specsource import SpecSource
 from . import figures as fg
 from . import telemetry
-from .access import NotVisible, Selection, Viewer, visible
-from .config import DEFAULT_DAYS, MAX_DAYS, UsageLedger, UsagePage
+from .access import BadQuery, NotVisible, Query, Selection, Viewer, visible
+from .config import DEFAULT_DAYS, MAX_DAYS, UsageLedger, UsagePage, default_url
 from .ledger import Ledger
 from .page import Report, report, to_csv, to_html
 
@@ -78,24 +90,21 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
         model = await self.hub_auth.get_user(self, sync=False)
         self.current_user = self.check_hub_user(model) if model else None
 
-    def _days(self) -> int:
-        text = self.get_argument("days", str(self.usage.default_days))
-        if not text.isdigit() or not 1 <= int(text) <= MAX_DAYS:
-            raise web.HTTPError(400, f"days must be a whole number from 1 to {MAX_DAYS}, "
-                                f"got {text!r}")
-        return int(text)
-
     async def _report(self) -> Report:
-        selection = Selection(self.get_argument("team", None) or None,
-                              self.get_argument("user", None) or None)
         try:
-            return await self.usage.report(self.current_user, selection, self._days())
+            query = Query.parse(self.request.query_arguments, self.usage.default_days,
+                                MAX_DAYS)
+            return await self.usage.report(self.current_user, query.selection, query.days)
+        except BadQuery as e:
+            raise web.HTTPError(400, "%s", e) from None
         except NotVisible as e:
-            raise web.HTTPError(403, str(e)) from None
+            raise web.HTTPError(403, "%s", e) from None
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = kwargs.get("exc_info", (None, None))[1]
-        message = getattr(error, "log_message", None) or self._reason
+        message = self._reason
+        if isinstance(error, web.HTTPError) and error.log_message:
+            message = error.log_message % error.args if error.args else error.log_message
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.finish(f"{status_code}: {message}\n")
 
@@ -146,14 +155,52 @@ def usage_service(platform_file: str, url: str, usage_db_url: str, *,
             "command": [python, "-m", "jupyterhub_gpu.usage.service"]}
 
 
-def add_usage_service(c: Any, platform_file: str, url: str, *, bind: str | None = None) -> None:
-    """Add the service (settings: ``c.UsagePage``, ``c.UsageLedger``) and every user's
-    access to it to config ``c``."""
-    page = UsagePage(config=c)
-    c.JupyterHub.services = [*c.JupyterHub.get("services", []), usage_service(
-        platform_file, url, UsageLedger(config=c).db_url, prometheus_url=page.prometheus_url,
-        default_days=page.default_days, bind=bind)]
+def sidecar_service(services: list[dict], url: str) -> list[dict]:
+    """``services`` with the sidecar's entry completed: an external service at ``url``
+    (no command: the hub starts nothing), whose token z2jh put there from
+    ``hub.services.gpu-usage`` (the chart's Secret holds the same token for the sidecar)."""
+    (entry, *more) = [s for s in services if s.get("name") == USAGE_SERVICE_NAME] or [None]
+    if entry is None or more or not entry.get("api_token"):
+        raise ValueError(f"the {USAGE_SERVICE_NAME} sidecar needs one service entry with its "
+                         f"api_token before add_usage_service: z2jh makes it from "
+                         f"`hub.services.{USAGE_SERVICE_NAME}: {{}}` in the Helm values")
+    if entry.get("command"):
+        raise ValueError(f"service {USAGE_SERVICE_NAME} has a command: it runs as a sidecar, "
+                         f"the hub must not start it too")
+    done = {**entry, "url": url, "oauth_no_confirm": True, "display": True}
+    return [done if s is entry else s for s in services]
+
+
+def add_usage_service(c: Any, platform_file: str, url: str, *, bind: str | None = None,
+                      sidecar: bool = False) -> None:
+    """Add the service and every user's access to it to config ``c``: managed (settings:
+    ``c.UsagePage``, ``c.UsageLedger``), or with ``sidecar`` the entry of the sidecar at
+    ``url`` (:func:`sidecar_service`; its settings are its container's environment, so
+    ``c.UsagePage`` is refused there)."""
+    if sidecar:
+        if c.get("UsagePage"):
+            raise ValueError(f"c.UsagePage does not reach the {USAGE_SERVICE_NAME} sidecar: "
+                             f"set ${ENV_PROMETHEUS_URL} or ${ENV_USAGE_DAYS} in its container")
+        c.JupyterHub.services = sidecar_service(list(c.JupyterHub.get("services", [])), url)
+    else:
+        page = UsagePage(config=c)
+        c.JupyterHub.services = [*c.JupyterHub.get("services", []), usage_service(
+            platform_file, url, UsageLedger(config=c).db_url,
+            prometheus_url=page.prometheus_url, default_days=page.default_days, bind=bind)]
     c.JupyterHub.load_roles = with_user_scope(c.JupyterHub.get("load_roles", []), USAGE_ACCESS_SCOPE)
+
+
+def sidecar_environment(base_url: str = "/") -> dict[str, str]:
+    """What the hub gives a managed service, for the sidecar (unless its container sets
+    them): its name, its OAuth client and callback, its prefix, where it listens (every
+    address of the pod, :data:`~jupyterhub_gpu.bundle.namespaces.USAGE_PORT`). The hub's
+    API is JupyterHub's default, ``http://127.0.0.1:8081/hub/api``: the same pod."""
+    prefix = url_path_join(base_url, "services", USAGE_SERVICE_NAME) + "/"
+    return {ENV_SERVICE_NAME: USAGE_SERVICE_NAME,
+            ENV_CLIENT_ID: f"service-{USAGE_SERVICE_NAME}",  # JupyterHub's for a service
+            ENV_SERVICE_PREFIX: prefix,
+            ENV_OAUTH_CALLBACK_URL: url_path_join(prefix, "oauth_callback"),
+            ENV_SERVICE_URL: f"http://0.0.0.0:{USAGE_PORT}"}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -163,7 +210,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prometheus-url", default=os.environ.get(ENV_PROMETHEUS_URL))
     parser.add_argument("--days", type=int,
                         default=int(os.environ.get(ENV_USAGE_DAYS, DEFAULT_DAYS)))
+    parser.add_argument("--sidecar", action="store_true",
+                        help="run beside the hub in its pod, as an external service: what "
+                        "the hub gives a managed service defaults to the service's own, "
+                        "and the ledger to the SQLite file in the working directory")
     args = parser.parse_args(argv)
+    if args.sidecar:
+        for key, value in sidecar_environment(os.environ.get(ENV_BASE_URL) or "/").items():
+            os.environ.setdefault(key, value)
+        args.usage_db_url = args.usage_db_url or default_url()
     if not args.spec or not args.usage_db_url:
         parser.error(f"needs the spec and the ledger (${ENV_PLATFORM_FILE}, "
                      f"${ENV_USAGE_DB_URL})")

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..contract import DCGM_GPU_UTIL
-from ..cull.prometheus import METRICS, PrometheusClient, PrometheusError
+from ..cull.prometheus import METRICS, PrometheusClient, PrometheusError, redacted
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,9 @@ def parse_utilization(data: Any) -> dict[str, float]:
 async def fetch(url: str | None, namespaces: tuple[str, ...], window_seconds: int,
                 at: datetime, *, metric: str = DCGM_GPU_UTIL,
                 timeout_seconds: float = 5.0) -> Telemetry:
-    """The teams' utilization from the Prometheus at ``url`` (None: not configured)."""
+    """The teams' utilization from the Prometheus at ``url`` (None: not configured).
+    The error shown on the page and the log line name ``url`` without its credentials
+    (:func:`~jupyterhub_gpu.cull.prometheus.redacted`)."""
     if not url:
         return Telemetry(MappingProxyType({}), "no Prometheus is configured")
     try:
@@ -91,5 +93,5 @@ async def fetch(url: str | None, namespaces: tuple[str, ...], window_seconds: in
         data = await client.instant(utilization_query(metric, namespaces, window_seconds), at)
         return Telemetry(MappingProxyType(parse_utilization(data)))
     except PrometheusError as e:
-        log.warning("No GPU telemetry from %s: %s", url, e)
+        log.warning("No GPU telemetry from %s: %s", redacted(url), e)
         return Telemetry(MappingProxyType({}), f"Prometheus did not answer ({e})")

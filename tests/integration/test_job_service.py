@@ -20,10 +20,11 @@ import pytest
 
 from jupyterhub_gpu.builders.job import home_of
 from jupyterhub_gpu.contract import (ENV_API_TOKEN, ENV_DEMO_JOB_RUN_FOR, ENV_JOBS_URL,
-                                     JOB_NAME_LABEL, PRIORITY_LABEL, QUEUE_LABEL)
+                                     JOB_NAME_LABEL, JOBS_API_PATH, JOBS_SERVICE_NAME,
+                                     PRIORITY_LABEL, QUEUE_LABEL)
 
 from .conftest import wait_for
-from .test_demo import _login, _serving, _spawn_and_wait
+from .test_demo import URL, _login, _serving, _spawn_and_wait, _xsrf
 
 CLI = Path(sys.executable).parent / "jupyterhub-gpu"
 NAMESPACE = "jhub-data-science"
@@ -237,6 +238,54 @@ async def test_forged_submits_are_refused_and_create_nothing(hub, kube, cluster_
     assert await _snapshot(kube, cluster_platform) == before
 
 
+async def _jobs_in(kube) -> dict[str, bool]:
+    """The team namespace's Jobs, and whether each is being deleted."""
+    from kubernetes_asyncio import client
+
+    jobs = (await client.BatchV1Api(kube.api_client).list_namespaced_job(NAMESPACE)).items
+    return {j.metadata.name: j.metadata.deletion_timestamp is not None for j in jobs}
+
+
+async def test_a_forged_same_origin_request_with_the_victims_cookie_is_refused(
+        hub, kube, tmp_path):
+    """What a page under /user/<attacker>/ (the service's origin when subdomain_host is
+    unset) can make alice's browser send: her OAuth cookie for the service with
+    ``Authorization: token x``, and no XSRF token or a wrong one. JupyterHub's HubAuth
+    falls back to the cookie when the hub does not know the header's token
+    (jupyterhub/services/auth.py, HubAuth._get_user): the service answers such a
+    request as the token's owner or not at all, so POST and DELETE are refused and
+    nothing is created or deleted. Her own token needs no XSRF token (the CLI); her
+    browser's write is let in with the XSRF token a page view of the service gave it."""
+    terminal, _ = await _alice(hub, kube, tmp_path)
+    code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-job")
+    assert code == 0, err  # a valid token, no XSRF token
+    victims = out.split(":")[0]
+    api = f"{URL}/services/{JOBS_SERVICE_NAME}/{JOBS_API_PATH}"  # through the proxy
+    async with hub.get(api) as r:  # her browser opens the service: OAuth, its cookie
+        assert r.status == 200 and str(r.url) == api, r.url
+        assert victims in {j["name"] for j in (await r.json())["jobs"]}
+    before = await _jobs_in(kube)
+    page = {"Sec-Fetch-Mode": "cors", "Sec-Fetch-Site": "same-origin",
+            "Origin": URL, "Referer": f"{URL}/user/mallory/lab"}
+    body = {"profile": "cpu-job", "script": "train/train.py"}
+    for extra in ({"Authorization": "token x"}, {"Authorization": "token x", "X-XSRFToken": "x"},
+                  {}, {"X-XSRFToken": "x"}):
+        headers = {**page, **extra}
+        async with hub.post(api, json=body, headers=headers) as r:
+            assert r.status == 403, (extra, r.status, await r.text())
+        async with hub.delete(f"{api}/{victims}", headers=headers) as r:
+            assert r.status == 403, (extra, r.status, await r.text())
+    assert await _jobs_in(kube) == before, "the forged requests changed nothing"
+    assert before[victims] is False
+    xsrf = _xsrf(hub, f"/services/{JOBS_SERVICE_NAME}/")
+    async with hub.post(api, json={**body, "profile": "nope"},
+                        headers={**page, "X-XSRFToken": xsrf}) as r:
+        said = await r.json()
+        assert r.status == 400 and "Unknown job profile 'nope'" in said["error"], said
+    assert (await terminal.job("cancel", victims))[0] == 0
+    await wait_for(lambda: _nothing_left_of(kube, victims), timeout=60, what="the cancel")
+
+
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
 EXAMPLE_JOB = "job-alice-1a2b3c"  # the name the guide's commands use
 
@@ -282,21 +331,39 @@ async def test_the_user_guides_commands_run_as_written(hub, kube, tmp_path):
 
 
 async def test_cancel_of_a_multi_pod_job_leaves_no_service_behind(hub, kube, tmp_path):
-    """A job of two pods has a headless Service for its rendezvous, owned by the Job:
-    cancel removes it with the Job, its pods and its Workload."""
+    """A job of two pods has a headless Service for its rendezvous and a NetworkPolicy
+    that lets its pods reach each other, both owned by the Job; the policy selects
+    exactly the Job's pods as the API server labels them. Cancel removes both with
+    the Job, its pods and its Workload."""
+    from kubernetes_asyncio.client import BatchV1Api, NetworkingV1Api
+
+    networking = NetworkingV1Api(kube.api_client)
     terminal, _ = await _alice(hub, kube, tmp_path)
     code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-ddp-2")
     assert code == 0, err
     name = out.split(":")[0]
     service = await kube.core.read_namespaced_service(name, NAMESPACE)
     assert [(o.kind, o.name) for o in service.metadata.owner_references] == [("Job", name)]
+    policy = await networking.read_namespaced_network_policy(name, NAMESPACE)
+    assert [(o.kind, o.name) for o in policy.metadata.owner_references] == [("Job", name)]
     await wait_for(lambda: _is(terminal, name, "running on pool cpu"), timeout=60,
                    what="both pods to run")
+    job = await BatchV1Api(kube.api_client).read_namespaced_job(name, NAMESPACE)
+
+    async def pods(selector):  # the pods a label selector picks
+        found = await kube.core.list_namespaced_pod(NAMESPACE, label_selector=",".join(
+            f"{k}={v}" for k, v in selector.match_labels.items()))
+        return sorted(p.metadata.name for p in found.items)
+
+    selected = await pods(policy.spec.pod_selector)
+    assert len(selected) == 2 and selected == await pods(job.spec.selector)
     assert (await terminal.job("cancel", name))[0] == 0
 
     async def gone():
         services = (await kube.core.list_namespaced_service(NAMESPACE)).items
+        policies = (await networking.list_namespaced_network_policy(NAMESPACE)).items
         return await _nothing_left_of(kube, name) and name not in {
-            s.metadata.name for s in services}
+            s.metadata.name for s in [*services, *policies]}
 
-    await wait_for(gone, timeout=60, what=f"{name}'s Job, pods, Workload and Service to go")
+    await wait_for(gone, timeout=60,
+                   what=f"{name}'s Job, pods, Workload, Service and NetworkPolicy to go")

@@ -8,6 +8,8 @@ forged ``team`` parameter is refused and shows nothing. Screenshots go to
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 from datetime import datetime, timedelta, timezone
 
 from jupyterhub_gpu.contract import USAGE_CSV_PATH, USAGE_SERVICE_NAME
@@ -173,6 +175,9 @@ async def test_each_viewer_sees_their_share_and_the_ledgers_numbers(hub, browser
     lead = await asyncio.to_thread(_view, browser, "erin", "usage-page-lead")
     _check(lead, [r for r in ROWS if r.team == "data-science"], spot)
     assert not browser.css(".warning")
+    # another team's user: refused, not an empty page
+    text = await asyncio.to_thread(_open, browser, PAGE + "?user=bob")
+    assert "403" in text and "may not see user 'bob'" in text and "ml-eng" not in text
 
     bob = await asyncio.to_thread(_view, browser, "bob", None)
     _check(bob, [r for r in ROWS if r.user == "bob"], spot)
@@ -185,3 +190,50 @@ async def test_each_viewer_sees_their_share_and_the_ledgers_numbers(hub, browser
     assert await asyncio.to_thread(_csv, browser, "?user=bob") == bob
     status, body = await asyncio.to_thread(_fetch, browser, USAGE_CSV_PATH + "?days=0")
     assert status == 400 and "days must be a whole number from 1 to 366" in body
+    for query, reason in (("?days=%C2%B2", "days must be a whole number"),  # '²'.isdigit()
+                          ("?format=json", "unknown query parameter 'format'"),
+                          ("?user=" + "x" * 300, "user is longer than 255 characters")):
+        status, body = await asyncio.to_thread(_fetch, browser, USAGE_CSV_PATH + query)
+        assert status == 400 and reason in body, (query, status, body)
+
+
+async def test_the_service_refuses_bad_queries_and_other_teams_users_through_the_hub(
+        cluster, cluster_spec_path, hub_kubeconfig, tmp_path):
+    """Without a browser: API tokens of the demo's users, through the real hub's proxy
+    to the real service. Every bad query is a 400 with its reason (none a 500), a lead's
+    user outside the team a 403, and a name that would be a spreadsheet formula is text
+    in the CSV."""
+    from .hubrest import _auth, hub_with_tokens
+
+    hostile = "=HYPERLINK(\"http://x.example\",\"y\")"
+    async with hub_with_tokens(cluster, cluster_spec_path, hub_kubeconfig, tmp_path) as (
+            http, token):
+        ledger = Ledger(f"sqlite:///{tmp_path / 'hub' / 'jupyterhub-gpu-usage.sqlite'}")
+        try:
+            for usage in [*ROWS, _row("pod:h1", hostile, "data-science", "t4-shared", 1, 0.5,
+                                      1.0)]:
+                await ledger.record(usage)
+        finally:
+            ledger.dispose()
+        erin, bob = await token("erin"), await token("bob")
+
+        async def get(who: str, query: str) -> tuple[int, str]:
+            async with http.get(PAGE + USAGE_CSV_PATH + query, headers=_auth(who)) as r:
+                return r.status, await r.text()
+
+        for query, reason in (("?days=%C2%B2", "days must be a whole number"),
+                              ("?days=%EF%BC%97", "days must be a whole number"),
+                              ("?days=1&days=2", "give days once"),
+                              ("?format=json", "unknown query parameter 'format'"),
+                              ("?user=a%00b", "not printable"),
+                              ("?user=" + "x" * 300, "longer than 255 characters"),
+                              ("?team=%FF", "team is not UTF-8")):
+            status, body = await get(bob, query)
+            assert status == 400 and body.startswith("400: ") and reason in body, query
+        status, body = await get(erin, "?user=bob")
+        assert status == 403 and "may not see user 'bob'" in body and "ml-eng," not in body
+        status, body = await get(erin, "?user=alice")
+        assert status == 200 and "user,alice,gpu_hours,3.00" in body
+        status, body = await get(erin, "")
+        assert status == 200
+        assert ["user", f"'{hostile}", "gpu_hours", "1.00"] in csv.reader(io.StringIO(body))

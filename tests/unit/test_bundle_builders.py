@@ -56,6 +56,9 @@ def test_namespace_and_hub_rbac(platform):
         # training jobs the hub submits for users, and a multi-pod job's rendezvous
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": [*READ, "create", "delete"]},
         {"apiGroups": [""], "resources": ["services"], "verbs": [*READ, "create", "delete"]},
+        # ... and its pods' NetworkPolicy (builders/job.py: peer_policy): no reading
+        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+         "verbs": ["create", "delete"]},
         # a job's log for its user (the gpu-jobs service)
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     ]

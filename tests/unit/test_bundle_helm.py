@@ -14,6 +14,8 @@ from jupyterhub_gpu.bundle.checkhelm import check_helm, get, merge_values
 from jupyterhub_gpu.bundle.namespaces import HubRef
 from jupyterhub_gpu.parse import load_platform
 
+from .test_usage_sidecar import z2jh_services
+
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO.parent / "shared" / "reference" / "z2jh-4.4.0"
 VALUES = sorted((REPO / "helm-values").glob("*.yaml"))
@@ -81,8 +83,8 @@ def test_values_wire_the_spawner_and_keep_gpu_pools_free():
     config = get(values, "hub.extraConfig.00-jupyterhub-gpu")
     assert 'configure_hub(c, "/etc/jupyterhub-gpu/platform.yaml")' in config
     assert "c.JupyterHub.hub_connect_url" in config and ".svc.cluster.local" in config
-    assert get(values, "hub.extraVolumes") == [{"name": "jupyterhub-gpu-platform",
-                                                "configMap": {"name": "jupyterhub-gpu-platform"}}]
+    assert {"name": "jupyterhub-gpu-platform",
+            "configMap": {"name": "jupyterhub-gpu-platform"}} in get(values, "hub.extraVolumes")
     assert get(values, "cull.enabled") is False
     assert get(values, "scheduling.userPlaceholder.enabled") is False
     assert get(values, "prePuller.continuous.enabled") is False
@@ -107,6 +109,7 @@ def test_extra_config_runs_as_z2jh_runs_it(example_spec_path, monkeypatch, get_c
     monkeypatch.setenv("POD_NAMESPACE", "jupyterhub")
     monkeypatch.setenv("HUB_SERVICE_PORT", "8081")
     c = Config()
+    c.JupyterHub.services = z2jh_services(_load(REPO / "helm-values" / "values.yaml"), "t")
     exec(source, {"c": c, "get_name": lambda name: name, "get_config": get_config,
                   "get_name_env": lambda name, suffix="": __import__("os").environ[
                       (name + suffix).upper().replace("-", "_")]})
@@ -134,6 +137,7 @@ def test_the_chart_runs_the_jobs_service_where_notebooks_reach_it(example_spec_p
     monkeypatch.setenv("POD_NAMESPACE", "jupyterhub")
     monkeypatch.setenv("HUB_SERVICE_PORT", "8081")
     c = Config()
+    c.JupyterHub.services = z2jh_services(values, "t")
     c.KubeSpawner.environment = {"FROM_EXTRA_ENV": "1"}  # the chart's singleuser.extraEnv
     exec(source, {"c": c, "get_name": lambda name: name, "get_config": get_config,
                   "get_name_env": lambda name, suffix="": "8081"})
@@ -159,30 +163,24 @@ def test_the_chart_runs_the_jobs_service_where_notebooks_reach_it(example_spec_p
 
 def test_the_chart_runs_the_usage_page_where_the_proxy_reaches_it(example_spec_path,
                                                                  monkeypatch, get_config):
-    """The gpu-usage service listens in the hub pod on a port the hub Service adds and
-    the hub's NetworkPolicy opens to the proxy alone; every user may open it; it reads
-    the same ledger and Prometheus as the hub and the culler."""
+    """The gpu-usage service listens in the hub pod (its own container there:
+    test_usage_sidecar.py) on a port the hub Service adds and the hub's NetworkPolicy
+    opens to the proxy alone; every user may open it."""
     from traitlets.config import Config
 
     from jupyterhub_gpu.bundle.namespaces import USAGE_PORT
-    from jupyterhub_gpu.contract import (ENV_PROMETHEUS_URL, ENV_USAGE_DB_URL,
-                                         USAGE_ACCESS_SCOPE, USAGE_SERVICE_NAME)
-    from jupyterhub_gpu.usage.config import UsageLedger
+    from jupyterhub_gpu.contract import USAGE_ACCESS_SCOPE, USAGE_SERVICE_NAME
 
     values = _load(REPO / "helm-values" / "values.yaml")
     source = values["hub"]["extraConfig"]["00-jupyterhub-gpu"].replace(
         "/etc/jupyterhub-gpu/platform.yaml", str(example_spec_path))
     monkeypatch.setenv("POD_NAMESPACE", "jupyterhub")
-    monkeypatch.setenv("JUPYTERHUB_GPU_PROMETHEUS_URL", values["hub"]["extraEnv"][
-        "JUPYTERHUB_GPU_PROMETHEUS_URL"])
     c = Config()
+    c.JupyterHub.services = z2jh_services(values, "t")
     exec(source, {"c": c, "get_name": lambda name: name, "get_config": get_config,
                   "get_name_env": lambda name, suffix="": "8081"})
     (service,) = [s for s in c.JupyterHub.services if s["name"] == USAGE_SERVICE_NAME]
     assert service["url"] == f"http://hub.jupyterhub.svc.cluster.local:{USAGE_PORT}"
-    env = service["environment"]
-    assert env[ENV_USAGE_DB_URL] == UsageLedger(config=c).db_url
-    assert env[ENV_PROMETHEUS_URL] == values["hub"]["extraEnv"]["JUPYTERHUB_GPU_PROMETHEUS_URL"]
     (user,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
     assert USAGE_ACCESS_SCOPE in user["scopes"]
     assert {"name": USAGE_SERVICE_NAME, "port": USAGE_PORT,

@@ -33,6 +33,15 @@ USERS = {  # token -> the model JupyterHub's GET /hub/api/user answers
     "carol-token": {"kind": "user", "name": "carol", "groups": ["ml-eng"],
                     "scopes": [JOBS_ACCESS_SCOPE]},
     "unscoped-token": {"kind": "user", "name": "bob", "groups": ["ml-eng"], "scopes": []},
+    "dave-token": {"kind": "user", "name": "dave", "groups": ["ml-eng"],
+                   "scopes": [JOBS_ACCESS_SCOPE]},
+    "admin-token": {"kind": "user", "name": "root", "admin": True, "groups": [],
+                    "scopes": [JOBS_ACCESS_SCOPE, "admin:users", "admin:servers"]},
+    "service-token-of-usage": {"kind": "service", "name": "gpu-usage",
+                               "scopes": [JOBS_ACCESS_SCOPE]},
+    # a name that would forge a log line if logged as it is
+    "mallory-token": {"kind": "user", "name": "mallory\n[W 2026 jobs] admin cancelled all",
+                      "groups": ["ml-eng"], "scopes": [JOBS_ACCESS_SCOPE]},
 }
 NS = "jhub-ml-eng"
 
@@ -86,7 +95,9 @@ def _cluster(platform) -> Watches:
     watches.jobs[NS].resources = {f"{NS}/{j['metadata']['name']}": j for j in (
         done, running, _job("job-carol-1", "carol", "u3", startTime="2026-12-02T12:03:00Z"),
         _job("job-carol-2", "carol", "u4", startTime="2026-12-02T12:04:00Z"))}
-    watches.pods[NS].resources = {"a": pod, "b": notebook}
+    dave = {**notebook, "metadata": {**notebook["metadata"], "name": "jupyter-dave",
+                                     "annotations": {USERNAME_KEY: "dave"}}}
+    watches.pods[NS].resources = {"a": pod, "b": notebook, "c": dave}
     watches.workloads[NS].resources = {u: _workload(u) for u in ("u1", "u2", "u3", "u4")}
     watches.ready = True
     return watches
@@ -95,7 +106,8 @@ def _cluster(platform) -> Watches:
 @pytest.fixture
 def service(example_spec_path, platform, monkeypatch, tmp_path):
     """The service's app and the stand-in hub, on one port, in a thread of their own;
-    the CLI's environment as a server's terminal has it."""
+    the CLI's environment as a server's terminal has it. Yields the service's state,
+    app and HubOAuth, and its URL."""
     loop = asyncio.new_event_loop()
     (sock,) = bind_sockets(0, "127.0.0.1", family=2)
     port = sock.getsockname()[1]
@@ -110,16 +122,17 @@ def service(example_spec_path, platform, monkeypatch, tmp_path):
         app.add_handlers(".*", [("/hub/api/user", HubUser)])
         server = HTTPServer(app)
         server.add_sockets([sock])
-        return server, jobs
+        return server, SimpleNamespace(jobs=jobs, app=app, auth=auth,
+                                       url=service_url(f"http://127.0.0.1:{port}"))
 
-    server, jobs = loop.run_until_complete(start())
+    server, made = loop.run_until_complete(start())
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    monkeypatch.setenv(ENV_JOBS_URL, service_url(f"http://127.0.0.1:{port}"))
+    monkeypatch.setenv(ENV_JOBS_URL, made.url)
     monkeypatch.setenv(ENV_API_TOKEN, "bob-token")
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    yield jobs
+    yield made
     loop.call_soon_threadsafe(server.stop)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
@@ -169,6 +182,14 @@ def test_a_script_outside_the_home_is_refused_before_asking(service, capsys):
     assert code == 1 and "/etc/passwd is not in your home directory" in err
 
 
+def test_a_job_name_is_one_path_segment_of_the_url(service, capsys):
+    """A name holding "/" is not read as another of the service's paths (here, the
+    running job's log: status would follow it)."""
+    for command in ("status", "cancel"):
+        code, _, err = _run(capsys, command, "job-bob-run/logs")
+        assert code == 1 and "(HTTP 404)" in err, err
+
+
 def test_logs_of_a_job_without_a_pod_on_a_node(service, capsys, monkeypatch):
     monkeypatch.setenv(ENV_API_TOKEN, "carol-token")
     code, _, err = _run(capsys, "logs", "job-carol-1")
@@ -202,6 +223,6 @@ def test_the_scripts_own_options_after_the_separator():
 
 
 def test_before_the_watches_run_the_service_says_so(service, capsys):
-    service.watches.ready = False  # e.g. the hub's Role does not let it list Workloads yet
+    service.jobs.watches.ready = False  # e.g. the hub's Role does not let it list Workloads yet
     code, _, err = _run(capsys, "list")
     assert code == 1 and "cannot read the cluster yet" in err and "(HTTP 503)" in err

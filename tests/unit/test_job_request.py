@@ -7,7 +7,8 @@ import pytest
 from jupyterhub_gpu.builders.job import build_job
 from jupyterhub_gpu.builders.pod import UserRef
 from jupyterhub_gpu.contract import ENV_CHECKPOINT_DIR, USERNAME_KEY
-from jupyterhub_gpu.jobs.request import (JobRefused, check_submission, job_name,
+from jupyterhub_gpu.jobs.request import (MAX_ARG_BYTES, MAX_ARGS_BYTES, MAX_SCRIPT_CHARS,
+                                         JobRefused, check_submission, job_name,
                                          job_profiles_for, job_request)
 
 BOB = UserRef("bob", frozenset({"ml-eng"}))  # team ml-eng: a100-train, a100-ddp-2
@@ -41,6 +42,24 @@ def test_a_good_request_and_what_it_runs(platform):
     (BOB, {"profile": "a100-train"}, "'script' must be", "script None"),
     (BOB, {**GOOD, "args": "--lr 1"}, "'args' must be a list", "args"),
     (BOB, {**GOOD, "args": [1]}, "'args' must be a list", "args"),
+    # Python takes a "script" that starts with "-" as its option: -c runs code
+    (BOB, {**GOOD, "script": "-c"}, "starts with '-'", "is an option"),
+    (BOB, {**GOOD, "script": "-m"}, "starts with '-'", "is an option"),
+    (BOB, {**GOOD, "script": "./-c"}, "starts with '-'", "is an option"),
+    (BOB, {**GOOD, "script": "a/../--help"}, "starts with '-'", "is an option"),
+    (BOB, {**GOOD, "script": "-"}, "starts with '-'", "is an option"),
+    (BOB, {**GOOD, "script": "t.py\nINFO forged"}, "printable characters only", "script"),
+    (BOB, {**GOOD, "script": "a" * (MAX_SCRIPT_CHARS + 1)},
+     f"longer than {MAX_SCRIPT_CHARS} characters", "script path of"),
+    # bounded: one argument, all of them, and what they may hold
+    (BOB, {**GOOD, "args": ["x" * (5 * 2**20)]}, f"larger than {MAX_ARG_BYTES} bytes",
+     f"an argument of {5 * 2**20} bytes"),
+    (BOB, {**GOOD, "args": ["a", "é" * (MAX_ARG_BYTES // 2 + 1)]},
+     f"larger than {MAX_ARG_BYTES} bytes (argument 2", "an argument of"),
+    (BOB, {**GOOD, "args": ["x" * MAX_ARG_BYTES] * (MAX_ARGS_BYTES // MAX_ARG_BYTES + 1)},
+     f"larger than {MAX_ARGS_BYTES} bytes together", "arguments of"),
+    (BOB, {**GOOD, "args": ["x"] * 101}, "at most 100 strings", "a list of 101 item(s)"),
+    (BOB, {**GOOD, "args": ["\ud800"]}, "valid Unicode", "args"),
 ])
 def test_every_refusal_says_why(platform, user, body, user_words, log_words):
     with pytest.raises(JobRefused) as refused:
@@ -48,6 +67,24 @@ def test_every_refusal_says_why(platform, user, body, user_words, log_words):
     assert user_words in refused.value.user_message
     assert log_words in refused.value.log_detail
     assert refused.value.status == 400
+
+
+def test_the_refusals_log_detail_holds_no_argument(platform):
+    """The arguments may hold secrets: a refusal's log detail says their shape only."""
+    secret = "hunter2-" * 2000
+    with pytest.raises(JobRefused) as refused:
+        check_submission(platform, BOB, {**GOOD, "args": [secret, 3]}, active_jobs=0)
+    assert "hunter2" not in refused.value.log_detail + refused.value.user_message
+
+
+def test_arguments_at_the_limits_and_any_argument_come_after_the_script(platform):
+    """Python stops reading its own options at the script: every argument after it is
+    the script's, even -c or -m."""
+    args = ["x" * MAX_ARG_BYTES] * (MAX_ARGS_BYTES // MAX_ARG_BYTES)
+    assert check_submission(platform, BOB, {**GOOD, "args": args}, 0).args == tuple(args)
+    sub = check_submission(platform, BOB, {**GOOD, "script": "dir/-c.py",
+                                           "args": ["-c", "import os", "-m", ""]}, 0)
+    assert sub.command == ("python", "dir/-c.py", "-c", "import os", "-m", "")
 
 
 def test_the_per_user_limit_counts_jobs_not_finished(platform):

@@ -96,19 +96,42 @@ def _preempted() -> dict:
     return wl
 
 
-def test_preempted_names_the_team_and_job_that_took_the_room(platform):
-    other = {"metadata": {"name": "job-job-ana-9", "namespace": "jhub-data-science",
-                          "uid": "wl-9", "ownerReferences": [{"kind": "Job", "name": "job-ana-9"}]}}
-    teams = {t.namespace: t.name for t in platform.teams}
-    by = preemptor(_preempted(), [PENDING, other], teams)
-    assert by == "data-science's job job-ana-9"
-    status = describe(platform, JOB, [], _preempted(), (1, 1), by)
-    assert status.words == ("preempted by data-science's job job-ana-9, restarting "
-                            "(queued in ml-eng: position 1 of 1)")
-    notebook = {"metadata": {"uid": "wl-9", "namespace": "jhub-ml-eng",
-                             "ownerReferences": [{"kind": "Pod", "name": "jupyter-carl"}]}}
-    assert preemptor(_preempted(), [notebook], teams) == "ml-eng's notebook"
-    assert preemptor(_preempted(), [], teams) is None
+def _by(kind: str, name: str, uid: str, namespace: str = "jhub-data-science") -> dict:
+    """The preemptor's Workload (uid wl-9), owned by a Job or a notebook pod."""
+    return {"metadata": {"name": f"wl-{name}", "namespace": namespace, "uid": "wl-9",
+                         "ownerReferences": [{"kind": kind, "name": name, "uid": uid}]}}
+
+
+def test_preempted_by_another_users_workload_names_no_one(platform):
+    """Another user's job or notebook (of another team or the caller's own) is named
+    by its kind of preemption only: no user, job or team name leaks."""
+    yours = {"job-uid-1": "your job job-bob-1a2b3c", "pod-uid-7": "your notebook"}
+    for other in (_by("Job", "job-ana-9", "job-uid-9"),
+                  _by("Pod", "jupyter-carl", "pod-uid-8", "jhub-ml-eng")):
+        by = preemptor(_preempted(), [PENDING, other], yours)
+        assert by == "a higher-priority workload"
+        status = describe(platform, JOB, [], _preempted(), (1, 1), by)
+        assert status.words == ("preempted by a higher-priority workload, restarting "
+                                "(queued in ml-eng: position 1 of 1)")
+        assert not {"ana", "carl", "data-science"} & set(status.words.replace("'", " ")
+                                                          .replace("-", " ").split())
+    reclaimed = _preempted()
+    for c in reclaimed["status"]["conditions"]:
+        if "message" in c:
+            c["message"] = c["message"].replace("prioritization in the ClusterQueue",
+                                                "reclamation within the cohort")
+    assert preemptor(reclaimed, [_by("Job", "job-ana-9", "job-uid-9")], yours) == \
+        "a workload of the team whose quota it borrowed"
+    assert preemptor(_preempted(), [], yours) == "a higher-priority workload"
+
+
+def test_preempted_by_the_callers_own_workload_names_it(platform):
+    yours = {"job-uid-2": "your job job-bob-2", "pod-uid-7": "your notebook"}
+    assert preemptor(_preempted(), [_by("Job", "job-bob-2", "job-uid-2", "jhub-ml-eng")],
+                     yours) == "your job job-bob-2"
+    assert preemptor(_preempted(), [_by("Pod", "jupyter-bob", "pod-uid-7", "jhub-ml-eng")],
+                     yours) == "your notebook"
+    assert preemptor(PENDING, [], yours) is None  # not preempted
     assert describe(platform, JOB, [], _preempted()).words.startswith("preempted, restarting")
 
 

@@ -3,6 +3,12 @@ starts it with (computed by JupyterHub's own service launcher, not by hand)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 from jupyterhub.objects import Hub
 from jupyterhub.services.service import _ServiceSpawner, _MockUser
@@ -11,7 +17,7 @@ from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 from traitlets.config import Config
 
 from jupyterhub_gpu import configure_hub
-from jupyterhub_gpu.resume import resumable
+from jupyterhub_gpu.resume import Resumable, resumable, server_path
 from jupyterhub_gpu.contract import PROFILE_LABEL
 
 
@@ -78,3 +84,35 @@ def test_resumable_are_the_waiting_pods_the_hub_does_not_know():
              {"name": "erin", "servers": {}}]
     assert [(r.user, r.server) for r in resumable(pods, users)] == [("alice", ""),
                                                                     ("erin", "big")]
+
+
+def test_a_name_with_a_slash_is_one_segment_of_the_hub_api_path():
+    """JupyterHub allows "/" in user names (some authenticators give such names): it
+    must not move the request to another user's path of the hub API."""
+    item = Resumable("team/alice", "big/../../bob", "t4-shared")
+    assert server_path(item) == "/users/team%2Falice/servers/big%2F..%2F..%2Fbob"
+
+
+def test_once_done_the_service_holds_no_hub_token(tmp_path):
+    """The token JupyterHub gives gpu-resume may start any user's server and never
+    expires: after its pass the service's process (the same pid, which JupyterHub
+    watches) has it neither in its environment nor in its command line."""
+    env = {**os.environ, "JUPYTERHUB_API_TOKEN": "the-hub-token",
+           "JPY_API_TOKEN": "the-hub-token"}
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "from jupyterhub_gpu.resume import idle; idle()"], env=env)
+    try:
+        proc_dir = f"/proc/{proc.pid}"
+        for _ in range(200):  # until the process image is the idle one
+            with open(f"{proc_dir}/cmdline", "rb") as f:
+                cmdline = f.read()
+            if b"signal.pause" in cmdline:
+                break
+            time.sleep(0.05)
+        assert b"signal.pause" in cmdline and proc.poll() is None
+        with open(f"{proc_dir}/environ", "rb") as f:
+            environ = f.read()
+        assert b"the-hub-token" not in environ + cmdline
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == -signal.SIGTERM  # JupyterHub's stop ends it
