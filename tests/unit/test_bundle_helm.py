@@ -16,29 +16,7 @@ from jupyterhub_gpu.parse import load_platform
 
 from .test_usage_sidecar import z2jh_services
 
-REPO = Path(__file__).resolve().parents[2]
-REFERENCE = REPO.parent / "shared" / "reference" / "z2jh-4.4.0"
-VALUES = sorted((REPO / "helm-values").glob("*.yaml"))
-INSTALL_ORDER = ["values.yaml", "generated.yaml", "auth-azuread.yaml"]
-
-
-@pytest.fixture(scope="module")
-def z2jh() -> tuple[dict, dict]:
-    """z2jh 4.4.0's values schema and default values."""
-    if not REFERENCE.is_dir():
-        pytest.skip(f"z2jh reference data not found at {REFERENCE}: the schema test needs "
-                    f"../shared/reference/z2jh-4.4.0/ beside the checkout")
-    return (yaml.safe_load((REFERENCE / "values.schema.yaml").read_text()),
-            yaml.safe_load((REFERENCE / "values.yaml").read_text()))
-
-
-@pytest.fixture
-def get_config(z2jh):
-    """The chart's ``get_config`` (in scope in ``hub.extraConfig``): a dotted key of
-    the chart's defaults with our values files merged in."""
-    values = merge_values([("z2jh defaults", z2jh[1]),
-                           *((n, _load(REPO / "helm-values" / n)) for n in INSTALL_ORDER)])
-    return lambda key, default=None: get(values, key, default)
+from .chart_values import INSTALL_ORDER, REFERENCE, REPO, VALUES, _load, get_config, z2jh  # noqa: F401 (fixtures)
 
 
 def _errors(z2jh, *files: dict) -> list[str]:
@@ -49,8 +27,6 @@ def _errors(z2jh, *files: dict) -> list[str]:
             for e in validator.iter_errors(merged)]
 
 
-def _load(path: Path) -> dict:
-    return yaml.safe_load(path.read_text()) or {}
 
 
 def test_the_install_command_names_every_values_file():

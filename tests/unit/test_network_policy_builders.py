@@ -34,7 +34,7 @@ def _selects(policy: dict, pod_labels: dict) -> bool:
 
 def _request(platform, slug: str, team_name: str = "ml-eng") -> JobRequest:
     team = next(t for t in platform.teams if t.name == team_name)
-    return JobRequest("job-alice-0a1b2c", "alice",
+    return JobRequest("job-alice-0a1b2c", "alice", "alice",
                       JobGrant.of(platform, platform.job_profile(slug), team),
                       "registry.example/notebook:1", ("python", "train.py"))
 

@@ -29,6 +29,8 @@ from jupyterhub_gpu.contract import (ENV_PROMETHEUS_URL, USAGE_ACCESS_SCOPE,
                                      USAGE_SERVICE_NAME)
 from jupyterhub_gpu.usage.service import add_usage_service, sidecar_service
 
+from .chart_values import get_config, z2jh  # noqa: F401 (fixtures)
+
 REPO = Path(__file__).resolve().parents[2]
 VALUES = REPO / "helm-values" / "values.yaml"
 Z2JH_VALUES = REPO.parent / "shared" / "reference" / "z2jh-4.4.0" / "values.yaml"
@@ -57,20 +59,21 @@ def z2jh_services(values: dict, token: str) -> list[dict]:
             for key, service in (values["hub"].get("services") or {}).items()]
 
 
-def run_extra_config(values: dict, spec_path: Path, c: Config, monkeypatch) -> Config:
+def run_extra_config(values: dict, spec_path: Path, c: Config, monkeypatch,
+                     get_config) -> Config:
     source = values["hub"]["extraConfig"]["00-jupyterhub-gpu"].replace(
         "/etc/jupyterhub-gpu/platform.yaml", str(spec_path))
     monkeypatch.setenv("POD_NAMESPACE", "jupyterhub")
-    exec(source, {"c": c, "get_name": lambda name: name,
+    exec(source, {"c": c, "get_name": lambda name: name, "get_config": get_config,
                   "get_name_env": lambda name, suffix="": "8081"})
     return c
 
 
 def test_the_hub_registers_the_sidecar_as_an_external_service(values, example_spec_path,
-                                                              monkeypatch):
+                                                              monkeypatch, get_config):
     c = Config()
     c.JupyterHub.services = z2jh_services(values, "chart-token")
-    run_extra_config(values, example_spec_path, c, monkeypatch)
+    run_extra_config(values, example_spec_path, c, monkeypatch, get_config)
     (service,) = [s for s in c.JupyterHub.services if s["name"] == USAGE_SERVICE_NAME]
     assert service == {"name": USAGE_SERVICE_NAME, "api_token": "chart-token",
                        "url": f"http://hub.jupyterhub.svc.cluster.local:{USAGE_PORT}",
