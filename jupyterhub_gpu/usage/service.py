@@ -35,7 +35,8 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlparse
 
-from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, HubOAuthenticated
+from jupyterhub.services.auth import (HubOAuth, HubOAuthCallbackHandler, HubOAuthenticated,
+                                      UserNotAllowed)
 from jupyterhub.utils import url_path_join
 from tornado import web
 
@@ -88,7 +89,13 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
     async def prepare(self) -> None:
         # asked of the hub without blocking other requests (get_current_user would)
         model = await self.hub_auth.get_user(self, sync=False)
-        self.current_user = self.check_hub_user(model) if model else None
+        try:
+            self.current_user = self.check_hub_user(model) if model else None
+        except UserNotAllowed:
+            # a token without the page's scope (a server's own token, say): refused,
+            # not a 500
+            raise web.HTTPError(403, "This token lacks the scope %s.",
+                                USAGE_ACCESS_SCOPE) from None
 
     async def _report(self) -> Report:
         try:
