@@ -27,6 +27,7 @@ from ..builders.job import (DEFAULT_HOME_MOUNT_PATH, JobGrant, JobRequest, home_
                             identity_of)
 from ..builders.pod import UserRef
 from ..contract import USERNAME_KEY
+from ..logtext import shown
 from ..spec import CheckpointStorage, JobProfile, Platform
 
 FIELDS = ("profile", "script", "args")
@@ -45,6 +46,8 @@ MAX_SCRIPT_CHARS = 1024
 MAX_BODY_BYTES = 4 * MAX_ARGS_BYTES
 MAX_NAME = 50  # room for an Indexed Job's "-<index>" in a 63-character hostname
 PYTHON = "python"
+#: how much of an unknown profile's name a refusal quotes back
+MAX_SHOWN_PROFILE = 100
 
 
 class JobRefused(Exception):
@@ -102,12 +105,13 @@ def _grant(platform: Platform, user: UserRef, slug: Any) -> JobGrant:
     allowed = job_profiles_for(platform, user.groups)
     yours = ", ".join(p.slug for p in allowed) or "none"
     profile = platform.job_profile(slug) if isinstance(slug, str) else None
+    named = repr(shown(slug, MAX_SHOWN_PROFILE))  # any input: bounded and escaped
     if profile is None:
-        raise JobRefused(f"Unknown job profile {slug!r}; yours: {yours}.",
-                         f"unknown job profile {slug!r}")
+        raise JobRefused(f"Unknown job profile {named}; yours: {yours}.",
+                         f"unknown job profile {named}")
     if profile not in allowed:
-        raise JobRefused(f"You may not submit job profile {slug!r}; yours: {yours}.",
-                         f"job profile {slug!r} not allowed for groups {sorted(user.groups)}")
+        raise JobRefused(f"You may not submit job profile {named}; yours: {yours}.",
+                         f"job profile {named} not allowed for groups {sorted(user.groups)}")
     return JobGrant.of(platform, profile, team)
 
 

@@ -23,7 +23,8 @@ async def test_a_job_whose_policy_cannot_be_made_is_deleted_again(cluster, clust
     from jupyterhub_gpu.jobs import cluster as jobs_cluster
 
     team = cluster_platform.team_for(GROUPS)
-    req = JobRequest(name="policy-taken", user_slug="tia", image="jupyter/minimal",
+    req = JobRequest(name="policy-taken", user_slug="tia", username="tia",
+                     image="jupyter/minimal",
                      grant=JobGrant.of(cluster_platform,
                                        cluster_platform.job_profile("cpu-ddp-2"), team),
                      command=("python", "train.py"))

@@ -192,7 +192,8 @@ def _job_pods(platform, team_name: str, profile: str, user: str, suffix: str,
     the Job controller adds an Indexed Job's completion index to each pod."""
     team = next(t for t in platform.teams if t.name == team_name)
     grant = JobGrant.of(platform, platform.job_profile(profile), team)
-    req = JobRequest(job_name(user, suffix), user, grant, "notebook:latest", ("python", "t.py"))
+    req = JobRequest(job_name(user, suffix), user, user, grant, "notebook:latest",
+                     ("python", "t.py"))
     job = build_job(req).job
     uid = f"00000000-0000-0000-0000-{suffix:0>12}"
     added = {"job-name": req.name, JOB_NAME_LABEL: req.name,
