@@ -10,8 +10,8 @@ import yaml
 
 from jupyterhub_gpu.bundle.checkhelm import get, merge_values
 
-REPO = Path(__file__).resolve().parents[2]
-REFERENCE = REPO.parent / "shared" / "reference" / "z2jh-4.4.0"
+from ..z2jh_chart import REFERENCE, REPO
+
 VALUES = sorted((REPO / "helm-values").glob("*.yaml"))
 INSTALL_ORDER = ["values.yaml", "generated.yaml", "auth-azuread.yaml"]
 

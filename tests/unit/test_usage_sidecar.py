@@ -29,11 +29,11 @@ from jupyterhub_gpu.contract import (ENV_PROMETHEUS_URL, USAGE_ACCESS_SCOPE,
                                      USAGE_SERVICE_NAME)
 from jupyterhub_gpu.usage.service import add_usage_service, sidecar_service
 
+from .. import z2jh_chart
 from .chart_values import get_config, z2jh  # noqa: F401 (fixtures)
 
-REPO = Path(__file__).resolve().parents[2]
-VALUES = REPO / "helm-values" / "values.yaml"
-Z2JH_VALUES = REPO.parent / "shared" / "reference" / "z2jh-4.4.0" / "values.yaml"
+VALUES = z2jh_chart.REPO / "helm-values" / "values.yaml"
+Z2JH_VALUES = z2jh_chart.DEFAULT_VALUES
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SECRET_KEY = f"hub.services.{USAGE_SERVICE_NAME}.apiToken"  # z2jh's templates/hub/secret.yaml
 KUBERNETES_ENV = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
@@ -148,7 +148,7 @@ async def test_the_sidecar_process_is_the_service_the_hub_registers(sidecar, tmp
     command = [sys.executable if w == "python3" else str(example_spec_path)
                if w.endswith("platform.yaml") else w for w in sidecar["command"]]
     port = _free_port()  # the container's port (10102) may be taken on this machine
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO),
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(z2jh_chart.REPO),
            **_container_env(sidecar, "sidecar-token"),
            "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{port}"}
     proc = await asyncio.create_subprocess_exec(*command, env=env, cwd=tmp_path,
