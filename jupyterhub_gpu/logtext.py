@@ -22,3 +22,14 @@ def shown(text: object, limit: int = MAX_SHOWN) -> str:
                    for c in cut)
     more = len(text) - len(cut)
     return f"{safe}... ({more} more characters)" if more else safe
+
+
+def error_words(error: BaseException | None, reason: str) -> str:
+    """What a tornado ``HTTPError`` says to its caller: its message with its arguments
+    (user input goes in as an argument, never as tornado's log format, so a ``%`` in it
+    breaks neither the log nor the answer), else ``reason`` (the status's phrase)."""
+    message = getattr(error, "log_message", None)
+    if not message:
+        return reason
+    args = getattr(error, "args", ())
+    return message % args if args else message

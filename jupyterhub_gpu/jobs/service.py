@@ -47,7 +47,7 @@ from ..kueue import status as st
 from ..specsource import SpecSource
 from ..usage.jobs import JobRecorder
 from ..usage.ledger import Ledger
-from ..logtext import shown
+from ..logtext import error_words, shown
 from . import cluster
 from .cluster import owner
 from .request import MAX_BODY_BYTES, JobRefused, check_submission, job_name, job_request
@@ -149,8 +149,8 @@ class _API(HubOAuthenticated, web.RequestHandler):
         try:
             self.current_user = self.check_hub_user(model) if model else None
         except UserNotAllowed:
-            raise web.HTTPError(403, f"{shown(model.get('name'))} lacks the scope "
-                                f"{JOBS_ACCESS_SCOPE} (ask your JupyterHub admin).") from None
+            raise web.HTTPError(403, "%s lacks the scope %s (ask your JupyterHub admin).",
+                                shown(model.get("name")), JOBS_ACCESS_SCOPE) from None
         if (model and self.request.method == "GET"
                 and not getattr(self, "_token_authenticated", False)):
             # a browser's page view: its XSRF cookie, for the writes that follow
@@ -170,7 +170,7 @@ class _API(HubOAuthenticated, web.RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = kwargs.get("exc_info", (None, None))[1]
-        message = getattr(error, "log_message", None) or self._reason
+        message = error_words(error, self._reason)
         self.answer({"error": message, "status": status_code}, status_code)
 
     def own_job(self, name: str) -> dict:
@@ -212,7 +212,7 @@ class JobsHandler(_API):
                                  "image with your home directory.", "no running server", 409)
         except JobRefused as e:
             log.warning("Refused job of user %s: %s", shown(user.name), shown(e.log_detail))
-            raise web.HTTPError(e.status, e.user_message) from None
+            raise web.HTTPError(e.status, "%s", e.user_message) from None
         slug = (notebook["metadata"].get("labels") or {}).get(USERNAME_KEY, user.name)
         req = job_request(submission, notebook, job_name(slug, secrets.token_hex(3)),
                           platform.checkpoint_storage, user.name, self.jobs.home_path)

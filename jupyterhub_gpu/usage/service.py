@@ -47,6 +47,7 @@ from ..contract import (ENV_BASE_URL, ENV_CLIENT_ID, ENV_OAUTH_CALLBACK_URL,
                         ENV_USAGE_DB_URL, USAGE_ACCESS_SCOPE, USAGE_CSV_PATH,
                         USAGE_SERVICE_NAME)
 from ..roles import with_user_scope
+from ..logtext import error_words
 from ..specsource import SpecSource
 from . import figures as fg
 from . import telemetry
@@ -109,9 +110,7 @@ class _Handler(HubOAuthenticated, web.RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = kwargs.get("exc_info", (None, None))[1]
-        message = self._reason
-        if isinstance(error, web.HTTPError) and error.log_message:
-            message = error.log_message % error.args if error.args else error.log_message
+        message = error_words(error, self._reason)
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.finish(f"{status_code}: {message}\n")
 

@@ -209,3 +209,15 @@ def test_no_admin_or_service_path_reaches_another_users_jobs(service, kube):  # 
                                                     "service-token-of-usage"})
     assert status == 403 and "Only users have jobs" in text
     assert kube == []
+
+
+def test_a_refusal_with_a_percent_sign_is_logged_and_answered_whole(service, kube,  # noqa: F811
+                                                                    caplog):
+    """User input in a refusal is tornado's argument, never its log format: a ``%`` in
+    it neither breaks the warning tornado logs nor the answer."""
+    with caplog.at_level("WARNING", logger="tornado.general"):
+        status, said = _submit(service, {**GOOD, "profile": "x%s%d%(y)s"})
+    assert status == 400 and "'x%s%d%(y)s'" in said["error"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "tornado.general"]
+    assert any("'x%s%d%(y)s'" in m for m in warned), warned
+    assert kube == []
