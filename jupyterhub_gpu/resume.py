@@ -124,14 +124,14 @@ def server_path(item: Resumable) -> str:
 async def _resume(http, item: Resumable) -> bool:
     """Ask the hub to start ``item`` again; False if it refuses (HTTP 4xx)."""
     path = server_path(item)
-    log.info("resuming %s's queued server %s (profile %s)", shown(item.user),
+    log.info("resuming %s's queued server '%s' (profile %s)", shown(item.user),
              shown(item.server), shown(item.profile))
     try:
         await _hub(http, "POST", path, {"profile": item.profile})
     except HubError as e:
         if not 400 <= e.status < 500:
             raise
-        log.warning("not resuming %s's server %s: the hub refused it: %s", shown(item.user),
+        log.warning("not resuming %s's server '%s': the hub refused it: %s", shown(item.user),
                     shown(item.server), shown(e))
         return False
     return True
@@ -154,7 +154,7 @@ async def resume_once(namespaces: list[str]) -> list[Resumable]:
                 if await _resume(http, item):
                     resumed.append(item)
             except Exception as e:  # noqa: BLE001 - raised below, after the others
-                log.warning("could not resume %s's server %s: %s", shown(item.user),
+                log.warning("could not resume %s's server '%s': %s", shown(item.user),
                             shown(item.server), shown(e))
                 failed.append(item)
     if failed:
