@@ -9,6 +9,7 @@ from typing import Any
 
 from . import metrics
 from .resume import KUBE_ENV
+from .resume import MODULE as RESUME_MODULE
 from .spawner import GPUSpawner
 from .spec import Platform
 from .specsource import SpecSource
@@ -20,7 +21,7 @@ def _add_resume_service(c: Any, platform_file: str) -> None:
     # a managed service gets few of the hub's variables (PATH, LANG...): pass these
     env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
     service = {"name": RESUME_SERVICE, "environment": env,
-               "command": [sys.executable, "-m", "jupyterhub_gpu.resume",
+               "command": [sys.executable, "-m", RESUME_MODULE,
                            "--spec", os.path.abspath(platform_file)]}
     role = {"name": RESUME_SERVICE, "services": [RESUME_SERVICE],
             "scopes": ["list:users", "read:servers", "servers"]}

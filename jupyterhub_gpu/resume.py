@@ -34,7 +34,9 @@ from .contract import ENV_API_TOKEN, ENV_API_URL, PROFILE_LABEL, SERVERNAME_KEY,
 from .logtext import shown
 from .parse import load_platform
 
-log = logging.getLogger("jupyterhub_gpu.resume")
+#: this module, as the hub runs it (python -m) and as its idle process names itself
+MODULE = "jupyterhub_gpu.resume"
+log = logging.getLogger(MODULE)
 # What the Kubernetes client needs from the hub's environment. A managed service
 # gets only JupyterHub's own variables, a few of the hub's (Spawner.env_keep) and its
 # `environment`: the in-cluster config (the service host and port; the token and CA
@@ -164,7 +166,7 @@ async def resume_once(namespaces: list[str]) -> list[Resumable]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m jupyterhub_gpu.resume",
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", required=True, help="the platform spec (YAML)")
     args = parser.parse_args(argv)
@@ -191,7 +193,8 @@ def idle() -> None:
     (``servers``) and does not expire; after the one pass it has no use here."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-c", IDLE], {})
+    # named in its command line (ps, /proc/<pid>/cmdline) as what it is
+    os.execve(sys.executable, [sys.executable, "-c", IDLE, f"{MODULE} (idle)"], {})
 
 
 if __name__ == "__main__":

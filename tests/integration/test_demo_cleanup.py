@@ -5,6 +5,7 @@ the hub, the proxy, the hub's services and the whole control plane."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import select
 import signal
@@ -94,9 +95,15 @@ async def test_ctrl_c_with_output_into_a_closed_pipe_stops_everything(cluster_sp
     finally:
         if read_end >= 0:
             os.close(read_end)
+        # a failed run leaves nothing behind either (the hub and its services run in
+        # sessions of their own), or the next run meets its ports taken
+        left = _descendants(demo.pid) if demo.poll() is None else []
         if demo.poll() is None:
             demo.kill()
             demo.wait()
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         for pid in started:  # whatever the demo left, so the next tests start clean
             if procs.alive(pid) and procs.start_ticks(pid) == started[pid]:
                 os.kill(pid, signal.SIGKILL)
