@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from jupyterhub_gpu.builders.pod import RESTRICTED_CONTAINER, RESTRICTED_POD
 from jupyterhub_gpu.contract import COMPONENT_LABEL, SINGLEUSER_COMPONENT
 
 NAMESPACE = "jhub-data-science"
@@ -20,8 +21,11 @@ def pod(i: int) -> dict:
                          "labels": {COMPONENT_LABEL: SINGLEUSER_COMPONENT, BENCH_LABEL: "1",
                                     "hub.jupyter.org/username": f"bench-{i:05d}"},
                          "annotations": {"hub.jupyter.org/username": f"bench-{i:05d}"}},
+            # as a notebook pod must be under the team namespaces' Pod Security level
             "spec": {"schedulingGates": [{"name": "jupyterhub-gpu.bench/never"}],
+                     "securityContext": {**RESTRICTED_POD, "runAsUser": 1000},
                      "containers": [{"name": "notebook", "image": "bench:none",
+                                     "securityContext": dict(RESTRICTED_CONTAINER),
                                      "resources": {"requests": {"cpu": "100m"}}}]}}
 
 
