@@ -17,9 +17,10 @@ import yaml
 from jupyterhub_gpu.bundle.namespaces import HubRef
 
 from .. import z2jh_chart
+from .hubpod import SA_DIR
 
-TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-CHART = z2jh_chart.REFERENCE / "chart" / "jupyterhub"
+TOKEN_DIR = str(SA_DIR)
+CHART = z2jh_chart.CHART
 USAGE_MODULE = "jupyterhub_gpu.usage.service"
 
 
