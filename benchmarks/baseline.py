@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jupyterhub_gpu.builders.pod import CHECKPOINT_VOLUME, UserRef, authorize, spawn_settings
-from jupyterhub_gpu.spec import Platform
+from jupyterhub_gpu.builders.pod import CHECKPOINT_VOLUME, spawn_settings
+from jupyterhub_gpu.spec.grant import UserRef, authorize
+from jupyterhub_gpu.spec.model import Platform
 
 #: the overlay of the chart's values both benchmark hubs use
 CHART_OVERLAY = {"singleuser": {"storage": {"type": "none"}}}

@@ -95,8 +95,8 @@ def _validate_seconds(spec: Path) -> float:
 def _form_seconds(spec: Path, repeat: int) -> tuple[float, int]:
     """Median seconds to render the form of a user in group ``fifty``; the number
     of profiles it lists."""
-    from jupyterhub_gpu.form import render_form
-    from jupyterhub_gpu.parse import load_platform
+    from jupyterhub_gpu.hub.form import render_form
+    from jupyterhub_gpu.spec.parse import load_platform
 
     platform = load_platform(spec)
     groups = frozenset({FIFTY_GROUP})

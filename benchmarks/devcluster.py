@@ -54,7 +54,7 @@ def prometheus_url(offset: int) -> str:
 def dev_cluster(spec: Path, state_dir: Path, offset: int) -> Iterator[tuple[dict, Path]]:
     """Up for the block: the cluster's status and the hub's kubeconfig."""
     from jupyterhub_gpu.devcluster import cluster
-    from jupyterhub_gpu.parse import load_platform
+    from jupyterhub_gpu.spec.parse import load_platform
     from tests.integration.hub_rbac import give_the_hub_its_identity
 
     platform = load_platform(spec)

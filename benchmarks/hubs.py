@@ -88,7 +88,7 @@ def hub_env(mode: str, spec: Path, ports: Ports, token: str,
     if kubeconfig is not None:
         env["KUBECONFIG"] = str(kubeconfig)
     if mode == "kube":
-        from jupyterhub_gpu.parse import load_platform
+        from jupyterhub_gpu.spec.parse import load_platform
 
         from .baseline import profile_list
 

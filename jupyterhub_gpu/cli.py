@@ -10,15 +10,15 @@ import yaml
 
 from .builders.deviceplugin import config_map
 from .builders.kueue import kueue_objects
-from .builders.pod import OptionsRejected
+from .spec.grant import OptionsRejected
 from .bundle.cli import add_bundle_parsers
 from .contract import KUEUE_API_VERSION
 from .devcommands import add_dev_parsers
 from .jobs.cli import add_job_parser, split_script_args
-from .parse import SpecError, load_platform
+from .spec.parse import SpecError, load_platform
 from .replay.cli import add_replay_parsers
 from .usage.cli import add_usage_parsers
-from .validate import check_warnings
+from .spec.validate import check_warnings
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -34,7 +34,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from .render import render_pod
+    from .hub.render import render_pod
 
     groups = [g for g in args.groups.split(",") if g]
     try:

@@ -143,6 +143,11 @@ ADMISSION_GATE = f"{KUEUE_GROUP}/admission"
 KUEUE_POD_WEBHOOKS = ("mpod.kb.io", "vpod.kb.io")
 
 # -- Kubernetes ----------------------------------------------------------------------
+# What the Kubernetes client needs from the hub's environment (for the hub's services). A managed service
+# gets only JupyterHub's own variables, a few of the hub's (Spawner.env_keep) and its
+# `environment`: the in-cluster config (the service host and port; the token and CA
+# are files in the pod) and a kubeconfig, when the hub runs with one.
+KUBE_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG")
 
 BATCH_GROUP = "batch"
 BATCH_API_VERSION = f"{BATCH_GROUP}/v1"
@@ -235,7 +240,7 @@ GPU_MEMORY_LABEL = NVIDIA_PREFIX + "gpu.memory"
 SHARING_STRATEGY_LABEL = NVIDIA_PREFIX + "gpu.sharing-strategy"
 MIG_STRATEGY_LABEL = NVIDIA_PREFIX + "mig.strategy"
 
-# -- the hub's availability API (:mod:`jupyterhub_gpu.hubapi`), under the hub's prefix --
+# -- the hub's availability API (:mod:`jupyterhub_gpu.hub.api`), under the hub's prefix --
 
 #: the profiles the token's owner may start, with their availability
 PROFILES_API_PATH = "api/gpu/profiles"
@@ -246,6 +251,10 @@ USER_PROFILES_API_PATH = "api/gpu/users/{name}/profiles"
 
 #: its name as a hub service: the proxy serves it under ``/services/gpu-jobs/``
 JOBS_SERVICE_NAME = "gpu-jobs"
+#: the gpu-jobs service in the hub pod (helm-values/values.yaml: hub.service.extraPorts)
+JOBS_PORT = 10101
+#: the gpu-usage page's port in the hub pod (only the proxy calls it; helm-values/values.yaml)
+USAGE_PORT = 10102
 #: the scope a user (and their server's token) needs to call it
 JOBS_ACCESS_SCOPE = f"access:services!service={JOBS_SERVICE_NAME}"
 #: its API, under the service's prefix: the caller's jobs; one job is ``<path>/<name>``

@@ -6,7 +6,7 @@ from our Helm values::
 
 A process of its own, with no ``KUBECONFIG``: KubeSpawner loads a kubeconfig when
 it is constructed, and the cluster tier's ``KUBECONFIG`` names one that exists only
-while that tier's cluster runs. No request is sent (:mod:`jupyterhub_gpu.render`).
+while that tier's cluster runs. No request is sent (:mod:`jupyterhub_gpu.hub.render`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import asyncio
 import json
 import sys
 
-from jupyterhub_gpu.render import render_pod
+from jupyterhub_gpu.hub.render import render_pod
 from tests import z2jh_chart
 
 

@@ -6,7 +6,7 @@ Fixtures (all read-only for tests; copy before changing):
 - ``example_spec_path``: ``config/platform.yaml``, the example GPU platform spec.
 - ``example_spec``: that file loaded as plain data (a fresh deep copy per test, so a
   test may edit it to make a bad spec).
-- ``platform``: the example spec parsed into a :class:`jupyterhub_gpu.spec.Platform`.
+- ``platform``: the example spec parsed into a :class:`jupyterhub_gpu.spec.model.Platform`.
 - ``offline_kubeconfig``: the placeholder kubeconfig this conftest points
   ``KUBECONFIG`` at when it is imported (before anything imports the kubernetes
   client, which reads ``KUBECONFIG`` once, at import). It names an unroutable server:
@@ -53,14 +53,14 @@ import pytest
 import yaml
 from hypothesis import settings as hypothesis_settings
 
-from jupyterhub_gpu.parse import load_platform
+from jupyterhub_gpu.spec.parse import load_platform
 
 REPO = Path(__file__).resolve().parent.parent
 _OFFLINE_KUBECONFIG = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-tests-")) / "kubeconfig"
 
 
 def _use_offline_kubeconfig() -> None:
-    from jupyterhub_gpu.render import _PLACEHOLDER_KUBECONFIG
+    from jupyterhub_gpu.hub.render import _PLACEHOLDER_KUBECONFIG
 
     _OFFLINE_KUBECONFIG.write_text(yaml.safe_dump(_PLACEHOLDER_KUBECONFIG))
     os.environ["KUBECONFIG"] = str(_OFFLINE_KUBECONFIG)
@@ -180,8 +180,8 @@ def azure_karpenter_crds() -> dict[str, dict]:
 def make_spawner(offline_kubeconfig, example_spec_path):
     from traitlets.config import Config
 
-    from jupyterhub_gpu.render import OfflineHub, OfflineUser, _Group
-    from jupyterhub_gpu.spawner import GPUSpawner
+    from jupyterhub_gpu.hub.render import OfflineHub, OfflineUser, _Group
+    from jupyterhub_gpu.hub.spawner import GPUSpawner
 
     def make(user="alice", groups=("data-science",), config=None, spec=True):
         cfg = Config(config or {})

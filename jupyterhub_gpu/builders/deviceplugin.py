@@ -13,7 +13,7 @@ from ..contract import (ACCELERATOR_LABEL, AGENTPOOL_LABEL, DEVICE_PLUGIN_CONFIG
                         GPU_COUNT_LABEL, GPU_MEMORY_LABEL, GPU_PRESENT_LABEL, GPU_PRODUCT_LABEL,
                         GPU_RESOURCE, INSTANCE_TYPE_LABEL, MIG_CONFIG_LABEL, MIG_STRATEGY_LABEL,
                         SHARING_STRATEGY_LABEL, SPOT_LABEL, SPOT_VALUE)
-from ..spec import Platform, Pool
+from ..spec.model import Platform, Pool
 CONFIG_MAP_NAME = "jupyterhub-gpu-device-plugin"
 
 

@@ -32,8 +32,8 @@ from ..contract import (BATCH_API_VERSION, COMPONENT_LABEL, DISRUPTION_TARGET, E
                         JOB_COMPLETION_INDEX_ANNOTATION, JOB_COMPONENT, JOB_NAME_LABEL,
                         JOB_PROFILE_LABEL, NETWORKING_API_VERSION, PRIORITY_LABEL,
                         QUEUE_LABEL, TEAM_LABEL, USERNAME_KEY)
-from ..quantities import format_cpu, format_memory
-from ..spec import CheckpointStorage, JobProfile, Platform, Pool, Priority, Team
+from ..spec.quantities import format_cpu, format_memory
+from ..spec.model import CheckpointStorage, JobProfile, Platform, Pool, Priority, Team
 from .pod import RESTRICTED_CONTAINER, RESTRICTED_POD, checkpoint_parts, placement
 
 HOME_VOLUME = "home"

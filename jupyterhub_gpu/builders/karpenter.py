@@ -17,18 +17,18 @@ them.
   ``WhenEmptyOrUnderutilized``, which would evict running notebooks), no drift
   replacement, and ``expireAfter: Never``.
 
-Pure functions of :class:`~jupyterhub_gpu.spec.Pool`.
+Pure functions of :class:`~jupyterhub_gpu.spec.model.Pool`.
 """
 
 from __future__ import annotations
 
 import json
 
-from ..allocatable import node_resources
+from ..spec.allocatable import node_resources
 from ..contract import (CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, KARPENTER_API_VERSION,
                         KWOK_NODE_CLASS_API_VERSION, KWOK_NODE_CLASS_GROUP, ZONE_LABEL)
-from ..quantities import format_duration
-from ..spec import Platform, Pool
+from ..spec.quantities import format_duration
+from ..spec.model import Platform, Pool
 from .deviceplugin import node_labels
 from .nodes import node_capacity
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ..allocatable import node_resources, share_of_node
+from ..spec.allocatable import node_resources, share_of_node
 from ..contract import KUEUE_API_VERSION as API_VERSION
 from ..contract import NAMESPACE_NAME_LABEL
-from ..fallback import flavor_order
-from ..quantities import format_cpu, format_memory
-from ..spec import Platform, Pool, Priority, Team
+from ..spec.fallback import flavor_order
+from ..spec.quantities import format_cpu, format_memory
+from ..spec.model import Platform, Pool, Priority, Team
 from .preemption import cluster_queue_preemption
 
 
@@ -48,7 +48,7 @@ def _amounts(pool: Pool, units: int, covered: list[str]) -> dict[str, str]:
     """``units`` of ``pool`` as quantities of every covered resource: the pool's GPU
     resource (none on a CPU-only pool, whose unit is a node), and the cpu and memory
     that share of a node leaves for notebooks (its
-    allocatable less the daemonsets, :mod:`jupyterhub_gpu.allocatable`), so that
+    allocatable less the daemonsets, :mod:`jupyterhub_gpu.spec.allocatable`), so that
     Kueue admits no more than the nodes can run."""
     cpu_millis, memory = share_of_node(node_resources(pool), units, pool.units_per_node)
     amounts = {r: "0" for r in covered}

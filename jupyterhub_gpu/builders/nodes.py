@@ -3,7 +3,7 @@
 Used by the local dev cluster (kwok fake nodes) and to check the bundle: a node built
 here carries exactly the labels, taints and extended resources the spawner selects,
 and the ``allocatable`` an AKS kubelet reports (capacity less kube-reserved and the
-eviction threshold, :mod:`jupyterhub_gpu.allocatable`). The dev cluster also runs one
+eviction threshold, :mod:`jupyterhub_gpu.spec.allocatable`). The dev cluster also runs one
 DaemonSet per pool whose pod requests the pool's ``daemonsetOverhead`` on each node,
 standing in for AKS's and the GPU Operator's daemonsets: so a node of the dev cluster
 has exactly the room for notebooks that ``validate`` and the Kueue quotas count.
@@ -11,11 +11,11 @@ has exactly the room for notebooks that ``validate`` and the Kueue quotas count.
 
 from __future__ import annotations
 
-from ..allocatable import MAX_PODS, node_resources
+from ..spec.allocatable import MAX_PODS, node_resources
 from ..contract import (AGENTPOOL_LABEL, APP_NAME_LABEL, ARCH_LABEL, HOSTNAME_LABEL,
                         KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE, OS_LABEL)
-from ..quantities import format_cpu, format_memory
-from ..spec import Pool
+from ..spec.quantities import format_cpu, format_memory
+from ..spec.model import Pool
 from .deviceplugin import node_labels
 
 OVERHEAD_NAMESPACE = "kube-system"

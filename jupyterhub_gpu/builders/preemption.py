@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from ..spec import Platform
+from ..spec.model import Platform
 
 CLASSICAL = "classical preemption"
 FAIR_SHARING = "fair sharing"

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from ..spec import Taint
+from ..spec.model import Taint
 
 TEMPLATE_PREFIX = "k8s.io_cluster-autoscaler_node-template_"
 RESOURCES = TEMPLATE_PREFIX + "resources_"

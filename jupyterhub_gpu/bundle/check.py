@@ -16,13 +16,13 @@ from typing import Any
 
 import yaml
 
-from ..allocatable import MAX_PODS
+from ..spec.allocatable import MAX_PODS
 from ..builders.deviceplugin import config_map
 from ..builders.kueue import kueue_objects
 from ..builders.preemption import ignored_fields, model_of
 from ..contract import (GPU_RESOURCE, MANAGED_LABEL, MIG_CONFIG_LABEL, MIG_RESOURCE_PREFIX,
                         NODEPOOL_LABEL, SHARED_SUFFIX)
-from ..spec import Platform, Pool
+from ..spec.model import Platform, Pool
 from .diff import MISSING, Drift, compare_objects, field_diffs
 from .gpuoperator import gpu_operator_values
 from .kueueconfig import kueue_configuration

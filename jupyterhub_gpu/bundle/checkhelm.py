@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 from ..builders.deviceplugin import node_labels
 from ..contract import AGENTPOOL_LABEL, MANAGED_LABEL, NODE_PURPOSE_LABEL, USAGE_SERVICE_NAME
-from ..spec import Platform
+from ..spec.model import Platform
 from .diff import MISSING, Drift
 from .helm import CHART_START_TIMEOUT, gpu_resources, login_groups, start_timeout
 from .namespaces import HUB_PORT

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import yaml
 
-from ..parse import load_platform
+from ..spec.parse import load_platform
 from .check import (Bundle, check_device_plugin, check_gpu_operator, check_kueue,
                     check_kueue_configuration, check_node_auto_provisioning,
                     check_prometheus_rules, check_grafana_dashboard,

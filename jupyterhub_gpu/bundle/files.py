@@ -13,7 +13,7 @@ from typing import Callable
 
 import yaml
 
-from ..spec import Platform
+from ..spec.model import Platform
 from .gpuoperator import gpu_operator_values
 from .helm import generated_values
 from .kueueconfig import kueue_configuration

@@ -23,7 +23,7 @@ GPU node, and it is the operator:
 from __future__ import annotations
 
 from ..builders.deviceplugin import CONFIG_MAP_NAME
-from ..spec import Platform
+from ..spec.model import Platform
 
 def _tolerations(platform: Platform) -> list[dict]:
     seen: dict[tuple, dict] = {}

@@ -23,7 +23,7 @@
 
 from __future__ import annotations
 
-from ..spec import Platform
+from ..spec.model import Platform
 
 GPU_SCORE_WEIGHT = 10  # GPU units dominate cpu/memory (weight 1 each) when packing
 CHART_START_TIMEOUT = 300  # the z2jh chart's singleuser.startTimeout

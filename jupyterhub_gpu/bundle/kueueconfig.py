@@ -31,8 +31,8 @@ from __future__ import annotations
 from ..builders.preemption import FAIR_SHARING_KEY
 from ..contract import KUEUE_CONFIG_API_VERSION as CONFIG_API_VERSION
 from ..contract import BATCH_GROUP, KUEUE_GROUP, MANAGED_LABEL
-from ..quantities import format_duration
-from ..spec import Platform
+from ..spec.quantities import format_duration
+from ..spec.model import Platform
 
 #: Kueue's integrations: notebooks' plain pods and training jobs' batch Jobs
 FRAMEWORKS = ("pod", f"{BATCH_GROUP}/job")

@@ -17,7 +17,7 @@ by ``exported_pod``/``exported_namespace``: :func:`_pod_labels` folds both into
 from __future__ import annotations
 
 from ..contract import DCGM_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_PERCENT_FACTOR, NVIDIA_PREFIX
-from ..spec import Platform
+from ..spec.model import Platform
 
 API_VERSION = "monitoring.coreos.com/v1"
 RULE_NAME = "jupyterhub-gpu"

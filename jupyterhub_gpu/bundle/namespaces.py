@@ -20,7 +20,7 @@ each user's pod in the namespace of the user's team. So every team namespace get
 
 And once for the hub, a ClusterRole and ClusterRoleBinding to read Nodes (get, list,
 watch; nothing else): the hub's one node watch, which counts each pool's nodes for
-its metrics (:mod:`jupyterhub_gpu.poolnodes`). Nodes are cluster-scoped, so no Role
+its metrics (:mod:`jupyterhub_gpu.watches.poolnodes`). Nodes are cluster-scoped, so no Role
 can grant it.
 """
 
@@ -29,13 +29,13 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from ..contract import (BATCH_GROUP, COMPONENT_LABEL, HUB_COMPONENT, JOB_COMPONENT,
+from ..contract import (BATCH_GROUP, COMPONENT_LABEL, HUB_COMPONENT, JOB_COMPONENT, JOBS_PORT,
                         KUEUE_GROUP, KUEUE_VISIBILITY_GROUP,
                         MANAGED_LABEL, NAMESPACE_NAME_LABEL, NETWORKING_API_VERSION,
                         NETWORKING_GROUP,
                         PROXY_COMPONENT, RBAC_API_VERSION, RBAC_GROUP, SINGLEUSER_COMPONENT,
                         TEAM_LABEL)
-from ..spec import Platform, Team
+from ..spec.model import Platform, Team
 
 ROLE_NAME = "jupyterhub-gpu-hub"
 NETWORK_POLICY_NAME = "jupyterhub-gpu-singleuser"
@@ -49,10 +49,6 @@ PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 DNS_PORT = 53
 SINGLEUSER_PORT = 8888
 HUB_PORT = 8081
-#: the gpu-jobs service in the hub pod (helm-values/values.yaml: hub.service.extraPorts)
-JOBS_PORT = 10101
-#: the gpu-usage page's port in the hub pod (only the proxy calls it; helm-values/values.yaml)
-USAGE_PORT = 10102
 
 _READ = ["get", "list", "watch"]
 HUB_RULES: tuple[dict, ...] = (
@@ -81,7 +77,7 @@ HUB_RULES: tuple[dict, ...] = (
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 )
 
-#: the hub's one node watch (:mod:`jupyterhub_gpu.poolnodes`)
+#: the hub's one node watch (:mod:`jupyterhub_gpu.watches.poolnodes`)
 HUB_CLUSTER_RULES: tuple[dict, ...] = (
     {"apiGroups": [""], "resources": ["nodes"], "verbs": list(_READ)},
 )

@@ -16,7 +16,7 @@ pool, generated here:
   pool_labels`: the device-plugin config and the MIG layout); AKS's NodePool CRD
   refuses ``kubernetes.azure.com/agentpool`` there, and Karpenter labels every node
   it starts ``karpenter.sh/nodepool=<pool>``, which is what the pods and the Kueue
-  ResourceFlavor select (:attr:`~jupyterhub_gpu.spec.Pool.node_selector`);
+  ResourceFlavor select (:attr:`~jupyterhub_gpu.spec.model.Pool.node_selector`);
 * an **AKSNodeClass** (``karpenter.azure.com/v1beta1``) of the same name: no NVIDIA
   driver from AKS (``gpu.mode: None``: the GPU Operator installs it, as on the node
   pools, whose ``gpu_driver`` is ``None``), ``maxPods`` = the node pools' 110 (NAP's
@@ -24,16 +24,16 @@ pool, generated here:
   ``validate`` and the Kueue quotas count, grows with it), and the node pools' OS
   disk size.
 
-Pure functions of :class:`~jupyterhub_gpu.spec.Platform`.
+Pure functions of :class:`~jupyterhub_gpu.spec.model.Platform`.
 """
 
 from __future__ import annotations
 
-from ..allocatable import MAX_PODS
+from ..spec.allocatable import MAX_PODS
 from ..builders.deviceplugin import pool_labels
 from ..builders.karpenter import node_pool
 from ..contract import AKS_NODE_CLASS_API_VERSION, AKS_NODE_CLASS_GROUP
-from ..spec import Platform, Pool
+from ..spec.model import Platform, Pool
 
 NODE_CLASS_KIND = "AKSNodeClass"
 #: the OS disk of a GPU node, in GB: ``var.gpu_os_disk_size_gb``'s default in

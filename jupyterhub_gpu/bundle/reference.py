@@ -1,9 +1,9 @@
 """The generated configuration reference of the docs (``docs/reference/*.md``).
 
 * The spec: the fields of every section are the parser's own
-  (:data:`jupyterhub_gpu.parse.FIELDS`), so a field added to
-  :mod:`jupyterhub_gpu.parse` and not described here fails a unit test; the valid
-  GPU models, VM sizes and sharing modes come from :mod:`jupyterhub_gpu.gpus`.
+  (:data:`jupyterhub_gpu.spec.parse.FIELDS`), so a field added to
+  :mod:`jupyterhub_gpu.spec.parse` and not described here fails a unit test; the valid
+  GPU models, VM sizes and sharing modes come from :mod:`jupyterhub_gpu.spec.gpus`.
 * The traits: ``GPUSpawner``'s own configurable traits with their ``help``, and the
   KubeSpawner traits a profile sets, with KubeSpawner's ``help``.
 
@@ -15,18 +15,18 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from ..allocatable import (EVICTION_MEMORY, MAX_PODS, kube_reserved_cpu_millis,
-                           kube_reserved_memory)
+from ..spec.allocatable import (EVICTION_MEMORY, MAX_PODS, kube_reserved_cpu_millis,
+                                kube_reserved_memory)
 from ..contract import (BATCH_API_VERSION, ENV_CHECKPOINT_DIR, ENV_MASTER_ADDR,
                         ENV_MASTER_PORT, ENV_POOL, ENV_RANK, ENV_WORLD_SIZE)
-from ..gpus import GPU_MODELS, VM_SIZES
-from .. import sharing
-from ..parse import FIELDS as PARSER_FIELDS
-from ..parse import field_default
-from ..quantities import MAX_DURATION_DAYS, format_cpu, format_duration, format_memory
-from ..sharing import Parameter, modes_taking, modes_where
-from ..spec import REQUIRED, Autoscaler, DaemonsetOverhead, default_of
-from ..validate import AKS_BOTH_AUTOSCALERS_FEATURE
+from ..spec.gpus import GPU_MODELS, VM_SIZES
+from ..spec import sharing
+from ..spec.parse import FIELDS as PARSER_FIELDS
+from ..spec.parse import field_default
+from ..spec.quantities import MAX_DURATION_DAYS, format_cpu, format_duration, format_memory
+from ..spec.sharing import Parameter, modes_taking, modes_where
+from ..spec.model import REQUIRED, Autoscaler, DaemonsetOverhead, default_of
+from ..spec.validate import AKS_BOTH_AUTOSCALERS_FEATURE
 
 _OVERHEAD = (f"{format_cpu(default_of(DaemonsetOverhead, 'cpu'))} cpu, "
              f"{format_memory(default_of(DaemonsetOverhead, 'memory_bytes'))}")
@@ -50,7 +50,7 @@ SECTIONS: dict[str, str] = {
 }
 
 #: section -> field -> (type, description). The default comes from the spec's
-#: dataclasses (:func:`jupyterhub_gpu.parse.field_default`), or from :data:`WORDS`. A
+#: dataclasses (:func:`jupyterhub_gpu.spec.parse.field_default`), or from :data:`WORDS`. A
 #: description that names sharing modes is a function, read when the reference is made
 #: (the registry may have grown).
 FIELDS: dict[str, dict[str, tuple[str, str | Callable[[], str]]]] = {
@@ -337,7 +337,7 @@ def _facts() -> str:
 
 
 def _sharing_modes() -> str:
-    """The registered modes (:mod:`jupyterhub_gpu.sharing`), in the words users see."""
+    """The registered modes (:mod:`jupyterhub_gpu.spec.sharing`), in the words users see."""
     example = {"mig_profile": "<migProfile>", "replicas": "<replicas>"}
     rows = [(f"`{m.name}`", m.summary, m.unit, f"`{m.resource.format(**example)}`",
              f"`{m.form_words.format(**example)}`",
@@ -351,7 +351,7 @@ ALLOCATABLE_NOTE = (
     f"maxPods {MAX_PODS}) and the {format_memory(EVICTION_MEMORY)} eviction threshold, "
     "by AKS's rules for AKS 1.29 and later ([node resource reservations]"
     "(https://learn.microsoft.com/azure/aks/node-resource-reservations); "
-    "`jupyterhub_gpu.allocatable` explains them). Notebooks share it less the pool's "
+    "`jupyterhub_gpu.spec.allocatable` explains them). Notebooks share it less the pool's "
     "`daemonsetOverhead`.\n\n")
 
 
@@ -364,7 +364,7 @@ def _allocatable(cpus: int, memory: int) -> tuple[str, str]:
 
 def spec_reference() -> str:
     out = ["# Platform spec reference\n",
-           "Generated from the parser (`jupyterhub_gpu.parse`) by "
+           "Generated from the parser (`jupyterhub_gpu.spec.parse`) by "
            "`jupyterhub_gpu.bundle.reference`; do not edit. Durations are like `90s`, "
            f"`30m`, `8h` or `1h30m`, at most {MAX_DURATION_DAYS} days; quantities like "
            "`12Gi`. Validate a spec with `jupyterhub-gpu validate SPEC`.\n"]
@@ -382,7 +382,7 @@ def _help(trait) -> str:
 
 def traits_reference() -> str:
     from ..builders.pod import SpawnSettings
-    from ..spawner import GPUSpawner
+    from ..hub.spawner import GPUSpawner
 
     out = ["# GPUSpawner traits\n",
            "Generated from the traits' `help` by `jupyterhub_gpu.bundle.reference`; do "

@@ -13,12 +13,12 @@ and taints GPUSpawner's pods select and tolerate:
   device-plugin config and MIG geometry), plus, for spot pools, the
   ``kubernetes.azure.com/scalesetpriority=spot`` label that AKS sets itself -- listed
   so that Terraform's view equals the node's (azurerm's spot example does the same);
-* ``node_taints``: :attr:`~jupyterhub_gpu.spec.Pool.taints` as ``key=value:Effect``,
+* ``node_taints``: :attr:`~jupyterhub_gpu.spec.model.Pool.taints` as ``key=value:Effect``,
   the spot taint included for the same reason (AKS adds it to every spot pool and it
   cannot be removed);
 * ``autoscaler_tags``: the tags of :mod:`.autoscaler`, from which the Azure
   cluster-autoscaler learns, while the pool has no node, that a new node will offer
-  :attr:`~jupyterhub_gpu.spec.Pool.resource_name` (``units_per_node`` of it) and carry
+  :attr:`~jupyterhub_gpu.spec.model.Pool.resource_name` (``units_per_node`` of it) and carry
   the node selector, labels and taints above: without them an empty time-sliced or
   MIG pool never grows. ``main.tf`` merges them into the pool's ``tags``, which AKS
   copies to the pool's scale set.
@@ -36,7 +36,7 @@ import math
 
 from ..builders.deviceplugin import pool_labels
 from ..contract import SPOT_LABEL, SPOT_VALUE
-from ..spec import Platform, Pool
+from ..spec.model import Platform, Pool
 from .autoscaler import TagError, template_tags
 
 

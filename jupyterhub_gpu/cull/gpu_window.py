@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from ..spec import GpuIdle
+from ..spec.model import GpuIdle
 
 # A point may be this many steps after the one before it and still count as
 # continuous (Prometheus step alignment and scrape jitter).

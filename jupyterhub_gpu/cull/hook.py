@@ -12,7 +12,7 @@ server), or use :func:`jupyterhub_gpu.cull.service.culler_service`.
 Settings (environment of the culler service):
 
 ``JUPYTERHUB_GPU_PLATFORM_FILE``           the platform spec (required; read again when it
-                                           changes, :mod:`jupyterhub_gpu.specsource`)
+                                           changes, :mod:`jupyterhub_gpu.spec.source`)
 ``JUPYTERHUB_GPU_PROMETHEUS_URL``          e.g. ``http://prometheus.monitoring:9090``;
                                            unset: no GPU-idle culling
 ``JUPYTERHUB_GPU_CULL_DRY_RUN``            ``true``: log "would cull", stop nothing
@@ -57,14 +57,14 @@ from ..contract import (DCGM_ENGINE_ACTIVE, DCGM_GPU_UTIL, ENV_CULL_DRY_RUN, ENV
                         ENV_CULL_WARN_BEFORE, ENV_CULLER_METRICS_PORT, ENV_PLATFORM_FILE,
                         ENV_PROMETHEUS_TIMEOUT, ENV_PROMETHEUS_TOKEN_FILE, ENV_PROMETHEUS_URL,
                         ENV_USAGE_DB_URL)
-from ..spec import Platform
-from ..specsource import SpecMetrics, SpecSource
+from ..spec.model import Platform
+from ..spec.source import SpecMetrics, SpecSource
 from .gpu_window import GpuState, GpuUnknown
 from .metrics import CullMetrics, serve
 from .policy import (DEFAULT_WARN_BEFORE, Clock, CullPolicy, Decision, GpuInput, Reason,
                      ServerView, policy_for, should_cull, utcnow)
 from .prometheus import PrometheusClient, PrometheusError, UsageSnapshot, redacted
-from ..usage.ledger import Kind, Ledger, StopReason, Usage
+from ..ledger.store import Kind, Ledger, StopReason, Usage
 
 #: a cull's rule as the usage ledger's stop reason
 LEDGER_REASONS = {Reason.MAX_AGE: StopReason.MAX_AGE, Reason.IDLE: StopReason.IDLE_CULL,

@@ -8,7 +8,7 @@
   profile with ``gpuIdle`` that had to fall back to the activity rules because the GPU
   data was ``missing``, ``partial`` or ``unavailable``.
 * ``jupyterhub_gpu_spec_ok`` and ``jupyterhub_gpu_spec_reload_errors_total`` -- the
-  culler's view of the spec file (:mod:`jupyterhub_gpu.specsource`): 0 and counted
+  culler's view of the spec file (:mod:`jupyterhub_gpu.spec.source`): 0 and counted
   while a broken edit is ignored.
 
 They are served over HTTP when ``JUPYTERHUB_GPU_CULLER_METRICS_PORT`` is set (see

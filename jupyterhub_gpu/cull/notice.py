@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from ..contract import (ENV_GPU_IDLE_THRESHOLD, ENV_GPU_IDLE_WINDOW, ENV_GRACE, ENV_IDLE_TIMEOUT,
                         ENV_MAX_AGE, ENV_MAX_AGE_DEADLINE, ENV_PROFILE)
-from ..spec import GpuIdle, Profile
+from ..spec.model import GpuIdle, Profile
 from .policy import CullPolicy, Decision, ServerView, parse_time, should_cull
 
 TOAST_LIMIT = 140  # JupyterLab cuts toast messages after 140 characters

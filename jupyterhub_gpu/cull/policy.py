@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 
 from ..contract import (KUBESPAWNER_STATE_NAMESPACE, KUBESPAWNER_STATE_POD, STATE_POD_UID,
                         STATE_PROFILE)
-from ..spec import GpuIdle, Platform
+from ..spec.model import GpuIdle, Platform
 from .gpu_window import GpuSeries, GpuState, GpuUnknown, GpuVerdict, gpu_verdict
 
 Clock = Callable[[], datetime]

@@ -14,7 +14,7 @@ from ..builders.kueue import kueue_objects
 from ..builders.nodes import OVERHEAD_NAMESPACE, fake_node, overhead_daemonset
 from ..bundle.namespaces import CheckpointVolume, HubRef, checkpoint_claim, team_objects
 from ..contract import KARPENTER_API_VERSION as KARPENTER_API
-from ..spec import Platform, Pool
+from ..spec.model import Platform, Pool
 from . import kueue_setup as ks
 from .kube import AdminClient, KubeErrors
 from .layout import Layout, Ports

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kubernetes.client.exceptions import ApiException
 
-from ..parse import load_platform
+from ..spec.parse import load_platform
 from . import build as builder, cluster, sources
 from .bootstrap import BootstrapError
 from .layout import COMPONENTS

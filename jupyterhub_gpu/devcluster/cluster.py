@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 import yaml
 
 from ..builders.karpenter import instance_types_json
-from ..spec import Platform
+from ..spec.model import Platform
 from ..bundle.monitoring import rule_groups
 from . import bootstrap, components, kueue_setup, pki as pkimod, procs, prometheus, sources, stages
 from .components import Component

@@ -178,7 +178,7 @@ def run_demo(spec: Path, state_dir: Path | None, url: str,
     """Build if needed, bring the cluster up (on ``ports``, default: the dev cluster's),
     serve until Ctrl-C, bring it down. Output that cannot be written (a closed pipe)
     is dropped: it never keeps anything from being stopped."""
-    from ..parse import load_platform
+    from ..spec.parse import load_platform
     from . import cluster
 
     progress = unfailing(progress)

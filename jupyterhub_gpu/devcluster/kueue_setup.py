@@ -31,7 +31,7 @@ import yaml
 from ..bundle.kueueconfig import kueue_configuration
 from ..contract import KUEUE_API_VERSION as API_VERSION
 from ..contract import BATCH_GROUP, KUEUE_GROUP
-from ..spec import Platform
+from ..spec.model import Platform
 from .layout import HOST, Ports
 
 NAMESPACE = "kueue-system"

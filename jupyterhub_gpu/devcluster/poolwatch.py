@@ -14,7 +14,7 @@ from typing import Callable
 from ..contract import KARPENTER_API_VERSION as KARPENTER_API, NODEPOOL_LABEL
 from ..kueue import status as st
 from ..contract import AGENTPOOL_LABEL, PROFILE_LABEL
-from ..spec import Platform, Pool
+from ..spec.model import Platform, Pool
 from .kube import AdminClient, KubeErrors
 
 POLL_SECONDS = 2.0

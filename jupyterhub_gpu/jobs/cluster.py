@@ -2,7 +2,7 @@
 
 Reads come from shared watches, started once for every team namespace (KubeSpawner's
 reflectors, label-selected, each one long watch that resumes from its last
-resourceVersion: :mod:`jupyterhub_gpu.resumingwatch`): the users' Jobs, the pods of those Jobs and the users'
+resourceVersion: :mod:`jupyterhub_gpu.watches.resuming`): the users' Jobs, the pods of those Jobs and the users'
 notebook pods (a job takes its image and home from the running server), and Kueue's
 Workloads. No request lists anything from the API server. Writes are the Job (and a
 multi-pod job's headless Service and NetworkPolicy, owned by the Job so that they go
@@ -26,9 +26,9 @@ from ..contract import (BATCH_API_VERSION, COMPONENT_LABEL, JOB_COMPONENT, JOB_N
                         JOB_UID_LABEL, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
                         USERNAME_KEY)
 from ..kueue import status as st
-from ..kueue.reflectors import WorkloadReflector
+from ..watches.reflectors import WorkloadReflector
 from ..kueue.visibility import PendingWorkloads
-from ..resumingwatch import ResumesWatch
+from ..watches.resuming import ResumesWatch
 
 log = logging.getLogger("jupyterhub_gpu.jobs")
 #: how long a new Job may take to reach the watch before its creator goes on

@@ -24,8 +24,7 @@ from typing import Any, Mapping
 
 from ..builders.job import DEFAULT_HOME_MOUNT_PATH
 from ..contract import (ENV_JOBS_BIND, ENV_JOBS_URL, ENV_PLATFORM_FILE, ENV_USAGE_DB_URL,
-                        JOBS_ACCESS_SCOPE, JOBS_SERVICE_NAME)
-from ..resume import KUBE_ENV
+                        JOBS_ACCESS_SCOPE, JOBS_SERVICE_NAME, KUBE_ENV)
 from ..roles import with_user_scope
 from ..usage.config import UsageLedger
 

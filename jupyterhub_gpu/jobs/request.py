@@ -25,10 +25,10 @@ from typing import Any, Iterable, Mapping
 
 from ..builders.job import (DEFAULT_HOME_MOUNT_PATH, JobGrant, JobRequest, home_of,
                             identity_of)
-from ..builders.pod import UserRef
+from ..spec.grant import UserRef
 from ..contract import USERNAME_KEY
 from ..logtext import shown
-from ..spec import CheckpointStorage, JobProfile, Platform
+from ..spec.model import CheckpointStorage, JobProfile, Platform
 
 FIELDS = ("profile", "script", "args")
 #: fields a forged request might carry, and why each is not the user's to choose

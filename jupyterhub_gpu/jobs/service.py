@@ -39,14 +39,14 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ..builders.job import DEFAULT_HOME_MOUNT_PATH, build_job, peer_policy
-from ..builders.pod import UserRef
+from ..spec.grant import UserRef
 from ..contract import (ENV_JOBS_BIND, ENV_PLATFORM_FILE, ENV_SERVICE_PREFIX, ENV_SERVICE_URL,
                         JOB_PROFILE_LABEL, JOBS_ACCESS_SCOPE, JOBS_API_PATH, JOBS_SERVICE_NAME,
                         ENV_USAGE_DB_URL, USERNAME_KEY)
 from ..kueue import status as st
-from ..specsource import SpecSource
+from ..spec.source import SpecSource
 from ..usage.jobs import JobRecorder
-from ..usage.ledger import Ledger
+from ..ledger.store import Ledger
 from ..logtext import error_words, shown
 from . import cluster
 from .cluster import owner

@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 
 from ..contract import DISRUPTION_TARGET, JOB_PROFILE_LABEL
 from ..kueue import status as st
-from ..spec import Platform
+from ..spec.model import Platform
 
 #: Kueue's message on a preempted Workload names the Workload that needed the room
 _PREEMPTOR = re.compile(r"Preempted to accommodate a workload \(UID: (?P<uid>[^,)]+)")

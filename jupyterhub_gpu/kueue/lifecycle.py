@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Callable
 
-from ..builders.pod import Grant
-from ..spec import Pool
+from ..spec.grant import Grant
+from ..spec.model import Pool
 from . import status as st
 from .messages import Stage, Step, Wanted, describe, indefinite, pod_removed
 

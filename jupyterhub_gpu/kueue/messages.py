@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from ..contract import DISRUPTION_TARGET, POOL_ANNOTATION
-from ..spec import Platform
+from ..spec.model import Platform
 from . import status as st
 
 # The event source (component) of Karpenter, AKS's node auto-provisioner as well.

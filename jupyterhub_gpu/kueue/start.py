@@ -7,7 +7,7 @@ never fits) or the profile's queue patience runs out. The watch's stage is what
 :func:`progress` shows the user, and every spawn's outcome (and, once started, its
 wait in the queue) is counted here and only here (``on_outcome``: the usage ledger); the wait, also of a spawn that ran
 out of patience or was cancelled in the queue, goes to ``save_wait`` (the hub's database,
-:mod:`jupyterhub_gpu.queuewaits`).
+:mod:`jupyterhub_gpu.hub.queuewaits`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from kubernetes_asyncio.client import ApiException
 from kubespawner.clients import shared_client
 
-from .. import metrics
-from ..builders.pod import Grant, pool_annotations
+from ..builders.pod import pool_annotations
+from ..spec.grant import Grant
+from . import metrics
 from . import status as st
 from .lifecycle import (POLL_SECONDS, Outcome, QueueWatch, SpawnRefused, on_each_pool,
                         wanted)

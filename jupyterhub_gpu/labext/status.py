@@ -28,7 +28,7 @@ from ..contract import (ENV_COUNT, ENV_CPU_LIMIT, ENV_CULL_WARN_BEFORE, ENV_GPU_
                         ENV_PREEMPTIBLE, ENV_PROFILE, ENV_PROFILE_NAME, ENV_SHARING, ENV_TEAM)
 from ..cull.notice import CullRules, clock_time, short
 from ..cull.policy import Reason
-from ..sharing import MODES
+from ..spec.sharing import MODES
 
 DEFAULT_WARN_BEFORE = timedelta(minutes=15)  # as the kernel extension's cell warning
 REFRESH_SECONDS = 30  # how often the item asks (while its tab is visible)

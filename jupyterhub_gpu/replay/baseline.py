@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
 
-from ..spec import Platform, Pool, Profile
+from ..spec.model import Platform, Pool, Profile
 from .figures import Figures, NodeLifetime, node_hours
 from .trace import Session, Trace
 

@@ -19,7 +19,7 @@ def _config(args: argparse.Namespace):
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from ..parse import load_platform
+    from ..spec.parse import load_platform
     from .generate import generate
     from .trace import dumps
 
@@ -44,7 +44,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _baseline(args: argparse.Namespace) -> int:
-    from ..parse import load_platform
+    from ..spec.parse import load_platform
     from .baseline import BaselineConfig, baseline
     from .report import plot, table
     from .trace import TraceError, check_against, load

@@ -9,9 +9,9 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
-from ..spec import Platform
+from ..spec.model import Platform
 from ..usage.figures import percentile as nearest_rank
-from ..usage.ledger import Kind, StopReason, Usage
+from ..ledger.store import Kind, StopReason, Usage
 from .trace import Trace
 
 #: ledger stop reasons counted as a platform taking work away, and as a cull

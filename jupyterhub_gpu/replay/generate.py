@@ -13,7 +13,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from types import MappingProxyType
 from typing import Mapping
 
-from ..spec import Platform, Profile
+from ..spec.model import Platform, Profile
 from .trace import Busy, Header, Job, Person, Session, Trace
 
 

@@ -16,8 +16,8 @@ import math
 from datetime import datetime, timedelta
 from typing import Iterable, Mapping
 
-from ..spec import Platform
-from ..usage.ledger import Kind, Usage
+from ..spec.model import Platform
+from ..ledger.store import Kind, Usage
 from .figures import NodeLifetime, node_hours
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Iterable, Sequence
 
-from ..spec import Platform
+from ..spec.model import Platform
 from .figures import Figures, NodeLifetime, percentile
 
 #: a column's cell for a figure it does not have (yet)

@@ -30,7 +30,7 @@ from ..devcluster.kube import AdminClient, KubeErrors
 from ..devcluster.layout import Layout
 from ..devcluster.pki import PkiPaths
 from ..usage.config import DEFAULT_FILE
-from ..usage.ledger import Ledger, Usage
+from ..ledger.store import Ledger, Usage
 from .figures import NodeLifetime
 from .schedule import (CULL_EVERY, Distortion, interval, job_run_seconds, scaled_spec,
                        schedule, trace_time)
@@ -241,7 +241,7 @@ async def replay(trace: Trace, spec_path: Path, factor: float, stack: Stack, wor
                  progress: Callable[[str], None] = print) -> Outcome:
     """Replay ``trace`` on ``stack`` with ``spec_path``'s timings divided by ``factor``;
     ``workdir`` (the hub's files and its ledger) must not hold an earlier replay."""
-    from ..parse import load_platform
+    from ..spec.parse import load_platform
 
     if (workdir / "hub" / DEFAULT_FILE).exists():
         raise RuntimeError(f"{workdir} holds an earlier replay's ledger: use a new directory")

@@ -67,7 +67,7 @@ def load_outcome(path: Path, trace):
     """The :class:`~.run.Outcome` :func:`save` wrote."""
     from datetime import datetime
 
-    from ..usage.ledger import Kind, StopReason, Usage
+    from ..ledger.store import Kind, StopReason, Usage
     from .figures import NodeLifetime
     from .run import Outcome
     from .schedule import Distortion
@@ -89,7 +89,7 @@ def load_outcome(path: Path, trace):
 
 
 def report_command(args: argparse.Namespace) -> int:
-    from ..parse import load_platform
+    from ..spec.parse import load_platform
     from .trace import load
 
     platform = load_platform(args.spec)
@@ -108,7 +108,7 @@ def _up(spec_path: Path, state: Path, offset: int, trace, factor: float):
     from ..devcluster import build, cluster
     from ..devcluster.demo import ensure_chp
     from ..devcluster.layout import Layout
-    from ..parse import load_platform
+    from ..spec.parse import load_platform
     from .run import prepare
 
     scaled, _, _ = prepare(trace, spec_path, factor, state / "run")
@@ -192,7 +192,7 @@ def _window(trace, args: argparse.Namespace):
 
 def run_command(args: argparse.Namespace) -> int:
     from ..devcluster import cluster
-    from ..parse import load_platform
+    from ..spec.parse import load_platform
     from .run import Stack, replay
     from .trace import TraceError, check_against, load
 

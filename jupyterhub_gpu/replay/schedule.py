@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..quantities import parse_duration
+from ..spec.quantities import parse_duration
 from .trace import Busy, Job, Session, Trace
 
 #: how often a busy server reports activity to the hub, in trace seconds: the

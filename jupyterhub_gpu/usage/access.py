@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..spec import Platform
-from .ledger import NAME_CHARS, Usage
+from ..spec.model import Platform
+from ..ledger.store import NAME_CHARS, Usage
 
 
 class NotVisible(Exception):

@@ -28,7 +28,7 @@ def _url(args: argparse.Namespace) -> str:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
-    from . import migrate
+    from ..ledger import migrate
 
     engine = sa.create_engine(_url(args))
     try:
@@ -54,7 +54,7 @@ def _cell(value: object) -> str:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .ledger import FIELDS, Ledger
+    from ..ledger.store import FIELDS, Ledger
 
     ledger = Ledger(_url(args))
     try:

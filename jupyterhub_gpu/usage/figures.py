@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Mapping, Sequence
 
-from .ledger import Kind, StopReason, Usage
+from ..ledger.store import Kind, StopReason, Usage
 
 #: above this spot eviction rate the page warns (the design: consider reserved capacity)
 SPOT_WARNING_RATE = 0.2

@@ -26,9 +26,9 @@ import logging
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..spec import Platform, Profile
+from ..spec.model import Platform, Profile
 from . import records
-from .ledger import Kind, Ledger, StopReason, Usage
+from ..ledger.store import Kind, Ledger, StopReason, Usage
 
 
 class SessionRecorder:

@@ -16,9 +16,9 @@ import logging
 from datetime import datetime, timezone
 from typing import Callable
 
-from ..spec import Platform
+from ..spec.model import Platform
 from . import records
-from .ledger import Kind, Ledger, StopReason, Usage
+from ..ledger.store import Kind, Ledger, StopReason, Usage
 
 log = logging.getLogger("jupyterhub_gpu.jobs")
 SWEEP_SECONDS = 15.0

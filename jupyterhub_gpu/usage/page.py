@@ -13,11 +13,11 @@ from html import escape
 from typing import Iterator, Sequence
 from urllib.parse import urlencode
 
-from ..spec import Platform
+from ..spec.model import Platform
 from . import figures as fg
 from .access import Selection, Viewer
 from .charts import bars
-from .ledger import Usage
+from ..ledger.store import Usage
 from .telemetry import Telemetry
 
 

@@ -7,13 +7,13 @@ import uuid
 from datetime import datetime
 from typing import Iterable
 
-from ..builders.pod import Grant
+from ..spec.grant import Grant
 from ..contract import (JOB_PROFILE_LABEL, POOL_ANNOTATION, PROFILE_LABEL, QUEUE_LABEL,
                         SERVERNAME_KEY, USERNAME_KEY)
 from ..kueue import status as st
 from ..kueue.messages import EVICTED, PREEMPTED
-from ..spec import Platform, Pool, Team
-from .ledger import PODLESS_PREFIX, Kind, StopReason, Usage
+from ..spec.model import Platform, Pool, Team
+from ..ledger.store import PODLESS_PREFIX, Kind, StopReason, Usage
 
 #: a stop notice's reason (:class:`~jupyterhub_gpu.kueue.messages.StopNotice`) in the ledger
 NOTICE_REASONS = {PREEMPTED: StopReason.PREEMPTED, EVICTED: StopReason.EVICTED}

@@ -40,7 +40,7 @@ from jupyterhub.services.auth import (HubOAuth, HubOAuthCallbackHandler, HubOAut
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ..bundle.namespaces import USAGE_PORT
+from ..contract import USAGE_PORT
 from ..contract import (ENV_BASE_URL, ENV_CLIENT_ID, ENV_OAUTH_CALLBACK_URL,
                         ENV_PLATFORM_FILE, ENV_PROMETHEUS_URL, ENV_SERVICE_NAME,
                         ENV_SERVICE_PREFIX, ENV_SERVICE_URL, ENV_USAGE_BIND, ENV_USAGE_DAYS,
@@ -48,12 +48,12 @@ from ..contract import (ENV_BASE_URL, ENV_CLIENT_ID, ENV_OAUTH_CALLBACK_URL,
                         USAGE_SERVICE_NAME)
 from ..roles import with_user_scope
 from ..logtext import error_words
-from ..specsource import SpecSource
+from ..spec.source import SpecSource
 from . import figures as fg
 from . import telemetry
 from .access import BadQuery, NotVisible, Query, Selection, Viewer, visible
 from .config import DEFAULT_DAYS, MAX_DAYS, UsageLedger, UsagePage, default_url
-from .ledger import Ledger
+from ..ledger.store import Ledger
 from .page import Report, report, to_csv, to_html
 
 log = logging.getLogger("jupyterhub_gpu.usage")
@@ -199,7 +199,7 @@ def add_usage_service(c: Any, platform_file: str, url: str, *, bind: str | None 
 def sidecar_environment(base_url: str = "/") -> dict[str, str]:
     """What the hub gives a managed service, for the sidecar (unless its container sets
     them): its name, its OAuth client and callback, its prefix, where it listens (every
-    address of the pod, :data:`~jupyterhub_gpu.bundle.namespaces.USAGE_PORT`). The hub's
+    address of the pod, :data:`~jupyterhub_gpu.contract.USAGE_PORT`). The hub's
     API is JupyterHub's default, ``http://127.0.0.1:8081/hub/api``: the same pod."""
     prefix = url_path_join(base_url, "services", USAGE_SERVICE_NAME) + "/"
     return {ENV_SERVICE_NAME: USAGE_SERVICE_NAME,

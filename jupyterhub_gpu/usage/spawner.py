@@ -2,9 +2,9 @@
 one for the hub process): the outcome of each start, what ``poll()`` sees of a
 server's pod, and a stop made through the hub (by its user or the culler).
 
-:class:`UsageRecording` is a mixin of :class:`jupyterhub_gpu.spawner.GPUSpawner`;
+:class:`UsageRecording` is a mixin of :class:`jupyterhub_gpu.hub.spawner.GPUSpawner`;
 the stops the platform makes are recorded with their notice
-(:mod:`jupyterhub_gpu.stops`).
+(:mod:`jupyterhub_gpu.hub.stops`).
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def cluster_spec_path() -> Path:
 
 @pytest.fixture(scope="session")
 def cluster_platform(cluster_spec_path):
-    from jupyterhub_gpu.parse import load_platform
+    from jupyterhub_gpu.spec.parse import load_platform
 
     return load_platform(cluster_spec_path)
 
@@ -187,8 +187,8 @@ async def wait_for(check, timeout: float = 60, what: str = "condition", interval
 async def spawn(cluster, cluster_spec_path):
     from traitlets.config import Config
 
-    from jupyterhub_gpu.render import OfflineHub, OfflineUser, _Group
-    from jupyterhub_gpu.spawner import GPUSpawner
+    from jupyterhub_gpu.hub.render import OfflineHub, OfflineUser, _Group
+    from jupyterhub_gpu.hub.spawner import GPUSpawner
 
     started: list[GPUSpawner] = []
 

@@ -26,7 +26,7 @@ from jupyterhub_gpu.devcluster import kueue_setup, pki
 from jupyterhub_gpu.devcluster.cluster import status
 from jupyterhub_gpu.devcluster.kube import AdminClient
 from jupyterhub_gpu.devcluster.layout import Layout
-from jupyterhub_gpu.spec import Platform
+from jupyterhub_gpu.spec.model import Platform
 
 RBAC = "rbac.authorization.k8s.io/v1"
 RBAC_KINDS = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")

@@ -389,7 +389,7 @@ async def test_the_demo_shows_a_pools_machine_come_and_go(spawn, kube, cluster,
 def _check_ledger(hub_dir: Path, uid: str, pool) -> None:
     """carol's session in the usage ledger: admitted to the pool, ran, culled as idle."""
     from jupyterhub_gpu.usage.config import default_url
-    from jupyterhub_gpu.usage.ledger import Ledger, StopReason
+    from jupyterhub_gpu.ledger.store import Ledger, StopReason
 
     ledger = Ledger(default_url(str(hub_dir)))
     rows = ledger.rows_sync()

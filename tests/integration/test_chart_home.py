@@ -18,9 +18,9 @@ import yaml
 from kubernetes_asyncio.client import ApiException
 
 from jupyterhub_gpu.bundle.namespaces import CheckpointVolume, checkpoint_claim
-from jupyterhub_gpu.parse import load_platform
-from jupyterhub_gpu.quantities import parse_cpu, parse_memory
-from jupyterhub_gpu.hubconfig import configure_hub
+from jupyterhub_gpu.spec.parse import load_platform
+from jupyterhub_gpu.spec.quantities import parse_cpu, parse_memory
+from jupyterhub_gpu.hub.config import configure_hub
 from tests import z2jh_chart
 
 from .conftest import HERE, wait_for

@@ -233,7 +233,7 @@ async def test_hub_restart_keeps_queued_and_running_servers(cluster, cluster_spe
 def _check_ledger(hub_dir, alice_uid, dave_uid):
     """alice ran at once and was stopped by her user; dave waited in the queue across
     the hub's restart, ran, and was stopped when the hub shut down: one row each."""
-    from jupyterhub_gpu.usage.ledger import Ledger, StopReason
+    from jupyterhub_gpu.ledger.store import Ledger, StopReason
     from jupyterhub_gpu.usage.config import default_url
 
     ledger = Ledger(default_url(str(hub_dir)))

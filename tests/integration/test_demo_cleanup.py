@@ -50,7 +50,7 @@ def _read_until(fd: int, text: str, timeout: float) -> str:
 
 
 EVERYTHING = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-              "kueue", "demo_config.py", "configurable-http-proxy", "jupyterhub_gpu.resume",
+              "kueue", "demo_config.py", "configurable-http-proxy", "jupyterhub_gpu.hub.resume",
               "jupyterhub_idle_culler")
 
 

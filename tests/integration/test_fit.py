@@ -8,10 +8,10 @@ import uuid
 import pytest
 from kubernetes_asyncio.client import ApiException
 
-from jupyterhub_gpu.allocatable import node_resources, share_of_node
+from jupyterhub_gpu.spec.allocatable import node_resources, share_of_node
 from jupyterhub_gpu.builders.nodes import OVERHEAD_APP
 from jupyterhub_gpu.contract import APP_NAME_LABEL
-from jupyterhub_gpu.quantities import format_cpu, format_memory
+from jupyterhub_gpu.spec.quantities import format_cpu, format_memory
 
 from .conftest import wait_for
 

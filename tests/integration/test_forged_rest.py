@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jupyterhub_gpu.builders.pod import OptionsRejected, UserRef, authorize
+from jupyterhub_gpu.spec.grant import OptionsRejected, UserRef, authorize
 from jupyterhub_gpu.devcluster.pki import ADMIN_USER
 
 from ..forged import FORGED_KEYS, expected_profile, junk

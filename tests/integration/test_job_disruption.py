@@ -19,7 +19,7 @@ import pytest
 
 from jupyterhub_gpu.builders.job import Home, JobGrant, JobRequest, build_job
 from jupyterhub_gpu.bundle.kueueconfig import pods_ready_timeout
-from jupyterhub_gpu.spec import Checkpoint, CheckpointStorage
+from jupyterhub_gpu.spec.model import Checkpoint, CheckpointStorage
 
 from .conftest import wait_for
 from .test_jobs import Jobs, _condition, _condition_of, _request

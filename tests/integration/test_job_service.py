@@ -162,7 +162,7 @@ async def test_submit_follow_and_cancel_jobs_from_a_notebook_terminal(
 async def _ledger_jobs(hub_dir: Path, count: int):
     """The usage ledger's job rows, once ``count`` of them are stopped."""
     from jupyterhub_gpu.usage.config import default_url
-    from jupyterhub_gpu.usage.ledger import Kind, Ledger
+    from jupyterhub_gpu.ledger.store import Kind, Ledger
 
     ledger = Ledger(default_url(str(hub_dir)))
     try:
@@ -175,7 +175,7 @@ async def _ledger_jobs(hub_dir: Path, count: int):
 def _check_job_rows(rows, first, second, third, pool):
     """Two jobs ran to completion (the second after waiting in the queue), the third
     was cancelled by its user while it ran."""
-    from jupyterhub_gpu.usage.ledger import StopReason
+    from jupyterhub_gpu.ledger.store import StopReason
 
     assert sorted(rows) == sorted([first, second, third]), rows
     for row in rows.values():

@@ -14,7 +14,7 @@ from kubernetes_asyncio.client import ApiException, ApiextensionsV1Api
 
 from jupyterhub_gpu.bundle.nap import aks_node_class, aks_node_pool
 from jupyterhub_gpu.contract import AGENTPOOL_LABEL, NODEPOOL_LABEL
-from jupyterhub_gpu.spec import Autoscaler
+from jupyterhub_gpu.spec.model import Autoscaler
 
 from .conftest import KARPENTER, KUEUE, wait_for
 

@@ -51,7 +51,7 @@ from jupyterhub_gpu.contract import (COMPONENT_LABEL, JOB_COMPLETION_INDEX_ANNOT
                                      JOB_NAME_LABEL, NAMESPACE_NAME_LABEL)
 from jupyterhub_gpu.devcluster.build import binaries
 from jupyterhub_gpu.jobs.request import job_name
-from jupyterhub_gpu.parse import load_platform
+from jupyterhub_gpu.spec.parse import load_platform
 from tests import z2jh_chart
 
 REPO = Path(__file__).resolve().parents[2]

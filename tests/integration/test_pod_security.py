@@ -20,7 +20,7 @@ from kubernetes_asyncio.client import ApiException
 from jupyterhub_gpu.builders.job import build_job
 from jupyterhub_gpu.bundle.namespaces import POD_SECURITY_LEVEL, pod_security_labels
 from jupyterhub_gpu.jobs.request import check_submission, job_request
-from jupyterhub_gpu.builders.pod import UserRef
+from jupyterhub_gpu.spec.grant import UserRef
 from tests import z2jh_chart
 
 pytestmark = pytest.mark.skipif(
@@ -38,8 +38,8 @@ async def _spawner(cluster_spec_path, values=None):
     closed with the test session's loop) is the hub's identity."""
     from traitlets.config import Config
 
-    from jupyterhub_gpu.render import OfflineHub, OfflineUser, _Group
-    from jupyterhub_gpu.spawner import GPUSpawner
+    from jupyterhub_gpu.hub.render import OfflineHub, OfflineUser, _Group
+    from jupyterhub_gpu.hub.spawner import GPUSpawner
 
     cfg = Config()
     cfg.merge(z2jh_chart.kubespawner_config(z2jh_chart.helm_values(*([values] if values else []))))

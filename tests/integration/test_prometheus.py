@@ -36,7 +36,7 @@ from jupyterhub_gpu.devcluster import build, cluster as devcluster, demo, promet
 from jupyterhub_gpu.devcluster.layout import Layout
 from jupyterhub_gpu.labext import dcgm as labext_dcgm
 from jupyterhub_gpu.usage.config import DEFAULT_DAYS
-from jupyterhub_gpu.usage.ledger import StopReason
+from jupyterhub_gpu.ledger.store import StopReason
 
 from . import usage_live
 from .conftest import STATE_DIR, TEST_PORTS, wait_for

@@ -27,8 +27,8 @@ async def test_in_process_spawners_are_the_hubs_service_account(cluster, cluster
     from kubernetes_asyncio import client
     from traitlets.config import Config
 
-    from jupyterhub_gpu.render import OfflineHub, OfflineUser, _Group
-    from jupyterhub_gpu.spawner import GPUSpawner
+    from jupyterhub_gpu.hub.render import OfflineHub, OfflineUser, _Group
+    from jupyterhub_gpu.hub.spawner import GPUSpawner
 
     cfg = Config()
     cfg.GPUSpawner.platform_file = str(cluster_spec_path)

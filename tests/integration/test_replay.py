@@ -21,7 +21,7 @@ from jupyterhub_gpu.replay.invariants import violations
 from jupyterhub_gpu.replay.run import Stack, replay
 from jupyterhub_gpu.replay.schedule import window
 from jupyterhub_gpu.replay.trace import check_against
-from jupyterhub_gpu.usage.ledger import Kind
+from jupyterhub_gpu.ledger.store import Kind
 
 from .conftest import STATE_DIR
 from .test_demo import PORTS, URL

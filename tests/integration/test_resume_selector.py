@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from traitlets.config import Config
 
-from jupyterhub_gpu import resume
+from jupyterhub_gpu.hub import resume
 from jupyterhub_gpu.contract import COMPONENT_LABEL, PROFILE_LABEL
-from jupyterhub_gpu.render import OfflineHub, OfflineUser, _Group
-from jupyterhub_gpu.spawner import GPUSpawner
+from jupyterhub_gpu.hub.render import OfflineHub, OfflineUser, _Group
+from jupyterhub_gpu.hub.spawner import GPUSpawner
 
 
 class OwnLabelSpawner(GPUSpawner):

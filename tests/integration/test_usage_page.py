@@ -13,7 +13,7 @@ import io
 from datetime import datetime, timedelta, timezone
 
 from jupyterhub_gpu.contract import USAGE_CSV_PATH, USAGE_SERVICE_NAME
-from jupyterhub_gpu.usage.ledger import Kind, Ledger, StopReason, Usage
+from jupyterhub_gpu.ledger.store import Kind, Ledger, StopReason, Usage
 
 from .test_demo import URL, hub  # noqa: F401 - hub is a fixture
 

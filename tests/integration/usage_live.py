@@ -20,7 +20,7 @@ from pathlib import Path
 
 from jupyterhub_gpu import contract
 from jupyterhub_gpu.usage.config import DEFAULT_FILE
-from jupyterhub_gpu.usage.ledger import Kind, Ledger, StopReason, Usage
+from jupyterhub_gpu.ledger.store import Kind, Ledger, StopReason, Usage
 
 from .conftest import KARPENTER
 from .hubrest import _auth

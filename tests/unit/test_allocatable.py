@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu import allocatable
+from jupyterhub_gpu.spec import allocatable
 from jupyterhub_gpu.builders import nodes
-from jupyterhub_gpu.parse import SpecError, parse_platform
-from jupyterhub_gpu.validate import check_warnings
+from jupyterhub_gpu.spec.parse import SpecError, parse_platform
+from jupyterhub_gpu.spec.validate import check_warnings
 
 Mi, Gi = 2**20, 2**30
 

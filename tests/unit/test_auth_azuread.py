@@ -14,7 +14,7 @@ from oauthenticator.azuread import AzureAdOAuthenticator
 from traitlets.config import Config
 
 from jupyterhub_gpu import SpecError, parse_platform
-from jupyterhub_gpu.auth import GroupNames
+from jupyterhub_gpu.hub.auth import GroupNames
 
 INSTALL_ORDER = ["values.yaml", "generated.yaml", "auth-azuread.yaml"]
 SPEC_IN_HUB = "/etc/jupyterhub-gpu/platform.yaml"  # where values.yaml mounts the spec

@@ -1,7 +1,7 @@
 """Live availability (pure): free units, room on CPU machines, the queue, the typical
 wait, a new machine. Nodes are the dev cluster's (as AKS and GPU feature discovery
 present them, :func:`jupyterhub_gpu.builders.nodes.fake_node`), pods the exact
-manifests GPUSpawner creates (:func:`jupyterhub_gpu.render.render_pod`), then moved
+manifests GPUSpawner creates (:func:`jupyterhub_gpu.hub.render.render_pod`), then moved
 through Kueue's gate and the scheduler's binding as the API server would show them."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jupyterhub_gpu.availability import (Cluster, QueueWait, pending, pool_rooms,
-                                         typical_wait, user_availability)
+from jupyterhub_gpu.hub.availability import (Cluster, QueueWait, pending, pool_rooms,
+                                             typical_wait, user_availability)
 from jupyterhub_gpu.builders.nodes import fake_node
-from jupyterhub_gpu.builders.pod import UserRef
+from jupyterhub_gpu.spec.grant import UserRef
 from jupyterhub_gpu.contract import ADMISSION_GATE, JOB_UID_LABEL, KARPENTER_DISRUPTED_TAINT
-from jupyterhub_gpu.render import render_pod
+from jupyterhub_gpu.hub.render import render_pod
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
 ALICE = UserRef("alice", frozenset({"data-science"}))

@@ -5,7 +5,7 @@ each start with the item and field they are about).
 
 The table drives :func:`jupyterhub_gpu.configure_hub`, the call in the hub's
 ``jupyterhub_config.py`` (it loads the spec through the hub's shared
-:class:`~jupyterhub_gpu.specsource.SpecSource`); one real ``jupyterhub`` process shows
+:class:`~jupyterhub_gpu.spec.source.SpecSource`); one real ``jupyterhub`` process shows
 that this stops the hub with the errors in its output.
 """
 
@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from traitlets.config import Config
 
 from jupyterhub_gpu import configure_hub
-from jupyterhub_gpu.parse import FIELDS, SpecError, parse_platform
-from jupyterhub_gpu.specfields import PLURAL
+from jupyterhub_gpu.spec.parse import FIELDS, SpecError, parse_platform
+from jupyterhub_gpu.spec.fields import PLURAL
 
 # -- where an error points ------------------------------------------------------------
 

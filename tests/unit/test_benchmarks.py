@@ -46,7 +46,7 @@ def test_table_has_a_row_per_figure_with_its_ratio():
 
 
 def test_big_spec_has_the_sizes_asked_and_a_user_allowed_fifty():
-    from jupyterhub_gpu.parse import parse_platform
+    from jupyterhub_gpu.spec.parse import parse_platform
 
     spec = big_spec(pools=10, teams=20, profiles=100, fifty=50)
     platform = parse_platform(spec)
@@ -108,7 +108,7 @@ def test_bench_spec_has_room_for_the_burst_and_keeps_the_example_otherwise():
     import yaml
 
     from benchmarks.devcluster import EXAMPLE_SPEC, bench_spec
-    from jupyterhub_gpu.parse import parse_platform
+    from jupyterhub_gpu.spec.parse import parse_platform
 
     example = yaml.safe_load(EXAMPLE_SPEC.read_text())
     platform = parse_platform(bench_spec(example, 300))
@@ -158,7 +158,7 @@ def test_the_culler_prometheus_passes_read_a_spec_whose_profile_has_gpu_idle(tmp
     from benchmarks.culler import PROFILE, gpu_idle_spec
     from benchmarks.devcluster import EXAMPLE_SPEC
     from jupyterhub_gpu.cull.hook import longest_gpu_window
-    from jupyterhub_gpu.parse import load_platform
+    from jupyterhub_gpu.spec.parse import load_platform
 
     example, copy = load_platform(EXAMPLE_SPEC), load_platform(gpu_idle_spec(EXAMPLE_SPEC,
                                                                            tmp_path))

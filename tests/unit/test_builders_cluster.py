@@ -102,7 +102,7 @@ def test_device_plugin_configs(platform):
 
 
 def test_mps_config(example_spec):
-    from jupyterhub_gpu.parse import parse_platform
+    from jupyterhub_gpu.spec.parse import parse_platform
 
     example_spec["pools"][0]["sharing"] = {"mode": "mps", "replicas": 2}
     pool = parse_platform(example_spec).pool("t4dev")

@@ -9,7 +9,8 @@ import pytest
 from jupyterhub_gpu.builders.job import (POD_FAILURE_POLICY, Home, Identity, JobGrant,
                                          JobRequest, build_job, home_of, identity_of)
 from jupyterhub_gpu.builders.kueue import kueue_objects
-from jupyterhub_gpu.builders.pod import CHECKPOINT_VOLUME, authorize, spawn_settings, UserRef
+from jupyterhub_gpu.builders.pod import CHECKPOINT_VOLUME, spawn_settings
+from jupyterhub_gpu.spec.grant import authorize, UserRef
 from jupyterhub_gpu.jobs.request import check_submission, job_request
 from tests import z2jh_chart
 

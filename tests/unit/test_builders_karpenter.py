@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 
 from jupyterhub_gpu.builders import karpenter, kueue, nodes
-from jupyterhub_gpu.parse import parse_platform
-from jupyterhub_gpu.quantities import format_duration, parse_cpu, parse_memory
+from jupyterhub_gpu.spec.parse import parse_platform
+from jupyterhub_gpu.spec.quantities import format_duration, parse_cpu, parse_memory
 
 from .test_schemas import _crd_schema
 

@@ -10,8 +10,8 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from jupyterhub_gpu.builders.pod import (OptionsRejected, SpawnSettings, UserRef, authorize,
-                                         merge_traits, spawn_settings)
+from jupyterhub_gpu.builders.pod import SpawnSettings, merge_traits, spawn_settings
+from jupyterhub_gpu.spec.grant import OptionsRejected, UserRef, authorize
 from jupyterhub_gpu.checkpoint import PRESTOP_COMMAND
 from tests import z2jh_chart
 
@@ -282,7 +282,7 @@ async def test_a_notebook_pod_gets_no_kubernetes_token_whatever_the_admin_set(
     """Users submit jobs through the hub's gpu-jobs service, never with credentials of
     their own: the pod GPUSpawner creates mounts no ServiceAccount token, even where
     the admin's KubeSpawner config would mount one."""
-    from jupyterhub_gpu.render import render_pod
+    from jupyterhub_gpu.hub.render import render_pod
 
     pod = await render_pod(str(example_spec_path), "alice", ["data-science"], "t4-shared")
     assert pod["spec"]["automountServiceAccountToken"] is False

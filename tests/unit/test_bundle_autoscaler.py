@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from jupyterhub_gpu.builders.kueue import kueue_objects
-from jupyterhub_gpu.parse import load_platform
-from jupyterhub_gpu.render import render_pod
+from jupyterhub_gpu.spec.parse import load_platform
+from jupyterhub_gpu.hub.render import render_pod
 
 from .. import kueue_admission as kueue_rules
 

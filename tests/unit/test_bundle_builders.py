@@ -20,10 +20,10 @@ from jupyterhub_gpu.bundle.autoscaler import LABEL, RESOURCES, TAINT
 from jupyterhub_gpu.devcluster import kueue_setup
 from jupyterhub_gpu.devcluster.build import K8S_VERSION, PINS
 from jupyterhub_gpu.devcluster.layout import Ports
-from jupyterhub_gpu.gpus import GPU_MODELS
-from jupyterhub_gpu.parse import parse_platform
-from jupyterhub_gpu.quantities import format_duration
-from jupyterhub_gpu.spec import Taint
+from jupyterhub_gpu.spec.gpus import GPU_MODELS
+from jupyterhub_gpu.spec.parse import parse_platform
+from jupyterhub_gpu.spec.quantities import format_duration
+from jupyterhub_gpu.spec.model import Taint
 
 SCHEMA_VERSION = K8S_VERSION.lstrip("v").rsplit(".", 1)[0]
 READ = ["get", "list", "watch"]

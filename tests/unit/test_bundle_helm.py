@@ -12,7 +12,7 @@ import yaml
 
 from jupyterhub_gpu.bundle.checkhelm import check_helm, get, merge_values
 from jupyterhub_gpu.bundle.namespaces import HubRef
-from jupyterhub_gpu.parse import load_platform
+from jupyterhub_gpu.spec.parse import load_platform
 
 from .test_usage_sidecar import z2jh_services
 
@@ -78,7 +78,7 @@ def test_extra_config_runs_as_z2jh_runs_it(example_spec_path, monkeypatch, get_c
     """z2jh exec()s each extraConfig entry with get_name/get_name_env in scope."""
     from traitlets.config import Config
 
-    from jupyterhub_gpu.spawner import GPUSpawner
+    from jupyterhub_gpu.hub.spawner import GPUSpawner
 
     source = _load(REPO / "helm-values" / "values.yaml")["hub"]["extraConfig"]["00-jupyterhub-gpu"]
     source = source.replace("/etc/jupyterhub-gpu/platform.yaml", str(example_spec_path))
@@ -92,7 +92,7 @@ def test_extra_config_runs_as_z2jh_runs_it(example_spec_path, monkeypatch, get_c
     assert c.JupyterHub.spawner_class is GPUSpawner
     assert c.GPUSpawner.platform_file == str(example_spec_path)
     assert c.JupyterHub.hub_connect_url == "http://hub.jupyterhub.svc.cluster.local:8081"
-    from jupyterhub_gpu.hubapi import handlers
+    from jupyterhub_gpu.hub.api import handlers
 
     assert c.JupyterHub.extra_handlers == handlers(), "the availability API the form polls"
 
@@ -104,7 +104,8 @@ def test_the_chart_runs_the_jobs_service_where_notebooks_reach_it(example_spec_p
     notebooks out to it); servers get its URL and a token that may call it."""
     from traitlets.config import Config
 
-    from jupyterhub_gpu.bundle.namespaces import JOBS_PORT, network_policy
+    from jupyterhub_gpu.bundle.namespaces import network_policy
+    from jupyterhub_gpu.contract import JOBS_PORT
     from jupyterhub_gpu.contract import ENV_JOBS_URL, JOBS_ACCESS_SCOPE
 
     values = _load(REPO / "helm-values" / "values.yaml")
@@ -144,7 +145,7 @@ def test_the_chart_runs_the_usage_page_where_the_proxy_reaches_it(example_spec_p
     opens to the proxy alone; every user may open it."""
     from traitlets.config import Config
 
-    from jupyterhub_gpu.bundle.namespaces import USAGE_PORT
+    from jupyterhub_gpu.contract import USAGE_PORT
     from jupyterhub_gpu.contract import USAGE_ACCESS_SCOPE, USAGE_SERVICE_NAME
 
     values = _load(REPO / "helm-values" / "values.yaml")

@@ -24,9 +24,9 @@ from jupyterhub_gpu.bundle.nap import nap_objects
 from jupyterhub_gpu.bundle.terraform import tfvars
 from jupyterhub_gpu.contract import (AGENTPOOL_LABEL, CAPACITY_TYPE_LABEL,
                                      INSTANCE_TYPE_LABEL, NODEPOOL_LABEL)
-from jupyterhub_gpu.parse import SpecError, parse_platform
-from jupyterhub_gpu.render import render_pod
-from jupyterhub_gpu.validate import check_warnings
+from jupyterhub_gpu.spec.parse import SpecError, parse_platform
+from jupyterhub_gpu.hub.render import render_pod
+from jupyterhub_gpu.spec.validate import check_warnings
 
 from .test_schemas import _crd_schema
 

@@ -202,7 +202,7 @@ def test_terraform_scales_the_cluster_as_the_spec_says(tf, example_spec, tmp_pat
     alone (then nothing uses the cluster autoscaler: the system pool has a fixed size
     and NAP keeps its default NodePools for what does not fit on it)."""
     from jupyterhub_gpu.bundle.terraform import tfvars
-    from jupyterhub_gpu.parse import parse_platform
+    from jupyterhub_gpu.spec.parse import parse_platform
 
     from .test_bundle_nap import nap_spec
 

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from jupyterhub_gpu import checkpoint
-from jupyterhub_gpu.kueue.reflectors import RecordingPodReflector
+from jupyterhub_gpu.watches.reflectors import RecordingPodReflector
 from jupyterhub_gpu.kueue.status import checkpoint_unavailable
 
 MESSAGE = f"{checkpoint.UNAVAILABLE}: the image has no python with the jupyterhub_gpu package\n"

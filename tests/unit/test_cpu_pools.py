@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu.builders.pod import UserRef, authorize, spawn_settings
+from jupyterhub_gpu.builders.pod import spawn_settings
+from jupyterhub_gpu.spec.grant import UserRef, authorize
 from jupyterhub_gpu.cull.policy import policy_for
-from jupyterhub_gpu.form import profile_card, render_form
+from jupyterhub_gpu.hub.form import profile_card, render_form
 from jupyterhub_gpu.kueue.lifecycle import wanted
-from jupyterhub_gpu.parse import SpecError, field_default, parse_platform
-from jupyterhub_gpu.render import render_pod
-from jupyterhub_gpu.sharing import cpu_only_mode
+from jupyterhub_gpu.spec.parse import SpecError, field_default, parse_platform
+from jupyterhub_gpu.hub.render import render_pod
+from jupyterhub_gpu.spec.sharing import cpu_only_mode
 
 
 def _cpu_pool(example_spec) -> dict:

@@ -26,7 +26,7 @@ from jupyterhub_gpu.cull.policy import PodRef
 from jupyterhub_gpu.cull.prometheus import PrometheusClient, UsageSnapshot
 from jupyterhub_gpu.cull.service import (CULLER_CONFIG, CULLER_SCOPES, culler_role,
                                          culler_service)
-from jupyterhub_gpu.spec import GpuIdle
+from jupyterhub_gpu.spec.model import GpuIdle
 
 from .test_cull_support import FakeHub, FakePrometheus
 

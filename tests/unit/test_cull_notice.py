@@ -18,7 +18,7 @@ import pytest
 from jupyterhub_gpu.cull import notice
 from jupyterhub_gpu.cull.kernel_ext import DeadlineWarner
 from jupyterhub_gpu.cull.notice import CullRules, deadline_warning, notice_message
-from jupyterhub_gpu.spec import GpuIdle
+from jupyterhub_gpu.spec.model import GpuIdle
 
 from .. import jupyter_server
 

@@ -9,7 +9,7 @@ import pytest
 from jupyterhub_gpu.cull.gpu_window import GpuSeries, GpuState, GpuUnknown, gpu_verdict
 from jupyterhub_gpu.cull.policy import (CullPolicy, PodRef, Reason, ServerView, policy_for,
                                         should_cull)
-from jupyterhub_gpu.spec import GpuIdle
+from jupyterhub_gpu.spec.model import GpuIdle
 
 NOW = datetime(2025, 3, 4, 12, 0, tzinfo=timezone.utc)
 CPU_TIMEOUT = 8 * 3600  # the culler's --timeout

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from jupyterhub_gpu.bundle.namespaces import team_objects
 from jupyterhub_gpu.devcluster.bootstrap import checkpoint_volumes
-from jupyterhub_gpu.parse import load_platform
+from jupyterhub_gpu.spec.parse import load_platform
 
 CLUSTER_SPEC = Path(__file__).parent.parent / "integration" / "platform.yaml"
 

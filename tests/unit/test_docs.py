@@ -40,7 +40,7 @@ def test_spec_reference_is_not_stale():
 
 
 def test_every_spec_section_is_described():
-    from jupyterhub_gpu.parse import FIELDS
+    from jupyterhub_gpu.spec.parse import FIELDS
 
     assert set(reference.SECTIONS) == set(FIELDS)
 

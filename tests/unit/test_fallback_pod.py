@@ -18,7 +18,8 @@ from kubernetes_asyncio.client import ApiException
 from prometheus_client import REGISTRY
 
 from jupyterhub_gpu.builders import kueue
-from jupyterhub_gpu.builders.pod import UserRef, authorize, pool_annotations, spawn_settings
+from jupyterhub_gpu.builders.pod import pool_annotations, spawn_settings
+from jupyterhub_gpu.spec.grant import UserRef, authorize
 from jupyterhub_gpu.contract import (AGENTPOOL_LABEL, ADMISSION_GATE, ENV_MEMORY, ENV_MODEL,
                                      ENV_POOL, ENV_PREEMPTIBLE, NODEPOOL_LABEL,
                                      POOL_ANNOTATION, POOL_GATE)
@@ -27,8 +28,8 @@ from jupyterhub_gpu.kueue.lifecycle import Outcome, SpawnRefused, wanted
 from jupyterhub_gpu.kueue.messages import stop_notice
 from jupyterhub_gpu.kueue.poolgate import record_patch
 from jupyterhub_gpu.kueue.start import GATE_FAILED, QueuedStart
-from jupyterhub_gpu.parse import parse_platform
-from jupyterhub_gpu.render import render_pod
+from jupyterhub_gpu.spec.parse import parse_platform
+from jupyterhub_gpu.hub.render import render_pod
 
 from .. import kueue_admission as kueue_rules
 from .test_bundle_nap import nap_spec

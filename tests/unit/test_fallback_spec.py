@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from jupyterhub_gpu.builders import kueue
-from jupyterhub_gpu.fallback import flavor_order, order_conflicts
-from jupyterhub_gpu.form import profile_card, render_form
-from jupyterhub_gpu.parse import SpecError, parse_platform
+from jupyterhub_gpu.spec.fallback import flavor_order, order_conflicts
+from jupyterhub_gpu.hub.form import profile_card, render_form
+from jupyterhub_gpu.spec.parse import SpecError, parse_platform
 
 TRAINING = "a100-training"  # the example's fallback profile: pools [a100spot, a100]
 

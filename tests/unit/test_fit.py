@@ -21,8 +21,8 @@ from jupyterhub_gpu.builders import deviceplugin, kueue, nodes
 from jupyterhub_gpu.bundle import kueueconfig, namespaces
 from jupyterhub_gpu.contract import DEVICE_PLUGIN_CONFIG_LABEL
 from jupyterhub_gpu.devcluster.build import K8S_VERSION
-from jupyterhub_gpu.parse import load_platform
-from jupyterhub_gpu.render import render_pod
+from jupyterhub_gpu.spec.parse import load_platform
+from jupyterhub_gpu.hub.render import render_pod
 
 from .. import kueue_admission as kueue_rules
 from ..conftest import REPO

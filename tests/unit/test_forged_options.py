@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tornado import web
 
-from jupyterhub_gpu.builders.pod import OptionsRejected, UserRef, authorize, spawn_settings
+from jupyterhub_gpu.builders.pod import spawn_settings
+from jupyterhub_gpu.spec.grant import OptionsRejected, UserRef, authorize
 from jupyterhub_gpu.contract import PRIORITY_LABEL, PROFILE_LABEL, QUEUE_LABEL
 
 from ..forged import expected_profile, junk

@@ -13,10 +13,11 @@ import pytest
 from kubespawner import KubeSpawner
 from traitlets.config import Config
 
-from jupyterhub_gpu import configure_hub, hubapi
-from jupyterhub_gpu.form import render_form, user_profiles_url
-from jupyterhub_gpu.kueue import watches
-from jupyterhub_gpu.kueue.reflectors import RecordingPodReflector
+from jupyterhub_gpu import configure_hub
+from jupyterhub_gpu.hub import api as hubapi
+from jupyterhub_gpu.hub.form import render_form, user_profiles_url
+from jupyterhub_gpu.watches import namespaces as watches
+from jupyterhub_gpu.watches.reflectors import RecordingPodReflector
 
 NS = "jhub-test-watch"
 
@@ -148,7 +149,7 @@ def test_the_form_asks_the_users_own_url(platform):
 async def test_without_a_node_watch_the_nodes_are_unknown(make_spawner, caplog):
     """The unit tier's kubeconfig names an address nothing listens on: the node watch's
     first listing fails, as it does without the hub's ClusterRole."""
-    from jupyterhub_gpu.poolnodes import NodeReflector
+    from jupyterhub_gpu.watches.poolnodes import NodeReflector
 
     spawner = make_spawner()
     key = spawner._get_reflector_key(NodeReflector.kind)

@@ -1,4 +1,4 @@
-"""What a hub loads: ``import jupyterhub_gpu.spawner`` (the ``gpu`` spawner entry
+"""What a hub loads: ``import jupyterhub_gpu.hub.spawner`` (the ``gpu`` spawner entry
 point) brings in nothing of the dev cluster, nor the dev extra's requirements."""
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ def _loaded_after(statement: str) -> list[str]:
 
 
 def test_the_spawner_loads_no_dev_cluster_module():
-    loaded = _loaded_after("import jupyterhub_gpu.spawner")
-    assert "jupyterhub_gpu.spawner" in loaded  # the check looks where it should
+    loaded = _loaded_after("import jupyterhub_gpu.hub.spawner")
+    assert "jupyterhub_gpu.hub.spawner" in loaded  # the check looks where it should
     assert [m for m in loaded if m.startswith("jupyterhub_gpu.devcluster")] == []
     assert "jupyterhub_gpu.devcommands" not in loaded
 
 
 def test_the_spawner_loads_neither_cryptography_nor_the_sync_kubernetes_client():
-    loaded = _loaded_after("import jupyterhub_gpu.spawner")
+    loaded = _loaded_after("import jupyterhub_gpu.hub.spawner")
     assert [m for m in loaded if m.split(".")[0] in ("cryptography", "kubernetes")] == []
 
 

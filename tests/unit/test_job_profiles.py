@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from jupyterhub_gpu.builders import kueue
-from jupyterhub_gpu.parse import SpecError, parse_platform
-from jupyterhub_gpu.spec import CHECKPOINT_OFF, Checkpoint, JobProfile, default_of
+from jupyterhub_gpu.spec.parse import SpecError, parse_platform
+from jupyterhub_gpu.spec.model import CHECKPOINT_OFF, Checkpoint, JobProfile, default_of
 
 
 def _job(spec: dict, slug: str) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jupyterhub_gpu.builders.job import build_job
-from jupyterhub_gpu.builders.pod import UserRef
+from jupyterhub_gpu.spec.grant import UserRef
 from jupyterhub_gpu.contract import ENV_CHECKPOINT_DIR, USERNAME_KEY
 from jupyterhub_gpu.jobs.request import (MAX_ARG_BYTES, MAX_ARGS_BYTES, MAX_SCRIPT_CHARS,
                                          JobRefused, check_submission, job_name,

@@ -10,7 +10,7 @@ from jupyterhub_gpu.kueue import status as st
 from jupyterhub_gpu.kueue.lifecycle import QueueWatch, SpawnRefused, wanted
 from jupyterhub_gpu.kueue.messages import (Preemptor, Wanted, describe, preempting_job,
                                           stop_notice)
-from jupyterhub_gpu.builders.pod import UserRef, authorize
+from jupyterhub_gpu.spec.grant import UserRef, authorize
 from jupyterhub_gpu.contract import POOL_ANNOTATION
 
 W = Wanted(profile="A100 MIG 3g.40gb slice", what="an A100-80GB MIG 3g.40gb slice",

@@ -10,7 +10,7 @@ import logging
 import pytest
 from prometheus_client import REGISTRY
 
-from jupyterhub_gpu.builders.pod import UserRef, authorize
+from jupyterhub_gpu.spec.grant import UserRef, authorize
 from jupyterhub_gpu.kueue.lifecycle import Outcome, SpawnRefused
 from jupyterhub_gpu.kueue.messages import Position, Step
 from jupyterhub_gpu.kueue.start import QueuedStart, progress

@@ -8,7 +8,7 @@ import json
 import pytest
 from kubernetes_asyncio.client import ApiException
 
-from jupyterhub_gpu.builders.pod import UserRef, authorize
+from jupyterhub_gpu.spec.grant import UserRef, authorize
 from jupyterhub_gpu.contract import QUEUE_LABEL
 from jupyterhub_gpu.kueue import status as st
 from jupyterhub_gpu.kueue.lifecycle import QueueWatch, wanted

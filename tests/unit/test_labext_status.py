@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jupyterhub_gpu.builders.pod import UserRef, authorize, spawn_settings
+from jupyterhub_gpu.builders.pod import spawn_settings
+from jupyterhub_gpu.spec.grant import UserRef, authorize
 from jupyterhub_gpu.cull.notice import deadline_env
 from jupyterhub_gpu.labext import dcgm
 from jupyterhub_gpu.labext.status import (GpuUsage, ServerFacts, UsageUnavailable,

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from jupyter_events.logger import EventLogger
 
-from jupyterhub_gpu.metrics import PLATFORM_STOP_SCHEMA, emit_platform_stop
+from jupyterhub_gpu.hub.metrics import PLATFORM_STOP_SCHEMA, emit_platform_stop
 
 EVENT = dict(username="quin", servername="", profile="a100-spot", reason="preempted",
              message="Your server was preempted ...", at="2026-12-02T14:02:00+00:00")
@@ -77,8 +77,8 @@ async def test_the_spawner_reports_a_platform_stop_on_the_hubs_event_log(make_sp
 COUNTED = """
 import json, sys
 from prometheus_client import REGISTRY
-from jupyterhub_gpu import metrics
-from jupyterhub_gpu.parse import load_platform
+from jupyterhub_gpu.hub import metrics
+from jupyterhub_gpu.spec.parse import load_platform
 
 def series():
     return sorted((s.name, s.labels["profile"], s.labels["pool"], s.labels.get("reason", ""),
@@ -97,7 +97,7 @@ def test_every_profile_and_pool_is_counted_from_zero_at_start_up(example_spec_pa
     each profile's pools their started-spawn and platform-stop series at 0 before any
     (in a fresh process: this one's registry holds other tests' counts)."""
     from jupyterhub_gpu.kueue.messages import STOP_REASONS
-    from jupyterhub_gpu.parse import load_platform
+    from jupyterhub_gpu.spec.parse import load_platform
 
     out = subprocess.run([sys.executable, "-c", COUNTED, str(example_spec_path)],
                          check=True, capture_output=True, text=True).stdout

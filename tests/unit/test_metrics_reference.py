@@ -6,10 +6,10 @@ import re
 
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-import jupyterhub_gpu.spawner  # noqa: F401 - registers the hub's metrics
+import jupyterhub_gpu.hub.spawner  # noqa: F401 - registers the hub's metrics
 from jupyterhub_gpu.cull.metrics import CullMetrics
-from jupyterhub_gpu.metrics import POOL_NODES
-from jupyterhub_gpu.specsource import SpecMetrics
+from jupyterhub_gpu.hub.metrics import POOL_NODES
+from jupyterhub_gpu.spec.source import SpecMetrics
 
 PREFIX = "jupyterhub_gpu_"
 

@@ -12,8 +12,8 @@ from jupyterhub_gpu import contract
 from jupyterhub_gpu.bundle import monitoring
 from jupyterhub_gpu.devcluster import dcgm, prometheus
 from jupyterhub_gpu.devcluster.layout import Layout, Ports
-from jupyterhub_gpu.parse import SpecError, load_platform, parse_platform
-from jupyterhub_gpu.spec import Monitoring
+from jupyterhub_gpu.spec.parse import SpecError, load_platform, parse_platform
+from jupyterhub_gpu.spec.model import Monitoring
 
 EXAMPLE = "config/platform.yaml"
 

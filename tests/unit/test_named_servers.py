@@ -9,12 +9,12 @@ import pytest
 from tornado import web
 from traitlets.config import Config
 
-from jupyterhub_gpu.builders.pod import OptionsRejected, UserRef, authorize
+from jupyterhub_gpu.spec.grant import OptionsRejected, UserRef, authorize
 from jupyterhub_gpu.contract import ENV_LAST_STOP_NOTICE, STATE_PROFILE
-from jupyterhub_gpu.parse import SpecError, parse_platform
-from jupyterhub_gpu.render import OfflineHub, _Group
-from jupyterhub_gpu.servers import OtherServer, check_gpu_servers
-from jupyterhub_gpu.spawner import GPUSpawner
+from jupyterhub_gpu.spec.parse import SpecError, parse_platform
+from jupyterhub_gpu.hub.render import OfflineHub, _Group
+from jupyterhub_gpu.hub.servers import OtherServer, check_gpu_servers
+from jupyterhub_gpu.hub.spawner import GPUSpawner
 
 ALICE = UserRef("alice", frozenset({"data-science"}))
 REFUSED = ("You already have a GPU server running (gpu-a); stop it first or pick a CPU "

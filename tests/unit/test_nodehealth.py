@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from jupyterhub_gpu.kueue.messages import NODE_LOST, node_lost_notice
-from jupyterhub_gpu.nodehealth import lost, not_ready_since
+from jupyterhub_gpu.hub.nodehealth import lost, not_ready_since
 
 NOW = datetime(2026, 12, 3, 10, 5, tzinfo=timezone.utc)
 

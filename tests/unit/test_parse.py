@@ -8,8 +8,8 @@ from types import MappingProxyType
 
 import pytest
 
-from jupyterhub_gpu.parse import SpecError, load_platform, parse_platform
-from jupyterhub_gpu import sharing
+from jupyterhub_gpu.spec.parse import SpecError, load_platform, parse_platform
+from jupyterhub_gpu.spec import sharing
 
 
 def test_example_spec_parses(platform):

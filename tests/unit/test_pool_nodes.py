@@ -11,12 +11,12 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from jupyterhub_gpu import poolnodes
+from jupyterhub_gpu.watches import poolnodes
 from jupyterhub_gpu.contract import AGENTPOOL_LABEL, NODEPOOL_LABEL
-from jupyterhub_gpu.metrics import PoolNodesCollector
-from jupyterhub_gpu.parse import parse_platform
-from jupyterhub_gpu.poolnodes import PoolNodes, pool_node_counts
-from jupyterhub_gpu.specsource import FixedSpec
+from jupyterhub_gpu.hub.metrics import PoolNodesCollector
+from jupyterhub_gpu.spec.parse import parse_platform
+from jupyterhub_gpu.watches.poolnodes import PoolNodes, pool_node_counts
+from jupyterhub_gpu.spec.source import FixedSpec
 
 
 def _node(labels: dict, ready: str | None = "True") -> dict:

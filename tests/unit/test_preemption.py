@@ -8,7 +8,7 @@ import pytest
 from jupyterhub_gpu.builders import preemption
 from jupyterhub_gpu.builders.kueue import kueue_objects
 from jupyterhub_gpu.bundle.kueueconfig import kueue_configuration
-from jupyterhub_gpu.parse import load_platform, parse_platform
+from jupyterhub_gpu.spec.parse import load_platform, parse_platform
 
 SPECS = ["config/platform.yaml", "tests/integration/platform.yaml"]
 CLASSICAL_FIELDS = {"withinClusterQueue", "reclaimWithinCohort", "borrowWithinCohort"}

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 from jupyterhub import orm
 
-from jupyterhub_gpu import queuewaits
-from jupyterhub_gpu.availability import QueueWait
+from jupyterhub_gpu.hub import queuewaits
+from jupyterhub_gpu.hub.availability import QueueWait
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from jupyterhub_gpu.parse import load_platform
+from jupyterhub_gpu.spec.parse import load_platform
 from jupyterhub_gpu.replay.baseline import BaselineConfig, baseline
 from jupyterhub_gpu.replay.trace import load
 

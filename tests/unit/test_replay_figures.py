@@ -11,7 +11,7 @@ from jupyterhub_gpu.replay.baseline import BaselineConfig, baseline
 from jupyterhub_gpu.replay.figures import NodeLifetime, percentile, platform_figures
 from jupyterhub_gpu.replay.report import (PLATFORM_NOT_REPLAYED, cumulative_cost, plot, running,
                                           table)
-from jupyterhub_gpu.usage.ledger import Kind, StopReason, Usage
+from jupyterhub_gpu.ledger.store import Kind, StopReason, Usage
 
 from .replay_traces import day_trace, h
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jupyterhub_gpu.parse import load_platform
+from jupyterhub_gpu.spec.parse import load_platform
 from jupyterhub_gpu.replay.figures import NodeLifetime
 from jupyterhub_gpu.replay.invariants import (no_gpu_hour_twice, nodes_billed_as_they_lived,
                                               sessions_end_with_a_reason)
 from jupyterhub_gpu.replay.schedule import (ACTIVITY_INTERVAL, interval, job_run_seconds,
                                             scaled_spec, schedule, trace_time, window)
-from jupyterhub_gpu.usage.ledger import Kind, StopReason, Usage
+from jupyterhub_gpu.ledger.store import Kind, StopReason, Usage
 
 from .replay_traces import day_trace, h
 

@@ -17,7 +17,7 @@ from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 from traitlets.config import Config
 
 from jupyterhub_gpu import configure_hub
-from jupyterhub_gpu.resume import Resumable, resumable, server_path
+from jupyterhub_gpu.hub.resume import Resumable, resumable, server_path
 from jupyterhub_gpu.contract import PROFILE_LABEL
 
 
@@ -100,7 +100,7 @@ def test_once_done_the_service_holds_no_hub_token(tmp_path):
     env = {**os.environ, "JUPYTERHUB_API_TOKEN": "the-hub-token",
            "JPY_API_TOKEN": "the-hub-token"}
     proc = subprocess.Popen([sys.executable, "-c",
-                             "from jupyterhub_gpu.resume import idle; idle()"], env=env)
+                             "from jupyterhub_gpu.hub.resume import idle; idle()"], env=env)
     try:
         proc_dir = f"/proc/{proc.pid}"
         for _ in range(200):  # until the process image is the idle one

@@ -2,9 +2,9 @@
 with no LIST, relist once on 410 or a reset) is in
 tests/integration/test_apiserver_faults.py and the benchmarks' idle request count."""
 
-from jupyterhub_gpu.kueue.reflectors import WorkloadReflector
-from jupyterhub_gpu.poolnodes import NodeReflector
-from jupyterhub_gpu.resumingwatch import WATCH_SECONDS, ResumesWatch, apply_event
+from jupyterhub_gpu.watches.reflectors import WorkloadReflector
+from jupyterhub_gpu.watches.poolnodes import NodeReflector
+from jupyterhub_gpu.watches.resuming import WATCH_SECONDS, ResumesWatch, apply_event
 
 
 def _event(kind: str, name: str, version: str, namespace: str = "ns") -> dict:

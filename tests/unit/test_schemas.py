@@ -12,7 +12,7 @@ import pytest
 
 from jupyterhub_gpu.builders import deviceplugin, kueue, nodes
 from jupyterhub_gpu.devcluster.build import K8S_VERSION
-from jupyterhub_gpu.render import render_pod
+from jupyterhub_gpu.hub.render import render_pod
 
 SCHEMA_VERSION = K8S_VERSION.lstrip("v").rsplit(".", 1)[0]  # "1.35"
 

@@ -14,17 +14,18 @@ from types import MappingProxyType
 import pytest
 import yaml
 
-from jupyterhub_gpu import sharing
+from jupyterhub_gpu.spec import sharing
 from jupyterhub_gpu.builders.deviceplugin import config_map, node_labels, pool_labels
-from jupyterhub_gpu.builders.pod import UserRef, authorize, spawn_settings
+from jupyterhub_gpu.builders.pod import spawn_settings
+from jupyterhub_gpu.spec.grant import UserRef, authorize
 from jupyterhub_gpu.bundle.check import check_device_plugin
 from jupyterhub_gpu.bundle.reference import spec_reference
 from jupyterhub_gpu.contract import SHARED_SUFFIX, GPU_RESOURCE
-from jupyterhub_gpu.form import render_form
+from jupyterhub_gpu.hub.form import render_form
 from jupyterhub_gpu.kueue.lifecycle import wanted
-from jupyterhub_gpu.parse import SpecError, parse_platform
-from jupyterhub_gpu.render import render_pod
-from jupyterhub_gpu.sharing import Parameter, SharingMode
+from jupyterhub_gpu.spec.parse import SpecError, parse_platform
+from jupyterhub_gpu.hub.render import render_pod
+from jupyterhub_gpu.spec.sharing import Parameter, SharingMode
 
 FAIR_SHARE = SharingMode(
     name="fairshare", summary="time-slicing with an equal turn for each of `replicas` pods",

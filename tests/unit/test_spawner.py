@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from pathlib import Path
 import logging
 from importlib.metadata import entry_points
 
@@ -14,10 +15,11 @@ from kubespawner.spawner import PodReflector
 from tornado import web
 from traitlets.config import Config
 
-from jupyterhub_gpu import SpecError, checkpoint, configure_hub
-from jupyterhub_gpu.kueue.reflectors import RecordingPodReflector
-from jupyterhub_gpu.spawner import (PLATFORM_POLL_SECONDS, POD_REQUEST_RETRY_SECONDS,
-                                    POD_REQUEST_TIMEOUT_SECONDS, GPUSpawner)
+from jupyterhub_gpu import SpecError, configure_hub
+from jupyterhub_gpu import checkpoint
+from jupyterhub_gpu.watches.reflectors import RecordingPodReflector
+from jupyterhub_gpu.hub.spawner import (PLATFORM_POLL_SECONDS, POD_REQUEST_RETRY_SECONDS,
+                                        POD_REQUEST_TIMEOUT_SECONDS, GPUSpawner)
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
                   "effect": "NoSchedule"}
@@ -279,7 +281,7 @@ def test_configure_hub_fails_at_start_up_on_a_bad_spec(tmp_path, example_spec_pa
     assert len(platform.profiles) == 5
     (service,) = c.JupyterHub.services
     assert service["name"] == "gpu-resume"
-    assert service["command"][1:] == ["-m", "jupyterhub_gpu.resume", "--spec",
+    assert service["command"][1:] == ["-m", "jupyterhub_gpu.hub.resume", "--spec",
                                       str(example_spec_path)]
     (role,) = c.JupyterHub.load_roles
     assert role == {"name": "gpu-resume", "services": ["gpu-resume"],
@@ -325,7 +327,7 @@ async def test_a_stop_gives_a_checkpointing_profile_its_grace_period(make_spawne
 def _listed_internals() -> list[tuple[str, str]]:
     import re
 
-    from jupyterhub_gpu import spawner as module
+    from jupyterhub_gpu.hub import spawner as module
 
     return re.findall(r"^- ``(\w+)\.(\w+)``", module.__doc__, re.M)
 
@@ -347,14 +349,17 @@ def test_the_upstream_internals_listed_exist_in_the_installed_versions():
 
 
 def test_every_private_upstream_attribute_the_spawner_uses_is_listed(repo_root):
-    """A private KubeSpawner/JupyterHub attribute that spawner.py (or its mixins,
-    stops.py and usage/spawner.py) uses or overrides must be in spawner.py's
+    """A private KubeSpawner/JupyterHub attribute that the hub's modules, or the
+    classes GPUSpawner is made of, use or override must be in hub/spawner.py's
     docstring's list."""
     import re
 
     code = ""
-    for name in ("spawner.py", "stops.py", "usage/spawner.py"):
-        source = (repo_root / "jupyterhub_gpu" / name).read_text()
+    ours = {inspect.getsourcefile(cls) for cls in GPUSpawner.__mro__
+            if cls.__module__.startswith("jupyterhub_gpu.")}
+    ours |= {str(p) for p in (repo_root / "jupyterhub_gpu" / "hub").glob("*.py")}
+    for path in sorted(ours):
+        source = Path(path).read_text()
         code += source[source.index('"""', 3) + 3:]  # after the module docstring
     used = set(re.findall(r"(?:self|super\(\)|spawner)\.(_[a-z]\w*)", code))
     used |= set(re.findall(r"def (_[a-z]\w*)", code))  # overrides

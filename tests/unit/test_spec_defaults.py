@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jupyterhub_gpu.bundle import reference
-from jupyterhub_gpu.parse import SCHEMA, field_default, parse_platform
-from jupyterhub_gpu.quantities import format_duration, parse_duration
-from jupyterhub_gpu.sharing import Parameter
-from jupyterhub_gpu.spec import CHECKPOINT_OFF, REQUIRED, Checkpoint, Profile, default_of
+from jupyterhub_gpu.spec.parse import SCHEMA, field_default, parse_platform
+from jupyterhub_gpu.spec.quantities import format_duration, parse_duration
+from jupyterhub_gpu.spec.sharing import Parameter
+from jupyterhub_gpu.spec.model import CHECKPOINT_OFF, REQUIRED, Checkpoint, Profile, default_of
 
 
 def _minimal(example_spec: dict) -> dict:

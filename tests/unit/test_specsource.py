@@ -11,9 +11,9 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from jupyterhub_gpu.parse import SpecError
+from jupyterhub_gpu.spec.parse import SpecError
 from jupyterhub_gpu.contract import PROFILE_LABEL, QUEUE_LABEL
-from jupyterhub_gpu.specsource import LOGGER_NAME, SpecMetrics, SpecSource
+from jupyterhub_gpu.spec.source import LOGGER_NAME, SpecMetrics, SpecSource
 
 from ..configmap import write_configmap
 

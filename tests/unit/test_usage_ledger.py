@@ -18,9 +18,10 @@ from alembic.runtime.migration import MigrationContext
 from jupyterhub_gpu.contract import (JOB_PROFILE_LABEL, JOB_UID_LABEL, PROFILE_LABEL,
                                      QUEUE_LABEL, USERNAME_KEY)
 from jupyterhub_gpu.kueue.lifecycle import Outcome
-from jupyterhub_gpu.usage import hub, migrate, records
+from jupyterhub_gpu.usage import hub, records
+from jupyterhub_gpu.ledger import migrate
 from jupyterhub_gpu.usage.jobs import JobRecorder
-from jupyterhub_gpu.usage.ledger import TABLE, Kind, Ledger, StopReason, Usage, metadata
+from jupyterhub_gpu.ledger.store import TABLE, Kind, Ledger, StopReason, Usage, metadata
 
 from ..postgres import postgres_server
 
@@ -497,7 +498,7 @@ def test_a_row_another_process_inserted_meanwhile_is_merged_not_duplicated(ledge
             running_at=T0 + timedelta(seconds=5))
     finally:
         other.dispose()
-    from jupyterhub_gpu.usage.ledger import USAGE, _insert_if_absent
+    from jupyterhub_gpu.ledger.store import USAGE, _insert_if_absent
 
     with ledger.engine.begin() as conn:  # the insert of a key that exists does nothing
         assert not _insert_if_absent(conn, {"key": "pod:race", "kind": "session",
@@ -511,7 +512,7 @@ def test_a_row_another_process_inserted_meanwhile_is_merged_not_duplicated(ledge
 def _failing_start(spawner, platform, error):
     """A real ``QueuedStart`` of ``spawner`` whose pod creation fails with ``error``
     (as when Kueue's webhook does not answer): nothing is created."""
-    from jupyterhub_gpu.builders.pod import UserRef, authorize
+    from jupyterhub_gpu.spec.grant import UserRef, authorize
     from jupyterhub_gpu.kueue.start import QueuedStart
 
     grant = authorize(platform, UserRef("alice", frozenset({"data-science"})),
@@ -534,7 +535,7 @@ async def test_a_start_that_failed_before_its_pod_existed_gets_a_row_of_its_own(
     """Issue #15: a start the hub accepted that failed before its pod existed is in
     the ledger, as a failure, once per start, by its grant and the times it was asked
     for and failed; it bills nothing and was never queued."""
-    from jupyterhub_gpu.usage.ledger import podless
+    from jupyterhub_gpu.ledger.store import podless
 
     spawner = make_spawner()
     spawner.__dict__["usage"] = hub.SessionRecorder(ledger, LOG)
@@ -567,10 +568,10 @@ def test_a_podless_failure_adds_no_gpu_hours_cost_or_queue_wait(platform):
     """The usage page's figures: a start that failed before its pod existed counts as
     a session that ended, with no GPU-hours, no cost and no queue wait; the replay's
     invariant holds for it."""
-    from jupyterhub_gpu.builders.pod import UserRef, authorize
+    from jupyterhub_gpu.spec.grant import UserRef, authorize
     from jupyterhub_gpu.replay.invariants import sessions_end_with_a_reason
     from jupyterhub_gpu.usage import figures
-    from jupyterhub_gpu.usage.ledger import merge
+    from jupyterhub_gpu.ledger.store import merge
 
     grant = authorize(platform, UserRef("alice", frozenset({"data-science"})),
                       {"profile": "t4-shared"})

@@ -13,11 +13,11 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from jupyterhub_gpu.contract import USAGE_ACCESS_SCOPE, USAGE_SERVICE_NAME
-from jupyterhub_gpu.parse import SpecError, parse_platform
+from jupyterhub_gpu.spec.parse import SpecError, parse_platform
 from jupyterhub_gpu.usage import figures as fg
 from jupyterhub_gpu.usage.access import NotVisible, Selection, Viewer, visible
 from jupyterhub_gpu.usage.config import UsagePage
-from jupyterhub_gpu.usage.ledger import Kind, StopReason, Usage
+from jupyterhub_gpu.ledger.store import Kind, StopReason, Usage
 from jupyterhub_gpu.usage.page import figures, report, to_csv, to_html
 from jupyterhub_gpu.usage.service import add_usage_service
 from jupyterhub_gpu.usage.telemetry import Telemetry, parse_utilization, utilization_query

@@ -16,7 +16,7 @@ import pytest
 
 from jupyterhub_gpu.usage.access import BadQuery, NotVisible, Query, Selection, Viewer, visible
 from jupyterhub_gpu.usage.config import DEFAULT_DAYS, MAX_DAYS
-from jupyterhub_gpu.usage.ledger import NAME_CHARS, Kind
+from jupyterhub_gpu.ledger.store import NAME_CHARS, Kind
 from jupyterhub_gpu.cull.prometheus import redacted
 from jupyterhub_gpu.usage import telemetry
 from jupyterhub_gpu.usage.page import FORMULA_START, figures, report, to_csv, to_html
@@ -102,7 +102,7 @@ def test_csv_cells_never_start_a_formula_and_numbers_are_kept(spec):  # noqa: F8
 
 def test_the_ledger_export_never_starts_a_formula(tmp_path, capsys):
     from jupyterhub_gpu.cli import main
-    from jupyterhub_gpu.usage.ledger import Ledger
+    from jupyterhub_gpu.ledger.store import Ledger
 
     url = f"sqlite:///{tmp_path}/usage.sqlite"
     ledger = Ledger(url)

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from traitlets.config import Config
 
-from jupyterhub_gpu.bundle.namespaces import USAGE_PORT
+from jupyterhub_gpu.contract import USAGE_PORT
 from jupyterhub_gpu.contract import (ENV_PROMETHEUS_URL, USAGE_ACCESS_SCOPE,
                                      USAGE_SERVICE_NAME)
 from jupyterhub_gpu.usage.service import add_usage_service, sidecar_service

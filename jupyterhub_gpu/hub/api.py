@@ -1,0 +1,133 @@
+"""The hub's availability API: the profiles a user may start, with what is free now.
+
+* ``GET /hub/api/gpu/profiles``: the profiles of the token's (or the cookie's) user;
+* ``GET /hub/api/gpu/users/<name>/profiles``: those of user ``<name>``, for a caller
+  with JupyterHub's scope ``read:servers`` on that user (the user, an admin, a
+  service given it).
+
+Both answer JSON: each profile's card (what the form shows) and its availability
+(:mod:`jupyterhub_gpu.hub.availability`). Without credentials the answer is 403, as for
+JupyterHub's own API. The spawn form polls the second one (its user may be another
+whose server an admin starts). A profile is started as any server is, with
+``POST /hub/api/users/<name>/server`` and ``{"profile": "<slug>"}``; GPUSpawner
+authorizes it before anything is created.
+
+The numbers come from the hub's shared watches, never from a call per request: the
+node watch (:mod:`jupyterhub_gpu.watches.poolnodes`), and in each team namespace the pod and
+Workload watches GPUSpawner's spawns use (the same reflectors, by KubeSpawner's key
+``(kind, namespace)``). The first request starts the ones not running yet. A watch
+that cannot start (no permission) is retried at most every :data:`RETRY_SECONDS`,
+and what depends on it is ``null``. The typical wait comes from the hub's database
+(:mod:`jupyterhub_gpu.hub.queuewaits`).
+
+They are Tornado handlers of the hub itself, added by :func:`~jupyterhub_gpu.configure_hub`
+through ``c.JupyterHub.extra_handlers``, because the data they read -- the hub's
+reflectors, spawners and database -- live in the hub process; a hub service would
+need watches, credentials and a store of its own. JupyterHub 3.1 deprecated that
+setting in favour of services and logs a warning saying so at start-up; it is
+supported by JupyterHub 5 and 6.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from datetime import datetime, timezone
+from typing import Any
+
+from jupyterhub.apihandlers.base import APIHandler
+from jupyterhub.scopes import needs_scope
+from tornado import web
+
+from ..watches import poolnodes
+from . import queuewaits
+from .availability import Cluster, user_availability
+from ..contract import COMPONENT_LABEL, PROFILES_API_PATH, USER_PROFILES_API_PATH
+from .form import REFRESH_SECONDS, profile_card
+from ..watches.reflectors import RecordingPodReflector, WorkloadReflector
+from ..watches.namespaces import RETRY_SECONDS, _failed_at, namespace_watch  # noqa: F401
+from ..spec.model import Platform, Team
+
+async def _node_watch(spawner: Any) -> Any:
+    await spawner._watch_nodes(retry=False)  # the hub's one node watch
+    nodes = spawner.reflectors.get(spawner._get_reflector_key(poolnodes.NodeReflector.kind))
+    return None if nodes is None or poolnodes.failed(nodes) else nodes
+
+
+def _items(reflector: Any) -> list[dict] | None:
+    return None if reflector is None else list(reflector.resources.values())
+
+
+async def cluster_now(spawner: Any, platform: Platform, team: Team) -> Cluster:
+    """What the shared watches hold now, for a user of ``team``."""
+    namespaces = sorted({t.namespace for t in platform.teams})
+    labels = {COMPONENT_LABEL: spawner.component_label}
+    nodes, workloads, *pods = await asyncio.gather(
+        _node_watch(spawner),
+        namespace_watch(spawner, "workloads", WorkloadReflector, team.namespace),
+        *(namespace_watch(spawner, "pods", RecordingPodReflector, ns, labels=labels)
+          for ns in namespaces))
+    every_pod = (None if any(p is None for p in pods)
+                 else [pod for reflector in pods for pod in reflector.resources.values()])
+    return Cluster(nodes=_items(nodes), pods=every_pod, workloads=_items(workloads))
+
+
+async def profiles_of(user: Any, db: Any) -> dict:
+    """The API's answer for ``user`` (a JupyterHub ``User``)."""
+    spawner = user.spawner
+    platform = getattr(spawner, "platform", None)
+    if platform is None:
+        raise web.HTTPError(404, "This hub's spawner has no GPU platform spec.")
+    ref = spawner.user_ref
+    team = platform.team_for(ref.groups)
+    now = datetime.now(timezone.utc)
+    cluster, waits = Cluster(None, None, None), []
+    if team is not None:
+        cluster = await cluster_now(spawner, platform, team)
+        waits = queuewaits.recent(db, team.local_queue, now)
+    found = user_availability(platform, ref, cluster, waits, now)
+    return {
+        "user": user.name, "team": team.name if team else None,
+        "queue": team.local_queue if team else None,
+        "at": now.isoformat().replace("+00:00", "Z"), "refresh_seconds": REFRESH_SECONDS,
+        "profiles": [{**asdict(profile_card(platform, platform.profile(a.slug))),
+                      "availability": a.as_json()} for a in found],
+    }
+
+
+class _ProfilesAPI(APIHandler):
+    @needs_scope("read:servers")
+    async def _profiles(self, user_name: str) -> None:
+        user = self.find_user(user_name)
+        if user is None:
+            raise web.HTTPError(404, f"No user {user_name!r}")
+        self.write(json.dumps(await profiles_of(user, self.db)))
+
+
+class UserProfilesHandler(_ProfilesAPI):
+    """``GET /hub/api/gpu/users/<name>/profiles``"""
+
+    async def get(self, user_name: str) -> None:
+        await self._profiles(user_name)
+
+
+class OwnProfilesHandler(_ProfilesAPI):
+    """``GET /hub/api/gpu/profiles``: the token's user."""
+
+    async def get(self) -> None:
+        current = self.current_user
+        if current is None:
+            raise web.HTTPError(403, "Missing or invalid credentials.")
+        if getattr(current, "kind", None) != "user":
+            raise web.HTTPError(400, "A service has no profiles: ask for "
+                                f"/hub/{USER_PROFILES_API_PATH}")
+        await self._profiles(current.name)
+
+
+def handlers() -> list[tuple[str, type]]:
+    """The hub's extra handlers (``c.JupyterHub.extra_handlers``; JupyterHub puts them
+    under its hub prefix)."""
+    user_path = USER_PROFILES_API_PATH.format(name="([^/]+)")
+    return [(rf"/{PROFILES_API_PATH}", OwnProfilesHandler),
+            (rf"/{user_path}", UserProfilesHandler)]

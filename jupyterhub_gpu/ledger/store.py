@@ -1,0 +1,303 @@
+"""The usage ledger: one row per server session (keyed by its pod's UID) and per
+training job (keyed by its Job's UID).
+
+Writers report what they know as a :class:`Usage` -- a partial row -- and
+:meth:`Ledger.record` merges it into the row of the same key with :func:`merge`:
+a fact, once recorded, is never changed (the first requested, admitted, running and
+stopped times and the first stop reason stand). So a hub that restarts and sees the
+same pod again, a pod the hub adopts, or the jobs service re-reading its watches,
+writes the same row again and changes nothing already known: no double counting.
+
+The times come from the cluster where it has them (the pod's or Job's
+``creationTimestamp``, the Workload's ``QuotaReserved`` condition, the container's
+``startedAt``), so every writer reports the same ones.
+
+Database work is synchronous SQLAlchemy run in one worker thread per ledger
+(:meth:`Ledger.record`): the hub's event loop never waits for the disk or the
+database server, and a process's writes happen in the order it made them. One short
+transaction per write: a select of the row, then its insert or update. (An async
+driver would need one per database -- aiosqlite, asyncpg or psycopg's async mode --
+and Alembic runs synchronously anyway.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+#: the ledger's table, in a database of its own or next to JupyterHub's tables
+TABLE = "jupyterhub_gpu_usage"
+
+
+class Kind(StrEnum):
+    SESSION = "session"  # a server: its key is ``pod:<pod uid>``
+    JOB = "job"  # a training job: ``job:<Job uid>``
+
+
+class StopReason(StrEnum):
+    """Why a session or job ended (the ``stop_reason`` column)."""
+
+    USER = "user"  # its user stopped it (or cancelled a job, or left the queue)
+    IDLE_CULL = "idle-cull"  # the idle culler: no activity, or an idle GPU
+    MAX_AGE = "max-age"  # the profile's maxAge ran out
+    PREEMPTED = "preempted"  # Kueue preempted it for other work
+    SPOT_EVICTION = "spot-eviction"  # its spot node was taken away
+    EVICTED = "evicted"  # its (on-demand) node went away or was drained
+    QUEUE_TIMEOUT = "queue-timeout"  # it waited its profile's queue patience, unadmitted
+    COMPLETED = "completed"  # a job that succeeded
+    FAILURE = "failure"  # it could not start, crashed, or a job failed
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a writer knows about one session or job; None: not known (yet)."""
+
+    key: str
+    kind: Kind
+    user: str | None = None
+    server: str | None = None  # the server's name ("" for the default); a job's name
+    team: str | None = None
+    namespace: str | None = None
+    profile: str | None = None
+    pools: str | None = None  # the pools it may run on, comma-separated, preferred first
+    pool: str | None = None  # the pool it was admitted to
+    gpu_units: int | None = None  # in all (a job: units per pod times pods)
+    price_per_unit_hour: float | None = None  # of ``pool``, by the spec when admitted
+    requested_at: datetime | None = None
+    admitted_at: datetime | None = None
+    running_at: datetime | None = None
+    stopped_at: datetime | None = None
+    stop_reason: StopReason | None = None
+    queue_wait_seconds: float | None = None  # requested to admitted; or to stopped, unadmitted
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(Usage))
+TIMES = ("requested_at", "admitted_at", "running_at", "stopped_at")
+#: the longest name (user, server, team, namespace, profile, pool) a row holds
+NAME_CHARS = 255
+
+metadata = sa.MetaData()
+USAGE = sa.Table(
+    TABLE, metadata,
+    sa.Column("key", sa.String(80), primary_key=True),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("user", sa.Unicode(NAME_CHARS)),
+    sa.Column("server", sa.Unicode(NAME_CHARS)),
+    sa.Column("team", sa.Unicode(NAME_CHARS)),
+    sa.Column("namespace", sa.Unicode(NAME_CHARS)),
+    sa.Column("profile", sa.Unicode(NAME_CHARS)),
+    sa.Column("pools", sa.Unicode(1024)),
+    sa.Column("pool", sa.Unicode(NAME_CHARS)),
+    sa.Column("gpu_units", sa.Integer),
+    sa.Column("price_per_unit_hour", sa.Float),
+    sa.Column("requested_at", sa.DateTime(timezone=True), index=True),
+    sa.Column("admitted_at", sa.DateTime(timezone=True)),
+    sa.Column("running_at", sa.DateTime(timezone=True)),
+    sa.Column("stopped_at", sa.DateTime(timezone=True), index=True),
+    sa.Column("stop_reason", sa.String(32)),
+    sa.Column("queue_wait_seconds", sa.Float),
+)
+
+
+def merge(old: Usage | None, new: Usage) -> Usage:
+    """``old`` with what ``new`` adds: every field keeps its first known value, and
+    the queue wait follows from the times (pure)."""
+    if old is None:
+        merged = new
+    else:
+        merged = dataclasses.replace(old, **{
+            name: getattr(new, name) for name in FIELDS
+            if getattr(old, name) is None and getattr(new, name) is not None})
+    return dataclasses.replace(merged, queue_wait_seconds=queue_wait(merged))
+
+
+#: the key prefix of a start that failed before its pod existed (no pod UID to key it by)
+PODLESS_PREFIX = "start:"
+
+
+def podless(u: Usage) -> bool:
+    """A start that failed before its pod existed: it was never queued or billed."""
+    return u.key.startswith(PODLESS_PREFIX)
+
+
+def queue_wait(u: Usage) -> float | None:
+    """Seconds from requested to admitted; never admitted and stopped: its time in
+    the queue; a start that failed before its pod existed: none (never queued); else
+    (still queued, or unknown) what is recorded."""
+    if podless(u):
+        return None
+    if u.requested_at is None:
+        return u.queue_wait_seconds
+    end = u.admitted_at or (u.stopped_at if u.running_at is None else None)
+    if end is None:
+        return u.queue_wait_seconds
+    return max(0.0, (end - u.requested_at).total_seconds())
+
+
+def _utc(at: datetime | None) -> datetime | None:
+    """Aware UTC (SQLite gives naive datetimes back, in UTC as written)."""
+    if at is None:
+        return None
+    return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+
+
+def _from_row(row: Any) -> Usage:
+    values = dict(row._mapping)
+    for name in TIMES:
+        values[name] = _utc(values[name])
+    values["kind"] = Kind(values["kind"])
+    if values["stop_reason"] is not None:
+        values["stop_reason"] = StopReason(values["stop_reason"])
+    return Usage(**values)
+
+
+def _to_row(u: Usage) -> dict:
+    values = dataclasses.asdict(u)
+    for name in TIMES:
+        values[name] = _utc(values[name])
+    values["kind"] = str(u.kind)
+    values["stop_reason"] = str(u.stop_reason) if u.stop_reason else None
+    return values
+
+
+def _insert_if_absent(conn: sa.Connection, values: dict) -> bool:
+    """Insert the row unless a row of its key exists; whether it did. SQLite and
+    PostgreSQL in one statement (``ON CONFLICT DO NOTHING``); other databases in a
+    savepoint (with SQLite's driver, a savepoint opened outside a transaction is one,
+    and its release a commit: one more sync to disk per new row)."""
+    dialect = {"sqlite": sqlite, "postgresql": postgresql}.get(conn.dialect.name)
+    if dialect is not None:
+        insert = dialect.insert(USAGE).values(values).on_conflict_do_nothing(
+            index_elements=[USAGE.c.key]).returning(USAGE.c.key)
+        return conn.execute(insert).first() is not None
+    try:
+        with conn.begin_nested():
+            conn.execute(USAGE.insert().values(values))
+        return True
+    except sa.exc.IntegrityError:
+        return False
+
+
+def create_engine(url: str) -> sa.Engine:
+    """The ledger's engine; SQLite waits for another writer's lock (the hub and the
+    jobs service share the file) instead of failing at once."""
+    if url.startswith("sqlite"):
+        return sa.create_engine(url, connect_args={"timeout": 30})
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+class Ledger:
+    """The ledger at ``url`` (a SQLAlchemy URL), upgraded to the schema the package
+    ships (:func:`jupyterhub_gpu.ledger.migrate.upgrade`) when first opened."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = create_engine(url)
+        self._lock = threading.Lock()  # one write at a time from this process
+        self._upgraded = False
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="usage-ledger")
+
+    _shared: dict[str, "Ledger"] = {}
+
+    @classmethod
+    def shared(cls, url: str) -> "Ledger":
+        """The process's one ledger at ``url``."""
+        if url not in cls._shared:
+            cls._shared[url] = cls(url)
+        return cls._shared[url]
+
+    def _ready(self) -> None:
+        if not self._upgraded:
+            from .migrate import upgrade
+            upgrade(self.engine)
+            self._upgraded = True
+
+    def record_sync(self, new: Usage) -> Usage:
+        """Merge ``new`` into its row in one transaction; the row as it now is."""
+        with self._lock:
+            self._ready()
+            with self.engine.begin() as conn:
+                return self._merge_in(conn, new)
+
+    def _merge_in(self, conn: sa.Connection, new: Usage) -> Usage:
+        where = USAGE.c.key == new.key
+        row = conn.execute(sa.select(USAGE).where(where).with_for_update()).first()
+        old = _from_row(row) if row is not None else None
+        merged = merge(old, new)
+        if old is None:
+            if _insert_if_absent(conn, _to_row(merged)):
+                return merged
+            # another process inserted it just now
+            row = conn.execute(sa.select(USAGE).where(where).with_for_update()).one()
+            old = _from_row(row)
+            merged = merge(old, new)
+        if merged != old:
+            conn.execute(USAGE.update().where(where).values(_to_row(merged)))
+        return merged
+
+    async def record(self, new: Usage) -> Usage:
+        """:meth:`record_sync` in the ledger's thread: the event loop goes on meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread, self.record_sync, new)
+
+    def rows_sync(self, kind: Kind | None = None, since: datetime | None = None) -> list[Usage]:
+        """Every row (of ``kind``; with ``since``, of those requested or still open at
+        ``since`` or later), oldest request first."""
+        self._ready()
+        query = sa.select(USAGE).order_by(USAGE.c.requested_at, USAGE.c.key)
+        if kind is not None:
+            query = query.where(USAGE.c.kind == str(kind))
+        if since is not None:
+            since = _utc(since)
+            query = query.where(sa.or_(USAGE.c.stopped_at.is_(None), USAGE.c.stopped_at >= since,
+                                       USAGE.c.requested_at >= since))
+        with self.engine.connect() as conn:
+            return [_from_row(r) for r in conn.execute(query)]
+
+    async def rows(self, kind: Kind | None = None, since: datetime | None = None) -> list[Usage]:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread, self.rows_sync, kind, since)
+
+    def open_keys_sync(self, kind: Kind) -> list[str]:
+        """The keys of rows of ``kind`` not stopped yet."""
+        self._ready()
+        query = sa.select(USAGE.c.key).where(USAGE.c.kind == str(kind),
+                                            USAGE.c.stopped_at.is_(None))
+        with self.engine.connect() as conn:
+            return list(conn.execute(query).scalars())
+
+    def close_open_sync(self, kind: Kind, user: str, server: str, at: datetime,
+                        reason: StopReason) -> list[Usage]:
+        """Stop the open rows of ``user``'s ``server`` (what a writer that lost track
+        of the pod or Job knows); the rows closed."""
+        self._ready()
+        query = sa.select(USAGE.c.key).where(USAGE.c.kind == str(kind), USAGE.c.user == user,
+                                            USAGE.c.server == server,
+                                            USAGE.c.stopped_at.is_(None))
+        with self.engine.connect() as conn:
+            keys = list(conn.execute(query).scalars())
+        return [self.record_sync(Usage(key, kind, stopped_at=at, stop_reason=reason))
+                for key in keys]
+
+    async def close_open(self, kind: Kind, user: str, server: str, at: datetime,
+                         reason: StopReason) -> list[Usage]:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread, self.close_open_sync, kind, user, server, at, reason)
+
+    async def open_keys(self, kind: Kind) -> list[str]:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread, self.open_keys_sync, kind)
+
+    def dispose(self) -> None:
+        self._thread.shutdown()
+        self.engine.dispose()
+
