@@ -1,81 +1,40 @@
-"""The spec's sections and typed field readers, shared by the parsers of the spec
-(:mod:`jupyterhub_gpu.spec.parse`, :mod:`jupyterhub_gpu.spec.jobs`).
+"""The spec's sections, read through the fields their dataclasses declare, shared by
+the parsers of the spec (:mod:`jupyterhub_gpu.spec.parse`, :mod:`jupyterhub_gpu.spec.jobs`).
 
-:data:`SCHEMA` names each section's dataclass and fields; a field's default is its
-dataclass field's (:func:`field_default`). :class:`Section` reads one mapping and puts
+Each field is declared once, on its dataclass field (:func:`jupyterhub_gpu.spec.keys.key`:
+YAML key, reader, default, description). :data:`SECTIONS` names each section's
+dataclass; :data:`KEYS`, :data:`SCHEMA` and :data:`FIELDS` are read from the
+declarations. :class:`Section` reads one mapping with the declared readers and puts
 every problem, naming the item and the field, into a shared list of errors.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from . import quantities as q
 from .gpus import NO_GPU
+from .keys import Key, default_of, keys_of
 from .model import (REQUIRED, Checkpoint, CheckpointStorage, DaemonsetOverhead, GpuIdle,
-                    JobProfile, Monitoring, Platform, Pool, Priority, Profile, Sharing, Team, default_of)
+                    JobProfile, Monitoring, Platform, Pool, Priority, Profile, Sharing, Team)
 
 _FIELD_DEFAULT = object()
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
-SCHEMA: dict[str, tuple[type, dict[str, str]]] = {
-    "spec": (Platform, {"pools": "pools", "teams": "teams", "priorities": "priorities",
-                        "profiles": "profiles", "checkpointStorage": "checkpoint_storage",
-                        "groupIds": "group_ids",
-                        "cpuIdleTimeout": "cpu_idle_timeout_seconds",
-                        "gpuServersPerUser": "gpu_servers_per_user",
-                        "jobProfiles": "job_profiles", "jobsPerUser": "jobs_per_user",
-                        "monitoring": "monitoring"}),
-    "pool": (Pool, {"name": "name", "vmSize": "vm_size", "gpu": "gpu",
-                    "gpusPerNode": "gpus_per_node", "sharing": "sharing", "spot": "spot",
-                    "minNodes": "min_nodes", "maxNodes": "max_nodes",
-                    "pricePerNodeHour": "price_per_node_hour", "cpusPerNode": "cpus_per_node",
-                    "memoryPerNode": "memory_per_node",
-                    "consolidateAfter": "consolidate_after_seconds",
-                    "bootTime": "boot_seconds",
-                    "daemonsetOverhead": "daemonset_overhead",
-                    "autoscaler": "autoscaler"}),
-    "sharing": (Sharing, {"mode": "mode", "migProfile": "mig_profile", "replicas": "replicas"}),
-    "daemonsetOverhead": (DaemonsetOverhead, {"cpu": "cpu", "memory": "memory_bytes"}),
-    "team": (Team, {"name": "name", "groups": "groups", "namespace": "namespace",
-                    "quota": "quota", "cohort": "cohort", "borrowingLimit": "borrowing_limit",
-                    "lendingLimit": "lending_limit", "leadGroups": "lead_groups"}),
-    "priority": (Priority, {"name": "name", "value": "value", "description": "description",
-                            "preemptible": "preemptible"}),
-    "profile": (Profile, {"slug": "slug", "displayName": "display_name",
-                          "description": "description", "pool": "pool", "pools": "pools",
-                          "gpus": "units",
-                          "cpu": "cpu", "memory": "memory_bytes", "image": "image",
-                          "priority": "priority", "idleTimeout": "idle_timeout_seconds",
-                          "maxAge": "max_age_seconds",
-                          "queuePatience": "queue_patience_seconds",
-                          "startTimeout": "start_timeout_seconds", "gpuIdle": "gpu_idle",
-                          "allowedGroups": "allowed_groups", "checkpoint": "checkpoint",
-                          "default": "default"}),
-    "jobProfile": (JobProfile, {"slug": "slug", "displayName": "display_name",
-                                "description": "description", "pool": "pool",
-                                "pools": "pools", "gpus": "units", "pods": "pods",
-                                "cpu": "cpu", "memory": "memory_bytes", "image": "image",
-                                "priority": "priority", "maxRunTime": "max_run_seconds",
-                                "retries": "retries", "checkpoint": "checkpoint",
-                                "allowedGroups": "allowed_groups"}),
-    "checkpoint": (Checkpoint, {"enabled": "enabled", "gracePeriod": "grace_period_seconds"}),
-    "gpuIdle": (GpuIdle, {"threshold": "threshold_percent", "window": "window_seconds"}),
-    "checkpointStorage": (CheckpointStorage, {"claimName": "claim_name",
-                                              "mountPath": "mount_path"}),
-    "monitoring": (Monitoring, {"gpuUtilizationTarget": "gpu_utilization_target_percent",
-                                "queueWaitP95": "queue_wait_p95_seconds",
-                                "spotEvictionRate": "spot_eviction_rate",
-                                "poolAtMaxFor": "pool_at_max_seconds",
-                                "idleGpuNodeFor": "idle_gpu_node_seconds"}),
+SECTIONS: dict[str, type] = {
+    "spec": Platform, "pool": Pool, "sharing": Sharing, "daemonsetOverhead": DaemonsetOverhead,
+    "team": Team, "priority": Priority, "profile": Profile, "jobProfile": JobProfile,
+    "checkpoint": Checkpoint, "gpuIdle": GpuIdle, "checkpointStorage": CheckpointStorage,
+    "monitoring": Monitoring,
 }
-"""Each section of the spec: the dataclass it fills, and its fields (in the order the
-docs list them) with the dataclass field each one sets. A field's default is that
-dataclass field's default (:func:`field_default`)."""
-FIELDS: dict[str, tuple[str, ...]] = {name: tuple(keys) for name, (_, keys) in SCHEMA.items()}
+"""Each section of the spec (in the order the docs list them) and the dataclass it fills."""
+KEYS: dict[str, dict[str, tuple[str, Key]]] = {
+    name: keys_of(cls) for name, cls in SECTIONS.items()}
+"""Each section's fields, as its dataclass declares them: YAML key -> (dataclass field,
+:class:`~jupyterhub_gpu.spec.keys.Key`)."""
+SCHEMA: dict[str, tuple[type, dict[str, str]]] = {
+    name: (SECTIONS[name], {k: attr for k, (attr, _) in keys.items()})
+    for name, keys in KEYS.items()}
+"""Each section: the dataclass it fills, and its fields with the dataclass field each one
+sets (read from the dataclasses' declarations)."""
+FIELDS: dict[str, tuple[str, ...]] = {name: tuple(keys) for name, keys in KEYS.items()}
 """The fields each section of the spec accepts, in order (the docs list them)."""
 REMOVED: dict[str, dict[str, str]] = {
     "team": {"fairShareWeight": "no longer supported: Kueue runs classical preemption, "
@@ -121,9 +80,12 @@ class Section:
     def given(self, key: str) -> bool:
         return self.data.get(key) is not None
 
-    def get(self, key: str, parse: Callable[[Any], Any], default: Any = _FIELD_DEFAULT) -> Any:
-        """``key`` parsed; when absent, ``default``, by default the field's own
-        (:func:`field_default`); a required field that is absent is an error."""
+    def get(self, key: str, default: Any = _FIELD_DEFAULT,
+            parse: Callable[[Any], Any] | None = None) -> Any:
+        """``key`` read by its declared reader (or ``parse``); when absent, ``default``,
+        by default the field's own (:func:`field_default`); a required field that is
+        absent is an error."""
+        read = parse or KEYS[self.section][key][1].read
         if default is _FIELD_DEFAULT:
             default = field_default(self.section, key)
         if not self.given(key):
@@ -131,81 +93,41 @@ class Section:
                 self.fail(key, "is required")
             return None if default is REQUIRED else default
         try:
-            return parse(self.data[key])
+            return read(self.data[key])
         except (ValueError, TypeError) as e:
             self.fail(key, str(e))
             return None
 
-
-def read_str(v: Any) -> str:
-    if not isinstance(v, str) or not v.strip():
-        raise ValueError(f"must be a non-empty string, got {v!r}")
-    return v
-
-
-def read_int(minimum: int) -> Callable[[Any], int]:
-    def parse(v: Any) -> int:
-        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-            raise ValueError(f"must be an integer >= {minimum}, got {v!r}")
-        return v
-    return parse
+    def values(self) -> dict[str, Any]:
+        """Every field that has a reader, read in the declared order, as keyword
+        arguments of the section's dataclass."""
+        return {attr: self.get(key) for key, (attr, spec) in KEYS[self.section].items()
+                if spec.read is not None}
 
 
-def read_number(v: Any) -> float:
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < math.inf:
-        raise ValueError(f"must be a number >= 0, got {v!r}")
-    return float(v)
+def read_section(errors: list[str], label: str, data: Any, section: str) -> Any:
+    """A block whose fields are all read by their declared readers (``checkpoint``,
+    ``gpuIdle`` ...), as its dataclass; None when it is no mapping or a field is in
+    error."""
+    s = Section(errors, label, data, section)
+    n_errors = len(errors)
+    values = s.values()
+    return None if s.broken or len(errors) > n_errors else SECTIONS[section](**values)
 
 
-def read_duration_or_zero(v: Any) -> int:
-    return q.parse_duration(v, allow_zero=True)
-
-
-def read_bool(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise ValueError(f"must be true or false, got {v!r}")
-    return v
-
-
-def read_name(pattern: re.Pattern, what: str) -> Callable[[Any], str]:
-    def parse(v: Any) -> str:
-        if not isinstance(v, str) or not pattern.match(v):
-            raise ValueError(f"{v!r} is not {what}")
-        return v
-    return parse
-
-
-def read_names(v: Any) -> tuple[str, ...]:
-    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
-        raise ValueError(f"must be a list of names, got {v!r}")
-    return tuple(v)
-
-
-def read_choice(options: Mapping[str, Any], what: str) -> Callable[[Any], Any]:
-    def parse(v: Any) -> Any:
-        if v not in options:
-            raise ValueError(f"unknown {what} {v!r}; valid: {', '.join(options)}")
-        return options[v]
-    return parse
-
-
-def read_counts(v: Any) -> Mapping[str, int]:
-    if not isinstance(v, Mapping) or not all(
-        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in v.values()
-    ):
-        raise ValueError(f"must map pool names to whole numbers >= 0, got {v!r}")
-    return MappingProxyType(dict(v))
-
-
-def read_block(errors: list[str], label: str, s: Section, key: str, parse: Callable) -> Any:
-    """The sub-mapping ``key`` of ``s`` parsed by ``parse``, else the field's default."""
+def read_block(s: Section, key: str, parse: Callable = read_section) -> Any:
+    """The block ``key`` of ``s`` (the section of the same name), read by ``parse``
+    (``errors, label, data, section``), else the field's default. A block at the top
+    level is named by its key alone, one further down after its item: ``profile 'x':
+    gpuIdle``."""
     if not s.given(key):
         return field_default(s.section, key)
-    return parse(errors, label, s.data[key])
+    label = key if s.section == "spec" else f"{s.label}: {key}"
+    return parse(s.errors, label, s.data[key], key)
 
 
 def list_entry(errors: list[str], data: Any, index: int, section: str,
-           key: str = "name") -> tuple[Section, int]:
+               key: str = "name") -> tuple[Section, int]:
     """One item of a list (``pools[3]``), labelled by its ``key`` once it has one, and
     the count of errors before it."""
     name = data.get(key) if isinstance(data, Mapping) else None
@@ -219,21 +141,12 @@ PLURAL = {"pool": "pools", "team": "teams", "priority": "priorities", "profile":
           "jobProfile": "jobProfiles"}
 
 
-def read_checkpoint(errors: list[str], label: str, data: Any) -> Checkpoint | None:
-    s = Section(errors, f"{label}: checkpoint", data, "checkpoint")
-    enabled = s.get("enabled", read_bool)
-    grace = s.get("gracePeriod", q.parse_duration)
-    return None if enabled is None or grace is None else Checkpoint(enabled, grace)
-
-
-def read_pool_list(v: Any) -> tuple[str, ...]:
-    names = read_names(v)
-    if not names:
-        raise ValueError("must name at least one pool, the preferred first")
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ValueError(f"names pool(s) {', '.join(map(repr, twice))} more than once")
-    return names
+def read_entry(errors: list[str], data: Any, index: int, section: str) -> Any:
+    """An item of a list whose fields are all read by their declared readers
+    (``teams[]``, ``priorities[]``), or None when it has an error."""
+    s, n_errors = list_entry(errors, data, index, section)
+    item = SECTIONS[section](**s.values())
+    return item if len(errors) == n_errors else None
 
 
 def read_profile_pools(s: Section) -> tuple[str | None, tuple[str, ...]]:
@@ -244,12 +157,12 @@ def read_profile_pools(s: Section) -> tuple[str | None, tuple[str, ...]]:
                "preference), not both")
         return None, ()
     if s.given("pools"):
-        names = s.get("pools", read_pool_list)
+        names = s.get("pools")
         return (names[0], names if len(names) > 1 else ()) if names else (None, ())
     if not s.given("pool"):
         s.fail("pool", "is required (or pools: several, in order of preference)")
         return None, ()
-    return s.get("pool", read_str), ()
+    return s.get("pool"), ()
 
 
 def profile_fields(s: Section) -> dict[str, Any]:
@@ -257,17 +170,17 @@ def profile_fields(s: Section) -> dict[str, Any]:
     keyword arguments (``units`` None when not given: its default is the pool's)."""
     pool, pools = read_profile_pools(s)
     return dict(
-        checkpoint=read_block(s.errors, s.label, s, "checkpoint", read_checkpoint),
-        slug=s.get("slug", read_name(DNS_LABEL, "a slug (a-z, 0-9, -)")),
-        display_name=s.get("displayName", read_str),
-        description=s.get("description", read_str),
+        checkpoint=read_block(s, "checkpoint"),
+        slug=s.get("slug"),
+        display_name=s.get("displayName"),
+        description=s.get("description"),
         pool=pool,
         pools=pools,
-        units=s.get("gpus", read_int(1), None),
-        cpu=s.get("cpu", q.parse_cpu),
-        memory_bytes=s.get("memory", q.parse_memory),
-        priority=s.get("priority", read_str),
-        allowed_groups=s.get("allowedGroups", read_names),
+        units=s.get("gpus", None),
+        cpu=s.get("cpu"),
+        memory_bytes=s.get("memory"),
+        priority=s.get("priority"),
+        allowed_groups=s.get("allowedGroups"),
     )
 
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import quantities as q
 from .model import JobProfile, Platform
-from .fields import list_entry, profile_fields, read_int, read_str, units_on_pools
+from .fields import list_entry, profile_fields, units_on_pools
 
 SECTION = "jobProfile"
 
@@ -26,10 +25,10 @@ def job_profile(errors: list[str], data: Any, index: int) -> JobProfile | None:
     common = profile_fields(s)  # gpus by the pool's kind: job_profiles_on_pools
     profile = JobProfile(
         **common,
-        pods=s.get("pods", read_int(1)),
-        image=s.get("image", read_str),
-        max_run_seconds=s.get("maxRunTime", q.parse_duration),
-        retries=s.get("retries", read_int(0)),
+        pods=s.get("pods"),
+        image=s.get("image"),
+        max_run_seconds=s.get("maxRunTime"),
+        retries=s.get("retries"),
     )
     return profile if len(errors) == n_errors else None
 

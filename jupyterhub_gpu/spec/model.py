@@ -5,33 +5,43 @@ a :class:`Platform`. Everything else -- the spawn form, the pod settings, the Ku
 objects, the device-plugin configs, the fake nodes of the dev cluster -- is derived
 from these objects by pure functions.
 
-The defaults of the spec's optional fields are the defaults of these dataclasses'
-fields, and only there: the parser and the generated reference read them with
-:func:`default_of`.
+Each field of the spec is declared once, on its dataclass field
+(:func:`~jupyterhub_gpu.spec.keys.key`): its YAML key, reader, default and description.
+The parser's field list, its typed reads and the generated reference are read from
+there (:func:`~jupyterhub_gpu.spec.keys.keys_of`). The profiles' classes are in
+:mod:`jupyterhub_gpu.spec.profiles`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping
 
-from ..contract import (AGENTPOOL_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, NODEPOOL_LABEL,
-                        SPOT_LABEL, SPOT_VALUE)
-from .gpus import GpuModel
-from .sharing import SharingMode
+from . import quantities as q
+from . import sharing as modes
+from ..contract import (AGENTPOOL_LABEL, BATCH_API_VERSION, GPU_TAINT_KEY, GPU_TAINT_VALUE,
+                        NODEPOOL_LABEL, SPOT_LABEL, SPOT_VALUE)
+from .gpus import GPU_MODELS, GpuModel
+from .keys import REQUIRED, default_of, key
+from .profiles import CHECKPOINT_OFF, AnyProfile, Checkpoint, GpuIdle, JobProfile, Profile
+from .readers import (DNS_LABEL, POOL_NAME, or_zero, read_bool, read_choice, read_counts,
+                      read_duration_or_zero, read_int, read_name, read_names, read_number,
+                      read_percent, read_ratio, read_str)
+from .sharing import Parameter, SharingMode
 
-REQUIRED = dataclasses.MISSING
+__all__ = ["REQUIRED", "default_of", "CHECKPOINT_OFF", "AnyProfile", "Checkpoint", "GpuIdle",
+           "JobProfile", "Profile", "Sharing", "Taint", "GPU_TAINT", "SPOT_TAINT",
+           "DaemonsetOverhead", "Autoscaler", "AKS_BOTH_AUTOSCALERS_FEATURE", "Pool", "Team",
+           "Priority", "CheckpointStorage", "Monitoring", "Platform"]
+
+_NO_GPU_POOL = "not on a pool with `gpu: none`"
 
 
-def default_of(cls: type, name: str) -> object:
-    """The default of dataclass ``cls``'s field ``name`` (:data:`REQUIRED` if none)."""
-    found = next(f for f in dataclasses.fields(cls) if f.name == name)
-    if found.default_factory is not dataclasses.MISSING:
-        return found.default_factory()
-    return found.default
+def _read_mode(v: object) -> SharingMode:
+    """A registered sharing mode, looked up when read (the registry may have grown)."""
+    return read_choice(modes.MODES, "sharing mode")(v)
 
 
 @dataclass(frozen=True)
@@ -39,9 +49,13 @@ class Sharing:
     """How a pool's GPUs are handed out; everything mode-specific is in ``mode``'s
     record (:mod:`jupyterhub_gpu.spec.sharing`)."""
 
-    mode: SharingMode
-    mig_profile: str | None = None  # only for a mode whose parameter is migProfile
-    replicas: int = 1  # only for a mode whose parameter is replicas
+    mode: SharingMode = key("mode", "string", _read_mode,
+                            "One of the sharing modes listed below.")
+    mig_profile: str | None = key("migProfile", "string", read_str, "MIG instance profile, "
+                                  "e.g. `3g.40gb`.", default=None,
+                                  words=Parameter.MIG_PROFILE)
+    replicas: int = key("replicas", "integer >= 2", read_int(2), "Shares per GPU.",
+                        default=1, words=Parameter.REPLICAS)
 
     @property
     def shared(self) -> bool:
@@ -74,8 +88,12 @@ class DaemonsetOverhead:
     and DCGM exporter. The defaults are an estimate; ``kubectl describe node`` shows
     the real sum (see :mod:`jupyterhub_gpu.spec.allocatable`)."""
 
-    cpu: float = 0.5  # cores
-    memory_bytes: int = 1536 * 2**20
+    cpu: float = key("cpu", "cpu quantity or 0", or_zero(q.parse_cpu), "CPU the node's "
+                     "daemonset pods request (CNI, CSI drivers, monitoring agent, GPU "
+                     "Operator).", default=0.5)
+    memory_bytes: int = key("memory", "quantity or 0", or_zero(q.parse_memory), "Memory they "
+                            "request. Each profile's share of the node must fit in the "
+                            "allocatable less this.", default=1536 * 2**20)
 
 
 class Autoscaler(StrEnum):
@@ -94,31 +112,83 @@ class Autoscaler(StrEnum):
         return NODEPOOL_LABEL if self is Autoscaler.NODE_AUTO_PROVISIONING else AGENTPOOL_LABEL
 
 
-@dataclass(frozen=True)
+#: the subscription feature without which AKS does not run Node Auto Provisioning on a
+#: cluster whose node pools the cluster autoscaler scales (MicrosoftDocs/azure-aks-docs,
+#: articles/aks/migrate-from-autoscaler-to-node-auto-provisioning.md)
+AKS_BOTH_AUTOSCALERS_FEATURE = "AllowClusterAutoscalerAndNAP"
+
+
+def _autoscaler_doc() -> str:
+    return (f"What scales the pool on AKS: `{Autoscaler.CLUSTER_AUTOSCALER}` (an AKS node "
+            f"pool of the cluster autoscaler) or `{Autoscaler.NODE_AUTO_PROVISIONING}` (a "
+            f"Karpenter NodePool of AKS Node Auto Provisioning; for "
+            f"{modes.modes_where(lambda m: m.vm_resource)} pools or CPU-only ones, with "
+            f"`minNodes: 0`). Both in one cluster need the subscription feature "
+            f"`{AKS_BOTH_AUTOSCALERS_FEATURE}` (see the Terraform docs). The dev cluster runs "
+            "Karpenter for every pool either way.")
+
+
+_OVERHEAD = (f"{q.format_cpu(default_of(DaemonsetOverhead, 'cpu'))} cpu, "
+             f"{q.format_memory(default_of(DaemonsetOverhead, 'memory_bytes'))}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Pool:
     """One node pool of one VM size: an AKS agent pool, or a NodePool of Node Auto
     Provisioning (``autoscaler``). A pool with ``gpu: none`` is CPU-only: its sharing
     mode is the registry's mode without a GPU (:func:`~jupyterhub_gpu.spec.sharing.cpu_only_mode`)
     and its unit of quota is one node's cpu and memory."""
 
-    name: str
-    vm_size: str
-    gpu: GpuModel
-    gpus_per_node: int
-    sharing: Sharing
-    cpus_per_node: int
-    memory_per_node: int  # bytes
-    spot: bool = False
-    min_nodes: int = 0
-    max_nodes: int = 1
-    price_per_node_hour: float = 0.0
-    # How long a node must have been empty before the autoscaler removes it.
-    consolidate_after_seconds: int = 600
-    # How long a new node takes from the autoscaler's decision until it is Ready (the
-    # dev cluster simulates it; users are told to expect it).
-    boot_seconds: int = 300
-    daemonset_overhead: DaemonsetOverhead = DaemonsetOverhead()
-    autoscaler: Autoscaler = Autoscaler.CLUSTER_AUTOSCALER
+    name: str = key(
+        "name", "string", read_name(POOL_NAME, "an AKS pool name (a-z then a-z0-9, at most 12)"),
+        "AKS agent pool (or Node Auto Provisioning NodePool) name: a-z then a-z0-9, at most "
+        "12. Pods and Kueue's ResourceFlavor select it with "
+        f"`{Autoscaler.CLUSTER_AUTOSCALER.pool_label}`, or "
+        f"`{Autoscaler.NODE_AUTO_PROVISIONING.pool_label}` under Node Auto Provisioning.")
+    vm_size: str = key("vmSize", "string", read_str, "Azure VM size, e.g. "
+                       "`Standard_NC24ads_A100_v4`.")
+    gpu: GpuModel = key("gpu", "string", read_choice(GPU_MODELS, "gpu model"), "GPU model; "
+                        "must match the VM size. `none`: a CPU-only pool (a VM size without "
+                        "GPUs), whose pods request no GPU and tolerate no GPU taint, and "
+                        "whose quota is counted in nodes.")
+    gpus_per_node: int = key("gpusPerNode", "integer", read_int(1), "Required for GPU VM "
+                             f"sizes not listed below; {_NO_GPU_POOL}.", words="from vmSize")
+    sharing: Sharing = key("sharing", "mapping", None, "How one GPU is shared (see "
+                           f"`sharing`); {_NO_GPU_POOL}.")
+    spot: bool = key("spot", "boolean", read_bool, "An Azure Spot pool: cheaper, may be "
+                     "evicted.", default=False)
+    min_nodes: int = key("minNodes", "integer", read_int(0), "Smallest size; 0 lets the pool "
+                         "scale to zero. The dev cluster keeps this many static nodes. 0 "
+                         "under Node Auto Provisioning (a NodePool has no minimum).",
+                         default=0)
+    max_nodes: int = key("maxNodes", "integer", read_int(1), "Largest size the autoscaler "
+                         "may reach: on AKS the node pool's `max_count` or the NodePool's "
+                         "`limits.nodes`; in the dev cluster its Karpenter NodePool's limit.",
+                         default=1)
+    price_per_node_hour: float = key("pricePerNodeHour", "number", read_number, "Price of one "
+                                     "node-hour, for the spawn form.", default=0.0)
+    cpus_per_node: int = key("cpusPerNode", "integer", read_int(1), "vCPUs of one node.",
+                             words="from vmSize")
+    memory_per_node: int = key("memoryPerNode", "quantity", q.parse_memory, "Memory of one "
+                               "node, e.g. `220Gi`; for the tightest fit, the node's "
+                               "`capacity.memory`.", words="from vmSize")  # bytes
+    consolidate_after_seconds: int = key(
+        "consolidateAfter", "duration or 0", read_duration_or_zero, "How long a node must "
+        "have been empty (no notebook on it) before it is removed; `0s`: as soon as the "
+        "autoscaler notices. The NodePools use it (the dev cluster's, and Node Auto "
+        "Provisioning's). The cluster autoscaler has one `scale_down_unneeded` for all its "
+        "pools: the shortest `consolidateAfter` among them, rounded up to whole minutes, at "
+        "least 1m (AKS takes no less).", default=600)
+    boot_seconds: int = key("bootTime", "duration or 0", read_duration_or_zero, "How long a "
+                            "new node takes to boot and join, e.g. `4m`; the dev cluster's "
+                            "Karpenter waits this long before a node it adds registers.",
+                            default=300)
+    daemonset_overhead: DaemonsetOverhead = key(
+        "daemonsetOverhead", "mapping", None, "What the daemonsets request on each node (see "
+        "`daemonsetOverhead`).", default=DaemonsetOverhead(), words=_OVERHEAD)
+    autoscaler: Autoscaler = key(
+        "autoscaler", "string", read_choice({a.value: a for a in Autoscaler}, "autoscaler"),
+        _autoscaler_doc, default=Autoscaler.CLUSTER_AUTOSCALER)
 
     @property
     def node_auto_provisioning(self) -> bool:
@@ -184,15 +254,30 @@ class Pool:
 
 @dataclass(frozen=True)
 class Team:
-    name: str
-    groups: tuple[str, ...]
-    namespace: str
-    quota: Mapping[str, int]  # pool name -> nominal units
-    cohort: str = "jupyterhub-gpu"
-    borrowing_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    lending_limit: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    # JupyterHub groups whose members see the whole team's usage (the usage page)
-    lead_groups: tuple[str, ...] = ()
+    name: str = key("name", "DNS label", read_name(DNS_LABEL, "a DNS label (a-z, 0-9, -)"),
+                    "Also the name of its ClusterQueue and LocalQueue.")
+    groups: tuple[str, ...] = key("groups", "list of strings", read_names, "JupyterHub "
+                                  "groups whose members belong to the team (the first "
+                                  "matching team wins).")
+    namespace: str = key("namespace", "namespace name", read_name(DNS_LABEL, "a namespace "
+                         "name"), "Where the team's user pods run.")
+    quota: Mapping[str, int] = key(
+        "quota", "pool -> integer", read_counts, "Nominal quota per pool, in the pool's GPU "
+        "units (GPUs, MIG slices or shares); on a CPU-only pool in nodes (a node's cpu and "
+        "memory, less what AKS and the daemonsets keep).")
+    cohort: str = key("cohort", "DNS label", read_name(DNS_LABEL, "a DNS label"), "Kueue "
+                      "cohort: teams in one cohort borrow each other's unused quota.",
+                      default="jupyterhub-gpu")
+    borrowing_limit: Mapping[str, int] = key(
+        "borrowingLimit", "pool -> integer", read_counts, "Most units borrowed per pool.",
+        default_factory=lambda: MappingProxyType({}), words="unlimited")
+    lending_limit: Mapping[str, int] = key(
+        "lendingLimit", "pool -> integer", read_counts, "Most units lent per pool.",
+        default_factory=lambda: MappingProxyType({}), words="unlimited")
+    lead_groups: tuple[str, ...] = key(
+        "leadGroups", "list of strings", read_names, "JupyterHub groups whose members see "
+        "the whole team's usage and costs on the usage page (admin guide, Costs and "
+        "utilization); they need not be in `groups`.", default=(), words="none")
 
     @property
     def local_queue(self) -> str:
@@ -205,141 +290,86 @@ class Team:
 
 @dataclass(frozen=True)
 class Priority:
-    name: str
-    value: int
-    description: str = ""
-    preemptible: bool = False
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A profile's ``checkpoint`` block; a block given is on unless it says otherwise."""
-
-    enabled: bool = True
-    grace_period_seconds: int = 30
-
-
-#: A profile without a ``checkpoint`` block: no checkpoint volume, the pod's own grace.
-CHECKPOINT_OFF = Checkpoint(enabled=False)
-
-
-@dataclass(frozen=True)
-class GpuIdle:
-    """Cull when the GPU stayed under ``threshold_percent`` for ``window_seconds``
-    (needs the culler's Prometheus URL; see docs)."""
-
-    threshold_percent: float
-    window_seconds: int
+    name: str = key("name", "DNS label", read_name(DNS_LABEL, "a DNS label (a-z, 0-9, -)"),
+                    "WorkloadPriorityClass name.")
+    value: int = key("value", "integer", read_int(-(2**31)), "Higher values preempt lower "
+                     "ones.")
+    description: str = key("description", "string", read_str, "Shown to admins.", default="")
+    preemptible: bool = key("preemptible", "boolean", read_bool, "Notebooks at or below it "
+                            "may be preempted by another team's higher-priority notebook "
+                            "that must borrow too (see the bundle docs, Preemption); the "
+                            "form marks them.", default=False)
 
 
 @dataclass(frozen=True)
 class CheckpointStorage:
     """Where checkpoints live: a ReadWriteMany PVC (e.g. backed by Azure Files)."""
 
-    claim_name: str
-    mount_path: str = "/home/jovyan/checkpoints"
-
-
-class _OnPools:
-    """What a notebook profile and a job profile share: the pools they run on."""
-
-    #: how messages name it: ``profile 'x'``, ``job profile 'x'``
-    kind = "profile"
-    pool: str
-    pools: tuple[str, ...]
-
-    @property
-    def pool_names(self) -> tuple[str, ...]:
-        """The pools it may run on, the preferred first."""
-        return self.pools or (self.pool,)
-
-    @property
-    def fallback(self) -> bool:
-        """More than one pool: Kueue picks the first with room (flavor fungibility)."""
-        return len(self.pool_names) > 1
-
-
-@dataclass(frozen=True)
-class Profile(_OnPools):
-    slug: str
-    display_name: str
-    pool: str
-    cpu: float
-    memory_bytes: int
-    image: str
-    priority: str
-    units: int = 1  # GPUs, MIG slices or shares of the pool's resource (0: a CPU pool)
-    description: str = ""
-    idle_timeout_seconds: int = 1800
-    max_age_seconds: int | None = None
-    queue_patience_seconds: int = 600  # how long a user waits in the Kueue queue
-    start_timeout_seconds: int = 300  # from admission to a running server
-    gpu_idle: GpuIdle | None = None
-    allowed_groups: tuple[str, ...] = ()  # empty: every user who is in a team
-    checkpoint: Checkpoint = CHECKPOINT_OFF
-    default: bool = False
-    # a fallback profile: every pool it may run on, in order of preference (``pool`` is
-    # the first); empty: ``pool`` only
-    pools: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class JobProfile(_OnPools):
-    """A kind of batch job users may submit: a Kueue-queued ``batch/v1`` Job of
-    ``pods`` pods, each with ``units`` of its pool's GPU resource
-    (:mod:`jupyterhub_gpu.builders.job`)."""
-
-    kind = "job profile"
-    slug: str
-    display_name: str
-    pool: str
-    cpu: float  # per pod
-    memory_bytes: int  # per pod
-    priority: str
-    units: int = 1  # GPUs (or slices, shares) per pod; 0 on a CPU pool
-    pods: int = 1  # more than 1: an Indexed Job with PyTorch DDP's rendezvous
-    description: str = ""
-    image: str = ""  # empty: the image of the user's running server
-    max_run_seconds: int = 24 * 3600  # the Job's activeDeadlineSeconds
-    # crashes retried (the Job's backoffLimit); a disruption never counts
-    retries: int = 2
-    checkpoint: Checkpoint = CHECKPOINT_OFF
-    allowed_groups: tuple[str, ...] = ()  # empty: every user who is in a team
-    pools: tuple[str, ...] = ()  # as a fallback profile's
-
-
-#: Whatever asks for a pool: a notebook profile or a job profile.
-AnyProfile = Profile | JobProfile
+    claim_name: str = key("claimName", "PVC name", read_name(DNS_LABEL, "a PVC name"),
+                          "The PVC in every team namespace.")
+    mount_path: str = key("mountPath", "path", read_str, "Where it is mounted.",
+                          default="/home/jovyan/checkpoints")
 
 
 @dataclass(frozen=True)
 class Monitoring:
     """The thresholds of the bundle's Prometheus alerts (``config/prometheus-rules.yaml``)."""
 
-    gpu_utilization_target_percent: float = 70.0  # the design's production target
-    queue_wait_p95_seconds: int = 300
-    spot_eviction_rate: float = 0.2  # above it, consider reserved capacity
-    pool_at_max_seconds: int = 1800
-    idle_gpu_node_seconds: int = 900
+    gpu_utilization_target_percent: float = key(
+        "gpuUtilizationTarget", "percent", read_percent, "`JupyterhubGpuUtilizationUnderTarget` "
+        "fires when a pool's notebooks used their GPUs less than this over an hour (the "
+        "design's targets: 70 in production, 40 in dev).", default=70.0)
+    queue_wait_p95_seconds: int = key(
+        "queueWaitP95", "duration", q.parse_duration, "`JupyterhubGpuQueueWaitHigh` fires "
+        "when a profile's 95th-percentile queue wait is over this.", default=300)
+    spot_eviction_rate: float = key(
+        "spotEvictionRate", "ratio 0-1", read_ratio, "`JupyterhubGpuSpotEvictionRateHigh` "
+        "fires when more than this share of the servers started on a spot pool in a day "
+        "were evicted (0.2: consider reserved capacity).", default=0.2)
+    pool_at_max_seconds: int = key(
+        "poolAtMaxFor", "duration", q.parse_duration, "`JupyterhubGpuPoolAtMaxNodes` fires "
+        "when a pool has run maxNodes nodes for this long.", default=1800)
+    idle_gpu_node_seconds: int = key(
+        "idleGpuNodeFor", "duration", q.parse_duration, "`JupyterhubGpuNodeWithoutGpuPod` "
+        "fires when a GPU node has had no GPU pod for this long.", default=900)
 
 
 @dataclass(frozen=True)
 class Platform:
-    pools: tuple[Pool, ...]
-    teams: tuple[Team, ...]
-    priorities: tuple[Priority, ...]
-    profiles: tuple[Profile, ...]
-    checkpoint_storage: CheckpointStorage | None = None
-    # group name -> Entra ID object ID, for tokens whose groups claim carries IDs
-    group_ids: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    # the idle timeout of a profile on a CPU-only pool that sets no idleTimeout
-    cpu_idle_timeout_seconds: int = 4 * 3600
-    # how many servers of GPU profiles one user may run at once (named servers)
-    gpu_servers_per_user: int = 1
-    job_profiles: tuple[JobProfile, ...] = ()
-    # how many of one user's jobs may be queued or running at once
-    jobs_per_user: int = 2
-    monitoring: Monitoring = Monitoring()
+    pools: tuple[Pool, ...] = key("pools", "list", None, "The AKS GPU node pools.")
+    teams: tuple[Team, ...] = key("teams", "list", None, "Teams: groups, namespace, Kueue "
+                                  "queue and quota.")
+    priorities: tuple[Priority, ...] = key("priorities", "list", None, "Kueue "
+                                           "WorkloadPriorityClasses.")
+    profiles: tuple[Profile, ...] = key("profiles", "list", None, "What users choose on the "
+                                        "spawn form.")
+    checkpoint_storage: CheckpointStorage | None = key(
+        "checkpointStorage", "mapping", None, "The ReadWriteMany PVC for checkpoints.",
+        default=None)
+    group_ids: Mapping[str, str] = key(
+        "groupIds", "group name -> object ID", None, "Entra ID object IDs of the groups that "
+        "`teams[].groups` and `allowedGroups` name, for tokens that carry IDs "
+        "(`groupMembershipClaims=SecurityGroup`); the hub then names the users' groups by "
+        "these names. With it, every group named needs one.",
+        default_factory=lambda: MappingProxyType({}), words="none")
+    cpu_idle_timeout_seconds: int = key(
+        "cpuIdleTimeout", "duration", q.parse_duration, "The idle timeout of the profiles on "
+        "CPU-only pools (`gpu: none`) that set no `idleTimeout` of their own: longer than a "
+        "GPU profile's, since an idle CPU server costs little.", default=4 * 3600)
+    gpu_servers_per_user: int = key(
+        "gpuServersPerUser", "integer >= 0", read_int(0), "How many servers of GPU profiles "
+        "one user may run at once (the hub allows named servers, so a user can run a CPU "
+        "server beside them). A further GPU server is refused before anything is created; "
+        "CPU servers never count.", default=1)
+    job_profiles: tuple[JobProfile, ...] = key(
+        "jobProfiles", "list", None, "The kinds of batch job users may submit: Kueue-queued "
+        f"`{BATCH_API_VERSION}` Jobs in the team's namespace, on the same queues, quota and "
+        "priorities as notebooks (admin guide, Job profiles).", default=(), words="none")
+    jobs_per_user: int = key("jobsPerUser", "integer >= 0", read_int(0), "How many of one "
+                             "user's jobs may be queued or running at once.", default=2)
+    monitoring: Monitoring = key("monitoring", "mapping", None, "Thresholds of the bundle's "
+                                 "Prometheus alerts.", default=Monitoring(),
+                                 words="the defaults below")
 
     @property
     def gpu_pools(self) -> tuple[Pool, ...]:

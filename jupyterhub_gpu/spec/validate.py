@@ -11,13 +11,9 @@ from ..contract import GPU_RESOURCE
 from .fallback import order_conflicts
 from .quantities import format_cpu, format_memory
 from .sharing import modes_where
-from .model import AnyProfile, Autoscaler, Platform, Pool, Team
+from .model import AKS_BOTH_AUTOSCALERS_FEATURE, AnyProfile, Autoscaler, Platform, Pool, Team
 
 AZURE_SPOT_NOTICE_SECONDS = 30
-#: the subscription feature without which AKS does not run Node Auto Provisioning on a
-#: cluster whose node pools the cluster autoscaler scales (MicrosoftDocs/azure-aks-docs,
-#: articles/aks/migrate-from-autoscaler-to-node-auto-provisioning.md)
-AKS_BOTH_AUTOSCALERS_FEATURE = "AllowClusterAutoscalerAndNAP"
 
 
 def _duplicates(kind: str, names: list[str]) -> Iterator[str]:

@@ -1,5 +1,6 @@
-"""Each default of the spec stands once, on its dataclass field: the parser fills an
-absent field with it and the generated reference prints it."""
+"""Each field of the spec is declared once, on its dataclass field (its key, reader,
+default and description): the parser fills an absent field with its default and the
+generated reference prints it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jupyterhub_gpu.bundle import reference
+from jupyterhub_gpu.spec.fields import KEYS
+from jupyterhub_gpu.spec.keys import key, keys_of
 from jupyterhub_gpu.spec.parse import SCHEMA, field_default, parse_platform
 from jupyterhub_gpu.spec.quantities import format_duration, parse_duration
+from jupyterhub_gpu.spec.readers import read_str
 from jupyterhub_gpu.spec.sharing import Parameter
 from jupyterhub_gpu.spec.model import CHECKPOINT_OFF, REQUIRED, Checkpoint, Profile, default_of
 
@@ -31,10 +35,19 @@ def _minimal(example_spec: dict) -> dict:
     return spec
 
 
-def test_every_spec_field_fills_a_field_of_its_dataclass():
+def test_every_field_of_a_sections_dataclass_is_a_spec_field():
     for section, (cls, keys) in SCHEMA.items():
-        names = {f.name for f in dataclasses.fields(cls)}
-        assert set(keys.values()) <= names, section
+        assert list(keys.values()) == [f.name for f in dataclasses.fields(cls)], section
+
+
+def test_a_dataclass_field_declared_without_its_key_is_refused():
+    @dataclasses.dataclass(frozen=True)
+    class Half:
+        named: str = key("named", "string", read_str, "Declared.")
+        bare: str = ""
+
+    with pytest.raises(TypeError, match="Half.bare is no spec field"):
+        keys_of(Half)
 
 
 def test_an_absent_field_gets_its_dataclass_default(example_spec):
@@ -80,8 +93,9 @@ def test_the_reference_prints_the_dataclass_defaults():
     assert reference.default_text("checkpoint", "gracePeriod") == "30s"
 
 
-@pytest.mark.parametrize("where", sorted(w for w, words in reference.WORDS.items()
-                                         if not isinstance(words, Parameter)))
+@pytest.mark.parametrize("where", sorted(
+    (section, name) for section, keys in KEYS.items() for name, (_, spec) in keys.items()
+    if spec.words is not None and not isinstance(spec.words, Parameter)))
 def test_words_stand_only_for_a_default_that_is_no_plain_value(where):
     """A word in the reference never restates a number or name the dataclass holds
     (a sharing parameter's row names the modes that take it instead)."""
@@ -93,3 +107,23 @@ def test_words_stand_only_for_a_default_that_is_no_plain_value(where):
 @given(st.integers(min_value=1, max_value=10**7))
 def test_a_formatted_duration_reads_back(seconds):
     assert parse_duration(format_duration(seconds)) == seconds
+
+
+def test_the_parser_accepts_the_declared_keys_and_reads_them_with_the_declared_readers(
+        example_spec):
+    """An unknown key is refused naming the keys the dataclass declares; a declared
+    key's value goes through the reader declared with it."""
+    from jupyterhub_gpu.spec.model import Team
+    from jupyterhub_gpu.spec.parse import SpecError
+
+    example_spec["teams"][0]["colour"] = "red"
+    example_spec["teams"][0]["cohort"] = "Not A Label"
+    with pytest.raises(SpecError) as e:
+        parse_platform(example_spec)
+    name = example_spec["teams"][0]["name"]
+    cohort = keys_of(Team)["cohort"][1]
+    with pytest.raises(ValueError) as read:
+        cohort.read("Not A Label")
+    assert sorted(e.value.errors) == sorted([
+        f"team {name!r}: colour: unknown field; allowed: {', '.join(keys_of(Team))}",
+        f"team {name!r}: cohort: {read.value}"])
