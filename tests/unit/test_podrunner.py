@@ -94,13 +94,17 @@ async def test_a_runner_cancelled_during_a_long_hook_still_stops_the_server(tmp_
 async def test_the_runner_outlives_an_api_server_it_cannot_reach(tmp_path, caplog):
     """As a kubelet does while the API server restarts: the runner keeps trying to list
     its pods (it used to end, and stop every notebook, on the first connection error)."""
-    import socket
+    from ..conftest import refusing_port
 
+    with refusing_port() as held:
+        await _lose_the_api_server(tmp_path, held.getsockname()[1], caplog)
+
+
+async def _lose_the_api_server(tmp_path, port: int, caplog) -> None:
+    """Run a pod runner whose kubeconfig names ``port`` until it has lost the API server
+    twice (it keeps trying) or has ended."""
     import yaml
 
-    with socket.socket() as s:  # a loopback port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "down",
