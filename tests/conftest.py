@@ -9,10 +9,15 @@ Fixtures (all read-only for tests; copy before changing):
 - ``platform``: the example spec parsed into a :class:`jupyterhub_gpu.spec.model.Platform`.
 - ``offline_kubeconfig``: the placeholder kubeconfig this conftest points
   ``KUBECONFIG`` at when it is imported (before anything imports the kubernetes
-  client, which reads ``KUBECONFIG`` once, at import). It names an unroutable server:
-  KubeSpawner objects load a kubeconfig in ``__init__`` but the unit tier never
-  talks to a cluster. The cluster tier replaces it with the dev cluster's, so the two
-  tiers run as separate pytest processes (``make test`` does).
+  client, which reads ``KUBECONFIG`` once, at import). Its server is a loopback port
+  this conftest holds for the whole run (:func:`refusing_port`), so every connection
+  to it is refused whatever else runs on the machine: KubeSpawner objects load a
+  kubeconfig in ``__init__`` but the unit tier never talks to a cluster. The cluster
+  tier replaces it with the dev cluster's, so the two tiers run as separate pytest
+  processes (``make test`` does).
+- ``refusing_api``: for a test that needs the API server to refuse, even in a pytest
+  run that also holds cluster tests (whose ``KUBECONFIG`` names the dev cluster): the
+  spawner config that points a GPUSpawner at a refusing port of the test's own.
 - ``kueue_crds``: Kueue's CRDs by kind, from the ``sigs.k8s.io/kueue`` Go module at
   the pinned version (downloaded through the Go module proxy; skipped, with the reason,
   when no ``go`` is installed).
@@ -45,6 +50,7 @@ import copy
 import json
 import os
 import shutil
+import socket
 import tempfile
 import subprocess
 from pathlib import Path
@@ -59,10 +65,29 @@ REPO = Path(__file__).resolve().parent.parent
 _OFFLINE_KUBECONFIG = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-tests-")) / "kubeconfig"
 
 
+def refusing_port() -> socket.socket:
+    """A loopback TCP socket bound to a free port and never listening: while it is
+    open, Linux answers every connection to that port with a reset (refused), and no
+    other socket can bind the port. Close it when done."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def _api_url(sock: socket.socket) -> str:
+    return f"https://127.0.0.1:{sock.getsockname()[1]}"
+
+
+_UNIT_TIER_API = refusing_port()  # held open until the test process ends
+
+
 def _use_offline_kubeconfig() -> None:
     from jupyterhub_gpu.hub.render import _PLACEHOLDER_KUBECONFIG
 
-    _OFFLINE_KUBECONFIG.write_text(yaml.safe_dump(_PLACEHOLDER_KUBECONFIG))
+    kubeconfig = copy.deepcopy(_PLACEHOLDER_KUBECONFIG)
+    for cluster in kubeconfig["clusters"]:
+        cluster["cluster"]["server"] = _api_url(_UNIT_TIER_API)
+    _OFFLINE_KUBECONFIG.write_text(yaml.safe_dump(kubeconfig))
     os.environ["KUBECONFIG"] = str(_OFFLINE_KUBECONFIG)
     os.environ.pop("KUBERNETES_SERVICE_HOST", None)
 
@@ -174,6 +199,22 @@ def karpenter_crds() -> dict[str, dict]:
 @pytest.fixture(scope="session")
 def azure_karpenter_crds() -> dict[str, dict]:
     return azure_karpenter_crds_by_kind()
+
+
+@pytest.fixture
+def refusing_api():
+    """``{"KubeSpawner": {"k8s_api_host": <a refusing port held for the test>}}``, to pass
+    as ``make_spawner(config=...)``. KubeSpawner's ``k8s_api_host`` sets the host of
+    the kubernetes client's process-wide default configuration (restored afterwards),
+    from which it makes its shared clients, one set per event loop: a test using this
+    runs in an event loop of its own (``@pytest.mark.asyncio(loop_scope="function")``),
+    so none of them was made for another address before."""
+    from kubernetes_asyncio.client import Configuration
+
+    saved = Configuration.get_default_copy()
+    with refusing_port() as sock:
+        yield {"KubeSpawner": {"k8s_api_host": _api_url(sock)}}
+    Configuration.set_default(saved)
 
 
 @pytest.fixture

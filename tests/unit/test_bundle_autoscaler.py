@@ -5,14 +5,12 @@ For a scale set with no instance, the autoscaler builds its node template from t
 SKU (cpu, memory and ``nvidia.com/gpu``) and from the scale set's tags
 (kubernetes/autoscaler, ``cluster-autoscaler/cloudprovider/azure/azure_template.go``:
 ``extractAllocatableResourcesFromScaleSet``, ``extractLabelsFromTags``,
-``extractTaintsFromTags``). The decoder below is written from that rule, not from our
-encoder: a tag ``k8s.io_cluster-autoscaler_node-template_<kind>_<name>`` gives, for
-
-* ``resources``: the capacity ``<name>`` with ``_`` and ``~2`` both read as ``/``;
-* ``label``: the label ``<name>`` with ``_`` read as ``/``, then ``~2`` as ``_``;
-* ``taint``: the taint key decoded like a label, the value ``<value>:<Effect>`` (a tag
-  whose value does not match ``(.*):(NoSchedule|NoExecute|PreferNoSchedule)`` is
-  ignored).
+``extractTaintsFromTags``). Our tags come from ``bundle/autoscaler.template_tags``;
+:data:`UPSTREAM_EXAMPLES`, the autoscaler's own documented examples (its Azure
+``README.md`` and ``azure_template_test.go``), hold that encoder to the autoscaler's
+rule. The template node is then read through the encoder: it has the label ``k=v``
+when the tags hold ``v`` under the encoder's tag for ``k``, and so on, so no second
+copy of the rule lives here.
 
 The pod is the one GPUSpawner creates (``render_pod``), as Kueue leaves it once it has
 admitted it to the pool's ResourceFlavor (tests/kueue_admission.py): a fallback
@@ -23,11 +21,15 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 import pytest
 
 from jupyterhub_gpu.builders.kueue import kueue_objects
+from jupyterhub_gpu.bundle.autoscaler import TAINT, TagError, template_tags
+from jupyterhub_gpu.spec.model import Taint
 from jupyterhub_gpu.spec.parse import load_platform
 from jupyterhub_gpu.hub.render import render_pod
 
@@ -38,64 +40,99 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "platform.yaml"
 PROFILES = load_platform(EXAMPLE).profiles
 #: every (profile, pool) a server may run on: a fallback profile's on each of its pools
 PLACEMENTS = [(p.slug, name) for p in PROFILES for name in p.pool_names]
-TAINT_VALUE = re.compile(r"(.*):(?:NoSchedule|NoExecute|PreferNoSchedule)")
+
+#: (what the node gets, the tag that gives it) in the autoscaler's own examples: its
+#: Azure README's "Examples" (labels, taints, resources) and azure_template_test.go
+#: (TestExtractLabelsFromTags, TestExtractTaintsFromTags,
+#: TestExtractAllocatableResourcesFromScaleSet)
+UPSTREAM_EXAMPLES = [
+    ({"labels": {"foo": "bar"}}, ("label_foo", "bar")),
+    ({"labels": {"k8s.io/foo": "bar"}}, ("label_k8s.io_foo", "bar")),
+    ({"labels": {"zip": "zap"}}, ("label_zip", "zap")),
+    ({"labels": {"spam/egg": "foo"}}, ("label_spam_egg", "foo")),
+    ({"labels": {"foo_bar": "egg"}}, ("label_foo~2bar", "egg")),
+    ({"taints": [Taint("foo", "bar", "NoSchedule")]}, ("taint_foo", "bar:NoSchedule")),
+    ({"taints": [Taint("k8s.io/foo", "bar", "NoSchedule")]},
+     ("taint_k8s.io_foo", "bar:NoSchedule")),
+    ({"taints": [Taint("dedicated", "foo", "NoSchedule")]},
+     ("taint_dedicated", "foo:NoSchedule")),
+    ({"taints": [Taint("group", "bar", "NoExecute")]}, ("taint_group", "bar:NoExecute")),
+    ({"taints": [Taint("app", "fizz", "PreferNoSchedule")]},
+     ("taint_app", "fizz:PreferNoSchedule")),
+    ({"taints": [Taint("k8s.io/testing/underscore/to/slash", "fizz", "PreferNoSchedule")]},
+     ("taint_k8s.io_testing_underscore_to_slash", "fizz:PreferNoSchedule")),
+    ({"resources": {"cpu": "3800m"}}, ("resources_cpu", "3800m")),
+    ({"resources": {"memory": "11Gi"}}, ("resources_memory", "11Gi")),
+    ({"resources": {"ephemeral-storage": "20G"}}, ("resources_ephemeral-storage", "20G")),
+]
 
 
-def _after(tag: str, kind: str) -> str | None:
-    """Go's ``strings.Split(tag, marker)[1]``, or None when the marker is absent."""
-    parts = tag.split(f"{PREFIX}{kind}_")
-    return parts[1] if len(parts) > 1 else None
+def _the_tag(resources=None, labels=None, taints=()) -> str:
+    """The one tag name ``template_tags`` gives a single resource, label or taint."""
+    (tag,) = template_tags(resources or {}, labels or {}, taints)
+    return tag
 
 
-def template_node(sku_gpus: int, tags: dict[str, str]) -> dict:
-    """The autoscaler's template node for an empty scale set with these tags."""
-    capacity = {"nvidia.com/gpu": sku_gpus}
-    labels: dict[str, str] = {}
-    taints: list[dict] = []
-    for tag, value in tags.items():
-        if name := _after(tag, "resources"):
-            capacity[name.replace("_", "/").replace("~2", "/")] = int(value)
-        if (name := _after(tag, "label")) is not None:
-            key = name.replace("_", "/").replace("~2", "_")
-            if key:
-                labels[key] = value
-        if (name := _after(tag, "taint")) is not None and TAINT_VALUE.search(value):
-            taint_value, effect = value.split(":", 1)
-            taints.append({"key": name.replace("_", "/").replace("~2", "_"),
-                           "value": taint_value, "effect": effect})
-    return {"capacity": capacity, "labels": labels, "taints": taints}
+@dataclass(frozen=True)
+class TemplateNode:
+    """The autoscaler's template node for an empty scale set: its VM SKU's GPUs, and
+    what its ``tags`` say, read through our encoder."""
+
+    sku_gpus: int
+    tags: Mapping[str, str]
+
+    def capacity(self, name: str) -> int:
+        default = self.sku_gpus if name == "nvidia.com/gpu" else 0
+        return int(self.tags.get(_the_tag(resources={name: 0}), default))
+
+    def labels(self, keys: set[str]) -> dict[str, str]:
+        """The node's labels of these keys."""
+        tags = {key: _the_tag(labels={key: ""}) for key in keys}
+        return {key: self.tags[tag] for key, tag in tags.items() if tag in self.tags}
+
+    def taints(self) -> list[dict]:
+        """Its taints, each keyed by its tag name (the autoscaler ignores a taint tag
+        whose value names no effect: ours always name one)."""
+        return [{"key": tag, "value": value.rsplit(":", 1)[0],
+                 "effect": value.rsplit(":", 1)[1]}
+                for tag, value in self.tags.items() if tag.startswith(TAINT)]
 
 
-def tolerates(toleration: dict, taint: dict) -> bool:
-    """Kubernetes' toleration matching (v1.Toleration.ToleratesTaint)."""
-    if toleration.get("effect") and toleration["effect"] != taint["effect"]:
-        return False
-    if toleration.get("key") and toleration["key"] != taint["key"]:
-        return False
-    if toleration.get("operator") == "Exists":
-        return True
-    return toleration.get("value", "") == taint.get("value", "")
+def _toleration_in_tags(toleration: dict) -> dict | None:
+    """``toleration`` with its key as a taint tag name (None: no tag has that key)."""
+    if not toleration.get("key"):
+        return toleration
+    try:
+        return {**toleration, "key": _the_tag(taints=[Taint(toleration["key"], "")])}
+    except TagError:
+        return None
 
 
-def why_not_schedulable(pod: dict, node: dict) -> list[str]:
+def _selected_keys(spec: dict) -> set[str]:
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return {*(spec.get("nodeSelector") or {}),
+            *(e["key"] for term in affinity.get("nodeSelectorTerms") or []
+              for e in term.get("matchExpressions") or [])}
+
+
+def why_not_schedulable(pod: dict, node: TemplateNode) -> list[str]:
     """What keeps the pod off the template node: [] if it fits."""
     spec = pod["spec"]
     problems = []
     for container in spec["containers"]:
         for name, amount in (container.get("resources", {}).get("limits") or {}).items():
-            if "/" in name and int(amount) > node["capacity"].get(name, 0):
+            if "/" in name and int(amount) > node.capacity(name):
                 problems.append(f"requests {amount} {name}, template has "
-                                f"{node['capacity'].get(name, 0)}")
-    for key, value in (spec.get("nodeSelector") or {}).items():
-        if node["labels"].get(key) != value:
-            problems.append(f"nodeSelector {key}={value}, template has "
-                            f"{node['labels'].get(key, '<no label>')}")
-    if not kueue_rules.selects({"affinity": spec.get("affinity")}, node["labels"]):
-        problems.append(f"required node affinity {spec['affinity']['nodeAffinity']}, "
-                        f"template labels {node['labels']}")
-    for taint in node["taints"]:
-        if taint["effect"] in ("NoSchedule", "NoExecute") and not any(
-                tolerates(t, taint) for t in spec.get("tolerations") or []):
+                                f"{node.capacity(name)}")
+    labels = node.labels(_selected_keys(spec))
+    if not kueue_rules.selects(spec, labels):
+        problems.append(f"nodeSelector {spec.get('nodeSelector')} and required node "
+                        f"affinity {spec.get('affinity')}, template labels {labels}")
+    tolerations = [t for t in map(_toleration_in_tags, spec.get("tolerations") or []) if t]
+    for taint in node.taints():
+        if taint["effect"] in ("NoSchedule", "NoExecute") and not kueue_rules.tolerates(
+                tolerations, taint):
             problems.append(f"taint {taint} not tolerated")
     return problems
 
@@ -129,12 +166,12 @@ async def test_pending_profile_pod_fits_the_scale_from_zero_template(
     profile = platform.profile(slug)
     pool = platform.pool(pool_name)
     pod = await _admitted_pod(platform, example_spec_path, profile, pool_name)
-    node = template_node(pool.gpus_per_node, node_pool_tags(repo_root, pool.name))
+    node = TemplateNode(pool.gpus_per_node, node_pool_tags(repo_root, pool.name))
     assert why_not_schedulable(pod, node) == []
     for name, units in pool.gpu_resources(pool.units_per_node).items():  # none: CPU pool
-        assert node["capacity"][name] == int(units)
-    assert {(t.key, t.value, t.effect) for t in pool.taints} == {
-        (t["key"], t["value"], t["effect"]) for t in node["taints"]}
+        assert node.capacity(name) == int(units)
+    assert sorted((_the_tag(taints=[t]), t.value, t.effect) for t in pool.taints) == sorted(
+        (t["key"], t["value"], t["effect"]) for t in node.taints())
 
 
 async def test_the_vm_sku_alone_cannot_run_a_shared_or_mig_pod(platform, example_spec_path):
@@ -143,24 +180,22 @@ async def test_the_vm_sku_alone_cannot_run_a_shared_or_mig_pod(platform, example
         profile = platform.profile(slug)
         pool = platform.pool(profile.pool)
         pod = await _admitted_pod(platform, example_spec_path, profile)
-        problems = why_not_schedulable(pod, template_node(pool.gpus_per_node, {}))
+        problems = why_not_schedulable(pod, TemplateNode(pool.gpus_per_node, {}))
         assert f"requests {profile.units} {pool.resource_name}, template has 0" in problems
 
 
-def test_decoder_follows_the_documented_rule():
-    """The autoscaler README's own examples, and its ``~2`` escape."""
-    node = template_node(1, {
-        f"{PREFIX}label_foo": "bar",
-        f"{PREFIX}label_k8s.io_foo": "bar",
-        f"{PREFIX}label_cpu~2arch": "x86",
-        f"{PREFIX}taint_k8s.io_foo": "bar:NoSchedule",
-        f"{PREFIX}taint_ignored": "no-effect",
-        f"{PREFIX}resources_cpu": "3",
-        f"{PREFIX}resources_example.com_dev~2ice": "2",
-    })
-    assert node["labels"] == {"foo": "bar", "k8s.io/foo": "bar", "cpu_arch": "x86"}
-    assert node["taints"] == [{"key": "k8s.io/foo", "value": "bar", "effect": "NoSchedule"}]
-    assert node["capacity"] == {"nvidia.com/gpu": 1, "cpu": 3, "example.com/dev/ice": 2}
+@pytest.mark.parametrize("gets, tag", UPSTREAM_EXAMPLES)
+def test_the_tags_are_the_ones_the_autoscaler_documents(gets, tag):
+    name, value = tag
+    assert template_tags(gets.get("resources", {}), gets.get("labels", {}),
+                         gets.get("taints", ())) == {PREFIX + name: value}
+
+
+def test_upstreams_capitalised_resource_example_is_refused():
+    """azure_template_test.go's ``nvidia.com_Tesla-P100-PCIE`` decodes to a name with
+    capitals, which AKS's lower-cased tag names cannot carry."""
+    with pytest.raises(TagError, match="lower-cases"):
+        template_tags({"nvidia.com/Tesla-P100-PCIE": 4}, {}, ())
 
 
 def test_terraform_page_shows_the_generated_tags(repo_root):

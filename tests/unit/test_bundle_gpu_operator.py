@@ -21,7 +21,7 @@ import yaml
 
 from jupyterhub_gpu.bundle.check import advertised_resource
 
-from .test_bundle_autoscaler import tolerates
+from ..kueue_admission import tolerates
 
 CHART_DEFAULT_MIG_STRATEGY = "single"
 
@@ -91,5 +91,5 @@ def test_operator_pods_tolerate_every_pool(values, platform, path):
         section = section[key]
     for pool in platform.pools:
         for taint in pool.taints:
-            assert any(tolerates(t, taint.as_dict()) for t in section["tolerations"]), (
+            assert tolerates(section["tolerations"], taint.as_dict()), (
                 pool.name, taint)

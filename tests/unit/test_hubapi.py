@@ -146,12 +146,13 @@ def test_the_form_asks_the_users_own_url(platform):
     assert "<script>" not in bare and "id=\"availability-" not in bare
 
 
-async def test_without_a_node_watch_the_nodes_are_unknown(make_spawner, caplog):
-    """The unit tier's kubeconfig names an address nothing listens on: the node watch's
-    first listing fails, as it does without the hub's ClusterRole."""
+@pytest.mark.asyncio(loop_scope="function")  # see the refusing_api fixture
+async def test_without_a_node_watch_the_nodes_are_unknown(make_spawner, refusing_api, caplog):
+    """The spawner's API address refuses every connection: the node watch's first
+    listing fails, as it does without the hub's ClusterRole."""
     from jupyterhub_gpu.watches.poolnodes import NodeReflector
 
-    spawner = make_spawner()
+    spawner = make_spawner(config=refusing_api)
     key = spawner._get_reflector_key(NodeReflector.kind)
     caplog.set_level(logging.WARNING)
     try:

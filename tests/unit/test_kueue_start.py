@@ -273,28 +273,39 @@ async def test_a_failed_start_saves_no_wait_and_a_failing_store_fails_no_spawn(
     assert "Could not record the queue wait of ann: OSError('database is locked')" in caplog.text
 
 
-async def test_a_spawn_whose_own_pod_is_removed_before_it_runs_fails_at_once(platform, cache):
+class Shown:
+    """The spawn's pod as the shared pod reflector shows it to the watch, one state per
+    read: the watch reads the pod once per observation, so each state is observed
+    before the next is shown; the last one stays until :meth:`show` replaces it."""
+
+    def __init__(self, *states: dict | None):
+        self.states = list(states)
+
+    def __call__(self) -> dict | None:
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+    def show(self, pod: dict | None) -> None:
+        self.states = [pod]
+
+
+async def test_a_spawn_whose_own_pod_is_removed_before_it_runs_fails_at_once(platform):
     """Its node taken back, or preempted, as it starts: KubeSpawner would wait for the
     pod to run until the start timeout; the spawn fails at once, saying why. An earlier
     pod of the same name (another spawn's, as KubeSpawner replaces it) is not ours, and
-    its going ends nothing."""
+    its going ends nothing: the watch observes the earlier pod, then no pod, then this
+    spawn's own pod, each in turn."""
     grant = authorize(platform, UserRef("ann", frozenset({"data-science"})),
                       {"profile": PROFILE})
-    queued = QueuedStart(grant, "jhub-data-science", pod=lambda: cache["pod"],
-                         workloads=lambda: cache["workloads"], events=list,
-                         log=logging.getLogger("test"), who="ann",
+    shown = Shown(pod(uid="earlier"), None, pod(uid="mine", gated=False, node="node-1"))
+    queued = QueuedStart(grant, "jhub-data-science", pod=shown, workloads=list,
+                         events=list, log=logging.getLogger("test"), who="ann",
                          ours=lambda p: p["metadata"]["uid"] != "earlier")
-    cache["pod"] = pod(uid="earlier")
     before = spawns(Outcome.FAILED)
     withdraw = Withdraw()
     run = asyncio.ensure_future(queued.run(asyncio.Event().wait, withdraw))
-    await asyncio.sleep(0.2)
-    cache["pod"] = None  # KubeSpawner deleted the earlier pod, then creates its own
-    await asyncio.sleep(0.2)
-    cache["pod"] = pod(uid="mine", gated=False, node="node-1")
-    await until(lambda: queued.watch.own_uid == "mine")
+    await until(lambda: queued.watch.own_uid == "mine" or run.done())  # after the other two
     assert not run.done()
-    cache["pod"] = None  # deleted before it ran
+    shown.show(None)  # deleted before it ran
     with pytest.raises(SpawnRefused) as info:
         await asyncio.wait_for(run, 30)
     assert str(info.value).startswith(

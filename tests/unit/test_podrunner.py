@@ -15,10 +15,11 @@ from jupyterhub_gpu.contract import ENV_RUN_DIR
 from jupyterhub_gpu.devcluster.podrunner import PodRunner, server_process
 
 # A server that records, when it gets SIGTERM, whether the preStop hook had already
-# left its stopping notice.
+# left its stopping notice; it says READY on its stdout once its trap is set.
+READY = b"trap set"
 SERVER = ('trap \'if [ -f "$%s/%s" ]; then echo after > "$HOME/term"; '
-          'else echo before > "$HOME/term"; fi; exit 0\' TERM; '
-          'while true; do sleep 0.05; done') % (ENV_RUN_DIR, STOPPING_FILE)
+          'else echo before > "$HOME/term"; fi; exit 0\' TERM; echo "%s"; '
+          'while true; do sleep 0.05; done') % (ENV_RUN_DIR, STOPPING_FILE, READY.decode())
 
 
 def _pod(command: list[str] | None) -> dict:
@@ -32,15 +33,22 @@ def _pod(command: list[str] | None) -> dict:
             "status": {"phase": "Running", "podIP": "127.0.0.7"}}
 
 
+async def _run_a_server(runner: PodRunner, want) -> asyncio.subprocess.Process:
+    """SERVER as the runner's process for ``want``, once its TERM trap is set."""
+    proc = await asyncio.create_subprocess_exec(
+        "sh", "-c", SERVER, env=runner._environment(want), start_new_session=True,
+        stdout=asyncio.subprocess.PIPE)
+    assert (await proc.stdout.readline()).strip() == READY
+    runner.procs[want.key], runner.running[want.key] = proc, want
+    return proc
+
+
 async def _stop_a_server(tmp_path, command: list[str] | None) -> str:
     runner = PodRunner(tmp_path / "kubeconfig", tmp_path)
     want = server_process(_pod(command))
     home = tmp_path / "home" / want.user
     home.mkdir(parents=True)
-    proc = await asyncio.create_subprocess_exec(
-        "sh", "-c", SERVER, env=runner._environment(want), start_new_session=True)
-    runner.procs[want.key], runner.running[want.key] = proc, want
-    await asyncio.sleep(0.3)  # the trap is set
+    proc = await _run_a_server(runner, want)
     await runner._stop(want.key, want.grace_seconds)
     assert proc.returncode == 0, "it exited on SIGTERM, not killed"
     return (home / "term").read_text().strip()
@@ -69,10 +77,7 @@ async def test_a_runner_cancelled_during_a_long_hook_still_stops_the_server(tmp_
     want = server_process(_pod(["sh", "-c", "echo $$ > hook.pid; exec sleep 60"]))
     home = tmp_path / "home" / want.user
     home.mkdir(parents=True)
-    proc = await asyncio.create_subprocess_exec(
-        "sh", "-c", SERVER, env=runner._environment(want), start_new_session=True)
-    runner.procs[want.key], runner.running[want.key] = proc, want
-    await asyncio.sleep(0.3)
+    proc = await _run_a_server(runner, want)
     stopping = asyncio.ensure_future(runner._stop(want.key, want.grace_seconds))
     while not (home / "hook.pid").exists():
         await asyncio.sleep(0.05)
@@ -89,13 +94,17 @@ async def test_a_runner_cancelled_during_a_long_hook_still_stops_the_server(tmp_
 async def test_the_runner_outlives_an_api_server_it_cannot_reach(tmp_path, caplog):
     """As a kubelet does while the API server restarts: the runner keeps trying to list
     its pods (it used to end, and stop every notebook, on the first connection error)."""
-    import socket
+    from ..conftest import refusing_port
 
+    with refusing_port() as held:
+        await _lose_the_api_server(tmp_path, held.getsockname()[1], caplog)
+
+
+async def _lose_the_api_server(tmp_path, port: int, caplog) -> None:
+    """Run a pod runner whose kubeconfig names ``port`` until it has lost the API server
+    twice (it keeps trying) or has ended."""
     import yaml
 
-    with socket.socket() as s:  # a loopback port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "down",

@@ -371,12 +371,13 @@ def test_every_private_upstream_attribute_the_spawner_uses_is_listed(repo_root):
     assert {"_start_reflector", "_log_name", "_make_create_pod_request"} <= inherited
 
 
-async def test_a_shared_watch_that_gave_up_is_started_again(make_spawner):
+@pytest.mark.asyncio(loop_scope="function")  # see the refusing_api fixture
+async def test_a_shared_watch_that_gave_up_is_started_again(make_spawner, refusing_api):
     """KubeSpawner keeps a namespace's reflector whose watch gave up (the API server
     was away for about a minute) and hands it, dead, to every spawn and poll; GPUSpawner
-    starts it again. Here the new one cannot list (the unit tier has no API server), so
-    the poll says so instead of reading the dead watch's last state."""
-    spawner = make_spawner()
+    starts it again. Here the new one cannot list (its API address refuses), so the
+    poll says so instead of reading the dead watch's last state."""
+    spawner = make_spawner(config=refusing_api)
     spawner.apply_profile({"profile": "t4-shared"})
     key = spawner._get_reflector_key("pods")
     dead = RecordingPodReflector(parent=spawner, namespace=spawner.namespace)
@@ -385,9 +386,7 @@ async def test_a_shared_watch_that_gave_up_is_started_again(make_spawner):
     await dead.watch_task
     spawner.reflectors[key] = dead
     try:
-        # the unit tier's API address refuses the connection, or (after other tests)
-        # the shared client's session is closed: either way the new watch cannot list
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # the connection is refused
             await spawner._start_watching_pods()
         again = spawner.reflectors.get(key)
         assert again is not dead and again.first_load_future.exception() is not None
