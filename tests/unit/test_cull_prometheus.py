@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from datetime import datetime, timezone
 
 import pytest
@@ -11,6 +10,7 @@ from jupyterhub_gpu.cull.policy import PodRef
 from jupyterhub_gpu.cull.prometheus import (PrometheusClient, PrometheusError, parse_matrix,
                                             pod_of, usage_query)
 
+from ..conftest import refusing_port
 from .test_cull_support import FakePrometheus
 
 NOW = datetime(2025, 3, 4, 12, 0, tzinfo=timezone.utc)
@@ -106,12 +106,11 @@ async def test_slow_prometheus_times_out(prom):
 
 
 async def test_unreachable_prometheus_raises():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens once closed
-    with pytest.raises(PrometheusError, match=f"127.0.0.1:{port}"):
-        await PrometheusClient(f"http://127.0.0.1:{port}", timeout_seconds=2).gpu_usage(
-            600, NOW)
+    with refusing_port() as s:  # held, never listening: nothing else can answer there
+        port = s.getsockname()[1]
+        with pytest.raises(PrometheusError, match=f"127.0.0.1:{port}"):
+            await PrometheusClient(f"http://127.0.0.1:{port}", timeout_seconds=2).gpu_usage(
+                600, NOW)
 
 
 async def test_missing_token_file_is_a_prometheus_error(prom, tmp_path):
