@@ -28,6 +28,7 @@ from jupyterhub_gpu.cull.service import (CULLER_CONFIG, CULLER_SCOPES, culler_ro
                                          culler_service)
 from jupyterhub_gpu.spec.model import GpuIdle
 
+from ..conftest import refusing_port
 from .test_cull_support import FakeHub, FakePrometheus
 
 NOW = datetime(2025, 3, 4, 12, 0, tzinfo=timezone.utc)
@@ -135,11 +136,10 @@ async def test_dry_run_stops_nothing_and_says_what_it_would_do(example_spec_path
 
 
 async def test_prometheus_down_falls_back_to_activity_with_warnings(example_spec_path,
-                                                                    registry, caplog):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    hook = arbiter(example_spec_path, registry, dead)
+                                                                    registry, caplog, request):
+    held = refusing_port()  # never listening, held for the test: nothing answers there
+    request.addfinalizer(held.close)
+    hook = arbiter(example_spec_path, registry, f"http://127.0.0.1:{held.getsockname()[1]}")
     caplog.set_level(logging.INFO, logger=LOGGER_NAME)
     assert await ask(hook, server("alice", "a100-mig-3g")) is False  # GPU idle, unknown
     assert await ask(hook, server("carol", "a100-mig-3g", idle=31 * MIN)) is True
