@@ -50,7 +50,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ..contract import (DCGM_ENGINE_ACTIVE, DCGM_FB_FREE, DCGM_FB_USED, DCGM_GPU_UTIL,
                         ENV_DCGM_RESOURCE_NAMES, FAKE_DCGM_ANNOTATION, GPU_PRODUCT_LABEL,
-                        GPU_RESOURCE, MIG_RESOURCE_PREFIX, NVIDIA_PREFIX)
+                        GPU_RESOURCE, MIG_RESOURCE_PREFIX, NVIDIA_PREFIX,
+                        SHARED_SUFFIX)
 from .layout import HOST
 
 log = logging.getLogger("devcluster.dcgm")
@@ -286,8 +287,8 @@ def parse_args(argv: list[str] | None, environ: Mapping[str, str]) -> argparse.N
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument(
         RESOURCE_NAMES_FLAG, action="append", dest="resource_names",
-        help="resources to map to pods besides nvidia.com/gpu and nvidia.com/mig-*, "
-             "comma-separated, e.g. nvidia.com/gpu.shared (default: "
+        help=f"resources to map to pods besides {GPU_RESOURCE} and {MIG_RESOURCE_PREFIX}*, "
+             f"comma-separated, e.g. {GPU_RESOURCE}{SHARED_SUFFIX} (default: "
              f"${ENV_DCGM_RESOURCE_NAMES}, else none)")
     args = parser.parse_args(argv)
     given = args.resource_names
