@@ -301,3 +301,7 @@ ENV_DEMO_PROMETHEUS_URL = ENV_PREFIX + "DEMO_PROMETHEUS_URL"
 ENV_DEMO_METRICS_TOKEN = ENV_PREFIX + "DEMO_METRICS_TOKEN"
 #: how long kwok "runs" the demo's training jobs (a Go duration; RUN_FOR_ANNOTATION)
 ENV_DEMO_JOB_RUN_FOR = ENV_PREFIX + "DEMO_JOB_RUN_FOR"
+#: the fake DCGM exporter's resources to map to pods besides ``nvidia.com/gpu`` and
+#: ``nvidia.com/mig-*``, comma-separated: dcgm-exporter's own variable (its flag
+#: ``--nvidia-resource-names``), e.g. ``nvidia.com/gpu.shared``; empty by default
+ENV_DCGM_RESOURCE_NAMES = "NVIDIA_RESOURCE_NAMES"

@@ -5,17 +5,33 @@ GPU node at once: it watches the cluster's pods and nodes (one shared watch each
 never a request per pod) and serves, on ``/metrics``, one series per GPU of every
 running pod that carries :data:`~jupyterhub_gpu.contract.FAKE_DCGM_ANNOTATION`, with
 the values that annotation gives (a test or the demo sets them). A pod without it
-has no series, as a pod the real exporter cannot map to a GPU.
+has no series (the real exporter serves every GPU of its node; here a GPU exists
+only as a pod's).
 
 The series have the real exporter's names and labels (dcgm-exporter 4.x with
 Kubernetes pod mapping on, ``DCGM_FI_DRIVER_VERSION`` as a label counter):
 ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname`` (the
-node), ``DCGM_FI_DRIVER_VERSION``, ``container``, ``namespace``, ``pod``, and for a
-MIG instance (a ``nvidia.com/mig-<profile>`` resource) ``GPU_I_PROFILE`` and
-``GPU_I_ID``. The i-th GPU of a pod is ``gpu="i"``; its UUID is derived from the
-pod's UID, so it is stable for the pod's life.
+node), ``DCGM_FI_DRIVER_VERSION``, and for a MIG instance (a
+``nvidia.com/mig-<profile>`` resource) ``GPU_I_PROFILE`` and ``GPU_I_ID``. The i-th
+GPU of a pod is ``gpu="i"``; its UUID is derived from the pod's UID, so it is stable
+for the pod's life.
 
-Run: ``python -m jupyterhub_gpu.devcluster.dcgm --kubeconfig K --port P``.
+The pod labels ``pod``, ``namespace`` and ``container`` follow the real exporter's
+pod-mapping rule (NVIDIA/dcgm-exporter, ``internal/pkg/transformation/kubernetes.go``:
+``PodMapper.toDeviceToPod`` and ``iterateGPUDevices``; the names from
+``internal/pkg/appconfig/const.go`` and ``internal/pkg/transformation/const.go``):
+a device is mapped to its pod only when its resource is ``nvidia.com/gpu``, starts
+with ``nvidia.com/mig-``, or is named in the exporter's ``NVIDIA_RESOURCE_NAMES``
+(its flag ``--nvidia-resource-names``, comma-separated, empty by default:
+``pkg/cmd/app.go``); the GPU Operator sets no such variable. Any other device's
+series are still served, without the pod labels: so a time-sliced GPU advertised
+as ``nvidia.com/gpu.shared`` (the device plugin's ``renameByDefault``) reaches
+Prometheus with no pod, as on AKS. :func:`maps_to_pod` is the rule;
+``tests/unit/test_dcgm_exporter.py`` checks it case by case against that file.
+
+Run: ``python -m jupyterhub_gpu.devcluster.dcgm --kubeconfig K --port P``
+``[--nvidia-resource-names a,b]`` (or ``NVIDIA_RESOURCE_NAMES=a,b`` in its
+environment).
 """
 
 from __future__ import annotations
@@ -25,6 +41,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import threading
 import uuid
 from dataclasses import dataclass
@@ -32,8 +49,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable, Mapping
 
 from ..contract import (DCGM_ENGINE_ACTIVE, DCGM_FB_FREE, DCGM_FB_USED, DCGM_GPU_UTIL,
-                        FAKE_DCGM_ANNOTATION, GPU_PRODUCT_LABEL, MIG_RESOURCE_PREFIX,
-                        NVIDIA_PREFIX)
+                        ENV_DCGM_RESOURCE_NAMES, FAKE_DCGM_ANNOTATION, GPU_PRODUCT_LABEL,
+                        GPU_RESOURCE, MIG_RESOURCE_PREFIX, NVIDIA_PREFIX,
+                        SHARED_SUFFIX)
 from .layout import HOST
 
 log = logging.getLogger("devcluster.dcgm")
@@ -48,6 +66,8 @@ FIELDS = {
     DCGM_ENGINE_ACTIVE: "Ratio of time the graphics engine is active.",
 }
 RELIST_SECONDS = 1.0  # after a watch ends or fails
+#: dcgm-exporter's flag for ``NVIDIA_RESOURCE_NAMES`` (``pkg/cmd/app.go``)
+RESOURCE_NAMES_FLAG = "--nvidia-resource-names"
 
 
 @dataclass(frozen=True)
@@ -59,13 +79,30 @@ class Sample:
     value: float
 
 
-def _gpu_resources(pod: Mapping[str, Any]) -> list[tuple[str, str, int]]:
-    """(container, resource, count) of every NVIDIA resource the pod's containers limit."""
+def resource_names(value: str) -> frozenset[str]:
+    """The resource names of a comma-separated list, each trimmed, as dcgm-exporter
+    reads ``NVIDIA_RESOURCE_NAMES`` (urfave/cli's string-slice flag); empty items are
+    dropped."""
+    return frozenset(name.strip() for name in value.split(",") if name.strip())
+
+
+def maps_to_pod(resource: str, named: frozenset[str] = frozenset()) -> bool:
+    """Whether dcgm-exporter maps a device of ``resource`` to the pod it is allocated to
+    (``toDeviceToPod``): ``nvidia.com/gpu``, a ``nvidia.com/mig-`` resource, or one of
+    ``named`` (its ``NVIDIA_RESOURCE_NAMES``). Not ``nvidia.com/gpu.shared``."""
+    return resource == GPU_RESOURCE or resource in named or resource.startswith(
+        MIG_RESOURCE_PREFIX)
+
+
+def _gpu_resources(pod: Mapping[str, Any],
+                   named: frozenset[str]) -> list[tuple[str, str, int]]:
+    """(container, resource, count) of every NVIDIA resource (or one of ``named``) the
+    pod's containers limit."""
     found = []
     for container in (pod.get("spec") or {}).get("containers") or []:
         limits = (container.get("resources") or {}).get("limits") or {}
         for resource, quantity in sorted(limits.items()):
-            if resource.startswith(NVIDIA_PREFIX):
+            if resource.startswith(NVIDIA_PREFIX) or resource in named:
                 try:
                     count = int(str(quantity))
                 except ValueError:
@@ -98,8 +135,11 @@ def _gpu_uuid(pod_uid: str, index: int) -> str:
     return f"GPU-{uuid.UUID(bytes=digest)}"
 
 
-def pod_samples(pod: Mapping[str, Any], node_labels: Mapping[str, str]) -> list[Sample]:
-    """The series of one pod (pure): none unless it runs, has GPUs and the annotation."""
+def pod_samples(pod: Mapping[str, Any], node_labels: Mapping[str, str],
+                named: frozenset[str] = frozenset()) -> list[Sample]:
+    """The series of one pod (pure): none unless it runs, has GPUs and the annotation;
+    with the labels ``container``, ``namespace`` and ``pod`` only on the GPUs of a
+    resource :func:`maps_to_pod` (``named``: the exporter's ``NVIDIA_RESOURCE_NAMES``)."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     values = _values(pod)
     node = (pod.get("spec") or {}).get("nodeName")
@@ -107,7 +147,7 @@ def pod_samples(pod: Mapping[str, Any], node_labels: Mapping[str, str]) -> list[
         return []
     model = node_labels.get(GPU_PRODUCT_LABEL, DEFAULT_MODEL)
     samples, index = [], 0
-    for container, resource, count in _gpu_resources(pod):
+    for container, resource, count in _gpu_resources(pod, named):
         for _ in range(count):
             labels = {"gpu": str(index), "UUID": _gpu_uuid(meta.get("uid", ""), index),
                       "pci_bus_id": f"00000000:{index + 1:02X}:00.0",
@@ -115,8 +155,10 @@ def pod_samples(pod: Mapping[str, Any], node_labels: Mapping[str, str]) -> list[
             if resource.startswith(MIG_RESOURCE_PREFIX):
                 labels |= {"GPU_I_PROFILE": resource.removeprefix(MIG_RESOURCE_PREFIX),
                            "GPU_I_ID": str(index + 1)}
-            labels |= {"DCGM_FI_DRIVER_VERSION": DRIVER_VERSION, "container": container,
-                       "namespace": meta.get("namespace", ""), "pod": meta.get("name", "")}
+            labels["DCGM_FI_DRIVER_VERSION"] = DRIVER_VERSION
+            if maps_to_pod(resource, named):
+                labels |= {"container": container, "namespace": meta.get("namespace", ""),
+                           "pod": meta.get("name", "")}
             samples += [Sample(field, tuple(labels.items()), value)
                         for field, value in values.items()]
             index += 1
@@ -144,9 +186,11 @@ def exposition(samples: Iterable[Sample]) -> str:
 
 
 class Store:
-    """The watched pods and nodes (by name), shared by the watch threads and the server."""
+    """The watched pods and nodes (by name), shared by the watch threads and the server;
+    ``named``: the resources mapped to pods besides the built-in ones."""
 
-    def __init__(self) -> None:
+    def __init__(self, named: frozenset[str] = frozenset()) -> None:
+        self.named = named
         self._lock = threading.Lock()
         self.pods: dict[tuple[str, str], dict] = {}
         self.nodes: dict[str, dict] = {}
@@ -171,7 +215,8 @@ class Store:
                      for name, n in self.nodes.items()}
             pods = list(self.pods.values())
         return [s for pod in pods
-                for s in pod_samples(pod, nodes.get((pod.get("spec") or {}).get("nodeName"), {}))]
+                for s in pod_samples(pod, nodes.get((pod.get("spec") or {}).get("nodeName"), {}),
+                                     self.named)]
 
 
 def _pod_key(obj: dict) -> tuple[str, str]:
@@ -233,23 +278,41 @@ def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None, environ: Mapping[str, str]) -> argparse.Namespace:
+    """The command line; ``resource_names`` as dcgm-exporter reads its flag: the flag
+    (repeatable, comma-separated) if given, else ``NVIDIA_RESOURCE_NAMES`` from
+    ``environ``, else none."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        RESOURCE_NAMES_FLAG, action="append", dest="resource_names",
+        help=f"resources to map to pods besides {GPU_RESOURCE} and {MIG_RESOURCE_PREFIX}*, "
+             f"comma-separated, e.g. {GPU_RESOURCE}{SHARED_SUFFIX} (default: "
+             f"${ENV_DCGM_RESOURCE_NAMES}, else none)")
     args = parser.parse_args(argv)
+    given = args.resource_names
+    args.resource_names = resource_names(
+        ",".join(given) if given is not None else environ.get(ENV_DCGM_RESOURCE_NAMES, ""))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv, os.environ)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from kubernetes import client, config
 
     api_client = config.new_client_from_config(config_file=args.kubeconfig)
     core = client.CoreV1Api(api_client)
-    store, stop = Store(), threading.Event()
+    store, stop = Store(args.resource_names), threading.Event()
     for kind, list_fn, key in (("pods", core.list_pod_for_all_namespaces, _pod_key),
                                ("nodes", core.list_node, _node_key)):
         threading.Thread(target=reflect, args=(api_client, store, kind, list_fn, key, stop),
                          daemon=True, name=f"watch-{kind}").start()
     server = ThreadingHTTPServer((HOST, args.port), _handler(store))
-    log.info("serving DCGM metrics on http://%s:%d/metrics", HOST, args.port)
+    log.info("serving DCGM metrics on http://%s:%d/metrics; pod labels for %s, %s* and %s",
+             HOST, args.port, GPU_RESOURCE, MIG_RESOURCE_PREFIX,
+             ", ".join(sorted(args.resource_names)) or f"no other ({ENV_DCGM_RESOURCE_NAMES})")
     try:
         server.serve_forever()
     finally:
