@@ -12,10 +12,11 @@ from the environment.
 import os
 
 from jupyterhub_gpu import configure_hub
-from jupyterhub_gpu.contract import (ENV_DEMO_CHP, ENV_DEMO_CULL_EVERY, ENV_DEMO_HUB_PORT,
-                                     ENV_DEMO_JOB_RUN_FOR, ENV_DEMO_METRICS_TOKEN,
-                                     ENV_DEMO_PROMETHEUS_URL, ENV_DEMO_PROXY_API_PORT,
-                                     ENV_DEMO_SPEC, ENV_DEMO_URL, RUN_FOR_ANNOTATION)
+from jupyterhub_gpu.devcluster.contract import (ENV_DEMO_CHP, ENV_DEMO_CULL_EVERY,
+                                                ENV_DEMO_HUB_PORT, ENV_DEMO_JOB_RUN_FOR,
+                                                ENV_DEMO_METRICS_TOKEN, ENV_DEMO_PROMETHEUS_URL,
+                                                ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC,
+                                                ENV_DEMO_URL, RUN_FOR_ANNOTATION)
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
