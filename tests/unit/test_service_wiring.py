@@ -11,7 +11,8 @@ import pytest
 from traitlets.config import Config
 
 from jupyterhub_gpu import configure_hub
-from jupyterhub_gpu.contract import ENV_PLATFORM_FILE, ENV_USAGE_DB_URL, JOBS_SERVICE_NAME
+from jupyterhub_gpu.contract import (ENV_PLATFORM_FILE, ENV_USAGE_DB_URL, JOBS_SERVICE_NAME,
+                                     USAGE_SERVICE_NAME)
 from jupyterhub_gpu.cull.service import (SERVICE_NAME as CULLER, add_culler_service,
                                          culler_role, culler_service)
 from jupyterhub_gpu.devcluster.contract import ENV_DEMO_CHP, ENV_DEMO_SPEC
@@ -71,6 +72,16 @@ def test_the_values_name_the_spec_path_once_and_every_service_reads_it(
                              for name in (RESUME_SERVICE, CULLER, JOBS_SERVICE_NAME)}
 
 
+def test_the_usage_sidecar_reads_the_spec_configure_hub_reads():
+    """The one path outside ``hub.extraConfig``: the gpu-usage container's own command
+    (another process, which the hub's config does not reach), kept equal to it."""
+    (sidecar,) = [c for c in _load(VALUES)["hub"]["extraContainers"]
+                  if c["name"] == USAGE_SERVICE_NAME]
+    command = sidecar["command"]
+    assert command[command.index("--spec") + 1] == CHART_SPEC
+    assert f'configure_hub(c, "{CHART_SPEC}")' in extra_config()
+
+
 def test_the_values_add_every_service_with_its_helper():
     source = extra_config()
     assert appends_to_the_hubs_lists(source) == []
@@ -95,7 +106,7 @@ def test_the_demo_adds_its_services_as_the_values_do(example_spec_path, monkeypa
     exec(compile(source, str(DEMO_CONFIG), "exec"), {"get_config": lambda: c})
     assert spec_paths(c) == {name: os.path.abspath(example_spec_path)
                              for name in (RESUME_SERVICE, CULLER, JOBS_SERVICE_NAME,
-                                          "gpu-usage")}
+                                          USAGE_SERVICE_NAME)}
 
 
 def test_add_culler_service_adds_what_culler_service_and_culler_role_build(example_spec_path):
