@@ -5,7 +5,9 @@ versions, server-state keys and culler settings: each is written or read by more
 than one component (the spawner and the culler, the pod builder and the notebook, the
 bundle and Kueue), so each stands here and every other module imports it.
 ``tests/unit/test_contract.py`` fails when one of these strings is written anywhere
-else in the package.
+else in the package. The names only the dev cluster, the demo and the replay use stand
+beside them, in :mod:`jupyterhub_gpu.devcluster.contract`, which this module never
+imports.
 
 Only constants, and no imports: the notebook image (:mod:`jupyterhub_gpu.checkpoint`)
 and the culler read this module too.
@@ -195,26 +197,12 @@ AKS_NODE_CLASS_API_VERSION = f"{AKS_NODE_CLASS_GROUP}/v1beta1"
 #: the kwok provider's node class
 KWOK_NODE_CLASS_GROUP = "karpenter.kwok.sh"
 KWOK_NODE_CLASS_API_VERSION = f"{KWOK_NODE_CLASS_GROUP}/v1alpha1"
-#: the price of the offering a node was started from, as the kwok provider labels it
-PRICE_LABEL = "eks-node-viewer/instance-price"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
 # -- kwok (the dev cluster's nodes) --------------------------------------------------
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
-#: on a Job's pod template in the dev cluster: how long its pods run (a Go duration,
-#: e.g. ``30s``) before they succeed, kwok alone playing their kubelet; without it the
-#: demo's pod runner runs the container's command (:mod:`jupyterhub_gpu.devcluster.stages`)
-RUN_FOR_ANNOTATION = PREFIX + "run-for"
-#: on a Job's pod in the dev cluster: the exit code of the process the pod runner ran
-#: for it, which kwok turns into the pod's phase and its container's exit code
-EXIT_CODE_ANNOTATION = PREFIX + "exit-code"
-#: on a GPU pod in the dev cluster: what its fake DCGM exporter reports for the pod's
-#: GPUs, a JSON object of DCGM field name to value, e.g.
-#: ``{"DCGM_FI_DEV_GPU_UTIL": 0, "DCGM_FI_DEV_FB_USED": 512}``
-#: (:mod:`jupyterhub_gpu.devcluster.dcgm`); a pod without it has no series
-FAKE_DCGM_ANNOTATION = PREFIX + "fake-dcgm"
 
 # -- NVIDIA: device plugin, GPU feature discovery, MIG manager -----------------------
 
@@ -285,23 +273,3 @@ CULL_API_PATH = PREFIX + "api/cull"
 STATUS_API_PATH = PREFIX + "api/status"
 #: the JupyterLab extension (``labextension/package.json``'s name)
 LABEXTENSION_NAME = "jupyterhub-gpu-status"
-
-# -- the demo and the dev cluster ----------------------------------------------------
-
-ENV_CACHE = ENV_PREFIX + "CACHE"  # where the dev cluster's binaries are cached
-ENV_DEMO_SPEC = ENV_PREFIX + "SPEC"
-ENV_DEMO_CHP = ENV_PREFIX + "CHP"  # the configurable-http-proxy command
-ENV_DEMO_URL = ENV_PREFIX + "DEMO_URL"
-ENV_DEMO_HUB_PORT = ENV_PREFIX + "DEMO_HUB_PORT"
-ENV_DEMO_PROXY_API_PORT = ENV_PREFIX + "DEMO_PROXY_API_PORT"
-ENV_DEMO_CULL_EVERY = ENV_PREFIX + "DEMO_CULL_EVERY"  # seconds between culler runs
-#: the dev cluster's Prometheus: the culler's GPU-idle rule asks it
-ENV_DEMO_PROMETHEUS_URL = ENV_PREFIX + "DEMO_PROMETHEUS_URL"
-#: the API token of the hub service ``prometheus`` (``read:metrics``) it scrapes with
-ENV_DEMO_METRICS_TOKEN = ENV_PREFIX + "DEMO_METRICS_TOKEN"
-#: how long kwok "runs" the demo's training jobs (a Go duration; RUN_FOR_ANNOTATION)
-ENV_DEMO_JOB_RUN_FOR = ENV_PREFIX + "DEMO_JOB_RUN_FOR"
-#: the fake DCGM exporter's resources to map to pods besides ``nvidia.com/gpu`` and
-#: ``nvidia.com/mig-*``, comma-separated: dcgm-exporter's own variable (its flag
-#: ``--nvidia-resource-names``), e.g. ``nvidia.com/gpu.shared``; empty by default
-ENV_DCGM_RESOURCE_NAMES = "NVIDIA_RESOURCE_NAMES"

@@ -1,7 +1,34 @@
-"""JupyterHub roles in a hub's config, shared by the services that give every user a
-scope (the ``gpu-jobs`` and ``gpu-usage`` services)."""
+"""JupyterHub services and roles in a hub's config: what every ``add_*_service`` helper
+(gpu-resume, the culler, gpu-jobs, gpu-usage) shares, so each adds its service the same
+way and takes the spec's path from what ``configure_hub`` recorded."""
 
 from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def record_spec_path(c: Any, platform_file: str) -> None:
+    """Where ``configure_hub`` keeps the spec's path: GPUSpawner's ``platform_file``."""
+    c.GPUSpawner.platform_file = platform_file
+
+
+def spec_path(c: Any, platform_file: str | None, helper: str) -> str:
+    """``platform_file`` if given, else the path ``configure_hub`` recorded in ``c``; as
+    an absolute path (a managed service may start elsewhere than the hub)."""
+    path = platform_file or c.get("GPUSpawner", {}).get("platform_file")
+    if not path:
+        raise ValueError(f"{helper} needs the spec's path: call configure_hub(c, <spec path>) "
+                         f"before it, or pass platform_file")
+    return os.path.abspath(path)
+
+
+def add_service(c: Any, service: dict, role: dict | None = None) -> None:
+    """Append ``service`` to ``c.JupyterHub.services`` and ``role``, if any, to its
+    ``load_roles``, keeping what the config (the chart's ``hub.services``) set before."""
+    c.JupyterHub.services = [*c.JupyterHub.get("services", []), service]
+    if role is not None:
+        c.JupyterHub.load_roles = [*c.JupyterHub.get("load_roles", []), role]
 
 
 def with_user_scope(roles: list[dict], scope: str) -> list[dict]:

@@ -1,20 +1,25 @@
 """Run jupyterhub-idle-culler with the GPU cull rules as a hub-managed service.
 
-In ``jupyterhub_config.py``::
+In ``jupyterhub_config.py``, after ``configure_hub`` (whose spec path it reads from
+``c``), as the other services are added::
 
-    from jupyterhub_gpu.cull.service import culler_role, culler_service
-    c.JupyterHub.services.append(culler_service("/etc/jupyterhub-gpu/platform.yaml",
-                                                prometheus_url="http://prometheus:9090"))
-    c.JupyterHub.load_roles.append(culler_role())
+    from jupyterhub_gpu.cull.service import add_culler_service
+    add_culler_service(c, prometheus_url="http://prometheus:9090")
+
+:func:`culler_service` and :func:`culler_role` build the two entries it adds, for a
+config that appends them itself.
 """
 
 from __future__ import annotations
 
 import sys
 from importlib.resources import files
+from typing import Any
 
 from ..contract import (ENV_CULL_DRY_RUN, ENV_CULLER_METRICS_PORT, ENV_PLATFORM_FILE,
                         ENV_PROMETHEUS_URL, ENV_USAGE_DB_URL)
+from ..ledger.config import UsageLedger
+from ..roles import add_service, spec_path
 
 CULLER_CONFIG = str(files("jupyterhub_gpu.cull") / "culler_config.py")
 SERVICE_NAME = "jupyterhub-gpu-culler"
@@ -51,3 +56,20 @@ def culler_service(platform_file: str, *, timeout_seconds: int = 8 * 3600,
 def culler_role(service_name: str = SERVICE_NAME) -> dict:
     """The ``c.JupyterHub.load_roles`` entry with the culler's minimal scopes."""
     return {"name": service_name, "scopes": list(CULLER_SCOPES), "services": [service_name]}
+
+
+def add_culler_service(c: Any, platform_file: str | None = None, *,
+                       timeout_seconds: int = 8 * 3600, cull_every_seconds: int = 60,
+                       prometheus_url: str | None = None, dry_run: bool = False,
+                       metrics_port: int | None = None, name: str = SERVICE_NAME) -> None:
+    """Add the culler's service (:func:`culler_service`) and role (:func:`culler_role`)
+    to config ``c``: the spec's path is ``platform_file``, else the one ``configure_hub``
+    recorded; each cull's reason goes to the usage ledger at ``c.UsageLedger.db_url``
+    (as set so far in ``c``, else its default)."""
+    add_service(c, culler_service(spec_path(c, platform_file, "add_culler_service"),
+                                  timeout_seconds=timeout_seconds,
+                                  cull_every_seconds=cull_every_seconds,
+                                  prometheus_url=prometheus_url, dry_run=dry_run,
+                                  metrics_port=metrics_port, name=name,
+                                  usage_db_url=UsageLedger(config=c).db_url),
+                culler_role(name))

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from ..contract import ENV_CACHE
+from .contract import ENV_CACHE
 from .layout import log_tail
 
 __all__ = [

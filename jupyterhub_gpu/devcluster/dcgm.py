@@ -3,7 +3,7 @@
 kwok's nodes have no GPUs and no DCGM, so this process plays the exporter of every
 GPU node at once: it watches the cluster's pods and nodes (one shared watch each,
 never a request per pod) and serves, on ``/metrics``, one series per GPU of every
-running pod that carries :data:`~jupyterhub_gpu.contract.FAKE_DCGM_ANNOTATION`, with
+running pod that carries :data:`~jupyterhub_gpu.devcluster.contract.FAKE_DCGM_ANNOTATION`, with
 the values that annotation gives (a test or the demo sets them). A pod without it
 has no series (the real exporter serves every GPU of its node; here a GPU exists
 only as a pod's).
@@ -49,9 +49,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable, Mapping
 
 from ..contract import (DCGM_ENGINE_ACTIVE, DCGM_FB_FREE, DCGM_FB_USED, DCGM_GPU_UTIL,
-                        ENV_DCGM_RESOURCE_NAMES, FAKE_DCGM_ANNOTATION, GPU_PRODUCT_LABEL,
-                        GPU_RESOURCE, MIG_RESOURCE_PREFIX, NVIDIA_PREFIX,
+                        GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX, NVIDIA_PREFIX,
                         SHARED_SUFFIX)
+from .contract import ENV_DCGM_RESOURCE_NAMES, FAKE_DCGM_ANNOTATION
 from .layout import HOST
 
 log = logging.getLogger("devcluster.dcgm")

@@ -23,7 +23,7 @@ from typing import Callable, Coroutine
 
 import aiohttp
 
-from ..contract import (ENV_DEMO_CHP, ENV_DEMO_HUB_PORT, ENV_DEMO_METRICS_TOKEN,
+from .contract import (ENV_DEMO_CHP, ENV_DEMO_HUB_PORT, ENV_DEMO_METRICS_TOKEN,
                         ENV_DEMO_PROMETHEUS_URL, ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC,
                         ENV_DEMO_URL)
 from . import build, prometheus
@@ -147,7 +147,7 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
     runner, which plays the kubelet, uses ``kubeconfig``; the hub uses
     ``hub_kubeconfig`` if given (e.g. a ServiceAccount's, bound by the bundle's RBAC),
     else the same. ``extra_env`` is added to the hub's environment (e.g. the culler's
-    interval, :data:`~jupyterhub_gpu.contract.ENV_DEMO_CULL_EVERY`)."""
+    interval, :data:`~jupyterhub_gpu.devcluster.contract.ENV_DEMO_CULL_EVERY`)."""
     progress = unfailing(progress)
     if stop is None:
         stop = asyncio.Event()

@@ -12,10 +12,11 @@ from the environment.
 import os
 
 from jupyterhub_gpu import configure_hub
-from jupyterhub_gpu.contract import (ENV_DEMO_CHP, ENV_DEMO_CULL_EVERY, ENV_DEMO_HUB_PORT,
-                                     ENV_DEMO_JOB_RUN_FOR, ENV_DEMO_METRICS_TOKEN,
-                                     ENV_DEMO_PROMETHEUS_URL, ENV_DEMO_PROXY_API_PORT,
-                                     ENV_DEMO_SPEC, ENV_DEMO_URL, RUN_FOR_ANNOTATION)
+from jupyterhub_gpu.devcluster.contract import (ENV_DEMO_CHP, ENV_DEMO_CULL_EVERY,
+                                                ENV_DEMO_HUB_PORT, ENV_DEMO_JOB_RUN_FOR,
+                                                ENV_DEMO_METRICS_TOKEN, ENV_DEMO_PROMETHEUS_URL,
+                                                ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC,
+                                                ENV_DEMO_URL, RUN_FOR_ANNOTATION)
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
@@ -23,17 +24,13 @@ configure_hub(c, os.environ[ENV_DEMO_SPEC])
 
 # The GPU-aware idle culler, as in the Helm values; its GPU-idle rule asks the dev
 # cluster's Prometheus (JUPYTERHUB_GPU_DEMO_PROMETHEUS_URL; without it: activity rules
-# only, with a warning in its log).
-from jupyterhub_gpu.cull.service import culler_role, culler_service  # noqa: E402
-from jupyterhub_gpu.usage.config import UsageLedger  # noqa: E402
+# only, with a warning in its log). Like every service below, it reads the spec's path
+# from what configure_hub recorded.
+from jupyterhub_gpu.cull.service import add_culler_service  # noqa: E402
 
 CULL_EVERY = int(os.environ.get(ENV_DEMO_CULL_EVERY, "60"))  # tests: short
-c.JupyterHub.services.append(culler_service(os.environ[ENV_DEMO_SPEC],
-                                            timeout_seconds=8 * 3600,
-                                            cull_every_seconds=CULL_EVERY,
-                                            prometheus_url=os.environ.get(ENV_DEMO_PROMETHEUS_URL),
-                                            usage_db_url=UsageLedger(config=c).db_url))
-c.JupyterHub.load_roles.append(culler_role())
+add_culler_service(c, timeout_seconds=8 * 3600, cull_every_seconds=CULL_EVERY,
+                   prometheus_url=os.environ.get(ENV_DEMO_PROMETHEUS_URL))
 
 # The dev cluster's Prometheus scrapes /hub/metrics with this service's token, as z2jh
 # users scrape a hub that keeps authenticate_prometheus on.
@@ -55,7 +52,7 @@ c.JupyterHub.hub_port = int(os.environ.get(ENV_DEMO_HUB_PORT, "8081"))
 # JUPYTERHUB_GPU_DEMO_JOB_RUN_FOR (the dev cluster's run-for annotation), then succeed.
 from jupyterhub_gpu.jobs.config import add_jobs_service  # noqa: E402
 
-add_jobs_service(c, os.environ[ENV_DEMO_SPEC], f"http://127.0.0.1:{c.JupyterHub.hub_port + 10}",
+add_jobs_service(c, url=f"http://127.0.0.1:{c.JupyterHub.hub_port + 10}",
                  job_annotations={RUN_FOR_ANNOTATION: os.environ.get(ENV_DEMO_JOB_RUN_FOR, "60s")})
 
 # The usage page (GPU-hours, costs, queue waits...) on the hub's port + 11, under
@@ -64,7 +61,7 @@ add_jobs_service(c, os.environ[ENV_DEMO_SPEC], f"http://127.0.0.1:{c.JupyterHub.
 from jupyterhub_gpu.usage.service import add_usage_service  # noqa: E402
 
 c.UsagePage.prometheus_url = os.environ.get(ENV_DEMO_PROMETHEUS_URL, "")
-add_usage_service(c, os.environ[ENV_DEMO_SPEC], f"http://127.0.0.1:{c.JupyterHub.hub_port + 11}")
+add_usage_service(c, url=f"http://127.0.0.1:{c.JupyterHub.hub_port + 11}")
 c.ConfigurableHTTPProxy.command = [os.environ[ENV_DEMO_CHP]]
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{}".format(
     os.environ.get(ENV_DEMO_PROXY_API_PORT, "8001"))

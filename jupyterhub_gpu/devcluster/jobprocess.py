@@ -1,11 +1,11 @@
 """What the demo's stand-in kubelet runs for a training Job's pod (pure, no I/O).
 
 kwok marks a Job's pod Running and, with the
-:data:`~jupyterhub_gpu.contract.RUN_FOR_ANNOTATION`, succeeds it after that long
+:data:`~jupyterhub_gpu.devcluster.contract.RUN_FOR_ANNOTATION`, succeeds it after that long
 (:mod:`jupyterhub_gpu.devcluster.stages`). A Job pod without it is the pod runner's
 (:mod:`jupyterhub_gpu.devcluster.podrunner`): it runs the container's command as a
 real process, and its exit code becomes the pod's result through kwok (the runner
-writes :data:`~jupyterhub_gpu.contract.EXIT_CODE_ANNOTATION`, a kwok stage turns it
+writes :data:`~jupyterhub_gpu.devcluster.contract.EXIT_CODE_ANNOTATION`, a kwok stage turns it
 into phase Succeeded or Failed with that container exit code), so the Job's
 ``podFailurePolicy`` sees a real exit code.
 
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Mapping
 
-from ..contract import (COMPONENT_LABEL, ENV_HOSTNAME, JOB_COMPONENT, RUN_FOR_ANNOTATION,
-                        USERNAME_KEY)
+from ..contract import COMPONENT_LABEL, ENV_HOSTNAME, JOB_COMPONENT, USERNAME_KEY
+from .contract import RUN_FOR_ANNOTATION
 
 VOLUMES_DIR = "volumes"
 

@@ -17,7 +17,7 @@ editable install, are copied into a prefix of the runner's own
 A training Job's pod without kwok's run-for annotation gets its container's command
 run as a real process (:mod:`jupyterhub_gpu.devcluster.jobprocess`: its volumes as
 directories of the runner's), and its exit code written back on the pod
-(:data:`~jupyterhub_gpu.contract.EXIT_CODE_ANNOTATION`), which kwok turns into the
+(:data:`~jupyterhub_gpu.devcluster.contract.EXIT_CODE_ANNOTATION`), which kwok turns into the
 pod's result.
 
 One watch over all namespaces serves every pod.
@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import datafiles
-from ..contract import (COMPONENT_LABEL, ENV_RUN_DIR, ENV_SERVICE_URL, EXIT_CODE_ANNOTATION,
-                        JOB_COMPONENT, SINGLEUSER_COMPONENT, USERNAME_KEY)
+from ..contract import (COMPONENT_LABEL, ENV_RUN_DIR, ENV_SERVICE_URL, JOB_COMPONENT,
+                        SINGLEUSER_COMPONENT, USERNAME_KEY)
+from .contract import EXIT_CODE_ANNOTATION
 from .jobprocess import JobProcess, job_process, result_annotation
 
 #: the pods the runner plays the kubelet of: notebooks (KubeSpawner's default

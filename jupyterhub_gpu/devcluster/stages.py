@@ -8,11 +8,11 @@ pods stay Pending. These are our own stages for the lifecycle the dev cluster ne
 * ``node-heartbeat``: a Ready node refreshes its condition heartbeats every 20-25 s.
 * ``pod-ready``: a pending pod bound to a fake node gets a pod IP and runs.
 * ``pod-complete``: a running pod owned by a Job with the
-  :data:`~jupyterhub_gpu.contract.RUN_FOR_ANNOTATION` succeeds after the duration it
+  :data:`~jupyterhub_gpu.devcluster.contract.RUN_FOR_ANNOTATION` succeeds after the duration it
   gives (a Go duration such as ``30s``, set on the Job's pod template).
 * ``pod-exit``: a running pod whose process the demo's pod runner ran ends as that
   process did: the runner writes its exit code in
-  :data:`~jupyterhub_gpu.contract.EXIT_CODE_ANNOTATION`, and the pod becomes
+  :data:`~jupyterhub_gpu.devcluster.contract.EXIT_CODE_ANNOTATION`, and the pod becomes
   Succeeded (0) or Failed, its container terminated with that exit code. A Job's pod
   without run-for and without the runner (no demo hub) runs until it is deleted, as
   notebooks do.
@@ -25,7 +25,7 @@ The status templates are Go templates rendered by kwok; ``Now``, ``NodeIP``,
 
 from __future__ import annotations
 
-from ..contract import EXIT_CODE_ANNOTATION, RUN_FOR_ANNOTATION
+from .contract import EXIT_CODE_ANNOTATION, RUN_FOR_ANNOTATION
 
 API_VERSION = "kwok.x-k8s.io/v1alpha1"
 NODE_REF = {"apiGroup": "v1", "kind": "Node"}

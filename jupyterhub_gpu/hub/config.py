@@ -9,6 +9,7 @@ from typing import Any
 
 from . import metrics
 from ..contract import KUBE_ENV
+from ..roles import add_service, record_spec_path, spec_path
 from .resume import MODULE as RESUME_MODULE
 from .spawner import GPUSpawner
 from ..spec.model import Platform
@@ -17,16 +18,16 @@ from ..spec.source import SpecSource
 RESUME_SERVICE = "gpu-resume"
 
 
-def _add_resume_service(c: Any, platform_file: str) -> None:
+def add_resume_service(c: Any, platform_file: str | None = None) -> None:
+    """Add the ``gpu-resume`` service and its role to config ``c`` (``configure_hub``
+    does, unless ``resume=False``); the spec's path as ``configure_hub`` recorded it."""
     # a managed service gets few of the hub's variables (PATH, LANG...): pass these
     env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
-    service = {"name": RESUME_SERVICE, "environment": env,
-               "command": [sys.executable, "-m", RESUME_MODULE,
-                           "--spec", os.path.abspath(platform_file)]}
-    role = {"name": RESUME_SERVICE, "services": [RESUME_SERVICE],
-            "scopes": ["list:users", "read:servers", "servers"]}
-    c.JupyterHub.services = [*c.JupyterHub.get("services", []), service]
-    c.JupyterHub.load_roles = [*c.JupyterHub.get("load_roles", []), role]
+    path = spec_path(c, platform_file, "add_resume_service")
+    add_service(c, {"name": RESUME_SERVICE, "environment": env,
+                    "command": [sys.executable, "-m", RESUME_MODULE, "--spec", path]},
+                {"name": RESUME_SERVICE, "services": [RESUME_SERVICE],
+                 "scopes": ["list:users", "read:servers", "servers"]})
 
 
 def configure_hub(c: Any, platform_file: str, resume: bool = True) -> Platform:
@@ -43,7 +44,9 @@ def configure_hub(c: Any, platform_file: str, resume: bool = True) -> Platform:
     hub service ``gpu-resume`` (:mod:`jupyterhub_gpu.hub.resume`), which restarts the
     spawns that were queued when the hub last stopped, keeping their queue place.
     It adds the hub's availability API too (:mod:`jupyterhub_gpu.hub.api`), which the
-    spawn form polls.
+    spawn form polls. It records ``platform_file`` in ``c.GPUSpawner.platform_file``,
+    where the other services' helpers (``add_culler_service``, ``add_jobs_service``,
+    ``add_usage_service``) read it when not given one, so a config names the path once.
     """
     from .api import handlers  # JupyterHub's handlers: only where a hub runs
 
@@ -51,7 +54,7 @@ def configure_hub(c: Any, platform_file: str, resume: bool = True) -> Platform:
     metrics.count_from_zero(platform)
     c.JupyterHub.spawner_class = GPUSpawner
     c.JupyterHub.extra_handlers = [*c.JupyterHub.get("extra_handlers", []), *handlers()]
-    c.GPUSpawner.platform_file = platform_file
+    record_spec_path(c, platform_file)
     if resume:
-        _add_resume_service(c, platform_file)
+        add_resume_service(c)
     return platform

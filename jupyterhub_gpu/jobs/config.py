@@ -4,7 +4,8 @@ z2jh chart's ``hub.extraConfig``, the demo's config).
 :func:`add_jobs_service` adds:
 
 * the managed service: ``python -m jupyterhub_gpu.jobs.service``, with the hub's
-  Kubernetes settings (in the hub pod, the in-cluster config) and the spec's path; at
+  Kubernetes settings (in the hub pod, the in-cluster config) and the spec's path (the
+  one ``configure_hub`` recorded in ``c``, unless ``platform_file`` is given); at
   ``url``, which the proxy routes ``/services/gpu-jobs/`` to and notebooks call. It
   gets no role: JupyterHub tells it who a token belongs to, groups included, without
   any scope;
@@ -25,8 +26,8 @@ from typing import Any, Mapping
 from ..builders.job import DEFAULT_HOME_MOUNT_PATH
 from ..contract import (ENV_JOBS_BIND, ENV_JOBS_URL, ENV_PLATFORM_FILE, ENV_USAGE_DB_URL,
                         JOBS_ACCESS_SCOPE, JOBS_SERVICE_NAME, KUBE_ENV)
-from ..roles import with_user_scope
-from ..usage.config import UsageLedger
+from ..ledger.config import UsageLedger
+from ..roles import add_service, spec_path, with_user_scope
 
 #: JupyterHub's default scopes of a server's token (its ``server`` role)
 SERVER_TOKEN_SCOPES = ("users:activity!user", "access:servers!server")
@@ -59,17 +60,21 @@ def service_url(url: str) -> str:
     return f"{url.rstrip('/')}/services/{JOBS_SERVICE_NAME}/"
 
 
-def add_jobs_service(c: Any, platform_file: str, url: str, *, bind: str | None = None,
-                     job_annotations: Mapping[str, str] | None = None,
+def add_jobs_service(c: Any, platform_file: str | None = None, url: str | None = None, *,
+                     bind: str | None = None, job_annotations: Mapping[str, str] | None = None,
                      home_mount_path: str = DEFAULT_HOME_MOUNT_PATH) -> None:
-    """Add the service, the users' scope and the servers' environment to config ``c``.
-    ``home_mount_path``: where notebooks mount the home volume (in the z2jh chart's
-    ``hub.extraConfig``: ``get_config("singleuser.storage.homeMountPath")``)."""
-    c.JupyterHub.services = [*c.JupyterHub.get("services", []),
-                             jobs_service(platform_file, url, bind=bind,
-                                          job_annotations=job_annotations,
-                                          usage_db_url=UsageLedger(config=c).db_url,
-                                          home_mount_path=home_mount_path)]
+    """Add the service at ``url`` (required), the users' scope and the servers'
+    environment to config ``c``. ``platform_file``: the spec's path, by default the one
+    ``configure_hub`` recorded. ``home_mount_path``: where notebooks mount the home
+    volume (in the z2jh chart's ``hub.extraConfig``:
+    ``get_config("singleuser.storage.homeMountPath")``)."""
+    if not url:
+        raise TypeError("add_jobs_service needs url=, where the proxy and notebooks reach "
+                        "the service")
+    add_service(c, jobs_service(spec_path(c, platform_file, "add_jobs_service"), url,
+                                bind=bind, job_annotations=job_annotations,
+                                usage_db_url=UsageLedger(config=c).db_url,
+                                home_mount_path=home_mount_path))
     c.JupyterHub.load_roles = with_user_scope(c.JupyterHub.get("load_roles", []), JOBS_ACCESS_SCOPE)
     scopes = (c.KubeSpawner.get("server_token_scopes") or c.Spawner.get("server_token_scopes")
               or list(SERVER_TOKEN_SCOPES))

@@ -23,8 +23,9 @@ from typing import Callable
 import aiohttp
 import yaml
 
-from ..contract import (AGENTPOOL_LABEL, ENV_DEMO_CULL_EVERY, ENV_DEMO_JOB_RUN_FOR,
-                        FAKE_DCGM_ANNOTATION, NODEPOOL_LABEL, PROFILE_LABEL, USERNAME_KEY)
+from ..contract import AGENTPOOL_LABEL, NODEPOOL_LABEL, PROFILE_LABEL, USERNAME_KEY
+from ..devcluster.contract import (ENV_DEMO_CULL_EVERY, ENV_DEMO_JOB_RUN_FOR,
+                                   FAKE_DCGM_ANNOTATION)
 from ..devcluster import demo
 from ..devcluster.kube import AdminClient, KubeErrors
 from ..devcluster.layout import Layout

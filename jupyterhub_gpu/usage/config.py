@@ -1,48 +1,19 @@
-"""Where the usage ledger lives: ``c.UsageLedger.db_url``, the one setting the hub
-(GPUSpawner) and the jobs service share (:func:`jupyterhub_gpu.jobs.config.add_jobs_service`
-passes it to the service in :data:`~jupyterhub_gpu.contract.ENV_USAGE_DB_URL`)."""
+"""The usage page's settings (``c.UsagePage``); the ledger's (``c.UsageLedger``) stand
+in :mod:`jupyterhub_gpu.ledger.config` and are importable from here too."""
 
 from __future__ import annotations
 
-import os
-
-from traitlets import Int, TraitError, Unicode, default, validate
+from traitlets import Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-#: the ledger's SQLite file, next to JupyterHub's ``jupyterhub.sqlite``
-DEFAULT_FILE = "jupyterhub-gpu-usage.sqlite"
+from ..ledger.config import DEFAULT_FILE, UsageLedger, default_url
+
+__all__ = ["DEFAULT_DAYS", "DEFAULT_FILE", "MAX_DAYS", "UsageLedger", "UsagePage", "default_url"]
+
 #: the longest reporting period the usage page offers, in days
 MAX_DAYS = 366
 #: the period it shows unless the viewer picks one, in days
 DEFAULT_DAYS = 30
-
-
-def default_url(directory: str | None = None) -> str:
-    """SQLite in ``directory`` (default: the working directory, which is the hub's data
-    directory, ``/srv/jupyterhub`` in z2jh), as an absolute path: the jobs service,
-    started elsewhere, opens the same file."""
-    return f"sqlite:///{os.path.join(os.path.abspath(directory or os.getcwd()), DEFAULT_FILE)}"
-
-
-class UsageLedger(Configurable):
-    db_url = Unicode(
-        help=f"""SQLAlchemy URL of the usage ledger's database. Default: SQLite, the
-        file ``{DEFAULT_FILE}`` in the hub's working directory (z2jh: ``/srv/jupyterhub``,
-        the hub's volume, next to ``jupyterhub.sqlite``).
-
-        Example (PostgreSQL, psycopg 3)::
-
-            c.UsageLedger.db_url = "postgresql+psycopg://hub:secret@postgres:5432/jupyterhub"
-
-        The ledger's tables (``jupyterhub_gpu_usage`` and its Alembic version table
-        ``jupyterhub_gpu_usage_alembic_version``) may share JupyterHub's database.
-        Set it before calling ``add_jobs_service``, which passes it to the jobs service.
-        """,
-    ).tag(config=True)
-
-    @default("db_url")
-    def _db_url_default(self) -> str:
-        return default_url()
 
 
 class UsagePage(Configurable):

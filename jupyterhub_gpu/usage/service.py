@@ -46,7 +46,7 @@ from ..contract import (ENV_BASE_URL, ENV_CLIENT_ID, ENV_OAUTH_CALLBACK_URL,
                         ENV_SERVICE_PREFIX, ENV_SERVICE_URL, ENV_USAGE_BIND, ENV_USAGE_DAYS,
                         ENV_USAGE_DB_URL, USAGE_ACCESS_SCOPE, USAGE_CSV_PATH,
                         USAGE_SERVICE_NAME)
-from ..roles import with_user_scope
+from ..roles import add_service, spec_path, with_user_scope
 from ..logtext import error_words
 from ..spec.source import SpecSource
 from . import figures as fg
@@ -177,12 +177,15 @@ def sidecar_service(services: list[dict], url: str) -> list[dict]:
     return [done if s is entry else s for s in services]
 
 
-def add_usage_service(c: Any, platform_file: str, url: str, *, bind: str | None = None,
-                      sidecar: bool = False) -> None:
-    """Add the service and every user's access to it to config ``c``: managed (settings:
-    ``c.UsagePage``, ``c.UsageLedger``), or with ``sidecar`` the entry of the sidecar at
-    ``url`` (:func:`sidecar_service`; its settings are its container's environment, so
-    ``c.UsagePage`` is refused there)."""
+def add_usage_service(c: Any, platform_file: str | None = None, url: str | None = None, *,
+                      bind: str | None = None, sidecar: bool = False) -> None:
+    """Add the service at ``url`` (required) and every user's access to it to config
+    ``c``: managed (settings: ``c.UsagePage``, ``c.UsageLedger``; the spec's path
+    ``platform_file``, by default the one ``configure_hub`` recorded), or with
+    ``sidecar`` the entry of the sidecar (:func:`sidecar_service`; its settings, the
+    spec's path among them, are its container's, so ``c.UsagePage`` is refused there)."""
+    if not url:
+        raise TypeError("add_usage_service needs url=, where the proxy reaches the service")
     if sidecar:
         if c.get("UsagePage"):
             raise ValueError(f"c.UsagePage does not reach the {USAGE_SERVICE_NAME} sidecar: "
@@ -190,9 +193,9 @@ def add_usage_service(c: Any, platform_file: str, url: str, *, bind: str | None 
         c.JupyterHub.services = sidecar_service(list(c.JupyterHub.get("services", [])), url)
     else:
         page = UsagePage(config=c)
-        c.JupyterHub.services = [*c.JupyterHub.get("services", []), usage_service(
-            platform_file, url, UsageLedger(config=c).db_url,
-            prometheus_url=page.prometheus_url, default_days=page.default_days, bind=bind)]
+        add_service(c, usage_service(
+            spec_path(c, platform_file, "add_usage_service"), url, UsageLedger(config=c).db_url,
+            prometheus_url=page.prometheus_url, default_days=page.default_days, bind=bind))
     c.JupyterHub.load_roles = with_user_scope(c.JupyterHub.get("load_roles", []), USAGE_ACCESS_SCOPE)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from jupyterhub_gpu import contract
+from jupyterhub_gpu.devcluster import contract as dev_contract
 from jupyterhub_gpu.builders import karpenter
 from jupyterhub_gpu.devcluster import demo
 
@@ -257,7 +258,7 @@ async def test_spot_profile_lands_on_a_spot_node(spawn, kube, cluster_platform):
     assert labels[contract.CAPACITY_TYPE_LABEL] == "spot"
     assert labels[NODEPOOL_LABEL] == labels[AGENTPOOL_LABEL] == "a100spot"
     assert karpenter.template_labels(pool).items() <= labels.items()
-    assert labels[contract.PRICE_LABEL] == f"{pool.price_per_node_hour:f}", "the spec's price"
+    assert labels[dev_contract.PRICE_LABEL] == f"{pool.price_per_node_hour:f}", "the spec's price"
     taints = {(t.key, t.value, t.effect) for t in node.spec.taints or []}
     assert {(t.key, t.value, t.effect) for t in pool.taints} <= taints
 

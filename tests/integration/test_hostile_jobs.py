@@ -29,9 +29,9 @@ import aiohttp
 import pytest
 from yarl import URL as Url
 
-from jupyterhub_gpu.contract import (ENV_API_TOKEN, ENV_DEMO_JOB_RUN_FOR,
-                                     ENV_DEMO_PROMETHEUS_URL, JOBS_API_PATH, JOBS_SERVICE_NAME,
+from jupyterhub_gpu.contract import (ENV_API_TOKEN, JOBS_API_PATH, JOBS_SERVICE_NAME,
                                      USAGE_CSV_PATH, USAGE_SERVICE_NAME, USERNAME_KEY)
+from jupyterhub_gpu.devcluster.contract import ENV_DEMO_JOB_RUN_FOR, ENV_DEMO_PROMETHEUS_URL
 
 from . import hubrest
 from .audit import AuditLog

@@ -19,9 +19,9 @@ import aiohttp
 import pytest
 
 from jupyterhub_gpu.builders.job import home_of
-from jupyterhub_gpu.contract import (ENV_API_TOKEN, ENV_DEMO_JOB_RUN_FOR, ENV_JOBS_URL,
-                                     JOB_NAME_LABEL, JOBS_API_PATH, JOBS_SERVICE_NAME,
-                                     PRIORITY_LABEL, QUEUE_LABEL)
+from jupyterhub_gpu.contract import (ENV_API_TOKEN, ENV_JOBS_URL, JOB_NAME_LABEL, JOBS_API_PATH,
+                                     JOBS_SERVICE_NAME, PRIORITY_LABEL, QUEUE_LABEL)
+from jupyterhub_gpu.devcluster.contract import ENV_DEMO_JOB_RUN_FOR
 
 from .conftest import wait_for
 from .test_demo import URL, _login, _serving, _spawn_and_wait, _xsrf

@@ -13,7 +13,8 @@ import pytest
 
 from jupyterhub_gpu.builders.job import Home, JobGrant, JobRequest, build_job
 from jupyterhub_gpu.contract import (JOB_COMPLETION_INDEX_ANNOTATION, JOB_NAME_LABEL,
-                                     JOB_UID_LABEL, RUN_FOR_ANNOTATION)
+                                     JOB_UID_LABEL)
+from jupyterhub_gpu.devcluster.contract import RUN_FOR_ANNOTATION
 
 from .conftest import wait_for
 

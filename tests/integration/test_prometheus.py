@@ -35,6 +35,7 @@ import pytest
 import yaml
 
 from jupyterhub_gpu import contract
+from jupyterhub_gpu.devcluster import contract as dev_contract
 from jupyterhub_gpu.builders.nodes import fake_node
 from jupyterhub_gpu.bundle import monitoring
 from jupyterhub_gpu.bundle.files import PROMETHEUS_RULES
@@ -123,7 +124,7 @@ TESS = Who("tess", "data-science", "jhub-data-science", "t4-shared", "t4dev")
 
 async def _annotate(kube, who: Who, values: dict) -> None:
     await kube.core.patch_namespaced_pod(who.pod, who.namespace, {"metadata": {"annotations": {
-        contract.FAKE_DCGM_ANNOTATION: json.dumps(values)}}})
+        dev_contract.FAKE_DCGM_ANNOTATION: json.dumps(values)}}})
 
 
 async def _report_activity(http, token: str) -> None:
@@ -216,7 +217,7 @@ async def test_gpu_telemetry_rules_and_the_gpu_idle_cull(cluster, cluster_spec_p
     server of carol's profile, its GPU at 40 %: the exporter's labels, our own PromQL,
     and every rule and dashboard expression. Carol stops it; the usage page shows the
     three servers as the hub recorded them."""
-    monkeypatch.setenv(contract.ENV_DEMO_CULL_EVERY, "3")
+    monkeypatch.setenv(dev_contract.ENV_DEMO_CULL_EVERY, "3")
     demo.ensure_chp(progress=lambda m: None)
     stop = asyncio.Event()
     hub = asyncio.create_task(demo.serve(

@@ -22,6 +22,7 @@ import json
 import pytest
 
 from jupyterhub_gpu import contract
+from jupyterhub_gpu.devcluster import contract as dev_contract
 from jupyterhub_gpu.devcluster import dcgm
 
 POD_LABELS = {"pod", "namespace", "container"}
@@ -31,7 +32,7 @@ VALUES = json.dumps({contract.DCGM_GPU_UTIL: 37})
 
 def _pod(*containers: tuple[str, dict]) -> dict:
     return {"metadata": {"name": "jupyter-alice", "namespace": "jhub-data-science",
-                         "uid": "u-1", "annotations": {contract.FAKE_DCGM_ANNOTATION: VALUES}},
+                         "uid": "u-1", "annotations": {dev_contract.FAKE_DCGM_ANNOTATION: VALUES}},
             "status": {"phase": "Running"},
             "spec": {"nodeName": "aks-t4dev-0", "containers": [
                 {"name": name, "resources": {"limits": limits}} for name, limits in containers]}}
@@ -94,7 +95,7 @@ def test_the_mapping_rule_is_the_exporters(resource, named, mapped):
 
 def test_nvidia_resource_names_comes_from_the_flag_else_the_environment():
     base = ["--kubeconfig=k", "--port=1"]
-    env = {contract.ENV_DCGM_RESOURCE_NAMES: " nvidia.com/gpu.shared ,,nvidia.com/a100"}
+    env = {dev_contract.ENV_DCGM_RESOURCE_NAMES: " nvidia.com/gpu.shared ,,nvidia.com/a100"}
     assert dcgm.parse_args(base, {}).resource_names == frozenset()
     assert dcgm.parse_args(base, env).resource_names == {"nvidia.com/gpu.shared",
                                                          "nvidia.com/a100"}

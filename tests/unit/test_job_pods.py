@@ -7,8 +7,8 @@ import asyncio
 from pathlib import Path
 
 from jupyterhub_gpu.builders.job import Home, JobGrant, JobRequest, build_job
-from jupyterhub_gpu.contract import (ENV_CHECKPOINT_DIR, EXIT_CODE_ANNOTATION,
-                                     RUN_FOR_ANNOTATION)
+from jupyterhub_gpu.contract import ENV_CHECKPOINT_DIR
+from jupyterhub_gpu.devcluster.contract import EXIT_CODE_ANNOTATION, RUN_FOR_ANNOTATION
 from jupyterhub_gpu.devcluster import stages
 from jupyterhub_gpu.devcluster.jobprocess import (is_runner_job, job_process, result_annotation,
                                                   translate)

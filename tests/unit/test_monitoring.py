@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from jupyterhub_gpu import contract
+from jupyterhub_gpu.devcluster import contract as dev_contract
 from jupyterhub_gpu.bundle import monitoring
 from jupyterhub_gpu.devcluster import dcgm, prometheus
 from jupyterhub_gpu.devcluster.layout import Layout, Ports
@@ -87,7 +88,7 @@ def test_the_dashboard_reads_recorded_series_and_kueue_and_karpenter():
 def _pod(annotation=None, phase="Running", limits=None):
     meta = {"name": "jupyter-alice", "namespace": "jhub-data-science", "uid": "u-1",
             "annotations": {} if annotation is None else
-            {contract.FAKE_DCGM_ANNOTATION: annotation}}
+            {dev_contract.FAKE_DCGM_ANNOTATION: annotation}}
     return {"metadata": meta, "status": {"phase": phase},
             "spec": {"nodeName": "aks-t4dev-0", "containers": [
                 {"name": "notebook", "resources": {"limits": limits or {"nvidia.com/gpu": "2"}}}]}}
