@@ -19,7 +19,7 @@ from typing import Any
 from ..contract import (ENV_CULL_DRY_RUN, ENV_CULLER_METRICS_PORT, ENV_PLATFORM_FILE,
                         ENV_PROMETHEUS_URL, ENV_USAGE_DB_URL)
 from ..ledger.config import UsageLedger
-from ..roles import add_service, spec_path
+from ..services import add_service, spec_path
 
 CULLER_CONFIG = str(files("jupyterhub_gpu.cull") / "culler_config.py")
 SERVICE_NAME = "jupyterhub-gpu-culler"

@@ -9,7 +9,7 @@ from typing import Any
 
 from . import metrics
 from ..contract import KUBE_ENV
-from ..roles import add_service, record_spec_path, spec_path
+from ..services import add_service, record_spec_path, spec_path
 from .resume import MODULE as RESUME_MODULE
 from .spawner import GPUSpawner
 from ..spec.model import Platform

@@ -27,7 +27,7 @@ from ..builders.job import DEFAULT_HOME_MOUNT_PATH
 from ..contract import (ENV_JOBS_BIND, ENV_JOBS_URL, ENV_PLATFORM_FILE, ENV_USAGE_DB_URL,
                         JOBS_ACCESS_SCOPE, JOBS_SERVICE_NAME, KUBE_ENV)
 from ..ledger.config import UsageLedger
-from ..roles import add_service, spec_path, with_user_scope
+from ..services import add_service, spec_path, with_user_scope
 
 #: JupyterHub's default scopes of a server's token (its ``server`` role)
 SERVER_TOKEN_SCOPES = ("users:activity!user", "access:servers!server")

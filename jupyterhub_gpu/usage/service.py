@@ -46,7 +46,7 @@ from ..contract import (ENV_BASE_URL, ENV_CLIENT_ID, ENV_OAUTH_CALLBACK_URL,
                         ENV_SERVICE_PREFIX, ENV_SERVICE_URL, ENV_USAGE_BIND, ENV_USAGE_DAYS,
                         ENV_USAGE_DB_URL, USAGE_ACCESS_SCOPE, USAGE_CSV_PATH,
                         USAGE_SERVICE_NAME)
-from ..roles import add_service, spec_path, with_user_scope
+from ..services import add_service, spec_path, with_user_scope
 from ..logtext import error_words
 from ..spec.source import SpecSource
 from . import figures as fg
