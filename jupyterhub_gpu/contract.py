@@ -177,6 +177,11 @@ ACCELERATOR_LABEL = "kubernetes.azure.com/accelerator"
 #: AKS's label and taint on the nodes of a Spot pool (value ``spot``)
 SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"
 SPOT_VALUE = "spot"
+#: AKS's built-in storage classes: Azure Disk (ReadWriteOnce, one node at a time) and
+#: Azure Files, standard and premium (ReadWriteMany)
+AZURE_DISK_CLASS = "managed-csi"
+AZURE_FILES_CLASS = "azurefile-csi"
+AZURE_FILES_PREMIUM_CLASS = "azurefile-csi-premium"
 
 # -- Karpenter (AKS Node Auto Provisioning; the dev cluster's autoscaler) -----------
 
@@ -301,3 +306,7 @@ ENV_DEMO_PROMETHEUS_URL = ENV_PREFIX + "DEMO_PROMETHEUS_URL"
 ENV_DEMO_METRICS_TOKEN = ENV_PREFIX + "DEMO_METRICS_TOKEN"
 #: how long kwok "runs" the demo's training jobs (a Go duration; RUN_FOR_ANNOTATION)
 ENV_DEMO_JOB_RUN_FOR = ENV_PREFIX + "DEMO_JOB_RUN_FOR"
+#: on a pod in the dev cluster: set by the dev cluster's storage process (playing the
+#: kubelet's volume manager) once every volume the pod mounts is attached to its node;
+#: kwok starts a pod that mounts a claim only then (:mod:`jupyterhub_gpu.devcluster.storage`)
+VOLUMES_ATTACHED_ANNOTATION = PREFIX + "volumes-attached"
