@@ -34,6 +34,9 @@ from .layout import HOST
 
 log = logging.getLogger("devcluster.csi")
 MERGE = "application/merge-patch+json"
+# a strategic merge patch adds or removes one finalizer without rewriting the list (a
+# whole list would re-add one another controller removed meanwhile: refused)
+STRATEGIC = "application/strategic-merge-patch+json"
 KINDS = ("claims", "volumes", "attachments", "pods", "nodes")
 
 
@@ -43,6 +46,10 @@ def _namespaced(obj: dict) -> tuple[str, str]:
 
 def _named(obj: dict) -> str:
     return obj["metadata"]["name"]
+
+
+def _without(finalizer: str) -> dict:
+    return {"metadata": {"$deleteFromPrimitiveList/finalizers": [finalizer]}}
 
 
 class Store:
@@ -114,10 +121,8 @@ class Sidecars:
     def _delete_volume(self, volume: dict) -> None:
         name = volume["metadata"]["name"]
         self.core.delete_persistent_volume(name)
-        left = [f for f in volume["metadata"].get("finalizers") or []
-                if f != storage.PROVISIONER_FINALIZER]
-        self.core.patch_persistent_volume(name, {"metadata": {"finalizers": left}},
-                                          _content_type=MERGE)
+        self.core.patch_persistent_volume(name, _without(storage.PROVISIONER_FINALIZER),
+                                          _content_type=STRATEGIC)
 
     def attach(self, objects: dict[str, dict]) -> None:
         for attachment in objects["attachments"].values():
@@ -129,10 +134,9 @@ class Sidecars:
     def _attach(self, attachment: dict, action: str) -> None:
         meta = attachment["metadata"]
         finalizer = storage.attacher_finalizer(attachment["spec"]["attacher"])
-        others = [f for f in meta.get("finalizers") or [] if f != finalizer]
-        finalizers = others + [finalizer] if action == "attach" else others
-        self.storage_api.patch_volume_attachment(
-            meta["name"], {"metadata": {"finalizers": finalizers}}, _content_type=MERGE)
+        patch = ({"metadata": {"finalizers": [finalizer]}} if action == "attach"
+                 else _without(finalizer))
+        self.storage_api.patch_volume_attachment(meta["name"], patch, _content_type=STRATEGIC)
         if action == "attach":
             self.storage_api.patch_volume_attachment_status(
                 meta["name"], {"status": {"attached": True}}, _content_type=MERGE)

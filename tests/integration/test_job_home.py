@@ -29,6 +29,7 @@ from .test_jobs import hub_batch  # noqa: F401 - the fixture
 USER, GROUPS, NAMESPACE = "hana", frozenset({"data-science"}), "jhub-data-science"
 
 
+@pytest.mark.slow  # it waits a minute for a pod that does not start
 @pytest.mark.xfail(strict=True, reason=(
     "[aks] #28 item 2: the job mounts the notebook's ReadWriteOnce managed-csi home, "
     "attached to the notebook's node; off that node the job's pod sits in Multi-Attach "
@@ -62,7 +63,7 @@ async def _job_runs(spawner, kube, cluster_platform, hub_batch) -> None:  # noqa
         return [p for p in pods if p.status.phase in ("Running", "Succeeded")]
 
     try:
-        (pod, *_) = await wait_for(started, timeout=90, what="the job's pod to run")
+        (pod, *_) = await wait_for(started, timeout=60, what="the job's pod to run")
     except AssertionError:
         events = (await kube.core.list_namespaced_event(NAMESPACE)).items
         raise AssertionError("the job's pod did not run: " + "; ".join(

@@ -100,7 +100,7 @@ async def test_a_disk_home_is_attached_to_one_node_at_a_time(cluster, kube):
     """Pod ``first`` runs with a managed-csi claim (provisioned for the node the
     scheduler picked); ``second``, on another node with the same claim, stays Pending
     with kube-controller-manager's Multi-Attach event until ``first`` is deleted, and
-    then runs, the disk attached to its node."""
+    then runs, the disk attached to its node. The disk goes with its claim."""
     run = uuid.uuid4().hex[:6]
     made = Made(kube)
     claim, first, second = f"disk-{run}", f"first-{run}", f"second-{run}"
@@ -145,6 +145,12 @@ async def test_a_disk_home_is_attached_to_one_node_at_a_time(cluster, kube):
         assert unique_volume_name(volume) in {v.name for v in node.status.volumes_attached}
     finally:
         await made.delete_all()
+    await wait_for(lambda: _gone(kube, volume["metadata"]["name"]), timeout=60,
+                   what="the disk to go with its claim (reclaim policy Delete)")
+
+
+async def _gone(kube, volume: str) -> bool:
+    return volume not in {v.metadata.name for v in (await kube.core.list_persistent_volume()).items}
 
 
 async def _is(made: Made, pod: str, phase: str) -> bool:
@@ -179,9 +185,5 @@ async def test_an_azure_files_share_serves_pods_on_two_nodes_and_goes_with_its_c
         assert await _attachments(kube, pvc.spec.volume_name) == {}
     finally:
         await made.delete_all()
-
-    async def volume_gone():
-        names = {v.metadata.name for v in (await kube.core.list_persistent_volume()).items}
-        return pvc.spec.volume_name not in names
-
-    await wait_for(volume_gone, timeout=60, what=f"volume {pvc.spec.volume_name} to go")
+    await wait_for(lambda: _gone(kube, pvc.spec.volume_name), timeout=60,
+                   what=f"volume {pvc.spec.volume_name} to go")
