@@ -21,15 +21,14 @@ answers 200 once every watch has listed.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 
 from ..contract import VOLUMES_ATTACHED_ANNOTATION
 from . import storage
-from .dcgm import reflect
+from .dcgm import process_client, serve, watch_all
 from .layout import HOST
 
 log = logging.getLogger("devcluster.csi")
@@ -190,34 +189,22 @@ def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kubeconfig", required=True)
-    parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from kubernetes import client, config
+    args, api_client = process_client(argv, __doc__.splitlines()[0])
+    from kubernetes import client
 
-    api_client = config.new_client_from_config(config_file=args.kubeconfig)
     core, storage_api = client.CoreV1Api(api_client), client.StorageV1Api(api_client)
     store, stop = Store(), threading.Event()
-    watches = (("claims", core.list_persistent_volume_claim_for_all_namespaces, _namespaced),
-               ("volumes", core.list_persistent_volume, _named),
-               ("attachments", storage_api.list_volume_attachment, _named),
-               ("pods", core.list_pod_for_all_namespaces, _namespaced),
-               ("nodes", core.list_node, _named))
-    for kind, list_fn, key in watches:
-        threading.Thread(target=reflect, args=(api_client, store, kind, list_fn, key, stop),
-                         daemon=True, name=f"watch-{kind}").start()
+    watch_all(api_client, store, (
+        ("claims", core.list_persistent_volume_claim_for_all_namespaces, _namespaced),
+        ("volumes", core.list_persistent_volume, _named),
+        ("attachments", storage_api.list_volume_attachment, _named),
+        ("pods", core.list_pod_for_all_namespaces, _namespaced),
+        ("nodes", core.list_node, _named)), stop)
     threading.Thread(target=Sidecars(api_client, store).run, args=(stop,), daemon=True,
                      name="sidecars").start()
-    server = ThreadingHTTPServer((HOST, args.port), _handler(store))
     log.info("CSI sidecars for %s; health on http://%s:%d/health",
              ", ".join(storage.ATTACH_REQUIRED), HOST, args.port)
-    try:
-        server.serve_forever()
-    finally:
-        stop.set()
-    return 0
+    return serve(args.port, _handler(store), stop)
 
 
 if __name__ == "__main__":

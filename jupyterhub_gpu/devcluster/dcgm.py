@@ -233,23 +233,42 @@ def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def process_client(argv: list[str] | None, description: str):
+    """The ``--kubeconfig`` and ``--port`` of a dev-cluster watch process (this one,
+    the CSI sidecars'), with logging set up, and its API client."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from kubernetes import client, config
+    from kubernetes import config
 
-    api_client = config.new_client_from_config(config_file=args.kubeconfig)
-    core = client.CoreV1Api(api_client)
-    store, stop = Store(), threading.Event()
-    for kind, list_fn, key in (("pods", core.list_pod_for_all_namespaces, _pod_key),
-                               ("nodes", core.list_node, _node_key)):
+    return args, config.new_client_from_config(config_file=args.kubeconfig)
+
+
+def watch_all(api_client, store, watches: Iterable[tuple[str, Callable, Callable]],
+              stop: threading.Event) -> None:
+    """One reflector thread per (kind, list function, key) into ``store``."""
+    for kind, list_fn, key in watches:
         threading.Thread(target=reflect, args=(api_client, store, kind, list_fn, key, stop),
                          daemon=True, name=f"watch-{kind}").start()
-    server = ThreadingHTTPServer((HOST, args.port), _handler(store))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, api_client = process_client(argv, __doc__.splitlines()[0])
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    store, stop = Store(), threading.Event()
+    watch_all(api_client, store, (("pods", core.list_pod_for_all_namespaces, _pod_key),
+                                  ("nodes", core.list_node, _node_key)), stop)
     log.info("serving DCGM metrics on http://%s:%d/metrics", HOST, args.port)
+    return serve(args.port, _handler(store), stop)
+
+
+def serve(port: int, handler: type[BaseHTTPRequestHandler], stop: threading.Event) -> int:
+    """Serve ``handler`` on ``port`` of 127.0.0.1 until killed; then stop the watches."""
+    server = ThreadingHTTPServer((HOST, port), handler)
     try:
         server.serve_forever()
     finally:
