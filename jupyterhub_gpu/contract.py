@@ -179,6 +179,11 @@ ACCELERATOR_LABEL = "kubernetes.azure.com/accelerator"
 #: AKS's label and taint on the nodes of a Spot pool (value ``spot``)
 SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"
 SPOT_VALUE = "spot"
+#: AKS's built-in storage classes: Azure Disk (ReadWriteOnce, one node at a time) and
+#: Azure Files, standard and premium (ReadWriteMany)
+AZURE_DISK_CLASS = "managed-csi"
+AZURE_FILES_CLASS = "azurefile-csi"
+AZURE_FILES_PREMIUM_CLASS = "azurefile-csi-premium"
 
 # -- Karpenter (AKS Node Auto Provisioning; the dev cluster's autoscaler) -----------
 

@@ -29,7 +29,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from ..contract import (BATCH_GROUP, COMPONENT_LABEL, HUB_COMPONENT, JOB_COMPONENT, JOBS_PORT,
+from ..contract import (AZURE_FILES_CLASS, BATCH_GROUP, COMPONENT_LABEL, HUB_COMPONENT,
+                        JOB_COMPONENT, JOBS_PORT,
                         KUEUE_GROUP, KUEUE_VISIBILITY_GROUP,
                         MANAGED_LABEL, NAMESPACE_NAME_LABEL, NETWORKING_API_VERSION,
                         NETWORKING_GROUP,
@@ -96,7 +97,7 @@ class HubRef:
 class CheckpointVolume:
     """How the checkpoint PVC of the spec is provisioned on AKS."""
 
-    storage_class: str = "azurefile-csi"  # built into AKS: Azure Files, RWX
+    storage_class: str = AZURE_FILES_CLASS  # built into AKS: Azure Files, RWX
     size: str = "100Gi"
 
 

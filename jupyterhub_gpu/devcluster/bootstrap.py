@@ -12,7 +12,7 @@ from kubernetes.dynamic.exceptions import ConflictError
 from ..builders.karpenter import karpenter_objects
 from ..builders.kueue import kueue_objects
 from ..builders.nodes import OVERHEAD_NAMESPACE, fake_node, overhead_daemonset
-from ..bundle.namespaces import CheckpointVolume, HubRef, checkpoint_claim, team_objects
+from ..bundle.namespaces import HubRef, team_objects
 from ..contract import KARPENTER_API_VERSION as KARPENTER_API
 from ..spec.model import Platform, Pool
 from . import kueue_setup as ks
@@ -89,46 +89,16 @@ def wait_kueue_webhooks(client: AdminClient, timeout: float = 60) -> None:
          "Kueue's webhooks to answer (dry-run create of a ResourceFlavor)")
 
 
-TEAM_KINDS = ("ClusterRole", "ClusterRoleBinding", "Namespace", "Role", "RoleBinding",
-              "NetworkPolicy")
-"""What ``up`` applies of the team-namespaces bundle as it is: all but the checkpoint
-PVC, which :func:`checkpoint_volumes` gives a volume."""
-
-
 def apply_team_objects(client: AdminClient, platform: Platform,
                        hub: HubRef = HubRef()) -> list[str]:
     """Apply the bundle's team objects (``config/team-namespaces.yaml``, as an admin
-    does) for the hub ``hub``; return the team namespaces."""
-    objects = [obj for obj in team_objects(platform, hub) if obj["kind"] in TEAM_KINDS]
+    does) for the hub ``hub``; return the team namespaces. The checkpoint PVC
+    (``checkpointStorage``) gets its Azure Files volume from the dev cluster's CSI
+    sidecars, as on AKS."""
+    objects = team_objects(platform, hub)
     for obj in objects:
         client.apply(obj)
     return [obj["metadata"]["name"] for obj in objects if obj["kind"] == "Namespace"]
-
-
-def checkpoint_volumes(platform: Platform,
-                       volume: CheckpointVolume = CheckpointVolume()) -> list[dict]:
-    """The bundle's checkpoint PVC of each team (when the spec has
-    ``checkpointStorage``), each after a PersistentVolume reserved for it: nothing
-    provisions volumes here (on AKS, Azure Files does), and the scheduler places no pod
-    whose PVC is unbound, so without them no checkpointing profile would start. The
-    volumes' hostPath is never written: kwok runs no container."""
-    objects = []
-    for team in platform.teams:
-        claim = checkpoint_claim(platform, team, volume)
-        if claim is None:
-            return []
-        meta, spec = claim["metadata"], claim["spec"]
-        objects += [{"apiVersion": "v1", "kind": "PersistentVolume",
-                     "metadata": {"name": f"checkpoints-{meta['namespace']}"},
-                     "spec": {"capacity": {"storage": volume.size},
-                              "accessModes": spec["accessModes"],
-                              "storageClassName": spec["storageClassName"],
-                              "persistentVolumeReclaimPolicy": "Retain",
-                              "hostPath": {"path": f"/tmp/{meta['namespace']}-checkpoints"},
-                              "claimRef": {"namespace": meta["namespace"],
-                                           "name": meta["name"]}}},
-                    claim]
-    return objects
 
 
 def wait_service_accounts(client: AdminClient, namespaces: Iterable[str],

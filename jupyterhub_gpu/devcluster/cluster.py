@@ -31,7 +31,8 @@ import yaml
 from ..builders.karpenter import instance_types_json
 from ..spec.model import Platform
 from ..bundle.monitoring import rule_groups
-from . import bootstrap, components, kueue_setup, pki as pkimod, procs, prometheus, sources, stages
+from . import (bootstrap, components, kueue_setup, pki as pkimod, procs, prometheus, sources, stages,
+               storage)
 from .components import Component
 from .kube import AdminClient
 from .layout import ALL_INTERFACES, COMPONENTS, HOST, Layout, Ports, default_state_dir
@@ -45,7 +46,8 @@ PORT_OWNERS = {"etcd_client": "etcd", "etcd_peer": "etcd (peer)",
                "kueue_webhook": "Kueue webhook", "kueue_metrics": "Kueue metrics",
                "kueue_health": "Kueue health probe", "karpenter_metrics": "Karpenter metrics",
                "karpenter_health": "Karpenter health probe",
-               "dcgm_exporter": "the DCGM exporter", "prometheus": "Prometheus"}
+               "dcgm_exporter": "the DCGM exporter", "prometheus": "Prometheus",
+               "csi": "the CSI sidecars"}
 
 
 class DevClusterError(RuntimeError):
@@ -172,7 +174,10 @@ def _start_all(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.Pki
     collector's next discovery refresh, up to 30 s later). Kueue and Karpenter start
     last but are not waited on before the others are healthy, since nothing else
     depends on them. Prometheus starts with etcd (it needs nothing to start; its
-    scrapes fail until their targets are up), the DCGM exporter with the scheduler.
+    scrapes fail until their targets are up), the DCGM exporter and the CSI sidecars
+    with the scheduler; AKS's storage classes and CSI drivers go in before
+    kube-controller-manager starts, so that its attach-detach controller finds
+    Azure Disk's ``attachRequired`` from its first attach.
     """
     comps = {c.name: c for c in components.control_plane(bins, layout, ports, pki)}
     started = {"etcd": procs.launch(comps["etcd"], layout),
@@ -183,16 +188,19 @@ def _start_all(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.Pki
     started["kube-apiserver"] = procs.launch(comps["kube-apiserver"], layout)
     _wait(comps["kube-apiserver"], started["kube-apiserver"], layout, pki, progress)
     client = AdminClient(components.apiserver_url(ports), pki)
-    for name in ("kube-scheduler", "kwok", "dcgm-exporter"):
+    for name in ("kube-scheduler", "kwok", "dcgm-exporter", "csi"):
         started[name] = procs.launch(comps[name], layout)
     bootstrap.install_scrape_identity(client, layout)
-    progress("  installing Kueue CRDs, webhook configurations and certificates; Karpenter CRDs")
+    progress("  installing Kueue CRDs, webhook configurations and certificates; Karpenter CRDs; "
+             "AKS's storage classes and CSI drivers")
     bootstrap.install_kueue_prereqs(client, kueue_src, layout, ports, pki)
     bootstrap.install_crds(client, karpenter_crds)
+    for obj in storage.storage_objects():  # before the attach-detach controller starts
+        client.apply(obj)
     for name in ("kube-controller-manager", "kueue", "karpenter"):
         started[name] = procs.launch(comps[name], layout)
     for name in ("kube-controller-manager", "kube-scheduler", "kwok", "kueue", "karpenter",
-                 "dcgm-exporter", "prometheus"):
+                 "dcgm-exporter", "csi", "prometheus"):
         _wait(comps[name], started[name], layout, pki, progress)
     bootstrap.wait_kueue_webhooks(client)
     _populate(client, platform, progress)
@@ -200,8 +208,6 @@ def _start_all(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.Pki
 
 def _populate(client: AdminClient, platform: Platform, progress: Progress) -> None:
     namespaces = bootstrap.apply_team_objects(client, platform)
-    for obj in bootstrap.checkpoint_volumes(platform):
-        client.apply(obj)
     nodes = bootstrap.create_static_nodes(client, platform)
     bootstrap.apply_kueue_objects(client, platform)
     bootstrap.apply_karpenter_objects(client, platform)

@@ -8,6 +8,7 @@ and Karpenter's kwok provider adding and removing the GPU nodes.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -28,12 +29,20 @@ def pod_cidr(ports: Ports) -> str:
 
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 KWOK_NODE_SELECTOR = f"{KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}"
-# Controllers of kube-controller-manager we run: no cloud, attach/detach or eviction ones.
+# Controllers of kube-controller-manager we run: no cloud or eviction ones.
 # node-lifecycle is needed: it lifts the not-ready taint the API server puts on new
 # nodes once kwok reports them Ready (and would mark a node whose heartbeats stop).
 # The persistent-volume binder binds a PVC (a user's home, the checkpoint PVC) to a
-# PersistentVolume that exists: the scheduler never places a pod whose PVC is unbound.
-# Nothing provisions volumes here; PVs are created by whoever needs them (a test).
+# PersistentVolume, and asks the claim's CSI driver for one when none matches; the
+# scheduler never places a pod whose PVC is unbound, and sets the node a
+# WaitForFirstConsumer claim is provisioned for. The dev cluster's CSI sidecars
+# (devcluster/csi.py: AKS's storage classes, as emulated external-provisioner and
+# external-attacher) make the volumes and attach them.
+# The attach-detach controller attaches each CSI volume whose driver requires it
+# (Azure Disk) to the node of the pod that mounts it, through a VolumeAttachment, and
+# refuses a ReadWriteOnce volume a second node with its Multi-Attach error event
+# until the first node's pods are gone (kwok's nodes carry the kubelet's
+# controller-managed-attach-detach annotation: stages.node_initialize).
 # The two protection controllers let a PVC or PV be deleted once no pod uses it.
 # daemonset: the pools' daemonset-overhead pods (builders.nodes.overhead_daemonset).
 CONTROLLERS = (
@@ -42,10 +51,10 @@ CONTROLLERS = (
     "pod-garbage-collector-controller", "replicaset-controller", "deployment-controller",
     "job-controller", "ttl-after-finished-controller", "endpointslice-controller",
     "clusterrole-aggregation-controller", "persistentvolume-binder-controller",
+    "persistentvolume-attach-detach-controller",
     "persistentvolumeclaim-protection-controller", "persistentvolume-protection-controller",
     "daemonset-controller",
 )
-
 
 @dataclass(frozen=True)
 class Health:
@@ -209,10 +218,18 @@ def karpenter(bin_: Path, layout: Layout, ports: Ports) -> Component:
                      fatal_log=(KARPENTER_BAD_INSTANCE_TYPES,))
 
 
+def csi(layout: Layout, ports: Ports) -> Component:
+    """The CSI sidecars of AKS's storage drivers and the kubelet's wait for attached
+    volumes (:mod:`.csi`)."""
+    argv = (sys.executable, "-m", "jupyterhub_gpu.devcluster.csi",
+            f"--kubeconfig={layout.kubeconfig}", f"--port={ports.csi}")
+    return Component("csi", argv, Health(f"http://{HOST}:{ports.csi}/health"))
+
+
 def control_plane(bins: Mapping[str, Path], layout: Layout, ports: Ports,
                   pki: PkiPaths) -> list[Component]:
-    """Every component, in start order (Kueue and Karpenter, then the DCGM exporter and
-    Prometheus, last)."""
+    """Every component, in start order (Kueue and Karpenter, then the CSI sidecars, the
+    DCGM exporter and Prometheus, last)."""
     from . import prometheus
 
     return [
@@ -223,6 +240,7 @@ def control_plane(bins: Mapping[str, Path], layout: Layout, ports: Ports,
         kwok(bins["kwok"], layout, ports),
         kueue(bins["kueue"], layout, ports),
         karpenter(bins["karpenter-kwok"], layout, ports),
+        csi(layout, ports),
         prometheus.dcgm_exporter(layout, ports),
         prometheus.component(bins["prometheus"], layout, ports),
     ]

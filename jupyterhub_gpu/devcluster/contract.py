@@ -48,3 +48,7 @@ ENV_DEMO_JOB_RUN_FOR = ENV_PREFIX + "DEMO_JOB_RUN_FOR"
 #: ``nvidia.com/mig-*``, comma-separated: dcgm-exporter's own variable (its flag
 #: ``--nvidia-resource-names``), e.g. ``nvidia.com/gpu.shared``; empty by default
 ENV_DCGM_RESOURCE_NAMES = "NVIDIA_RESOURCE_NAMES"
+#: on a pod in the dev cluster: set by the dev cluster's storage process (playing the
+#: kubelet's volume manager) once every volume the pod mounts is attached to its node;
+#: kwok starts a pod that mounts a claim only then (:mod:`jupyterhub_gpu.devcluster.storage`)
+VOLUMES_ATTACHED_ANNOTATION = PREFIX + "volumes-attached"

@@ -278,13 +278,28 @@ def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def process_parser(description: str) -> argparse.ArgumentParser:
+    """The ``--kubeconfig`` and ``--port`` of a dev-cluster watch process (this one,
+    the CSI sidecars')."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    return parser
+
+
+def process_client(args: argparse.Namespace):
+    """The API client of a watch process started with ``args``, logging set up."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=args.kubeconfig)
+
+
 def parse_args(argv: list[str] | None, environ: Mapping[str, str]) -> argparse.Namespace:
     """The command line; ``resource_names`` as dcgm-exporter reads its flag: the flag
     (repeatable, comma-separated) if given, else ``NVIDIA_RESOURCE_NAMES`` from
     ``environ``, else none."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kubeconfig", required=True)
-    parser.add_argument("--port", type=int, required=True)
+    parser = process_parser(__doc__.splitlines()[0])
     parser.add_argument(
         RESOURCE_NAMES_FLAG, action="append", dest="resource_names",
         help=f"resources to map to pods besides {GPU_RESOURCE} and {MIG_RESOURCE_PREFIX}*, "
@@ -297,22 +312,32 @@ def parse_args(argv: list[str] | None, environ: Mapping[str, str]) -> argparse.N
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, os.environ)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from kubernetes import client, config
-
-    api_client = config.new_client_from_config(config_file=args.kubeconfig)
-    core = client.CoreV1Api(api_client)
-    store, stop = Store(args.resource_names), threading.Event()
-    for kind, list_fn, key in (("pods", core.list_pod_for_all_namespaces, _pod_key),
-                               ("nodes", core.list_node, _node_key)):
+def watch_all(api_client, store, watches: Iterable[tuple[str, Callable, Callable]],
+              stop: threading.Event) -> None:
+    """One reflector thread per (kind, list function, key) into ``store``."""
+    for kind, list_fn, key in watches:
         threading.Thread(target=reflect, args=(api_client, store, kind, list_fn, key, stop),
                          daemon=True, name=f"watch-{kind}").start()
-    server = ThreadingHTTPServer((HOST, args.port), _handler(store))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv, os.environ)
+    api_client = process_client(args)
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    store, stop = Store(args.resource_names), threading.Event()
+    watch_all(api_client, store, (("pods", core.list_pod_for_all_namespaces, _pod_key),
+                                  ("nodes", core.list_node, _node_key)), stop)
     log.info("serving DCGM metrics on http://%s:%d/metrics; pod labels for %s, %s* and %s",
              HOST, args.port, GPU_RESOURCE, MIG_RESOURCE_PREFIX,
              ", ".join(sorted(args.resource_names)) or f"no other ({ENV_DCGM_RESOURCE_NAMES})")
+    return serve(args.port, _handler(store), stop)
+
+
+def serve(port: int, handler: type[BaseHTTPRequestHandler], stop: threading.Event) -> int:
+    """Serve ``handler`` on ``port`` of 127.0.0.1 until killed; then stop the watches."""
+    server = ThreadingHTTPServer((HOST, port), handler)
     try:
         server.serve_forever()
     finally:

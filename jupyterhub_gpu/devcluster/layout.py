@@ -32,7 +32,7 @@ from pathlib import Path
 
 HOST = "127.0.0.1"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-              "kwok", "kueue", "karpenter", "dcgm-exporter", "prometheus")
+              "kwok", "kueue", "karpenter", "csi", "dcgm-exporter", "prometheus")
 # Ports Karpenter binds on every interface (it takes no bind address).
 ALL_INTERFACES = ("karpenter_metrics", "karpenter_health")
 
@@ -51,6 +51,7 @@ class Ports:
     karpenter_metrics: int = 28090
     karpenter_health: int = 28091
     dcgm_exporter: int = 29400
+    csi: int = 29410
     prometheus: int = 29090
 
     def as_dict(self) -> dict[str, int]:

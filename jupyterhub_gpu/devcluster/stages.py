@@ -4,9 +4,16 @@ kwok 0.8 ships no built-in behaviour; without Stages nodes never become Ready an
 pods stay Pending. These are our own stages for the lifecycle the dev cluster needs:
 
 * ``node-initialize``: a new fake node becomes Ready with addresses and node info,
-  keeping the capacity the node was created with (``builders.nodes.fake_node``).
+  keeping the capacity the node was created with (``builders.nodes.fake_node``), and
+  gets the annotation a kubelet registers its node with by default
+  (``--enable-controller-attach-detach``: the attach-detach controller attaches the
+  node's volumes; kubernetes ``pkg/kubelet/kubelet_node_status.go``).
 * ``node-heartbeat``: a Ready node refreshes its condition heartbeats every 20-25 s.
-* ``pod-ready``: a pending pod bound to a fake node gets a pod IP and runs.
+* ``pod-ready``: a pending pod bound to a fake node gets a pod IP and runs, if it
+  mounts no claim; ``pod-ready-volumes``: one that does, once the dev cluster's CSI
+  sidecars marked it with :data:`~jupyterhub_gpu.devcluster.contract.VOLUMES_ATTACHED_ANNOTATION`
+  (every volume bound and, for Azure Disk, attached to its node: the kubelet starts no
+  container before; :mod:`.storage`). Until then it stays Pending.
 * ``pod-complete``: a running pod owned by a Job with the
   :data:`~jupyterhub_gpu.devcluster.contract.RUN_FOR_ANNOTATION` succeeds after the duration it
   gives (a Go duration such as ``30s``, set on the Job's pod template).
@@ -25,7 +32,8 @@ The status templates are Go templates rendered by kwok; ``Now``, ``NodeIP``,
 
 from __future__ import annotations
 
-from .contract import EXIT_CODE_ANNOTATION, RUN_FOR_ANNOTATION
+from .contract import EXIT_CODE_ANNOTATION, RUN_FOR_ANNOTATION, VOLUMES_ATTACHED_ANNOTATION
+from .storage import CONTROLLER_MANAGED_ATTACH
 
 API_VERSION = "kwok.x-k8s.io/v1alpha1"
 NODE_REF = {"apiGroup": "v1", "kind": "Node"}
@@ -159,9 +167,15 @@ _POD_EXIT = ("{{ $now := Now }}\n"
 
 
 def node_initialize() -> dict:
+    """kwok's ``patches`` (its status template cannot change metadata): the kubelet's
+    annotation first, then the status."""
+    registered = f'annotations:\n  {CONTROLLER_MANAGED_ATTACH}: "true"\n'
     return _stage("node-initialize", NODE_REF,
                   [_expr(READY_STATUS, "NotIn", "True")],
-                  {"statusTemplate": _conditions_template() + _NODE_INIT_REST})
+                  {"patches": [
+                      {"root": "metadata", "template": registered, "type": "merge"},
+                      {"subresource": "status", "root": "status",
+                       "template": _conditions_template() + _NODE_INIT_REST}]})
 
 
 def node_heartbeat(every_ms: int = 20000, jitter_ms: int = 25000) -> dict:
@@ -174,12 +188,26 @@ def node_heartbeat(every_ms: int = 20000, jitter_ms: int = 25000) -> dict:
                   immediateNextStage=True)
 
 
-def pod_ready() -> dict:
-    return _stage("pod-ready", POD_REF,
+_CLAIMS = ".spec.volumes.[].persistentVolumeClaim"
+
+
+def _pod_ready(name: str, volumes: dict) -> dict:
+    return _stage(name, POD_REF,
                   [_expr(".metadata.deletionTimestamp", "DoesNotExist"),
                    _expr(".status.phase", "In", "Pending"),
-                   _expr(READY_STATUS, "NotIn", "True")],
+                   _expr(READY_STATUS, "NotIn", "True"), volumes],
                   {"statusTemplate": _POD_READY})
+
+
+def pod_ready() -> dict:
+    """A pod that mounts no claim runs at once."""
+    return _pod_ready("pod-ready", _expr(_CLAIMS, "DoesNotExist"))
+
+
+def pod_ready_volumes() -> dict:
+    """A pod that mounts a claim runs once its volumes are attached to its node."""
+    attached = f'.metadata.annotations["{VOLUMES_ATTACHED_ANNOTATION}"]'
+    return _pod_ready("pod-ready-volumes", _expr(attached, "Exists"))
 
 
 def pod_complete() -> dict:
@@ -214,5 +242,5 @@ def pod_delete() -> dict:
 
 def stages() -> list[dict]:
     """Every stage the dev cluster's kwok runs, as kwok ``--config`` documents."""
-    return [node_initialize(), node_heartbeat(), pod_ready(), pod_complete(), pod_exit(),
-            pod_delete()]
+    return [node_initialize(), node_heartbeat(), pod_ready(), pod_ready_volumes(),
+            pod_complete(), pod_exit(), pod_delete()]

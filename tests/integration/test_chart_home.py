@@ -3,14 +3,14 @@ built from our Helm values: for every profile of the cluster spec, the running p
 mounts the user's home PVC -- which KubeSpawner creates as the chart asks -- and the
 checkpoint PVC, and keeps every other setting the chart made.
 
-The dev cluster has no storage provisioner: for each PVC a test-made PersistentVolume
-stands in for the Azure disk or file share, and kube-controller-manager's real binder
-binds the two (the scheduler places no pod whose PVC is unbound)."""
+Each PVC gets its volume as on AKS (jupyterhub_gpu/devcluster/storage.py): the home, of
+``managed-csi``, an Azure Disk provisioned for the node the scheduler picked and
+attached to it by kube-controller-manager's attach-detach controller before the pod
+runs; the checkpoint PVC, of ``azurefile-csi``, an Azure Files share."""
 
 from __future__ import annotations
 
 import copy
-import uuid
 from dataclasses import dataclass, field
 
 import pytest
@@ -18,6 +18,7 @@ import yaml
 from kubernetes_asyncio.client import ApiException
 
 from jupyterhub_gpu.bundle.namespaces import CheckpointVolume, checkpoint_claim
+from jupyterhub_gpu.devcluster.storage import DISK_DRIVER, SELECTED_NODE, unique_volume_name
 from jupyterhub_gpu.spec.parse import load_platform
 from jupyterhub_gpu.spec.quantities import parse_cpu, parse_memory
 from jupyterhub_gpu.hub.config import configure_hub
@@ -88,26 +89,14 @@ def hub_config(chart_values, checkpointed_spec):
 
 @dataclass
 class Storage:
-    """Pre-bound PersistentVolumes for PVCs; everything made is deleted at the end."""
+    """PVCs a test made, or KubeSpawner made for it; all deleted at the end (their
+    volumes go with them: reclaim policy Delete)."""
 
     kube: object
-    volumes: list[str] = field(default_factory=list)
     claims: list[tuple[str, str]] = field(default_factory=list)
 
-    async def volume_for(self, namespace: str, claim: str, storage_class: str, size: str,
-                         modes: list[str]) -> None:
-        name = f"pv-{uuid.uuid4().hex[:12]}"
-        await self.kube.core.create_persistent_volume({
-            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
-            "spec": {"capacity": {"storage": size}, "accessModes": modes,
-                     "storageClassName": storage_class,
-                     "persistentVolumeReclaimPolicy": "Retain",
-                     "hostPath": {"path": f"/tmp/jupyterhub-gpu-tests/{name}"},
-                     "claimRef": {"namespace": namespace, "name": claim}}})
-        self.volumes.append(name)
-
     async def claim(self, pvc: dict) -> None:
-        """Create ``pvc`` (unless it exists) and a volume for it."""
+        """Create ``pvc`` (unless it exists)."""
         namespace, name = pvc["metadata"]["namespace"], pvc["metadata"]["name"]
         try:
             await self.kube.core.create_namespaced_persistent_volume_claim(namespace, pvc)
@@ -115,29 +104,20 @@ class Storage:
         except ApiException as e:
             if e.status != 409:
                 raise
-        spec = pvc["spec"]
-        await self.volume_for(namespace, name, spec["storageClassName"],
-                              spec["resources"]["requests"]["storage"], spec["accessModes"])
 
-    async def home(self, namespace: str, claim: str, storage: dict) -> None:
-        """A volume for the home PVC KubeSpawner will create (``singleuser.storage``),
-        made first so that the binder binds the PVC as soon as it appears."""
-        dynamic = storage["dynamic"]
-        await self.volume_for(namespace, claim, dynamic["storageClass"], storage["capacity"],
-                              dynamic["storageAccessModes"])
+    def home(self, namespace: str, claim: str) -> None:
+        """The home PVC KubeSpawner will create (``singleuser.storage``)."""
         self.claims.append((namespace, claim))
 
     async def delete_all(self) -> None:
         for namespace, name in self.claims:
             await self.kube.core.delete_namespaced_persistent_volume_claim(name, namespace)
-        for name in self.volumes:
-            await self.kube.core.delete_persistent_volume(name)
 
 
 @pytest.fixture(scope="module")
 async def checkpoint_claims(kube, checkpointed_spec):
     """The checkpoint PVC the bundle ships (config/team-namespaces.yaml) in every team
-    namespace, each bound to a volume."""
+    namespace (each gets its Azure Files share when the binder asks)."""
     platform = load_platform(checkpointed_spec)
     storage = Storage(kube)
     for team in platform.teams:
@@ -174,7 +154,7 @@ async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
     team, pool = platform.team_for({group}), platform.pool(profile.pool)
     user, storage = f"home-{slug}", z2jh_chart.get(chart_values, "singleuser.storage")
     claim_name = f"claim-{user}"  # KubeSpawner's pvc_name_template, claim-{user_server}
-    await home_storage.home(team.namespace, claim_name, storage)
+    home_storage.home(team.namespace, claim_name)
     await wait_for(lambda: _quota_free(kube, team.namespace), timeout=120,
                    what=f"earlier tests' quota in {team.namespace} to be released")
     # An earlier test's node, empty since its server stopped, is being removed: a pod
@@ -208,6 +188,13 @@ async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
     assert (claim.spec.storage_class_name, claim.spec.access_modes,
             claim.spec.resources.requests["storage"]) == (
         "managed-csi", ["ReadWriteOnce"], storage["capacity"])
+    # an Azure Disk, provisioned for the pod's node and attached there before it ran
+    node = await kube.core.read_node(pod["spec"]["nodeName"])
+    disk = kube.api_client.sanitize_for_serialization(
+        await kube.core.read_persistent_volume(claim.spec.volume_name))
+    assert claim.metadata.annotations[SELECTED_NODE] == node.metadata.name
+    assert disk["spec"]["csi"]["driver"] == DISK_DRIVER
+    assert unique_volume_name(disk) in {v.name for v in node.status.volumes_attached}
 
     # every other trait the chart set and a profile touches: the chart's part is kept
     tolerations = pod["spec"]["tolerations"]
