@@ -17,7 +17,7 @@ from ..contract import (ENV_CHECKPOINT_DIR, ENV_COUNT, ENV_GPU_UNIT, ENV_MEMORY,
                         PRIORITY_LABEL, PROFILE_LABEL, QUEUE_LABEL, TEAM_LABEL)
 from ..cull.notice import pod_env as cull_env
 from ..spec.grant import Grant
-from ..spec.model import Checkpoint, CheckpointStorage, Platform, Pool, Profile, Team
+from ..spec.model import Checkpoint, CheckpointStorage, Platform, Pool
 
 CHECKPOINT_VOLUME = "checkpoints"
 

@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 from .contract import VOLUMES_ATTACHED_ANNOTATION
 from . import storage
-from .dcgm import process_client, process_parser, serve, watch_all
 from .layout import HOST
+from .watchproc import process_client, process_parser, serve, watch_all
 
 log = logging.getLogger("devcluster.csi")
 MERGE = "application/merge-patch+json"

@@ -45,14 +45,15 @@ import os
 import threading
 import uuid
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable, Mapping
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Iterable, Mapping
 
 from ..contract import (DCGM_ENGINE_ACTIVE, DCGM_FB_FREE, DCGM_FB_USED, DCGM_GPU_UTIL,
                         GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX, NVIDIA_PREFIX,
                         SHARED_SUFFIX)
 from .contract import ENV_DCGM_RESOURCE_NAMES, FAKE_DCGM_ANNOTATION
 from .layout import HOST
+from .watchproc import process_client, process_parser, serve, watch_all
 
 log = logging.getLogger("devcluster.dcgm")
 
@@ -65,7 +66,6 @@ FIELDS = {
     DCGM_FB_USED: "Framebuffer memory used (in MiB).",
     DCGM_ENGINE_ACTIVE: "Ratio of time the graphics engine is active.",
 }
-RELIST_SECONDS = 1.0  # after a watch ends or fails
 #: dcgm-exporter's flag for ``NVIDIA_RESOURCE_NAMES`` (``pkg/cmd/app.go``)
 RESOURCE_NAMES_FLAG = "--nvidia-resource-names"
 
@@ -227,31 +227,6 @@ def _node_key(obj: dict) -> str:
     return obj["metadata"]["name"]
 
 
-def reflect(api_client, store: Store, kind: str, list_fn: Callable, key: Callable,
-            stop: threading.Event) -> None:
-    """List, then watch from that list's resourceVersion; list again when the watch
-    ends or fails (the reflector pattern)."""
-    from kubernetes import watch
-
-    while not stop.is_set():
-        try:
-            listing = api_client.sanitize_for_serialization(list_fn())
-            store.replace(kind, {key(o): o for o in listing.get("items") or []})
-            version = listing["metadata"]["resourceVersion"]
-            for event in watch.Watch().stream(list_fn, resource_version=version,
-                                              timeout_seconds=300):
-                obj = api_client.sanitize_for_serialization(event["object"])
-                if event["type"] in ("ADDED", "MODIFIED"):
-                    store.update(kind, key(obj), obj)
-                elif event["type"] == "DELETED":
-                    store.update(kind, key(obj), None)
-                if stop.is_set():
-                    return
-        except Exception as e:  # noqa: BLE001 - keep watching whatever happened
-            log.warning("%s watch: %s: %s; listing again", kind, type(e).__name__, e)
-        stop.wait(RELIST_SECONDS)
-
-
 def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -278,23 +253,6 @@ def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def process_parser(description: str) -> argparse.ArgumentParser:
-    """The ``--kubeconfig`` and ``--port`` of a dev-cluster watch process (this one,
-    the CSI sidecars')."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--kubeconfig", required=True)
-    parser.add_argument("--port", type=int, required=True)
-    return parser
-
-
-def process_client(args: argparse.Namespace):
-    """The API client of a watch process started with ``args``, logging set up."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from kubernetes import config
-
-    return config.new_client_from_config(config_file=args.kubeconfig)
-
-
 def parse_args(argv: list[str] | None, environ: Mapping[str, str]) -> argparse.Namespace:
     """The command line; ``resource_names`` as dcgm-exporter reads its flag: the flag
     (repeatable, comma-separated) if given, else ``NVIDIA_RESOURCE_NAMES`` from
@@ -312,14 +270,6 @@ def parse_args(argv: list[str] | None, environ: Mapping[str, str]) -> argparse.N
     return args
 
 
-def watch_all(api_client, store, watches: Iterable[tuple[str, Callable, Callable]],
-              stop: threading.Event) -> None:
-    """One reflector thread per (kind, list function, key) into ``store``."""
-    for kind, list_fn, key in watches:
-        threading.Thread(target=reflect, args=(api_client, store, kind, list_fn, key, stop),
-                         daemon=True, name=f"watch-{kind}").start()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, os.environ)
     api_client = process_client(args)
@@ -333,16 +283,6 @@ def main(argv: list[str] | None = None) -> int:
              HOST, args.port, GPU_RESOURCE, MIG_RESOURCE_PREFIX,
              ", ".join(sorted(args.resource_names)) or f"no other ({ENV_DCGM_RESOURCE_NAMES})")
     return serve(args.port, _handler(store), stop)
-
-
-def serve(port: int, handler: type[BaseHTTPRequestHandler], stop: threading.Event) -> int:
-    """Serve ``handler`` on ``port`` of 127.0.0.1 until killed; then stop the watches."""
-    server = ThreadingHTTPServer((HOST, port), handler)
-    try:
-        server.serve_forever()
-    finally:
-        stop.set()
-    return 0
 
 
 if __name__ == "__main__":
