@@ -1,10 +1,11 @@
 """Whether a server's user may have the profile a request asks for.
 
 :class:`ProfileRequests` is a collaborator :class:`jupyterhub_gpu.hub.spawner.GPUSpawner`
-holds: it authorizes a request for the user's groups
+holds (``profile_requests``): it authorizes a request for the user's groups
 (:func:`jupyterhub_gpu.spec.grant.authorize`) and against the GPU servers the user's
 other servers hold (:mod:`.servers`), from the hub's own spawner objects (no API
-call), and logs a refusal for the admin.
+call: each other server's ``profile_requests`` tells what it holds), and logs a
+refusal for the admin.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Callable
 
 from ..spec.grant import Grant, OptionsRejected, UserRef, authorize
 from ..spec.model import Platform
-from .servers import OtherServer, check_gpu_servers
+from .servers import OtherServer, check_gpu_servers, other_server
 
 
 def user_ref(user: Any) -> UserRef:
@@ -25,11 +26,15 @@ def user_ref(user: Any) -> UserRef:
 class ProfileRequests:
     """Authorizes the requests of one server. ``user()`` is its JupyterHub user,
     ``this`` its spawner (left out of the user's other servers); a refusal is logged
-    naming the server ``who()``."""
+    naming the server ``who()``. ``held()`` is what the server holds, as its
+    :func:`~.servers.other_server` needs it: the grant of its current options (None
+    when it has none, or it was granted other options), its ``user_options``, and the
+    profile its state names (after a hub restart)."""
 
     def __init__(self, *, user: Callable[[], Any], this: Any, log: Any,
-                 who: Callable[[], str]):
-        self.user, self.this, self.log, self.who = user, this, log, who
+                 who: Callable[[], str],
+                 held: Callable[[], tuple[Grant | None, Any, str | None]]):
+        self.user, self.this, self.log, self.who, self.held = user, this, log, who, held
 
     def authorize(self, user_options: Any, platform: Platform) -> Grant:
         """The grant for ``user_options``, or :class:`OptionsRejected` (logged): also
@@ -56,11 +61,20 @@ class ProfileRequests:
         self.authorize(options, platform())
         return options
 
+    def as_other_server(self, platform: Platform, name: str) -> OtherServer:
+        """This server (named ``name``) as another server of its user sees it."""
+        return other_server(platform, user_ref(self.user()), name, *self.held())
+
     def _other_servers(self, platform: Platform) -> list[OtherServer]:
         """The user's other servers that are running or starting or stopping, as each
-        sees itself (a GPUSpawner's ``as_other_server``)."""
+        tells it (a GPUSpawner's ``profile_requests``)."""
         spawners = getattr(self.user(), "spawners", None) or {}
-        return [other.as_other_server(platform, name) if hasattr(other, "as_other_server")
-                else OtherServer(name, None, False)
-                for name, other in list(spawners.items())
+        return [_other(other, platform, name) for name, other in list(spawners.items())
                 if other is not self.this and other.active]
+
+
+def _other(spawner: Any, platform: Platform, name: str) -> OtherServer:
+    requests = getattr(spawner, "profile_requests", None)
+    if isinstance(requests, ProfileRequests):
+        return requests.as_other_server(platform, name)
+    return OtherServer(name, None, False)  # not a GPUSpawner: holds no GPU of ours

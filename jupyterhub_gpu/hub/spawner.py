@@ -19,7 +19,8 @@ callables (as :class:`~jupyterhub_gpu.kueue.start.QueuedStart` is): the shared w
 (:class:`~jupyterhub_gpu.hub.watching.SpawnWatches`), the platform's stops
 (:class:`~jupyterhub_gpu.hub.stops.PlatformStops`), the usage ledger
 (:class:`~jupyterhub_gpu.usage.spawner.UsageRecording`) and the authorization of a
-request (:class:`~jupyterhub_gpu.hub.grants.ProfileRequests`).
+request (:class:`~jupyterhub_gpu.hub.grants.ProfileRequests`, which the user's other servers also
+ask what this one holds).
 
 Without a platform spec, GPUSpawner is exactly KubeSpawner (:mod:`jupyterhub_gpu.hub.withspec`).
 
@@ -88,7 +89,6 @@ from ..spec.parse import parse_platform
 from ..contract import (ENV_LAST_STOP_NOTICE, QUEUE_LABEL, STATE_POD_UID, STATE_PROFILE,
                         STATE_STOP_NOTICE)
 from .grants import ProfileRequests, user_ref
-from .servers import OtherServer, other_server
 from .watching import SpawnWatches
 from ..spec.model import Platform
 from ..spec.source import FixedSpec, SpecSource
@@ -198,8 +198,11 @@ class GPUSpawner(KubeSpawner):
         self.gpu_watches = SpawnWatches(self, kube_start=kube_start,
                                         shared=self.namespace_watches,
                                         spec_source=lambda: self.spec_source)
-        self._requests = ProfileRequests(user=lambda: self.user, this=self, log=self.log,
-                                         who=lambda: self._log_name)
+        # public: the user's other servers ask it what this one holds
+        self.profile_requests = ProfileRequests(
+            user=lambda: self.user, this=self, log=self.log, who=lambda: self._log_name,
+            held=lambda: (self.gpu_grant if self._applied_options == self.user_options
+                          else None, self.user_options, self._state_profile))
         self._usage = UsageRecording(
             recorder=lambda: hub_recorder(self, getattr(self.user, "db", None), self.log),
             pods=self.gpu_watches, granted=granted, platform=lambda: self.platform,
@@ -271,20 +274,13 @@ class GPUSpawner(KubeSpawner):
 
     @spec_only
     def run_options_from_form(self, form_data: dict) -> Any:
-        return self._requests.authorized(super().run_options_from_form(form_data),
+        return self.profile_requests.authorized(super().run_options_from_form(form_data),
                                          lambda: self.platform)
 
     @spec_only
     def options_from_query(self, query_data: dict) -> Any:
-        return self._requests.authorized(super().options_from_query(query_data),
+        return self.profile_requests.authorized(super().options_from_query(query_data),
                                          lambda: self.platform)
-
-    def as_other_server(self, platform: Platform, name: str) -> OtherServer:
-        """This server as another server of its user sees it (a grant of earlier
-        options is stale)."""
-        grant = self.gpu_grant if self._applied_options == self.user_options else None
-        return other_server(platform, user_ref(self.user), name, grant, self.user_options,
-                            self._state_profile)
 
     def apply_profile(self, user_options: Any) -> Grant:
         """Authorize ``user_options`` (:class:`OptionsRejected` if refused), reset what
@@ -293,7 +289,7 @@ class GPUSpawner(KubeSpawner):
         these ``user_options``, stores them for the next start, and the culler reads
         the profile from them."""
         platform = self.platform  # one spec for the whole spawn
-        grant = self._requests.authorize(user_options, platform)
+        grant = self.profile_requests.authorize(user_options, platform)
         if self._gpu_base_traits is None:
             self._gpu_base_traits = {name: copy.deepcopy(getattr(self, name))
                                      for name in SpawnSettings.trait_names()}
