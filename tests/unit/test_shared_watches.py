@@ -75,3 +75,17 @@ async def test_each_watch_starter_owns_its_failure_times(make_spawner):
     assert await NamespaceWatches().watch(spawner, "pods", Refused, "jhub-a") is None
     assert await NamespaceWatches().watch(spawner, "pods", Refused, "jhub-a") is None
     assert Refused.made == 2
+
+
+def test_every_watch_lives_in_the_watches_package(repo_root):
+    """Issue #26: one home for the shared watches. A reflector class (a subclass of
+    one of KubeSpawner's reflectors or of ours) defined anywhere else is a watch
+    outside it."""
+    import re
+
+    package = repo_root / "jupyterhub_gpu"
+    defined = {path.relative_to(package).as_posix(): name
+               for path in package.rglob("*.py")
+               for name in re.findall(r"^class (\w+)\([^)]*Reflector\b", path.read_text(),
+                                      re.M)}
+    assert defined and {path for path in defined if not path.startswith("watches/")} == set()
