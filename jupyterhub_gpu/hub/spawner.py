@@ -58,8 +58,7 @@ oldest pin, ``.ci/oldest-constraints.txt``) and 7.1.0, and JupyterHub 5.3.0 and
 Public API took the place of ``KubeSpawner._start`` and ``_start_future`` (GPUSpawner
 overrides ``start()`` and keeps its own future), ``_options_from_form`` and
 ``_options_from_form_default`` (``run_options_from_form()`` and
-``options_from_query()``), ``_get_reflector_key("pods")`` (``pod_reflector``) and
-traitlets' ``_trait_values`` (``trait_has_value()``).
+``options_from_query()``) and traitlets' ``_trait_values`` (``trait_has_value()``).
 """
 
 from __future__ import annotations
