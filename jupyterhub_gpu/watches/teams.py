@@ -16,7 +16,6 @@ from typing import Any, Iterable
 from kubespawner.clients import load_config
 from kubespawner.reflector import NamespacedResourceReflector
 from kubespawner.spawner import PodReflector
-from traitlets import default
 
 from ..contract import COMPONENT_LABEL, JOB_COMPONENT, SINGLEUSER_COMPONENT
 from .reflectors import WorkloadReflector
@@ -24,19 +23,12 @@ from .resuming import ResumesWatch
 
 
 class JobReflector(ResumesWatch, NamespacedResourceReflector):
-    """The users' training Jobs of one namespace."""
+    """The users' training Jobs of one namespace (set as KubeSpawner's PodReflector
+    sets its ``kind``)."""
 
-    @default("kind")
-    def _kind_default(self) -> str:
-        return "jobs"
-
-    @default("api_group_name")
-    def _api_group_default(self) -> str:
-        return "BatchV1Api"
-
-    @default("list_method_name")
-    def _list_method_default(self) -> str:
-        return "list_namespaced_job"
+    kind = "jobs"
+    api_group_name = "BatchV1Api"
+    list_method_name = "list_namespaced_job"
 
 
 class UserPodReflector(ResumesWatch, PodReflector):
