@@ -16,9 +16,10 @@ The numbers come from the hub's shared watches, never from a call per request: t
 node watch (:mod:`jupyterhub_gpu.watches.poolnodes`), and in each team namespace the pod and
 Workload watches GPUSpawner's spawns use (the same reflectors, by KubeSpawner's key:
 :func:`jupyterhub_gpu.watches.namespaces.reflector_key`). The first request starts the
-ones not running yet (:class:`~jupyterhub_gpu.watches.namespaces.NamespaceWatches`). A watch
-that cannot start (no permission) is retried at most every :data:`~jupyterhub_gpu.watches.namespaces.RETRY_SECONDS`,
-and what depends on it is ``null``. The typical wait comes from the hub's database
+ones not running yet (:class:`~jupyterhub_gpu.watches.namespaces.NamespaceWatches`). A
+watch that cannot start (no permission) is retried at most every
+:data:`~jupyterhub_gpu.watches.namespaces.RETRY_SECONDS`, and what depends on it is
+``null``. The typical wait comes from the hub's database
 (:mod:`jupyterhub_gpu.hub.queuewaits`).
 
 They are Tornado handlers of the hub itself, added by :func:`~jupyterhub_gpu.configure_hub`

@@ -90,7 +90,8 @@ async def test_a_watch_that_cannot_start_is_retried_at_most_every_minute(
     assert len(Reflector.made) == 1, "no second call within the minute"
     Reflector.fail = False
     clock[0] += 1
-    assert await spawner.namespace_watches.watch(spawner, "pods", Reflector, NS) is Reflector.made[1]
+    again = await spawner.namespace_watches.watch(spawner, "pods", Reflector, NS)
+    assert again is Reflector.made[1]
 
 
 async def test_a_failed_watch_of_a_spawn_is_replaced(spawner):
