@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 from typing import Any, ClassVar
 
 from kubernetes_asyncio.client import ApiException
@@ -209,6 +208,9 @@ class GPUSpawner(KubeSpawner):
             starting=lambda: self._gpu_start is not None and not self._gpu_start.done(),
             orm=lambda: getattr(self, "orm_spawner", None),
             server=lambda: (self.user.name, self.name, self.namespace))
+        def keep_notice(notice: dict) -> None:
+            self.gpu_stop_notice = notice
+
         self._stops = PlatformStops(
             self.gpu_watches, granted=granted, platform=lambda: self.platform,
             pod_uid=lambda: getattr(self, "pod_id", None),
@@ -216,7 +218,7 @@ class GPUSpawner(KubeSpawner):
             delete_pod=lambda: self.api.delete_namespaced_pod(
                 self.pod_name, self.namespace, grace_period_seconds=0),
             kept=lambda: self.gpu_stop_notice,
-            keep=functools.partial(setattr, self, "gpu_stop_notice"),
+            keep=keep_notice,
             usage_stopped=self._usage.stopped_by_platform,
             server=lambda: Server(self._log_name, self.user.name, self.name,
                                   (getattr(self.user, "settings", None) or {}).get("eventlog")),
