@@ -1,7 +1,8 @@
 """The hub process: GPUSpawner and what JupyterHub runs beside it.
 
 * :mod:`.spawner` -- GPUSpawner (public path: :mod:`jupyterhub_gpu.spawner`), with its
-  collaborators :mod:`.stops` and :mod:`jupyterhub_gpu.usage.spawner`;
+  collaborators :mod:`.grants`, :mod:`.watching`, :mod:`.stops` and
+  :mod:`jupyterhub_gpu.usage.spawner`;
 * :mod:`.config` -- ``configure_hub``: the spawner, the spec and the hub's services;
 * :mod:`.form`, :mod:`.servers`, :mod:`.withspec` -- the spawn form, one GPU server
   at a time, KubeSpawner unchanged without a spec;

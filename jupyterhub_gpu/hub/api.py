@@ -14,10 +14,12 @@ authorizes it before anything is created.
 
 The numbers come from the hub's shared watches, never from a call per request: the
 node watch (:mod:`jupyterhub_gpu.watches.poolnodes`), and in each team namespace the pod and
-Workload watches GPUSpawner's spawns use (the same reflectors, by KubeSpawner's key
-``(kind, namespace)``). The first request starts the ones not running yet. A watch
-that cannot start (no permission) is retried at most every :data:`RETRY_SECONDS`,
-and what depends on it is ``null``. The typical wait comes from the hub's database
+Workload watches GPUSpawner's spawns use (the same reflectors, by KubeSpawner's key:
+:func:`jupyterhub_gpu.watches.namespaces.reflector_key`). The first request starts the
+ones not running yet (:class:`~jupyterhub_gpu.watches.namespaces.NamespaceWatches`). A
+watch that cannot start (no permission) is retried at most every
+:data:`~jupyterhub_gpu.watches.namespaces.RETRY_SECONDS`, and what depends on it is
+``null``. The typical wait comes from the hub's database
 (:mod:`jupyterhub_gpu.hub.queuewaits`).
 
 They are Tornado handlers of the hub itself, added by :func:`~jupyterhub_gpu.configure_hub`
@@ -40,19 +42,20 @@ from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
-from ..watches import poolnodes
 from . import queuewaits
 from .availability import Cluster, user_availability
 from ..contract import COMPONENT_LABEL, PROFILES_API_PATH, USER_PROFILES_API_PATH
 from .form import REFRESH_SECONDS, profile_card
 from ..watches.reflectors import RecordingPodReflector, WorkloadReflector
-from ..watches.namespaces import RETRY_SECONDS, _failed_at, namespace_watch  # noqa: F401
+from .grants import user_ref
+from ..watches.poolnodes import NodeReflector, failed
 from ..spec.model import Platform, Team
 
+
 async def _node_watch(spawner: Any) -> Any:
-    await spawner._watch_nodes(retry=False)  # the hub's one node watch
-    nodes = spawner.reflectors.get(spawner._get_reflector_key(poolnodes.NodeReflector.kind))
-    return None if nodes is None or poolnodes.failed(nodes) else nodes
+    await spawner.gpu_watches.nodes(retry=False)  # the hub's one node watch
+    nodes = spawner.gpu_watches.get(NodeReflector.kind)
+    return None if nodes is None or failed(nodes) else nodes
 
 
 def _items(reflector: Any) -> list[dict] | None:
@@ -63,10 +66,11 @@ async def cluster_now(spawner: Any, platform: Platform, team: Team) -> Cluster:
     """What the shared watches hold now, for a user of ``team``."""
     namespaces = sorted({t.namespace for t in platform.teams})
     labels = {COMPONENT_LABEL: spawner.component_label}
+    watch = spawner.namespace_watches.watch
     nodes, workloads, *pods = await asyncio.gather(
         _node_watch(spawner),
-        namespace_watch(spawner, "workloads", WorkloadReflector, team.namespace),
-        *(namespace_watch(spawner, "pods", RecordingPodReflector, ns, labels=labels)
+        watch(spawner, "workloads", WorkloadReflector, team.namespace),
+        *(watch(spawner, "pods", RecordingPodReflector, ns, labels=labels)
           for ns in namespaces))
     every_pod = (None if any(p is None for p in pods)
                  else [pod for reflector in pods for pod in reflector.resources.values()])
@@ -79,7 +83,7 @@ async def profiles_of(user: Any, db: Any) -> dict:
     platform = getattr(spawner, "platform", None)
     if platform is None:
         raise web.HTTPError(404, "This hub's spawner has no GPU platform spec.")
-    ref = spawner.user_ref
+    ref = user_ref(spawner.user)
     team = platform.team_for(ref.groups)
     now = datetime.now(timezone.utc)
     cluster, waits = Cluster(None, None, None), []

@@ -12,11 +12,17 @@ All decisions are made elsewhere -- the pod by pure code
   (the spawner object is reused across spawns, kubespawner#546); each spawn reads
   the spec as it is then, and a running server keeps the grant it started with;
 * ``start()`` goes through the team's queue, ``poll()`` tells why the platform
-  stopped a server (:mod:`jupyterhub_gpu.hub.stops`); each session goes into the usage
-  ledger (:mod:`jupyterhub_gpu.usage.spawner`).
+  stopped a server; each session goes into the usage ledger.
+
+Each of those is a collaborator the spawner holds, handed what it reads and does as
+callables (as :class:`~jupyterhub_gpu.kueue.start.QueuedStart` is): the shared watches
+(:class:`~jupyterhub_gpu.hub.watching.SpawnWatches`), the platform's stops
+(:class:`~jupyterhub_gpu.hub.stops.PlatformStops`), the usage ledger
+(:class:`~jupyterhub_gpu.usage.spawner.UsageRecording`) and the authorization of a
+request (:class:`~jupyterhub_gpu.hub.grants.ProfileRequests`, which the user's other servers also
+ask what this one holds).
 
 Without a platform spec, GPUSpawner is exactly KubeSpawner (:mod:`jupyterhub_gpu.hub.withspec`).
-Its shared watches are :mod:`jupyterhub_gpu.hub.watching`'s.
 
 Upstream internals the package relies on, checked against kubespawner 7.0.0 (the
 oldest pin, ``.ci/oldest-constraints.txt``) and 7.1.0, and JupyterHub 5.3.0 and
@@ -26,8 +32,10 @@ oldest pin, ``.ci/oldest-constraints.txt``) and 7.1.0, and JupyterHub 5.3.0 and
   watch that remembers deleted pods (:mod:`jupyterhub_gpu.watches.reflectors`);
   overridden to start again a shared watch that gave up.
 - ``KubeSpawner._start_watching_pods``: overridden to start that pod watch.
-- ``KubeSpawner._get_reflector_key``: finds the namespace's shared Workload watch;
-  overridden so that the node watch is one for the whole cluster.
+- ``KubeSpawner._get_reflector_key``: the key of a shared watch in ``reflectors``;
+  overridden by :func:`jupyterhub_gpu.watches.namespaces.reflector_key`, which gives
+  KubeSpawner's key for any namespace (a unit test checks they agree) and one node
+  watch for the whole cluster.
 - ``KubeSpawner._make_create_pod_request``: overridden to adopt a pod left queued by
   a hub that died.
 - ``KubeSpawner._options_form_default``: KubeSpawner's own form, without a spec
@@ -39,8 +47,9 @@ oldest pin, ``.ci/oldest-constraints.txt``) and 7.1.0, and JupyterHub 5.3.0 and
 - ``Spawner._run_apply_user_options``: tests only, to do what the hub does before
   ``start()``.
 - ``KubeSpawner.reflectors``: the shared watches, by ``_get_reflector_key``'s key;
-  the availability API (:mod:`jupyterhub_gpu.hub.api`) starts each team namespace's
-  pod and Workload watch there, under the key a spawner of that namespace uses.
+  the availability API (:mod:`jupyterhub_gpu.hub.api`) and the stop notices start
+  other team namespaces' pod and Workload watches there, under the key a spawner of
+  that namespace uses (:class:`jupyterhub_gpu.watches.namespaces.NamespaceWatches`).
 - ``ResourceReflector.first_load_future``: whether a watch's first listing is done
   or failed (the availability API and :mod:`jupyterhub_gpu.watches.poolnodes`).
 - ``ResourceReflector.resources``: replaced on each full listing, set and popped
@@ -49,45 +58,42 @@ oldest pin, ``.ci/oldest-constraints.txt``) and 7.1.0, and JupyterHub 5.3.0 and
 Public API took the place of ``KubeSpawner._start`` and ``_start_future`` (GPUSpawner
 overrides ``start()`` and keeps its own future), ``_options_from_form`` and
 ``_options_from_form_default`` (``run_options_from_form()`` and
-``options_from_query()``), ``_get_reflector_key("pods")`` (``pod_reflector``) and
-traitlets' ``_trait_values`` (``trait_has_value()``).
+``options_from_query()``) and traitlets' ``_trait_values`` (``trait_has_value()``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
-import os
-from typing import Any
+from typing import Any, ClassVar
 
 from kubernetes_asyncio.client import ApiException
 from kubespawner import KubeSpawner
 from tornado import web
 from traitlets import Any as AnyTrait
-from traitlets import Dict, Integer, Unicode, default, validate
+from traitlets import Dict, Integer, default
 
 from . import queuewaits
 from ..builders.pod import SpawnSettings, merge_traits, spawn_settings
-from ..spec.grant import Grant, OptionsRejected, UserRef, authorize
+from ..spec.grant import Grant, OptionsRejected
 from ..cull.notice import deadline_env
 from .form import render_form, user_profiles_url
 from ..kueue import status as kstatus
 from ..kueue.lifecycle import Outcome, SpawnRefused
 from ..kueue.messages import Stage, submit_unavailable
-from ..watches.reflectors import WorkloadReflector
 from ..kueue.start import QueuedStart
 from ..kueue.start import progress as queue_progress
 from ..spec.parse import parse_platform
 from ..contract import (ENV_LAST_STOP_NOTICE, QUEUE_LABEL, STATE_POD_UID, STATE_PROFILE,
                         STATE_STOP_NOTICE)
-from .servers import OtherServer, check_gpu_servers, other_server
-from .watching import SharedWatches
+from .grants import ProfileRequests, user_ref
+from .watching import SpawnWatches
 from ..spec.model import Platform
 from ..spec.source import FixedSpec, SpecSource
-from .stops import PlatformStops
-from ..usage.spawner import UsageRecording
-from .withspec import spec_default, spec_only
+from .stops import PlatformStops, Server
+from ..usage.spawner import UsageRecording, hub_recorder
+from ..watches.namespaces import NamespaceWatches
+from .withspec import ExistingFile, spec_default, spec_only
 
 # with a spec, poll() tells a preempted or evicted server within seconds, not 30
 PLATFORM_POLL_SECONDS = 10
@@ -97,16 +103,33 @@ POD_REQUEST_TIMEOUT_SECONDS = 15
 POD_REQUEST_RETRY_SECONDS = 60
 
 
+def _store_options(spawner: "GPUSpawner", options: dict) -> None:
+    """Set the ``user_options`` JupyterHub reports, and stores (``orm_spawner``,
+    committed after ``start()`` is called) for the next start."""
+    spawner.user_options = options
+    if getattr(spawner, "orm_spawner", None) is not None:
+        spawner.orm_spawner.user_options = copy.deepcopy(options)
+
+
 def _apply_user_options(spawner: "GPUSpawner", user_options: dict) -> None:
-    """JupyterHub's ``apply_user_options`` hook (runs before ``start()``)."""
+    """JupyterHub's ``apply_user_options`` hook (runs before ``start()``). JupyterHub
+    stores a start request's ``user_options`` for the next start before the hook
+    refuses them: a refusal puts back the last granted profile (``{}``, the default,
+    if this spawner has none), so that a later start without options is not refused
+    again for what someone forged."""
     try:
         spawner.apply_profile(user_options)
     except OptionsRejected as e:
-        spawner.forget_refused_options()
+        grant = spawner.gpu_grant
+        _store_options(spawner, {"profile": grant.profile.slug} if grant else {})
         raise web.HTTPError(400, str(e), reason=str(e)) from None
 
 
-class GPUSpawner(PlatformStops, UsageRecording, SharedWatches, KubeSpawner):
+class GPUSpawner(KubeSpawner):
+    #: starts the watches of namespaces no spawn has started (one for the hub, beside
+    #: KubeSpawner's class-level ``reflectors``)
+    namespace_watches: ClassVar[NamespaceWatches] = NamespaceWatches()
+
     gpu_grant: Grant | None = None  # the profile grant of the current/last spawn
     gpu_stop_notice: dict | None = None  # why the platform stopped the last server
     _last_stop_notice: dict | None = None  # that notice, for the next server's environment
@@ -118,7 +141,7 @@ class GPUSpawner(PlatformStops, UsageRecording, SharedWatches, KubeSpawner):
     _queued: QueuedStart | None = None  # the current/last start through the queue
     _gpu_start: asyncio.Future | None = None  # what start() returned
 
-    platform_file = Unicode(
+    platform_file = ExistingFile(
         "",
         help="""Path of the GPU platform spec (YAML). The hub reads it again when it
         changes (e.g. a ConfigMap update): new spawns use the new spec, running
@@ -165,6 +188,42 @@ class GPUSpawner(PlatformStops, UsageRecording, SharedWatches, KubeSpawner):
         ``platform_spec``. None when neither is set: GPUSpawner is then KubeSpawner.""",
     )
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        granted = lambda: (self.gpu_grant, self._grant_platform)  # noqa: E731
+        # public: the availability API reads the shared watches through them too
+        kube_start = lambda **kw: super(GPUSpawner, self)._start_reflector(**kw)  # noqa: E731
+        self.gpu_watches = SpawnWatches(self, kube_start=kube_start,
+                                        shared=self.namespace_watches,
+                                        spec_source=lambda: self.spec_source)
+        # public: the user's other servers ask it what this one holds
+        self.profile_requests = ProfileRequests(
+            user=lambda: self.user, this=self, log=self.log, who=lambda: self._log_name,
+            held=lambda: (self.gpu_grant if self._applied_options == self.user_options
+                          else None, self.user_options, self._state_profile))
+        self._usage = UsageRecording(
+            recorder=lambda: hub_recorder(self, getattr(self.user, "db", None), self.log),
+            pods=self.gpu_watches, granted=granted, platform=lambda: self.platform,
+            queued=lambda: self._queued,
+            starting=lambda: self._gpu_start is not None and not self._gpu_start.done(),
+            orm=lambda: getattr(self, "orm_spawner", None),
+            server=lambda: (self.user.name, self.name, self.namespace))
+        def keep_notice(notice: dict) -> None:
+            self.gpu_stop_notice = notice
+
+        self._stops = PlatformStops(
+            self.gpu_watches, granted=granted, platform=lambda: self.platform,
+            pod_uid=lambda: getattr(self, "pod_id", None),
+            node_lost_seconds=lambda: self.node_lost_seconds,
+            delete_pod=lambda: self.api.delete_namespaced_pod(
+                self.pod_name, self.namespace, grace_period_seconds=0),
+            kept=lambda: self.gpu_stop_notice,
+            keep=keep_notice,
+            usage_stopped=self._usage.stopped_by_platform,
+            server=lambda: Server(self._log_name, self.user.name, self.name,
+                                  (getattr(self.user, "settings", None) or {}).get("eventlog")),
+            log=self.log)
+
     @default("spec_source")
     def _spec_source_default(self) -> SpecSource | FixedSpec | None:
         if self.platform_spec:
@@ -178,13 +237,6 @@ class GPUSpawner(PlatformStops, UsageRecording, SharedWatches, KubeSpawner):
         """The spec now (while an edit is broken, the last good one); None without."""
         source = self.spec_source
         return None if source is None else source.current()
-
-    @validate("platform_file")
-    def _validate_platform_file(self, proposal: dict) -> str:
-        path = proposal["value"]
-        if path and not os.path.isfile(path):
-            raise ValueError(f"c.GPUSpawner.platform_file: no such file: {path}")
-        return path
 
     @spec_default("poll_interval")
     def _platform_poll_interval(self) -> int:
@@ -210,7 +262,8 @@ class GPUSpawner(PlatformStops, UsageRecording, SharedWatches, KubeSpawner):
     @spec_default("options_form")
     def _platform_form(self) -> Any:
         return lambda spawner: render_form(
-            spawner.platform, spawner.user_ref.groups, spawner.user_options.get("profile"),
+            spawner.platform, user_ref(spawner.user).groups,
+            spawner.user_options.get("profile"),
             (spawner.gpu_stop_notice or {}).get("message"),
             user_profiles_url(spawner.hub.base_url, spawner.user.name))
 
@@ -218,66 +271,26 @@ class GPUSpawner(PlatformStops, UsageRecording, SharedWatches, KubeSpawner):
     def _platform_apply_user_options(self) -> Any:
         return _apply_user_options
 
-    @property
-    def user_ref(self) -> UserRef:
-        return UserRef(self.user.name, frozenset(g.name for g in self.user.groups))
-
     # -- authorization and profiles ---------------------------------------------
 
     @spec_only
     def run_options_from_form(self, form_data: dict) -> Any:
-        return self._authorized(super().run_options_from_form(form_data))
+        return self.profile_requests.authorized(super().run_options_from_form(form_data),
+                                         lambda: self.platform)
 
     @spec_only
     def options_from_query(self, query_data: dict) -> Any:
-        return self._authorized(super().options_from_query(query_data))
-
-    def _authorized(self, options: Any) -> Any:
-        """``options`` once authorized: a forged or stale choice shows its error on
-        the form, and nothing is created."""
-        if inspect.isawaitable(options):  # an admin's async options_from_form
-            async def later() -> Any:
-                return self._authorized(await options)
-            return later()
-        self.authorize(options)
-        return options
-
-    def authorize(self, user_options: Any, platform: Platform | None = None) -> Grant:
-        """The grant for ``user_options``, or :class:`OptionsRejected` (logged): also
-        when it is a GPU profile and the user's other servers hold as many GPU servers
-        as the spec allows (:mod:`jupyterhub_gpu.hub.servers`)."""
-        platform = platform or self.platform
-        try:
-            grant = authorize(platform, self.user_ref, user_options)
-            cpu_offered = not all(map(platform.uses_gpu,
-                                      platform.profiles_for(self.user_ref.groups)))
-            check_gpu_servers(platform, grant, self._other_servers(platform), cpu_offered)
-            return grant
-        except OptionsRejected as e:
-            self.log.warning("Rejected GPU spawn options for %s: %s",
-                             self._log_name, e.log_detail)
-            raise
-
-    def _other_servers(self, platform: Platform) -> list[OtherServer]:
-        """The user's other servers that are running or starting or stopping, from
-        the hub's own spawner objects (no API call)."""
-        spawners = getattr(self.user, "spawners", None) or {}
-        return [other.as_other_server(platform, name) if isinstance(other, GPUSpawner)
-                else OtherServer(name, None, False)
-                for name, other in list(spawners.items())
-                if other is not self and other.active]
-
-    def as_other_server(self, platform: Platform, name: str) -> OtherServer:
-        """This server as another server of its user sees it (a grant of earlier
-        options is stale)."""
-        grant = self.gpu_grant if self._applied_options == self.user_options else None
-        return other_server(platform, self.user_ref, name, grant, self.user_options,
-                            self._state_profile)
+        return self.profile_requests.authorized(super().options_from_query(query_data),
+                                         lambda: self.platform)
 
     def apply_profile(self, user_options: Any) -> Grant:
-        """Authorize ``user_options``, reset what an earlier profile set, apply."""
+        """Authorize ``user_options`` (:class:`OptionsRejected` if refused), reset what
+        an earlier profile set, apply. The profile granted is recorded, not what was
+        asked (``{}`` or ``{"profile": null}`` mean the default): JupyterHub reports
+        these ``user_options``, stores them for the next start, and the culler reads
+        the profile from them."""
         platform = self.platform  # one spec for the whole spawn
-        grant = self.authorize(user_options, platform)
+        grant = self.profile_requests.authorize(user_options, platform)
         if self._gpu_base_traits is None:
             self._gpu_base_traits = {name: copy.deepcopy(getattr(self, name))
                                      for name in SpawnSettings.trait_names()}
@@ -292,87 +305,53 @@ class GPUSpawner(PlatformStops, UsageRecording, SharedWatches, KubeSpawner):
         self.start_timeout = (grant.profile.queue_patience_seconds
                               + grant.profile.start_timeout_seconds)
         self.gpu_grant, self._grant_platform = grant, platform
-        self._record_granted(grant)
+        granted = {"profile": grant.profile.slug}
+        if self.user_options != granted:
+            _store_options(self, granted)
+        self._applied_options = copy.deepcopy(granted)
         self.log.info("Applying GPU profile %r (queue %s/%s, priority %s) for %s",
                       grant.profile.slug, grant.team.namespace, grant.team.local_queue,
                       grant.priority.name, self._log_name)
         return grant
 
-    def _record_granted(self, grant: Grant) -> None:
-        """Record the profile granted, not what was asked (``{}`` or ``{"profile":
-        null}`` mean the default): JupyterHub reports these ``user_options``, stores
-        them (``orm_spawner``, committed after ``start()`` is called) for the next
-        start, and the culler reads the profile from them."""
-        granted = {"profile": grant.profile.slug}
-        if self.user_options != granted:
-            self.user_options = granted
-            if getattr(self, "orm_spawner", None) is not None:
-                self.orm_spawner.user_options = copy.deepcopy(granted)
-        self._applied_options = copy.deepcopy(granted)
-
-    def forget_refused_options(self) -> None:
-        """JupyterHub stores a start request's ``user_options`` for the next start
-        before the hook refuses them: put back the last granted profile (``{}``, the
-        default, if this spawner has none), so that a later start without options is
-        not refused again for what someone forged."""
-        last = {"profile": self.gpu_grant.profile.slug} if self.gpu_grant else {}
-        self.user_options = last
-        if getattr(self, "orm_spawner", None) is not None:
-            self.orm_spawner.user_options = copy.deepcopy(last)
-
     @spec_only
     async def load_user_options(self) -> None:
-        if self.profile_list:
-            self.log.warning("profile_list is ignored: profiles come from the GPU spec")
-        try:
-            self._profile_for_start()
-        except OptionsRejected as e:
-            raise ValueError(str(e)) from None
-
-    def _profile_for_start(self) -> Grant:
         """The grant of this spawn. JupyterHub's apply_user_options hook has normally
         applied it already; applying again would undo a pre_spawn_hook's changes."""
+        if self.profile_list:
+            self.log.warning("profile_list is ignored: profiles come from the GPU spec")
         if self.gpu_grant is None or self._applied_options != self.user_options:
-            return self.apply_profile(self.user_options)
-        return self.gpu_grant
+            try:
+                self.apply_profile(self.user_options)
+            except OptionsRejected as e:
+                raise ValueError(str(e)) from None
 
     # -- start, progress, poll ----------------------------------------------------
 
     @spec_only
     def start(self) -> asyncio.Future:
+        async def through_the_queue() -> Any:
+            await self.load_user_options()  # sets the namespace, if the hook did not
+            # the new start clears the last server's stop notice from the state; its
+            # environment still carries it (ENV_LAST_STOP_NOTICE), for JupyterLab
+            self._last_stop_notice, self.gpu_stop_notice = self.gpu_stop_notice, None
+            await self.gpu_watches.workloads_watch()
+            await self.gpu_watches.nodes(retry=True)
+            grant = self.gpu_grant
+            self._queued = QueuedStart(
+                grant, self.namespace, pod=self.gpu_watches.my_pod,
+                workloads=self.gpu_watches.workloads, events=lambda: self.events, log=self.log,
+                who=self._log_name, ours=self.gpu_watches.is_ours,
+                save_wait=queuewaits.saver(getattr(self.user, "db", None),
+                                           grant.team.local_queue, grant.profile.slug,
+                                           self.log),
+                deleted=self.gpu_watches.pod_was_deleted, on_outcome=self._usage.outcome)
+            return await self._queued.run(super(GPUSpawner, self).start,
+                                          lambda: self.stop(now=True))
+
         self._queued = None
-        self._gpu_start = asyncio.ensure_future(self._start_queued())
+        self._gpu_start = asyncio.ensure_future(through_the_queue())
         return self._gpu_start
-
-    async def _start_queued(self) -> Any:
-        grant = self._profile_for_start()  # sets the namespace, if the hook did not
-        self._carry_stop_notice()
-        await self._start_reflector(kind="workloads", reflector_class=WorkloadReflector)
-        await self._watch_nodes(retry=True)
-        self._queued = QueuedStart(
-            grant, self.namespace, pod=self._my_pod, workloads=self._namespace_workloads,
-            events=lambda: self.events, log=self.log, who=self._log_name,
-            save_wait=queuewaits.saver(getattr(self.user, "db", None),
-                                       grant.team.local_queue, grant.profile.slug, self.log),
-            ours=self._is_this_spawns_pod, deleted=self._pod_was_deleted,
-            on_outcome=self._record_outcome)
-        return await self._queued.run(super().start, lambda: self.stop(now=True))
-
-    def _is_this_spawns_pod(self, pod: dict) -> bool:
-        """JupyterHub gives each spawn a new API token, which its pod carries."""
-        return bool(self.api_token) and kstatus.api_token(pod) == self.api_token
-
-    def _pod_was_deleted(self, uid: str) -> bool:
-        """The shared pod watch saw our pod of ``uid`` deleted (its graveyard)."""
-        pods = self.pod_reflector
-        return bool(pods) and pods.graveyard.get(f"{self.namespace}/{self.pod_name}",
-                                                 uid) is not None
-
-    def _carry_stop_notice(self) -> None:
-        """A new start clears the last server's stop notice from the state; its
-        environment still carries it, for JupyterLab's status item to tell once more
-        (:data:`~jupyterhub_gpu.contract.ENV_LAST_STOP_NOTICE`)."""
-        self._last_stop_notice, self.gpu_stop_notice = self.gpu_stop_notice, None
 
     @property
     def queue_stage(self) -> Stage | None:
@@ -388,7 +367,7 @@ class GPUSpawner(PlatformStops, UsageRecording, SharedWatches, KubeSpawner):
     async def _make_create_pod_request(self, pod, request_timeout):
         """Adopt our own pod left queued by a hub that died, keeping its place in the
         queue (and its API token, which JupyterHub then re-registers); else create."""
-        existing = self._my_pod()
+        existing = self.gpu_watches.my_pod()
         token = existing and kstatus.adoptable_token(existing, pod.metadata.labels or {})
         if token:
             self.api_token = token
@@ -407,7 +386,7 @@ class GPUSpawner(PlatformStops, UsageRecording, SharedWatches, KubeSpawner):
 
     @spec_only
     async def stop(self, now: bool = False) -> None:
-        await self._record_stop_by_hub()
+        await self._usage.stop_by_hub()
         try:
             await super().stop(now=now)
         except Exception:
@@ -423,17 +402,29 @@ class GPUSpawner(PlatformStops, UsageRecording, SharedWatches, KubeSpawner):
             # never granted a profile (a refused first request): no pod of ours can
             # exist, and its namespace is only KubeSpawner's default; no API call
             return 1
-        await self._watch_nodes(retry=False)  # after a hub restart, with servers running
-        await self._watch_cohort_workloads()
-        pods = await self._start_watching_pods()
-        key = f"{self.namespace}/{self.pod_name}"
-        uid = getattr(self, "pod_id", None)  # KubeSpawner sets it once a start succeeded
-        pod = pods.resources.get(key) or pods.graveyard.get(key, uid)
-        if pod is not None and await self._platform_stopped(pod):
+        await self.gpu_watches.nodes(retry=False)  # after a hub restart, with servers running
+        await self.gpu_watches.cohort(self._stops.cohort_namespaces())
+        await self._start_watching_pods()
+        pod = self.gpu_watches.last_pod(getattr(self, "pod_id", None))  # set once started
+        if pod is not None and await self._stops.stopped(pod):
             return 1
         status = await super().poll()
-        self._record_poll(pod, status)
+        self._usage.poll(pod, status)
         return status
+
+    # -- the shared watches (KubeSpawner calls these) -------------------------------
+
+    @spec_only
+    async def _start_watching_pods(self, replace: bool = False):
+        return await self.gpu_watches.pods(replace)
+
+    @spec_only
+    async def _start_reflector(self, kind: str, reflector_class: type, replace: bool = False,
+                               **kwargs: Any):
+        return await self.gpu_watches.start(kind, reflector_class, replace, **kwargs)
+
+    def _get_reflector_key(self, kind: str) -> tuple:
+        return self.gpu_watches.key(kind)
 
     # -- state --------------------------------------------------------------------
 

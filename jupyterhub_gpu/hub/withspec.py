@@ -2,16 +2,18 @@
 
 Each override of a KubeSpawner method or trait default is marked :func:`spec_only` or
 :func:`spec_default`, the one place that decides: with a spec, ours runs; without one,
-KubeSpawner's own method or default.
+KubeSpawner's own method or default. :class:`ExistingFile` is the trait of the spec's
+path.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any, Callable
 
 from kubespawner import KubeSpawner
-from traitlets import default
+from traitlets import Unicode, default
 
 
 def spec_only(method: Callable) -> Callable:
@@ -41,3 +43,14 @@ def spec_default(trait: str) -> Callable:
         return default(trait)(with_or_without_spec)
 
     return decorate
+
+
+class ExistingFile(Unicode):
+    """A path that must name an existing file ("" for none): a wrong path in the
+    config fails at start-up, naming the setting."""
+
+    def validate(self, obj: Any, value: Any) -> str:
+        path = super().validate(obj, value)
+        if path and not os.path.isfile(path):
+            raise ValueError(f"c.{type(obj).__name__}.{self.name}: no such file: {path}")
+        return path

@@ -1,10 +1,9 @@
 """What the jobs service reads and changes in the cluster, with the hub's credentials.
 
-Reads come from shared watches, started once for every team namespace (KubeSpawner's
-reflectors, label-selected, each one long watch that resumes from its last
-resourceVersion: :mod:`jupyterhub_gpu.watches.resuming`): the users' Jobs, the pods of those Jobs and the users'
-notebook pods (a job takes its image and home from the running server), and Kueue's
-Workloads. No request lists anything from the API server. Writes are the Job (and a
+Reads come from shared watches, started once for every team namespace
+(:mod:`jupyterhub_gpu.watches.teams`): the users' Jobs, the pods of those Jobs and the
+users' notebook pods (a job takes its image and home from the running server), and
+Kueue's Workloads. No request lists anything from the API server. Writes are the Job (and a
 multi-pod job's headless Service and NetworkPolicy, owned by the Job so that they go
 with it) and the Job's deletion with its dependants (its pods and its Workload, which
 Kueue owns to the Job).
@@ -17,47 +16,17 @@ import json
 import logging
 from typing import Any, AsyncIterator, Iterable
 
-from kubespawner.clients import load_config, shared_client
-from kubespawner.reflector import NamespacedResourceReflector
-from kubespawner.spawner import PodReflector
-from traitlets import default
+from kubespawner.clients import shared_client
 
-from ..contract import (BATCH_API_VERSION, COMPONENT_LABEL, JOB_COMPONENT, JOB_NAME_LABEL,
-                        JOB_UID_LABEL, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
-                        USERNAME_KEY)
+from ..contract import (BATCH_API_VERSION, COMPONENT_LABEL, JOB_NAME_LABEL, JOB_UID_LABEL,
+                        SERVERNAME_KEY, SINGLEUSER_COMPONENT, USERNAME_KEY)
 from ..kueue import status as st
-from ..watches.reflectors import WorkloadReflector
 from ..kueue.visibility import PendingWorkloads
-from ..watches.resuming import ResumesWatch
+from ..watches.teams import TeamWatches
 
 log = logging.getLogger("jupyterhub_gpu.jobs")
 #: how long a new Job may take to reach the watch before its creator goes on
 SEEN_TIMEOUT = 10.0
-
-
-class JobReflector(ResumesWatch, NamespacedResourceReflector):
-    """The users' training Jobs of one namespace."""
-
-    @default("kind")
-    def _kind_default(self) -> str:
-        return "jobs"
-
-    @default("api_group_name")
-    def _api_group_default(self) -> str:
-        return "BatchV1Api"
-
-    @default("list_method_name")
-    def _list_method_default(self) -> str:
-        return "list_namespaced_job"
-
-
-class UserPodReflector(ResumesWatch, PodReflector):
-    """The notebook pods and training-job pods of one namespace."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.label_selector = (f"{COMPONENT_LABEL} in "
-                               f"({SINGLEUSER_COMPONENT},{JOB_COMPONENT})")
 
 
 def _component(obj: dict) -> str:
@@ -74,56 +43,11 @@ def finished(job: dict) -> bool:
     return st.is_true(job, "Complete") or st.is_true(job, "Failed")
 
 
-class Watches:
-    """The service's watches of every team namespace."""
+class Watches(TeamWatches):
+    """The service's watches of every team namespace, and what it reads from them."""
 
     def __init__(self, namespaces: Iterable[str]):
-        self.namespaces = sorted(set(namespaces))
-        self.jobs: dict[str, JobReflector] = {}
-        self.pods: dict[str, UserPodReflector] = {}
-        self.workloads: dict[str, WorkloadReflector] = {}
-
-    ready = False  # every watch has its first listing
-
-    async def start(self) -> None:
-        """Start every watch; on a failure (no permission, no API server) stop them all
-        and raise."""
-        load_config()
-        for ns in self.namespaces:
-            self.jobs[ns] = JobReflector(namespace=ns, labels={COMPONENT_LABEL: JOB_COMPONENT})
-            self.pods[ns] = UserPodReflector(namespace=ns)
-            self.workloads[ns] = WorkloadReflector(namespace=ns)
-        every = [*self.jobs.values(), *self.pods.values(), *self.workloads.values()]
-        try:
-            await asyncio.gather(*(r.start() for r in every))
-            await asyncio.gather(*(r.first_load_future for r in every))
-        except Exception:
-            await self.stop()
-            raise
-        self.ready = True
-
-    async def stop(self) -> None:
-        self.ready = False
-        for r in [*self.jobs.values(), *self.pods.values(), *self.workloads.values()]:
-            try:
-                await r.stop()
-            except asyncio.CancelledError:
-                # KubeSpawner's stop() awaits the watch task it has just cancelled: that
-                # task's CancelledError is not ours, unless we are being cancelled too
-                if asyncio.current_task().cancelling():
-                    raise
-        self.jobs, self.pods, self.workloads = {}, {}, {}
-
-    async def keep_starting(self, retry_seconds: float = 60) -> None:
-        """Start the watches, trying again every ``retry_seconds`` while they fail."""
-        while True:
-            try:
-                await self.start()
-                return
-            except Exception as e:  # noqa: BLE001 - the API says 503 meanwhile
-                log.error("Cannot watch the team namespaces (%s); the API answers 503 "
-                          "until it can. Retrying in %ss.", e, retry_seconds)
-                await asyncio.sleep(retry_seconds)
+        super().__init__(namespaces, log)
 
     def jobs_of(self, user: str) -> list[dict]:
         """The user's Jobs, oldest first."""

@@ -1,10 +1,10 @@
-"""GPUSpawner's part that writes the usage ledger (:mod:`.hub`'s ``SessionRecorder``,
+"""What a GPUSpawner writes to the usage ledger (:mod:`.hub`'s ``SessionRecorder``,
 one for the hub process): the outcome of each start, what ``poll()`` sees of a
-server's pod, and a stop made through the hub (by its user or the culler).
+server's pod, a stop made through the hub (by its user or the culler), and the
+reason of a stop the platform made (:mod:`jupyterhub_gpu.hub.stops` tells it).
 
-:class:`UsageRecording` is a mixin of :class:`jupyterhub_gpu.hub.spawner.GPUSpawner`;
-the stops the platform makes are recorded with their notice
-(:mod:`jupyterhub_gpu.hub.stops`).
+:class:`UsageRecording` is a collaborator :class:`jupyterhub_gpu.hub.spawner.GPUSpawner`
+holds, handed what it reads as callables.
 """
 
 from __future__ import annotations
@@ -12,72 +12,97 @@ from __future__ import annotations
 import asyncio
 import functools
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from ..contract import PROFILE_LABEL
+from ..spec.grant import Grant
+from ..spec.model import Platform
 from . import hub as usage
 from . import records
 from .config import UsageLedger
 
 
+def hub_recorder(parent: Any, db: Any, log: Any) -> usage.SessionRecorder | None:
+    """The hub's usage-ledger writer (``c.UsageLedger.db_url``, configured on
+    ``parent``); None outside a hub (no database ``db``: ``render``)."""
+    if db is None:
+        return None
+    return usage.SessionRecorder.shared(UsageLedger(parent=parent).db_url, log)
+
+
 class UsageRecording:
-    """Writes a GPUSpawner's sessions to the usage ledger."""
+    """Writes one spawner's sessions to the usage ledger.
+
+    ``recorder()`` gives the hub's writer (asked once, when first needed);
+    ``pods`` reads the shared watches (``own_pod()``: this spawn's pod; ``my_pod()``:
+    the live pod of the server's name; ``workload_of(pod)``); ``granted()`` is the
+    grant of the current (or last) spawn and the spec it came from, ``platform()`` the
+    spec now; ``queued()`` the current start through the queue (``QueuedStart``) and
+    ``starting()`` whether it is still running; ``orm()`` JupyterHub's record of the
+    server; ``server()`` the user's and the server's names and the namespace."""
+
+    def __init__(self, *, recorder: Callable[[], usage.SessionRecorder | None], pods: Any,
+                 granted: Callable[[], tuple[Grant | None, Platform | None]],
+                 platform: Callable[[], Platform | None], queued: Callable[[], Any],
+                 starting: Callable[[], bool], orm: Callable[[], Any],
+                 server: Callable[[], tuple[str, str, str]]):
+        self._recorder, self.pods, self.granted, self.platform = (recorder, pods, granted,
+                                                                  platform)
+        self.queued, self.starting, self.orm, self.server = queued, starting, orm, server
 
     @functools.cached_property
-    def usage(self) -> usage.SessionRecorder | None:
-        """The hub's usage-ledger writer (``c.UsageLedger.db_url``); None outside a hub
-        (``render``)."""
-        if getattr(self.user, "db", None) is None:
-            return None
-        return usage.SessionRecorder.shared(UsageLedger(parent=self).db_url, self.log)
+    def recorder(self) -> usage.SessionRecorder | None:
+        """The hub's writer; None outside a hub."""
+        return self._recorder()
 
-    def _record_outcome(self, outcome: Any) -> None:
+    def outcome(self, outcome: Any) -> None:
         """``QueuedStart``'s ``on_outcome``: how the start ended. A start that failed
         before its own pod existed (an earlier pod of the same name is not its own)
         gets a row of its own."""
-        if self.usage is None:
+        if self.recorder is None:
             return
-        pod, reason = self._own_pod(), usage.outcome_reason(outcome)
+        pod, reason = self.pods.own_pod(), usage.outcome_reason(outcome)
+        user, name, namespace = self.server()
+        queued = self.queued()
         if pod is not None:
-            self.usage.started(self._grant_platform, pod, self._workload_of(pod),
-                               self.name, reason)
-        elif reason is not None and self._queued is not None:
-            self.usage.failed_before_pod(records.podless_session(
-                self._queued.grant, self.namespace, self.user.name, self.name,
-                self._queued.requested_at, datetime.now(timezone.utc), reason))
+            self.recorder.started(self.granted()[1], pod, self.pods.workload_of(pod), name,
+                                  reason)
+        elif reason is not None and queued is not None:
+            self.recorder.failed_before_pod(records.podless_session(
+                queued.grant, namespace, user, name, queued.requested_at,
+                datetime.now(timezone.utc), reason))
 
-    def _own_pod(self) -> dict | None:
-        """This spawn's pod, live or just deleted; None if it made none."""
-        pods, key = self.pod_reflector, f"{self.namespace}/{self.pod_name}"
-        pod = pods and (pods.resources.get(key) or pods.graveyard.get(key))
-        return pod if pod and self._is_this_spawns_pod(pod) else None
+    def stopped_by_platform(self, uid: str, reason: usage.StopReason) -> None:
+        """The platform stopped pod ``uid`` (its notice's ``reason``)."""
+        if self.recorder is not None:
+            self.recorder.stopped(uid, reason)
 
-    async def _record_stop_by_hub(self) -> None:
+    async def stop_by_hub(self) -> None:
         """A stop through the hub (its user, the culler; past maxAge: ``max-age``),
         written before the pod goes, so that a hub shutting down records it. A start
         that is still running records its own outcome."""
-        pod = self._my_pod()
-        starting = self._gpu_start is not None and not self._gpu_start.done()
-        if pod is None or self.usage is None or starting:
+        pod = self.pods.my_pod()
+        if pod is None or self.recorder is None or self.starting():
             return
-        orm = getattr(self, "orm_spawner", None)
-        profile = self.platform.profile((pod["metadata"].get("labels") or {}).get(
+        orm = self.orm()
+        profile = self.platform().profile((pod["metadata"].get("labels") or {}).get(
             PROFILE_LABEL, ""))
-        written = self.usage.stopped(pod["metadata"]["uid"], usage.user_stop_reason(
+        written = self.recorder.stopped(pod["metadata"]["uid"], usage.user_stop_reason(
             profile, getattr(orm, "started", None), getattr(orm, "last_activity", None),
             datetime.now(timezone.utc)))
         await asyncio.gather(written, return_exceptions=True)
 
-    def _record_poll(self, pod: dict | None, status: int | None) -> None:
+    def poll(self, pod: dict | None, status: int | None) -> None:
         """What ``poll()`` found: the pod running (after a hub restart, what the dead
         hub may not have written), gone on its own, or gone while the hub was down."""
-        if self.usage is None:
+        if self.recorder is None:
             return
+        user, name, _ = self.server()
         if pod is None:
             if status is not None:
-                self.usage.lost(self.user.name, self.name)
+                self.recorder.lost(user, name)
         elif status is None:
-            self.usage.seen(self._grant_platform or self.platform, pod,
-                            self._workload_of(pod), self.name)
+            self.recorder.seen(self.granted()[1] or self.platform(), pod,
+                               self.pods.workload_of(pod), name)
         else:  # no notice, no stop through the hub
-            self.usage.stopped(pod["metadata"]["uid"], usage.StopReason.FAILURE)
+            self.recorder.stopped(pod["metadata"]["uid"], usage.StopReason.FAILURE)

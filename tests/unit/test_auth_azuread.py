@@ -75,7 +75,7 @@ async def test_ids_in_the_token_become_the_spec_group_names_and_profiles(
     model, allowed = await login(config, [ids["ml-eng"].upper()], user="bob@contoso.com")
     spawner = make_spawner(user=model["name"], groups=model["groups"])
     assert allowed and model["groups"] == ["ml-eng"]
-    assert spawner.authorize({"profile": "a100-training"}).team.name == "ml-eng"
+    assert spawner.apply_profile({"profile": "a100-training"}).team.name == "ml-eng"
 
 
 async def test_a_user_in_no_team_group_may_not_log_in(repo_root, example_spec_path):

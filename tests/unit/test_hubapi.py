@@ -16,7 +16,9 @@ from traitlets.config import Config
 from jupyterhub_gpu import configure_hub
 from jupyterhub_gpu.hub import api as hubapi
 from jupyterhub_gpu.hub.form import render_form, user_profiles_url
+from jupyterhub_gpu.hub.spawner import GPUSpawner
 from jupyterhub_gpu.watches import namespaces as watches
+from jupyterhub_gpu.watches.namespaces import NamespaceWatches
 from jupyterhub_gpu.watches.reflectors import RecordingPodReflector
 
 NS = "jhub-test-watch"
@@ -61,11 +63,11 @@ async def spawner(make_spawner):
         reflector = spawner.reflectors.pop(key)
         if reflector.watch_task:
             reflector.watch_task.cancel()
-    hubapi._failed_at.clear()
+    GPUSpawner.namespace_watches = NamespaceWatches()  # forget the failures seen here
 
 
 async def test_one_watch_per_namespace_however_many_ask(spawner):
-    found = await asyncio.gather(*(hubapi.namespace_watch(spawner, "pods", Reflector, NS,
+    found = await asyncio.gather(*(spawner.namespace_watches.watch(spawner, "pods", Reflector, NS,
                                                            labels={"a": "b"})
                                    for _ in range(5)))
     assert len(Reflector.made) == 1 and all(r is Reflector.made[0] for r in found)
@@ -80,22 +82,23 @@ async def test_a_watch_that_cannot_start_is_retried_at_most_every_minute(
     monkeypatch.setattr(watches.time, "monotonic", lambda: clock[0])
     Reflector.fail = True
     caplog.set_level(logging.WARNING)
-    assert await hubapi.namespace_watch(spawner, "pods", Reflector, NS) is None
+    assert await spawner.namespace_watches.watch(spawner, "pods", Reflector, NS) is None
     assert ("pods", NS) not in spawner.reflectors, "a spawn there starts its own"
     assert "Cannot watch pods in namespace jhub-test-watch (403 Forbidden)" in caplog.text
-    clock[0] += hubapi.RETRY_SECONDS - 1
-    assert await hubapi.namespace_watch(spawner, "pods", Reflector, NS) is None
+    clock[0] += watches.RETRY_SECONDS - 1
+    assert await spawner.namespace_watches.watch(spawner, "pods", Reflector, NS) is None
     assert len(Reflector.made) == 1, "no second call within the minute"
     Reflector.fail = False
     clock[0] += 1
-    assert await hubapi.namespace_watch(spawner, "pods", Reflector, NS) is Reflector.made[1]
+    again = await spawner.namespace_watches.watch(spawner, "pods", Reflector, NS)
+    assert again is Reflector.made[1]
 
 
 async def test_a_failed_watch_of_a_spawn_is_replaced(spawner):
-    first = await hubapi.namespace_watch(spawner, "pods", Reflector, NS)
+    first = await spawner.namespace_watches.watch(spawner, "pods", Reflector, NS)
     first.watch_task.cancel()  # KubeSpawner's reflector gave up after its retries
     await asyncio.sleep(0)
-    second = await hubapi.namespace_watch(spawner, "pods", Reflector, NS)
+    second = await spawner.namespace_watches.watch(spawner, "pods", Reflector, NS)
     assert second is not first and first.stopped and spawner.reflectors[("pods", NS)] is second
 
 
@@ -120,7 +123,7 @@ async def test_the_pod_watch_is_the_one_a_spawn_in_that_namespace_uses(make_spaw
     async def watch(spawner, kind, reflector_class, namespace, **kwargs):
         seen.append(((kind, namespace), reflector_class, kwargs))
 
-    monkeypatch.setattr(hubapi, "namespace_watch", watch)
+    monkeypatch.setattr(spawner.namespace_watches, "watch", watch)
     monkeypatch.setattr(hubapi, "_node_watch", lambda spawner: asyncio.sleep(0))
     platform = spawner.platform
     await hubapi.cluster_now(spawner, platform, platform.teams[0])

@@ -62,7 +62,7 @@ async def test_the_spawner_reports_a_platform_stop_on_the_hubs_event_log(make_sp
     spawner = make_spawner(user="una", groups=["experimentation"])
     eventlog, out = _eventlog()
     spawner.user.settings = {"eventlog": eventlog if with_eventlog else None}
-    assert spawner._notice_platform_stop(GONE_WITH_ITS_NODE)
+    assert spawner._stops.notice(GONE_WITH_ITS_NODE)
     notice = spawner.get_state()["gpu_stop_notice"]
     assert notice["reason"] == "evicted"
     assert notice["message"].startswith("Your server was stopped because its node went away")

@@ -140,7 +140,8 @@ async def test_after_a_hub_restart_the_state_says_which_profile_runs(user):
     restored = user.server("gpu-a")
     restored.load_state({STATE_PROFILE: "a100-mig-3g"})
     restored._spawn_pending = True
-    assert restored.as_other_server(restored.platform, "gpu-a") == OtherServer(
+    seen = restored.profile_requests.as_other_server(restored.platform, "gpu-a")
+    assert seen == OtherServer(
         "gpu-a", "a100-mig-3g", True)
     with pytest.raises(web.HTTPError):
         await user.server("")._run_apply_user_options({"profile": "t4-shared"})
@@ -153,7 +154,8 @@ async def test_a_spawner_restarted_with_another_profile_counts_as_that_one(user)
     gpu_a = user.server("gpu-a")
     _running(gpu_a, "t4-shared")
     gpu_a.user_options = {"profile": "cpu"}  # the hub set the next start's options
-    assert gpu_a.as_other_server(gpu_a.platform, "gpu-a") == OtherServer("gpu-a", "cpu", False)
+    seen = gpu_a.profile_requests.as_other_server(gpu_a.platform, "gpu-a")
+    assert seen == OtherServer("gpu-a", "cpu", False)
 
 
 # -- stop notices and culling, per server ---------------------------------------------
@@ -165,7 +167,7 @@ async def test_a_stop_notice_shows_on_its_own_server_only(user):
     from .test_metrics_event import GONE_WITH_ITS_NODE
 
     gpu, default = user.server("gpu"), user.server("")
-    assert gpu._notice_platform_stop(GONE_WITH_ITS_NODE)
+    assert gpu._stops.notice(GONE_WITH_ITS_NODE)
     state = gpu.get_state()
     assert state["gpu_stop_notice"]["message"].startswith("Your server was stopped because")
     restored = user.server("gpu")  # a restarted hub loads each server's own state
@@ -175,16 +177,27 @@ async def test_a_stop_notice_shows_on_its_own_server_only(user):
     assert "gpu_stop_notice" not in default.get_state()
 
 
-async def test_the_next_start_clears_the_notice_and_its_server_is_told(user):
+class NoCluster(Exception):
+    """Where the start would first ask the cluster (its shared watches)."""
+
+
+async def test_the_next_start_clears_the_notice_and_its_server_is_told(user, monkeypatch):
     """Starting again clears the notice from the state; the new server's environment
     carries it, for JupyterLab's status item; the other server's does not."""
+    from kubespawner import KubeSpawner
+
     from .test_metrics_event import GONE_WITH_ITS_NODE
 
+    async def no_cluster(self, **kwargs):
+        raise NoCluster()
+
+    monkeypatch.setattr(KubeSpawner, "_start_reflector", no_cluster)
     gpu, default = user.server("gpu"), user.server("")
-    assert gpu._notice_platform_stop(GONE_WITH_ITS_NODE)
+    assert gpu._stops.notice(GONE_WITH_ITS_NODE)
     for spawner in (gpu, default):
         await spawner._run_apply_user_options({"profile": "t4-shared"})
-        spawner._carry_stop_notice()
+        with pytest.raises(NoCluster):  # the start got as far as the cluster
+            await spawner.start()
     assert "gpu_stop_notice" not in gpu.get_state()
     assert gpu.get_env()[ENV_LAST_STOP_NOTICE].startswith("Your server was stopped because")
     assert ENV_LAST_STOP_NOTICE not in default.get_env()

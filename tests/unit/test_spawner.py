@@ -392,3 +392,42 @@ async def test_a_shared_watch_that_gave_up_is_started_again(make_spawner, refusi
         assert again is not dead and again.first_load_future.exception() is not None
     finally:
         spawner.reflectors.pop(key, None)
+
+
+def _own_methods(cls: type) -> list[str]:
+    """What ``cls``'s body defines that runs: functions, properties, trait
+    ``@default``/``@validate``/``@observe`` handlers."""
+    from functools import cached_property
+
+    from traitlets import EventHandler
+
+    return [name for name, value in vars(cls).items()
+            if inspect.isfunction(value)
+            or isinstance(value, (property, cached_property, EventHandler))]
+
+
+async def test_gpuspawner_is_kubespawner_and_collaborators_with_at_most_25_methods(make_spawner):
+    """Issue #26: no mixins (the stops, the usage ledger and the shared watches are
+    collaborators it holds, each handed callables, as QueuedStart is), and at most 25
+    methods of its own."""
+    from jupyterhub_gpu.hub.grants import ProfileRequests
+    from jupyterhub_gpu.hub.stops import PlatformStops
+    from jupyterhub_gpu.hub.watching import SpawnWatches
+    from jupyterhub_gpu.usage.spawner import UsageRecording
+
+    assert GPUSpawner.__bases__ == (KubeSpawner,)
+    assert len(_own_methods(GPUSpawner)) <= 25, _own_methods(GPUSpawner)
+    spawner = make_spawner()
+    parts = {type(v) for v in vars(spawner).values()}
+    assert {SpawnWatches, PlatformStops, UsageRecording, ProfileRequests} <= parts
+
+
+def test_the_collaborators_read_no_private_state_of_the_spawner(repo_root):
+    """They are handed callables; the one handed the spawner itself (the shared
+    watches: it is the watches' traitlets parent) reads KubeSpawner's public
+    attributes only."""
+    import re
+
+    for module in ("hub/stops.py", "hub/watching.py", "hub/grants.py", "usage/spawner.py"):
+        source = (repo_root / "jupyterhub_gpu" / module).read_text()
+        assert re.findall(r"spawner\._\w+", source) == [], module

@@ -184,12 +184,12 @@ async def test_a_server_keeps_its_grant_when_its_profile_leaves_the_spec(
     _write_spec(path, example_spec)
     assert running.platform.profile("a100-training") is None  # the spec has moved on
     assert running.get_state()["gpu_profile"] == "a100-training"
-    assert running._notice_platform_stop(_preempted_pod("a100-training"))
+    assert running._stops.notice(_preempted_pod("a100-training"))
     assert running.gpu_stop_notice["message"].endswith(
         "your checkpoints are in /home/jovyan/checkpoints.")  # by the spec it started with
     # a hub restarted since: a new spawner object, the server's state from the database
     restored = _spawner_on(make_spawner, path, user="bob", groups=["ml-eng"])
     restored.load_state(state)
     assert restored.get_state()["gpu_profile"] == "a100-training"
-    assert restored._notice_platform_stop(_preempted_pod("a100-training"))
+    assert restored._stops.notice(_preempted_pod("a100-training"))
     assert restored.gpu_stop_notice["message"].endswith("Your files are kept.")

@@ -457,14 +457,14 @@ async def test_a_platform_stop_lands_with_its_reason(make_spawner, tmp_path, pla
 
     ledger = Ledger(f"sqlite:///{tmp_path}/usage.sqlite")
     spawner = make_spawner()
-    spawner.__dict__["usage"] = hub.SessionRecorder(ledger, LOG)  # the hub's writer
+    spawner._usage.recorder = hub.SessionRecorder(ledger, LOG)  # the hub's writer
     spawner._grant_platform = platform
     cases = {"p": ("preempted", "a100", StopReason.PREEMPTED),
              "s": ("evicted", "a100spot", StopReason.SPOT_EVICTION),
              "e": ("evicted", "a100", StopReason.EVICTED)}
     for uid, (reason, pool, _) in cases.items():
         spawner.gpu_stop_notice = None  # a new server
-        spawner._record_stop(uid, StopNotice(reason, T0.isoformat(), "stopped", pool),
+        spawner._stops.record(uid, StopNotice(reason, T0.isoformat(), "stopped", pool),
                              "a100-spot")
     await hub.settle()
     rows = {r.key: r.stop_reason for r in await ledger.rows()}
@@ -520,7 +520,7 @@ def _failing_start(spawner, platform, error):
     spawner.namespace = grant.team.namespace
     spawner._queued = QueuedStart(grant, spawner.namespace, pod=lambda: None,
                                   workloads=list, events=list, log=LOG, who="alice",
-                                  on_outcome=spawner._record_outcome)
+                                  on_outcome=spawner._usage.outcome)
 
     async def start():
         raise error
@@ -538,7 +538,7 @@ async def test_a_start_that_failed_before_its_pod_existed_gets_a_row_of_its_own(
     from jupyterhub_gpu.ledger.store import podless
 
     spawner = make_spawner()
-    spawner.__dict__["usage"] = hub.SessionRecorder(ledger, LOG)
+    spawner._usage.recorder = hub.SessionRecorder(ledger, LOG)
     spawner._grant_platform = platform
     starts = []
     for _ in range(2):  # the same server, twice: two rows

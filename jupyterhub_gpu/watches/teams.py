@@ -1,0 +1,94 @@
+"""The jobs service's shared watches of every team namespace (the jobs service runs
+in a process of its own, so these are its, not the hub's): the users' training Jobs,
+the pods of those Jobs and the users' notebook pods, and Kueue's Workloads. Each is
+one of KubeSpawner's reflectors, label-selected, in one long watch that resumes from
+its last resourceVersion (:mod:`jupyterhub_gpu.watches.resuming`); no request lists
+anything from the API server. What the service reads from them is
+:class:`jupyterhub_gpu.jobs.cluster.Watches`'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Iterable
+
+from kubespawner.clients import load_config
+from kubespawner.reflector import NamespacedResourceReflector
+from kubespawner.spawner import PodReflector
+
+from ..contract import COMPONENT_LABEL, JOB_COMPONENT, SINGLEUSER_COMPONENT
+from .reflectors import WorkloadReflector
+from .resuming import ResumesWatch
+
+
+class JobReflector(ResumesWatch, NamespacedResourceReflector):
+    """The users' training Jobs of one namespace (set as KubeSpawner's PodReflector
+    sets its ``kind``)."""
+
+    kind = "jobs"
+    api_group_name = "BatchV1Api"
+    list_method_name = "list_namespaced_job"
+
+
+class UserPodReflector(ResumesWatch, PodReflector):
+    """The notebook pods and training-job pods of one namespace."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.label_selector = (f"{COMPONENT_LABEL} in "
+                               f"({SINGLEUSER_COMPONENT},{JOB_COMPONENT})")
+
+
+class TeamWatches:
+    """The Job, pod and Workload watch of every team namespace, by namespace; ``log``
+    tells when they cannot start."""
+
+    def __init__(self, namespaces: Iterable[str], log: logging.Logger):
+        self.namespaces = sorted(set(namespaces))
+        self.log = log
+        self.jobs: dict[str, JobReflector] = {}
+        self.pods: dict[str, UserPodReflector] = {}
+        self.workloads: dict[str, WorkloadReflector] = {}
+
+    ready = False  # every watch has its first listing
+
+    async def start(self) -> None:
+        """Start every watch; on a failure (no permission, no API server) stop them all
+        and raise."""
+        load_config()
+        for ns in self.namespaces:
+            self.jobs[ns] = JobReflector(namespace=ns, labels={COMPONENT_LABEL: JOB_COMPONENT})
+            self.pods[ns] = UserPodReflector(namespace=ns)
+            self.workloads[ns] = WorkloadReflector(namespace=ns)
+        every = [*self.jobs.values(), *self.pods.values(), *self.workloads.values()]
+        try:
+            await asyncio.gather(*(r.start() for r in every))
+            await asyncio.gather(*(r.first_load_future for r in every))
+        except Exception:
+            await self.stop()
+            raise
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        for r in [*self.jobs.values(), *self.pods.values(), *self.workloads.values()]:
+            try:
+                await r.stop()
+            except asyncio.CancelledError:
+                # KubeSpawner's stop() awaits the watch task it has just cancelled: that
+                # task's CancelledError is not ours, unless we are being cancelled too
+                if asyncio.current_task().cancelling():
+                    raise
+        self.jobs, self.pods, self.workloads = {}, {}, {}
+
+    async def keep_starting(self, retry_seconds: float = 60) -> None:
+        """Start the watches, trying again every ``retry_seconds`` while they fail."""
+        while True:
+            try:
+                await self.start()
+                return
+            except Exception as e:  # noqa: BLE001 - the API says 503 meanwhile
+                self.log.error("Cannot watch the team namespaces (%s); the API answers 503 "
+                               "until it can. Retrying in %ss.", e, retry_seconds)
+                await asyncio.sleep(retry_seconds)
