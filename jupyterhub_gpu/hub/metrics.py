@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY, Counter
 from prometheus_client.core import GaugeMetricFamily
 
 from ..kueue.lifecycle import Outcome
-from ..kueue.metrics import NO_POOL, SPAWNS  # noqa: F401 - NO_POOL: the stops count with it
+from ..kueue.metrics import SPAWNS
 from ..kueue.messages import STOP_REASONS
 from ..watches.poolnodes import failed, pool_node_counts
 from ..spec.model import Platform

@@ -21,6 +21,7 @@ from kubernetes_asyncio.client import ApiException
 from . import metrics, nodehealth
 from ..contract import PROFILE_LABEL, QUEUE_LABEL
 from ..kueue import status as kstatus
+from ..kueue.metrics import NO_POOL
 from ..kueue.messages import (Preemptor, StopNotice, node_lost_notice, preempting_job,
                               stop_notice)
 from ..spec.grant import Grant
@@ -146,7 +147,7 @@ class PlatformStops:
                      if p.name == notice.pool), None)
         self.usage_stopped(uid, stop_reason_of_notice(notice.reason, pool))
         metrics.STOPS_BY_PLATFORM.labels(slug or "unknown", notice.reason,
-                                         notice.pool or metrics.NO_POOL).inc()
+                                         notice.pool or NO_POOL).inc()
         server = self.server()
         self.log.warning("Server %s stopped by the platform (%s): %s",
                          server.who, notice.reason, notice.message)
