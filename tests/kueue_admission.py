@@ -15,6 +15,9 @@ Written from reading Kueue (sigs.k8s.io/kueue v0.17.0); none of its code is copi
 
 And the scheduler's rule for a node the admitted pod may run on (nodeSelector,
 required node affinity, taints), with the operators the project uses.
+
+``may_admit`` and ``admit`` are held to the real Kueue on the unit tests' inputs
+(tests/kueue_cases.py) by tests/integration/test_kueue_model.py.
 """
 
 from __future__ import annotations

@@ -19,9 +19,10 @@ so that tests hold GPUSpawner against the shapes the chart really produces: e.g.
 ``volumes`` and ``volume_mounts`` as dicts, ``tolerations`` as a list, and the pod the
 API server admits or refuses. Written from reading the chart; none of its code is
 copied. What the chart sets that GPUSpawner never touches and admission does not judge
-(scheduler name, preferred node and pod affinities, image pull secrets, ...) is left
-out: the dev cluster has no user-scheduler, and none of it changes how a profile
-merges. ``singleuser.extraFiles`` (a volume of a Secret the chart makes) is refused
+(preferred node and pod affinities, image pull secrets, ...) is left out: none of it
+changes how a profile merges. The scheduler name is not reproduced but read from the
+chart as Helm renders it (:func:`user_scheduler`), like the user-scheduler's
+configuration the dev cluster runs. ``singleuser.extraFiles`` (a volume of a Secret the chart makes) is refused
 rather than reproduced.
 
 Values are read the way the chart's ``get_config`` reads them (a dotted path; a
@@ -32,6 +33,7 @@ over the chart's defaults (:func:`helm_values`).
 from __future__ import annotations
 
 import copy
+import subprocess
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -226,3 +228,36 @@ def kubespawner_config(values: Mapping[str, Any],
     _extra_volumes(values, volumes, mounts)
     ks.volumes, ks.volume_mounts = copy.deepcopy(volumes), copy.deepcopy(mounts)
     return c
+
+
+def helm_template(helm: Path | str, *values: Path) -> list[dict]:
+    """The chart's objects as ``helm template`` renders them (release
+    :data:`RELEASE_NAME` in :data:`RELEASE_NAMESPACE`) from :data:`OUR_VALUES`, then
+    ``values``. Skips the calling test when the chart is not beside the checkout."""
+    if not CHART.is_dir():
+        pytest.skip(f"z2jh chart not found at {CHART} (../shared/reference/README.md)")
+    out = subprocess.run(
+        [str(helm), "template", RELEASE_NAME, str(CHART), "--namespace", RELEASE_NAMESPACE,
+         *(arg for path in (*OUR_VALUES, *values) for arg in ("-f", str(path)))],
+        capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def user_scheduler(objects: list[dict]) -> tuple[str, dict] | None:
+    """(the scheduler name the chart's hub gives KubeSpawner's pods, the user-scheduler's
+    KubeSchedulerConfiguration) from the rendered chart, or None with
+    ``scheduling.userScheduler.enabled`` false.
+
+    The name is the hub ConfigMap's ``user-scheduler`` entry, which
+    ``files/hub/jupyterhub_config.py`` reads (``get_name("user-scheduler")``, from
+    ``z2jh.py``) into ``c.KubeSpawner.scheduler_name``; the configuration is the
+    ``config.yaml`` of the user-scheduler's ConfigMap
+    (``templates/scheduling/user-scheduler/configmap.yaml``)."""
+    maps = [o["data"] for o in objects if o["kind"] == "ConfigMap"]
+    configs = [yaml.safe_load(d["config.yaml"]) for d in maps
+               if "KubeSchedulerConfiguration" in d.get("config.yaml", "")]
+    if not configs:
+        return None
+    (config,), (hub,) = configs, [d for d in maps if "user-scheduler" in d]
+    return hub["user-scheduler"], config

@@ -15,7 +15,6 @@ from kubernetes.client.exceptions import ApiException
 from ..spec.parse import load_platform
 from . import build as builder, cluster, sources
 from .bootstrap import BootstrapError
-from .layout import COMPONENTS
 from .procs import ComponentError
 
 
@@ -77,8 +76,7 @@ def _print_status(st: dict) -> None:
     print(f"  kubeconfig: {st['kubeconfig'] or '(none yet)'}")
     if st["server"] and st["running"]:
         print(f"  API server: {st['server']}")
-    for name in COMPONENTS:
-        c = st["components"][name]
+    for name, c in st["components"].items():  # and the user-scheduler, when it runs
         if c["running"]:
             detail = f"pid {c['pid']:<8} health: {c['health'] or 'unknown'}"
         else:

@@ -35,14 +35,16 @@ from . import (bootstrap, components, kueue_setup, pki as pkimod, procs, prometh
                storage)
 from .components import Component
 from .kube import AdminClient
-from .layout import ALL_INTERFACES, COMPONENTS, HOST, Layout, Ports, default_state_dir
+from .layout import (ALL_INTERFACES, COMPONENTS, HOST, OPTIONAL_COMPONENTS, Layout, Ports,
+                     default_state_dir)
 
 Progress = Callable[[str], None]
 HEALTH_TIMEOUTS = {"etcd": 30, "kube-apiserver": 120, "kueue": 120, "karpenter": 120}
 DEFAULT_HEALTH_TIMEOUT = 60
 PORT_OWNERS = {"etcd_client": "etcd", "etcd_peer": "etcd (peer)",
                "apiserver": "kube-apiserver", "controller_manager": "kube-controller-manager",
-               "scheduler": "kube-scheduler", "kwok": "kwok",
+               "scheduler": "kube-scheduler", "user_scheduler": "the user-scheduler",
+               "kwok": "kwok",
                "kueue_webhook": "Kueue webhook", "kueue_metrics": "Kueue metrics",
                "kueue_health": "Kueue health probe", "karpenter_metrics": "Karpenter metrics",
                "karpenter_health": "Karpenter health probe",
@@ -121,8 +123,12 @@ def _check_ports(ports: Ports) -> None:
 
 
 def _write_configs(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.PkiPaths,
-                   bins: dict[str, Path]) -> None:
+                   bins: dict[str, Path], user_scheduler: dict | None) -> None:
     server = components.apiserver_url(ports)
+    layout.user_scheduler_config.unlink(missing_ok=True)  # none from an earlier `up`
+    if user_scheduler is not None:
+        layout.user_scheduler_config.write_text(yaml.safe_dump(
+            components.user_scheduler_configuration(user_scheduler, layout), sort_keys=False))
     pkimod.write_kubeconfig(layout.kubeconfig, server, pki)
     layout.karpenter_instance_types.write_text(instance_types_json(platform))
     layout.kwok_config.write_text(yaml.safe_dump_all(stages.stages(), sort_keys=False))
@@ -188,7 +194,8 @@ def _start_all(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.Pki
     started["kube-apiserver"] = procs.launch(comps["kube-apiserver"], layout)
     _wait(comps["kube-apiserver"], started["kube-apiserver"], layout, pki, progress)
     client = AdminClient(components.apiserver_url(ports), pki)
-    for name in ("kube-scheduler", "kwok", "dcgm-exporter", "csi"):
+    schedulers = ("kube-scheduler", *(n for n in OPTIONAL_COMPONENTS if n in comps))
+    for name in (*schedulers, "kwok", "dcgm-exporter", "csi"):
         started[name] = procs.launch(comps[name], layout)
     bootstrap.install_scrape_identity(client, layout)
     progress("  installing Kueue CRDs, webhook configurations and certificates; Karpenter CRDs; "
@@ -199,7 +206,7 @@ def _start_all(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.Pki
         client.apply(obj)
     for name in ("kube-controller-manager", "kueue", "karpenter"):
         started[name] = procs.launch(comps[name], layout)
-    for name in ("kube-controller-manager", "kube-scheduler", "kwok", "kueue", "karpenter",
+    for name in ("kube-controller-manager", *schedulers, "kwok", "kueue", "karpenter",
                  "dcgm-exporter", "csi", "prometheus"):
         _wait(comps[name], started[name], layout, pki, progress)
     bootstrap.wait_kueue_webhooks(client)
@@ -221,8 +228,12 @@ def _populate(client: AdminClient, platform: Platform, progress: Progress) -> No
 
 
 def up(platform: Platform, state_dir: Path | str | None = None, progress: Progress = print,
-       ports: Ports | None = None) -> dict:
+       ports: Ports | None = None, user_scheduler: dict | None = None) -> dict:
     """Start the dev cluster for ``platform``; return :func:`status`.
+
+    ``user_scheduler``: the z2jh chart's rendered user-scheduler configuration (a
+    KubeSchedulerConfiguration); with it, a second kube-scheduler serves its scheduler
+    name (:func:`components.user_scheduler`), as the chart's user-scheduler does on AKS.
 
     If the cluster already runs from ``state_dir`` this says so and returns its status.
     """
@@ -237,7 +248,7 @@ def up(platform: Platform, state_dir: Path | str | None = None, progress: Progre
     started = time.monotonic()
     layout.make_dirs()
     pki = pkimod.generate(layout.pki_dir, webhook_dns=(kueue_setup.service_dns(),))
-    _write_configs(platform, layout, ports, pki, bins)
+    _write_configs(platform, layout, ports, pki, bins, user_scheduler)
     progress(f"Starting the dev cluster in {layout.root}")
     try:
         with _sigterm_as_exit():
@@ -347,7 +358,8 @@ def status(state_dir: Path | str | None = None) -> dict:
         bins = {k: Path(v) for k, v in cluster["binaries"].items()}
         ports = Ports.from_dict(cluster["ports"])
         health_of = {c.name: c for c in components.control_plane(bins, layout, ports, pki)}
-    comps = {n: _component_status(layout, n, recs.get(n), health_of, pki) for n in COMPONENTS}
+    names = [*COMPONENTS, *(n for n in OPTIONAL_COMPONENTS if n in health_of)]
+    comps = {n: _component_status(layout, n, recs.get(n), health_of, pki) for n in names}
     running = all(c["running"] for c in comps.values())
     return {"state_dir": str(layout.root), "running": running,
             "healthy": running and all(c["health"] == "ok" for c in comps.values()),

@@ -179,6 +179,33 @@ def kube_scheduler(bin_: Path, layout: Layout, ports: Ports, pki: PkiPaths) -> C
                      Health(f"https://{HOST}:{ports.scheduler}/healthz", "insecure"))
 
 
+def user_scheduler_configuration(rendered: dict, layout: Layout) -> dict:
+    """The z2jh chart's user-scheduler configuration (the ``config.yaml`` of its
+    ConfigMap, ``templates/scheduling/user-scheduler/configmap.yaml`` in
+    jupyterhub/zero-to-jupyterhub-k8s, as ``helm template`` renders it) with the one
+    thing a process outside a pod needs: ``clientConnection.kubeconfig``, where the
+    chart's pod uses its in-cluster ServiceAccount config (with ``--config``,
+    kube-scheduler ignores ``--kubeconfig``: kubernetes/kubernetes
+    ``cmd/kube-scheduler/app/options/options.go``, ``Options.ApplyTo``). Profiles,
+    plugins and scoring stay the chart's."""
+    connection = {**(rendered.get("clientConnection") or {}), "kubeconfig": str(layout.kubeconfig)}
+    return {**rendered, "clientConnection": connection}
+
+
+def user_scheduler(bin_: Path, layout: Layout, ports: Ports, pki: PkiPaths) -> Component:
+    """z2jh's user-scheduler: a second kube-scheduler (the chart runs the official
+    binary too, ``templates/scheduling/user-scheduler/deployment.yaml``) with the
+    chart's configuration, serving the scheduler name the chart gives KubeSpawner's
+    pods. Leader election is off, as for the dev cluster's other components (the
+    chart's two replicas elect a leader; here there is one)."""
+    argv = (str(bin_), f"--config={layout.user_scheduler_config}",
+            *(f for f in _client_flags(layout, pki) if not f.startswith("--kubeconfig=")),
+            f"--secure-port={ports.user_scheduler}",
+            f"--cert-dir={layout.root / 'user-scheduler'}", "--v=1")
+    return Component("user-scheduler", argv,
+                     Health(f"https://{HOST}:{ports.user_scheduler}/healthz", "insecure"))
+
+
 def kwok(bin_: Path, layout: Layout, ports: Ports) -> Component:
     argv = (str(bin_), f"--kubeconfig={layout.kubeconfig}", f"--config={layout.kwok_config}",
             "--manage-all-nodes=false",
@@ -229,9 +256,12 @@ def csi(layout: Layout, ports: Ports) -> Component:
 def control_plane(bins: Mapping[str, Path], layout: Layout, ports: Ports,
                   pki: PkiPaths) -> list[Component]:
     """Every component, in start order (Kueue and Karpenter, then the CSI sidecars, the
-    DCGM exporter and Prometheus, last)."""
+    DCGM exporter and Prometheus, last), and z2jh's user-scheduler when its configuration
+    was written."""
     from . import prometheus
 
+    optional = ([user_scheduler(bins["kube-scheduler"], layout, ports, pki)]
+                if layout.user_scheduler_config.is_file() else [])
     return [
         etcd(bins["etcd"], layout, ports),
         kube_apiserver(bins["kube-apiserver"], layout, ports, pki),
@@ -243,4 +273,5 @@ def control_plane(bins: Mapping[str, Path], layout: Layout, ports: Ports,
         csi(layout, ports),
         prometheus.dcgm_exporter(layout, ports),
         prometheus.component(bins["prometheus"], layout, ports),
+        *optional,
     ]

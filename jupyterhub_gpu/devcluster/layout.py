@@ -9,7 +9,8 @@ Everything lives under one state directory (default
     pki/                  CAs, serving/client certs, service-account keys
     etcd/                 etcd data (wiped on every ``up``)
     config/               kwok stages, Kueue Configuration, Karpenter instance types,
-                          the API server's audit policy
+                          the API server's audit policy, and (when ``up`` is given the
+                          z2jh chart's) the user-scheduler's KubeSchedulerConfiguration
     kueue/certs/          Kueue webhook serving cert (tls.crt, tls.key)
     logs/<component>.log  each component's stdout and stderr
     logs/audit.log        the API server's audit log (JSON lines, see ``components``)
@@ -33,6 +34,8 @@ from pathlib import Path
 HOST = "127.0.0.1"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
               "kwok", "kueue", "karpenter", "csi", "dcgm-exporter", "prometheus")
+# Started only when ``up`` is given the z2jh chart's scheduler configuration.
+OPTIONAL_COMPONENTS = ("user-scheduler",)
 # Ports Karpenter binds on every interface (it takes no bind address).
 ALL_INTERFACES = ("karpenter_metrics", "karpenter_health")
 
@@ -44,6 +47,7 @@ class Ports:
     apiserver: int = 26443
     controller_manager: int = 30257
     scheduler: int = 30259
+    user_scheduler: int = 30261
     kwok: int = 30247
     kueue_webhook: int = 29443
     kueue_metrics: int = 28443
@@ -123,6 +127,10 @@ class Layout:
     @property
     def kwok_workdir(self) -> Path:
         return self.root / "kwok"
+
+    @property
+    def user_scheduler_config(self) -> Path:
+        return self.config_dir / "user-scheduler.yaml"
 
     @property
     def kueue_config(self) -> Path:

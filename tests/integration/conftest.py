@@ -12,7 +12,11 @@ Fixtures:
   a running ``make demo`` does not collide, and below the kernel's ephemeral range
   32768-60999, where any outgoing connection may hold a port); ``down`` at the end. Its value is the dict ``devcluster status`` prints.
   It also has the hub's ServiceAccount ``hub`` in namespace ``jupyterhub``, bound
-  only by the RBAC we ship plus the z2jh chart's hub Role (:mod:`.hub_rbac`).
+  only by the RBAC we ship plus the z2jh chart's hub Role (:mod:`.hub_rbac`). When
+  the z2jh chart is beside the checkout, the cluster runs the chart's user-scheduler
+  (its configuration as ``helm template`` renders it from our values) and
+  ``status["user_scheduler"]`` is the scheduler name the chart's hub gives
+  KubeSpawner's pods; else it is None.
 - ``hub_kubeconfig`` (session): a kubeconfig with a token of that ServiceAccount.
   Everything that plays the hub uses it: the hubs the tests start, their services
   and the in-process GPUSpawners (``KUBECONFIG`` points at it). The admin
@@ -22,6 +26,7 @@ Fixtures:
   with the admin kubeconfig, and helpers for Workloads and for a pool's Karpenter nodes
   and NodeClaims.
 - ``spawn``: starts a real GPUSpawner for (user, groups, profile) and returns it
+  (its pods name the user-scheduler, as under the chart, when the cluster runs one)
   (``wait=False``: returns the spawner and its start task at once; ``config``: a
   traitlets Config merged over the defaults). Every server it started is stopped at
   the end of the test.
@@ -91,10 +96,16 @@ def cluster_platform(cluster_spec_path):
 def cluster(cluster_platform):
     from jupyterhub_gpu.devcluster import build, cluster as devcluster
 
+    from .. import z2jh_chart
+
     if not build.is_built():
         pytest.fail("the control plane is not built: run `jupyterhub-gpu devcluster build` "
                     "(make test does)")
-    status = devcluster.up(cluster_platform, STATE_DIR, ports=TEST_PORTS)
+    chart = (z2jh_chart.user_scheduler(z2jh_chart.helm_template(build.binaries()["helm"]))
+             if z2jh_chart.CHART.is_dir() else None)
+    status = devcluster.up(cluster_platform, STATE_DIR, ports=TEST_PORTS,
+                           user_scheduler=chart[1] if chart else None)
+    status["user_scheduler"] = chart[0] if chart else None
     try:
         hub_rbac.give_the_hub_its_identity(STATE_DIR, cluster_platform, HUB_KUBECONFIG)
         yield status
@@ -196,6 +207,8 @@ async def spawn(cluster, cluster_spec_path):
         cfg = Config()
         cfg.GPUSpawner.platform_file = str(cluster_spec_path)
         cfg.GPUSpawner.start_timeout = 300
+        if cluster["user_scheduler"]:  # as the chart's jupyterhub_config.py sets it
+            cfg.KubeSpawner.scheduler_name = cluster["user_scheduler"]
         if config is not None:  # e.g. the z2jh chart's (tests/z2jh_chart.py)
             cfg.merge(config)
         spawner = GPUSpawner(user=OfflineUser(user, [_Group(g) for g in groups]),

@@ -144,13 +144,7 @@ def _tool(name: str) -> str:
 @pytest.fixture(scope="module")
 def chart() -> list[dict]:
     """The chart's objects as ``helm template`` renders them from our values files."""
-    out = subprocess.run(
-        [_tool("helm"), "template", z2jh_chart.RELEASE_NAME, str(z2jh_chart.CHART),
-         "--namespace", RELEASE_NAMESPACE,
-         *(arg for values in z2jh_chart.OUR_VALUES for arg in ("-f", str(values)))],
-        capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+    return z2jh_chart.helm_template(_tool("helm"))
 
 
 def _namespace_labels(team_objects: list[dict]) -> dict[str, dict[str, str]]:

@@ -28,21 +28,10 @@ from jupyterhub_gpu.spec.parse import SpecError, parse_platform
 from jupyterhub_gpu.hub.render import render_pod
 from jupyterhub_gpu.spec.validate import check_warnings
 
+from ..kueue_cases import NAP, nap_spec
 from .test_schemas import _crd_schema
 
-NAP = "node-auto-provisioning"
 CLI = [sys.executable, "-m", "jupyterhub_gpu.cli"]
-
-
-def nap_spec(spec: dict, *names: str) -> dict:
-    """``spec`` with the pools ``names`` on Node Auto Provisioning, as whole-GPU pools
-    (a CPU-only pool stays CPU-only)."""
-    for pool in spec["pools"]:
-        if pool["name"] in names:
-            pool["autoscaler"] = NAP
-            if pool["gpu"] != "none":
-                pool["sharing"] = {"mode": "exclusive"}
-    return spec
 
 
 def _by_kind(objects: list[dict], kind: str) -> dict[str, dict]:

@@ -13,11 +13,9 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 
 import pytest
-import yaml
 from kubernetes_asyncio.client import ApiException
 from prometheus_client import REGISTRY
 
-from jupyterhub_gpu.builders import kueue
 from jupyterhub_gpu.builders.pod import pool_annotations, spawn_settings
 from jupyterhub_gpu.spec.grant import UserRef, authorize
 from jupyterhub_gpu.contract import (AGENTPOOL_LABEL, ADMISSION_GATE, ENV_MEMORY, ENV_MODEL,
@@ -29,10 +27,8 @@ from jupyterhub_gpu.kueue.messages import stop_notice
 from jupyterhub_gpu.kueue.poolgate import record_patch
 from jupyterhub_gpu.kueue.start import GATE_FAILED, QueuedStart
 from jupyterhub_gpu.spec.parse import parse_platform
-from jupyterhub_gpu.hub.render import render_pod
 
-from .. import kueue_admission as kueue_rules
-from .test_bundle_nap import nap_spec
+from ..kueue_cases import CASES, NAP_POOL, model_verdict
 from .test_fallback_spec import h100_fallback
 from .test_kueue_messages import workload
 from .test_kueue_start import Withdraw, until
@@ -125,21 +121,20 @@ def test_each_pool_gets_its_own_facts(example_spec):
         "a100mig": "A100-80GB", "h100mig": "H100-80GB"}
 
 
-async def test_pools_of_both_autoscalers_are_ored(example_spec, tmp_path):
+async def test_pools_of_both_autoscalers_are_ored(tmp_path):
     """a100spot on Node Auto Provisioning (karpenter.sh/nodepool), a100 an AKS node pool
-    (kubernetes.azure.com/agentpool): one term each, so either pool will do."""
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(nap_spec(example_spec, "a100spot")))
-    platform = parse_platform(yaml.safe_load(spec.read_text()))
-    pod = await render_pod(str(spec), "max", ["ml-eng"], TRAINING)
+    (kubernetes.azure.com/agentpool): one term each, so either pool will do (the NAP
+    case of tests/kueue_cases.py, whose verdict the real Kueue is held to in
+    tests/integration/test_kueue_model.py)."""
+    (case,) = [c for c in CASES if c.nap]
+    assert (case.slug, case.user, case.group, NAP_POOL) == (TRAINING, ML_ENG.name, "ml-eng",
+                                                            "a100spot")
+    pod = await case.pod(tmp_path)
     affinity = pod["spec"]["affinity"]["nodeAffinity"]
     assert affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
         {"matchExpressions": [{"key": NODEPOOL_LABEL, "operator": "In", "values": ["a100spot"]}]},
         {"matchExpressions": [{"key": AGENTPOOL_LABEL, "operator": "In", "values": ["a100"]}]}]
-    flavors = [kueue.resource_flavor(p) for p in platform.pools]
-    keys = {k for f in flavors for k in f["spec"]["nodeLabels"]}
-    assert [f["metadata"]["name"] for f in flavors if kueue_rules.may_admit(pod, f, keys)] == [
-        "a100spot", "a100"]
+    assert model_verdict(pod, case.platform(tmp_path)) == ["a100spot", "a100"]
 
 
 # -- the pool gate ---------------------------------------------------------------------

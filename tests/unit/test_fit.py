@@ -26,6 +26,7 @@ from jupyterhub_gpu.hub.render import render_pod
 
 from .. import kueue_admission as kueue_rules
 from ..conftest import REPO
+from ..kueue_cases import CASES, model_verdict
 
 SCHEMA_VERSION = K8S_VERSION.lstrip("v").rsplit(".", 1)[0]  # "1.35"
 PROFILES = load_platform(REPO / "config" / "platform.yaml").profiles
@@ -60,9 +61,9 @@ def advertised(config: dict, node_labels: dict[str, str]) -> set[str]:
 
 
 async def _pod(platform, example_spec_path, slug) -> dict:
-    profile = platform.profile(slug)
-    group = profile.allowed_groups[0] if profile.allowed_groups else platform.teams[0].groups[0]
-    return await render_pod(str(example_spec_path), "alice", [group], slug)
+    """The example profile's pod, as the shared case table (tests/kueue_cases.py) has it."""
+    (case,) = [c for c in CASES if c.slug == slug and not c.nap]
+    return await render_pod(str(example_spec_path), case.user, [case.group], slug)
 
 
 def _gpu_limits(container: dict) -> dict[str, str]:
@@ -85,16 +86,15 @@ async def test_pod_asks_for_the_profile_and_validates(platform, example_spec_pat
     assert [quantity(n) for n in _gpu_limits(container).values()] == gpu
 
 
-@pytest.mark.parametrize("slug", SLUGS)
-async def test_kueue_may_admit_the_pod_to_its_profiles_pools_only(platform,
-                                                                   example_spec_path, slug):
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+async def test_kueue_may_admit_the_pod_to_its_profiles_pools_only(case, tmp_path):
     """Every ClusterQueue lists every pool: the pod's selector or node affinity alone
-    keeps Kueue to the profile's pools (the flavors' tolerations pass every taint)."""
-    pod = await _pod(platform, example_spec_path, slug)
-    flavors = [kueue.resource_flavor(p) for p in platform.pools]
-    keys = {k for f in flavors for k in f["spec"]["nodeLabels"]}
-    admits = [f["metadata"]["name"] for f in flavors if kueue_rules.may_admit(pod, f, keys)]
-    assert sorted(admits) == sorted(platform.profile(slug).pool_names)
+    keeps Kueue to the profile's pools (the flavors' tolerations pass every taint).
+    The model's verdicts on these cases are held against the real Kueue in
+    tests/integration/test_kueue_model.py."""
+    platform = case.platform(tmp_path)
+    admits = model_verdict(await case.pod(tmp_path), platform)
+    assert sorted(admits) == sorted(platform.profile(case.slug).pool_names)
 
 
 @pytest.mark.parametrize("slug, pool_name", PLACEMENTS)
