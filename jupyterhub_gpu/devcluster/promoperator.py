@@ -17,8 +17,9 @@ environment, and has given the ``endpoints`` role's targets as ``file_sd``
 (:mod:`.endpointsd`: the dev cluster cannot hold Endpoints for kwok's loopback pod
 IPs); each change is listed in :class:`Adapted`.
 
-Pure builders here; the cluster test (``tests/integration/test_prometheus_operator.py``)
-applies them and runs both processes.
+Builders of objects and configs, and the writers of the stand-in files; the cluster
+test (``tests/integration/test_prometheus_operator.py``) applies the objects and runs
+both processes.
 """
 
 from __future__ import annotations
@@ -32,13 +33,12 @@ from pathlib import Path
 
 import yaml
 
-from ..bundle.monitoring import KPS_RELEASE
+from ..bundle.monitoring import API_VERSION as MONITORING_API, KPS_RELEASE
 from ..contract import NETWORKING_GROUP, RBAC_API_VERSION, RBAC_GROUP
 from .build import PROMETHEUS_VERSION
 from .endpointsd import META, sanitize
 
-MONITORING_GROUP = "monitoring.coreos.com"
-MONITORING_API = f"{MONITORING_GROUP}/v1"
+MONITORING_GROUP = MONITORING_API.split("/")[0]
 #: the namespace the admin guide installs kube-prometheus-stack and the GPU Operator in
 MONITORING_NAMESPACE, GPU_OPERATOR_NAMESPACE = "monitoring", "gpu-operator"
 #: the CRDs the Prometheus controller reads; without the Alertmanager, ThanosRuler and
