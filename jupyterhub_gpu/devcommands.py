@@ -33,8 +33,12 @@ DEVCLUSTER_ACTIONS: tuple[tuple[str, str, str, Arguments], ...] = (
     ("build", "build the control-plane binaries with go",
      "Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, Kueue, "
      "Karpenter (kwok provider), Prometheus and promtool from the Go module proxy into the cache "
-     "(~/.cache/jupyterhub-gpu). Cold builds take tens of minutes.",
-     ((("--force",), {"action": "store_true", "help": "rebuild even if already built"}),)),
+     "(~/.cache/jupyterhub-gpu). Cold builds take tens of minutes. --with adds a binary "
+     "only some tests need (the Prometheus Operator).",
+     ((("--force",), {"action": "store_true", "help": "rebuild even if already built"}),
+      (("--with",), {"dest": "opt_in", "action": "append", "metavar": "NAME",
+                     "help": "also build this opt-in binary (repeatable); there is one: "
+                             "prometheus-operator"}))),
     ("up", "start the dev cluster for a platform spec",
      "Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, Kueue and "
      "Karpenter on 127.0.0.1; apply the bundle's team namespaces with the hub's Roles, "

@@ -21,6 +21,9 @@ from ..spec.model import Platform
 
 API_VERSION = "monitoring.coreos.com/v1"
 RULE_NAME = "jupyterhub-gpu"
+#: the release name kube-prometheus-stack is installed as; its Prometheus selects
+#: ServiceMonitors, PodMonitors and PrometheusRules labelled ``release: <it>``
+KPS_RELEASE = "kube-prometheus-stack"
 WINDOW = "1h"  # of rates and averages
 EVICTION_WINDOW = "1d"
 
@@ -155,7 +158,7 @@ def prometheus_rule(platform: Platform, namespace: str = "monitoring") -> dict:
     ``ruleSelector`` (kube-prometheus-stack's default selects its release name)."""
     return {"apiVersion": API_VERSION, "kind": "PrometheusRule",
             "metadata": {"name": RULE_NAME, "namespace": namespace,
-                         "labels": {"release": "kube-prometheus-stack"}},
+                         "labels": {"release": KPS_RELEASE}},
             "spec": {"groups": rule_groups(platform)}}
 
 

@@ -8,7 +8,8 @@ pin rebuilds only that binary. The CRDs a component ships (Kueue's, Karpenter's)
 are copied from its module next to its binary.  Nothing prebuilt is downloaded.
 
 Run ``python -m jupyterhub_gpu.devcluster.build`` to build (a cold build takes
-tens of minutes on two cores).
+tens of minutes on two cores); ``--with=prometheus-operator`` adds an opt-in binary
+(:data:`OPT_IN_PINS`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .contract import ENV_CACHE
 from .layout import log_tail
 
 __all__ = [
+    "OPT_IN_PINS",
     "PINS",
     "BuildError",
     "Pin",
@@ -41,6 +43,8 @@ __all__ = [
     "cache_root",
     "check_go",
     "is_built",
+    "opt_in_binary",
+    "pin",
     "crd_dir",
     "kueue_crd_dir",
 ]
@@ -104,6 +108,25 @@ PINS: Mapping[str, Pin] = MappingProxyType(
         "helm": Pin("helm.sh/helm/v4", HELM_VERSION, "helm.sh/helm/v4/cmd/helm"),
     }
 )
+# The newest version the Go module proxy serves (v0.85.0 was the only one listed).
+PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
+#: Built only when asked (``devcluster build --with NAME``), not by a plain ``build``
+#: nor counted by :func:`is_built`: the Prometheus Operator's cold build is too long
+#: for CI's budget (README, build table), and only its own cluster test needs it.
+OPT_IN_PINS: Mapping[str, Pin] = MappingProxyType(
+    {
+        # Its Prometheus-side CRDs are applied by the test (devcluster.promoperator).
+        "prometheus-operator": Pin(
+            "github.com/prometheus-operator/prometheus-operator", PROMETHEUS_OPERATOR_VERSION,
+            "github.com/prometheus-operator/prometheus-operator/cmd/operator",
+            crd_dirs=("example/prometheus-operator-crd",)),
+    }
+)
+
+
+def pin(name: str) -> Pin:
+    """The pin of a default or an opt-in binary."""
+    return PINS[name] if name in PINS else OPT_IN_PINS[name]
 
 
 def cache_root() -> Path:
@@ -169,7 +192,7 @@ def check_go(min_version: str = MIN_GO) -> str:
 
 def bin_dir(name: str) -> Path:
     """Directory of one binary, keyed by its pin, the Go version and the build recipe."""
-    key = json.dumps([RECIPE, _go_version(), asdict(PINS[name])], sort_keys=True)
+    key = json.dumps([RECIPE, _go_version(), asdict(pin(name))], sort_keys=True)
     return cache_root() / "bin" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
@@ -189,7 +212,7 @@ def kueue_crd_dir() -> Path:
 
 def _crds_present(name: str) -> bool:
     directory = crd_dir(name)
-    return not PINS[name].crd_dirs or (directory.is_dir() and any(directory.glob("*.yaml")))
+    return not pin(name).crd_dirs or (directory.is_dir() and any(directory.glob("*.yaml")))
 
 
 def is_built() -> bool:
@@ -270,6 +293,9 @@ def _stamps(pin: Pin, build_date: str) -> dict[str, str]:
         return {"helm.sh/helm/v4/internal/version.version": pin.version}
     if pin.module == "sigs.k8s.io/karpenter":
         return {"sigs.k8s.io/karpenter/pkg/operator.Version": pin.version}
+    if pin.module == "github.com/prometheus-operator/prometheus-operator":
+        pkg = "github.com/prometheus/common/version"
+        return {f"{pkg}.Version": pin.version.removeprefix("v"), f"{pkg}.BuildDate": build_date}
     return {}
 
 
@@ -334,29 +360,42 @@ def _build_one(step: str, name: str, pin: Pin, force: bool, progress: Callable[[
         progress(f"{step} {name} CRDs copied to {_install_crds(name, pin, info)}")
 
 
-def build(progress: Callable[[str], None] = print, force: bool = False) -> dict[str, Path]:
-    """Build every missing binary (all of them with force=True) and return their paths."""
+def opt_in_binary(name: str) -> Path:
+    """Expected path of an opt-in binary (whether built or not)."""
+    return bin_dir(name) / name
+
+
+def build(progress: Callable[[str], None] = print, force: bool = False,
+          opt_in: tuple[str, ...] = ()) -> dict[str, Path]:
+    """Build every missing binary (all of them with force=True), and the opt-in ones
+    named (e.g. ``("prometheus-operator",)``); return their paths."""
+    unknown = sorted(set(opt_in) - set(OPT_IN_PINS))
+    if unknown:
+        raise BuildError(f"no opt-in binary {', '.join(unknown)}; "
+                         f"there are: {', '.join(OPT_IN_PINS)}")
     version = check_go()
     progress(f"building dev-cluster binaries with {version} into {cache_root() / 'bin'}")
+    wanted = {**PINS, **{name: OPT_IN_PINS[name] for name in opt_in}}
     with (cache_root() / "build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if force:
             shutil.rmtree(cache_root() / "build", ignore_errors=True)
-        for index, (name, pin) in enumerate(PINS.items(), start=1):
-            _build_one(f"[{index}/{len(PINS)}]", name, pin, force, progress)
-    return binaries()
+        for index, (name, pin_) in enumerate(wanted.items(), start=1):
+            _build_one(f"[{index}/{len(wanted)}]", name, pin_, force, progress)
+    return {**binaries(), **{name: opt_in_binary(name) for name in opt_in}}
 
 
 def main() -> int:
     force = "--force" in sys.argv[1:]
+    opt_in = tuple(a.removeprefix("--with=") for a in sys.argv[1:] if a.startswith("--with="))
     try:
-        paths = build(force=force)
+        paths = build(force=force, opt_in=opt_in)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     for name, path in paths.items():
         print(f"{name}: {path}")
-        if PINS[name].crd_dirs:
+        if pin(name).crd_dirs:
             print(f"{name} CRDs: {crd_dir(name)}")
     return 0
 

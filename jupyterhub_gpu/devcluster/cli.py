@@ -20,7 +20,7 @@ from .procs import ComponentError
 
 def build(args: argparse.Namespace) -> int:
     try:
-        paths = builder.build(force=args.force)
+        paths = builder.build(force=args.force, opt_in=tuple(args.opt_in or ()))
     except builder.BuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -57,6 +57,10 @@ class Ports:
     dcgm_exporter: int = 29400
     csi: int = 29410
     prometheus: int = 29090
+    # the opt-in Prometheus Operator's web port, and the Prometheus that runs the
+    # config it generates (devcluster.promoperator; only its cluster test starts them)
+    prometheus_operator: int = 29080
+    prometheus_operated: int = 29091
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
