@@ -23,7 +23,8 @@ the ConfigMap ``hub`` under ``/usr/local/etc/jupyterhub/config/``, the Secret ``
 ``/etc/jupyterhub-gpu``. The files are placed in a private mount namespace
 (``unshare``; an overlay over the nearest existing directory, so the host's tree is
 never written), as :mod:`.hubpod` does for the demo hub. :class:`ChartHub` starts the
-proxy Deployment's container and the hub Deployment's ``hub`` container so.
+proxy Deployment's container and the hub Deployment's ``hub`` container so;
+:func:`serving` runs them for a test (the hub's REST API: :mod:`.chart_hubapi`).
 
 What differs from the pod on AKS, and why:
 
@@ -76,6 +77,7 @@ from jupyterhub_gpu.devcluster import demo
 
 from .. import z2jh_chart
 from . import hub_rbac, hubpod
+from .chart_hubapi import stop_all_servers
 from .conftest import PORT_OFFSET, STATE_DIR, wait_for
 
 REPO = z2jh_chart.REPO
@@ -449,62 +451,3 @@ async def serving(cluster: dict, spec: Path, workdir: Path, admin: dict | None =
         await hub.stop()
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
-
-
-async def add_user(http, hub: ChartHub, user: str, groups: list[str]) -> None:
-    """Create ``user`` (if new) in ``groups`` (made if new), as an admin does."""
-    async with http.post(f"{hub.api}/users/{user}", headers=hub.headers()) as r:
-        assert r.status in (201, 409), await r.text()
-    for group in groups:
-        async with http.post(f"{hub.api}/groups/{group}", headers=hub.headers()) as r:
-            assert r.status in (201, 409), await r.text()
-        async with http.post(f"{hub.api}/groups/{group}/users", headers=hub.headers(),
-                             json={"users": [user]}) as r:
-            assert r.status == 200, await r.text()
-
-
-async def start_server(http, hub: ChartHub, user: str, profile: str) -> int:
-    """``POST /users/:user/server`` with the profile; the status (201/202, or an error)."""
-    async with http.post(f"{hub.api}/users/{user}/server", headers=hub.headers(),
-                         json={"profile": profile}) as r:
-        return r.status
-
-
-async def server(http, hub: ChartHub, user: str) -> dict | None:
-    """The user's default server as the hub reports it, or None."""
-    async with http.get(f"{hub.api}/users/{user}", headers=hub.headers()) as r:
-        assert r.status == 200, await r.text()
-        return (await r.json())["servers"].get("")
-
-
-async def ready(http, hub: ChartHub, user: str) -> bool:
-    """The user's default server is up (asserting the spawn has not failed)."""
-    found = await server(http, hub, user)
-    assert found is not None, f"{user}'s spawn failed: {hub.tail()}"
-    return found["ready"]
-
-
-async def stop_server(http, hub: ChartHub, user: str) -> None:
-    async with http.delete(f"{hub.api}/users/{user}/server", headers=hub.headers()) as r:
-        assert r.status in (202, 204), await r.text()
-    await wait_for(lambda: _stopped(http, hub, user), timeout=120, what=f"{user}'s server to stop")
-
-
-async def _stopped(http, hub: ChartHub, user: str) -> bool:
-    return await server(http, hub, user) is None
-
-
-async def stop_all_servers(http, hub: ChartHub) -> None:
-    async with http.get(f"{hub.api}/users", headers=hub.headers()) as r:
-        users = await r.json() if r.status == 200 else []
-    for user in users:
-        if user.get("server") or user.get("pending"):
-            async with http.delete(f"{hub.api}/users/{user['name']}/server",
-                                   headers=hub.headers()):
-                pass
-    await wait_for(lambda: _no_servers(http, hub), timeout=120, what="every server to stop")
-
-
-async def _no_servers(http, hub: ChartHub) -> bool:
-    async with http.get(f"{hub.api}/users", headers=hub.headers()) as r:
-        return all(not u.get("server") and not u.get("pending") for u in await r.json())

@@ -25,7 +25,7 @@ from jupyterhub_gpu.spec.parse import load_platform
 from jupyterhub_gpu.spec.quantities import parse_cpu, parse_memory
 from tests import z2jh_chart
 
-from . import chart_hub
+from . import chart_hub, chart_hubapi
 from .conftest import HERE, wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -160,14 +160,14 @@ async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
     for name in profile.pool_names:
         await wait_for(lambda: kube.pool_is_empty(name), timeout=120,
                        what=f"pool {name}'s earlier node to go")
-    await chart_hub.add_user(http, hub, user, [group])
-    assert await chart_hub.start_server(http, hub, user, slug) in (201, 202)
+    await chart_hubapi.add_user(http, hub, user, [group])
+    assert await chart_hubapi.start_server(http, hub, user, slug) in (201, 202)
     try:
-        await wait_for(lambda: chart_hub.ready(http, hub, user), timeout=180,
+        await wait_for(lambda: chart_hubapi.ready(http, hub, user), timeout=180,
                        what=f"{user}'s server")
         await _check_pod(kube, platform, slug, user, hub.values)
     finally:
-        await chart_hub.stop_server(http, hub, user)
+        await chart_hubapi.stop_server(http, hub, user)
 
 
 async def _check_pod(kube, platform, slug, user, chart_values) -> None:

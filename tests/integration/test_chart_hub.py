@@ -18,7 +18,7 @@ import pytest
 
 from jupyterhub_gpu.devcluster import demo
 
-from . import chart_hub
+from . import chart_hub, chart_hubapi
 from .conftest import wait_for
 
 HOLDER, WAITER, GROUP = "lea-chart", "max-chart", "data-science"
@@ -38,10 +38,10 @@ async def chart(cluster, cluster_spec_path, tmp_path_factory):
 async def test_the_hub_keeps_running_through_a_busy_queues_timeouts(chart, spawn):
     hub, http = chart
     await spawn(HOLDER, [GROUP], "a100-mig-3g")  # holds the pool's only MIG slice
-    await chart_hub.add_user(http, hub, WAITER, [GROUP])
+    await chart_hubapi.add_user(http, hub, WAITER, [GROUP])
     for attempt in range(1, FAILED_SPAWNS + 1):
         assert hub.running(), f"the hub exited before spawn {attempt}: {hub.tail()}"
-        assert await chart_hub.start_server(http, hub, WAITER, IMPATIENT) in (201, 202)
+        assert await chart_hubapi.start_server(http, hub, WAITER, IMPATIENT) in (201, 202)
         await wait_for(lambda: _gone(http, hub), timeout=60,
                        what=f"spawn {attempt} to run out of queue patience")
     assert hub.running() and await demo.hub_answers(http, hub.url), hub.tail()
@@ -50,7 +50,7 @@ async def test_the_hub_keeps_running_through_a_busy_queues_timeouts(chart, spawn
 async def _gone(http, hub) -> bool:
     """The waiter's spawn has failed (or the hub is gone, which the loop then reports)."""
     try:
-        return not hub.running() or await chart_hub.server(http, hub, WAITER) is None
+        return not hub.running() or await chart_hubapi.server(http, hub, WAITER) is None
     except aiohttp.ClientError:
         return True
 
