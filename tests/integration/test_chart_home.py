@@ -1,7 +1,9 @@
-"""GPUSpawner under the hub config of the z2jh 4.4.0 chart (tests/z2jh_chart.py),
-built from our Helm values: for every profile of the cluster spec, the running pod
-mounts the user's home PVC -- which KubeSpawner creates as the chart asks -- and the
-checkpoint PVC, and keeps every other setting the chart made.
+"""GPUSpawner in the hub deployed from the z2jh 4.4.0 chart with our Helm values
+(:mod:`.chart_hub`: ``helm template``, the objects applied, the hub Deployment's
+container run with the chart's own ``jupyterhub_config.py``), servers started through
+the hub's REST API: for every profile of the cluster spec, the running pod mounts the
+user's home PVC -- which KubeSpawner creates as the chart asks -- and the checkpoint
+PVC, and keeps every other setting the chart made.
 
 Each PVC gets its volume as on AKS (jupyterhub_gpu/devcluster/storage.py): the home, of
 ``managed-csi``, an Azure Disk provisioned for the node the scheduler picked and
@@ -21,15 +23,15 @@ from jupyterhub_gpu.bundle.namespaces import CheckpointVolume, checkpoint_claim
 from jupyterhub_gpu.devcluster.storage import DISK_DRIVER, SELECTED_NODE, unique_volume_name
 from jupyterhub_gpu.spec.parse import load_platform
 from jupyterhub_gpu.spec.quantities import parse_cpu, parse_memory
-from jupyterhub_gpu.hub.config import configure_hub
 from tests import z2jh_chart
 
+from . import chart_hub, chart_hubapi
 from .conftest import HERE, wait_for
 
 pytestmark = pytest.mark.skipif(
-    not z2jh_chart.REFERENCE.is_dir(),
-    reason=f"z2jh reference data not found at {z2jh_chart.REFERENCE}: the chart's "
-           f"default values are needed beside the checkout")
+    not z2jh_chart.CHART.is_dir(),
+    reason=f"z2jh chart not found at {z2jh_chart.CHART}: the chart is needed beside "
+           f"the checkout")
 
 # More of what an admin may put in their own values file (one more `helm -f`), so
 # that every dict and list the chart sets has something of the admin's to keep.
@@ -76,15 +78,11 @@ def checkpointed_spec(cluster_spec_path, example_spec_path, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def chart_values():
-    return z2jh_chart.helm_values(ADMIN_VALUES)
-
-
-@pytest.fixture(scope="module")
-def hub_config(chart_values, checkpointed_spec):
-    c = z2jh_chart.kubespawner_config(chart_values)
-    configure_hub(c, str(checkpointed_spec))  # our hub.extraConfig, after the chart's
-    return c
+async def chart(cluster, checkpointed_spec, tmp_path_factory):
+    """The chart's hub with ADMIN_VALUES in the admin's own values file."""
+    async with chart_hub.serving(cluster, checkpointed_spec,
+                                 tmp_path_factory.mktemp("chart-hub"), ADMIN_VALUES) as served:
+        yield served
 
 
 @dataclass
@@ -147,14 +145,14 @@ def _by_name(items: list[dict]) -> dict[str, dict]:
 
 @pytest.mark.parametrize("slug", PROFILES)
 async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
-        slug, spawn, kube, hub_config, chart_values, checkpoint_claims, home_storage):
+        slug, chart, kube, checkpoint_claims, home_storage):
+    hub, http = chart
     platform = checkpoint_claims
     profile = platform.profile(slug)
     group = (profile.allowed_groups or platform.teams[0].groups)[0]
-    team, pool = platform.team_for({group}), platform.pool(profile.pool)
-    user, storage = f"home-{slug}", z2jh_chart.get(chart_values, "singleuser.storage")
-    claim_name = f"claim-{user}"  # KubeSpawner's pvc_name_template, claim-{user_server}
-    home_storage.home(team.namespace, claim_name)
+    team, user = platform.team_for({group}), f"home-{slug}"
+    # KubeSpawner's pvc_name_template, claim-{user_server}
+    home_storage.home(team.namespace, f"claim-{user}")
     await wait_for(lambda: _quota_free(kube, team.namespace), timeout=120,
                    what=f"earlier tests' quota in {team.namespace} to be released")
     # An earlier test's node, empty since its server stopped, is being removed: a pod
@@ -162,17 +160,33 @@ async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
     for name in profile.pool_names:
         await wait_for(lambda: kube.pool_is_empty(name), timeout=120,
                        what=f"pool {name}'s earlier node to go")
-    spawner = await spawn(user, [group], slug, config=hub_config)
+    await chart_hubapi.add_user(http, hub, user, [group])
+    assert await chart_hubapi.start_server(http, hub, user, slug) in (201, 202)
+    try:
+        await wait_for(lambda: chart_hubapi.ready(http, hub, user), timeout=180,
+                       what=f"{user}'s server")
+        await _check_pod(kube, platform, slug, user, hub.values)
+    finally:
+        await chart_hubapi.stop_server(http, hub, user)
 
-    raw = await kube.core.read_namespaced_pod(spawner.pod_name, team.namespace)
+
+async def _check_pod(kube, platform, slug, user, chart_values) -> None:
+    """The running server's pod, home claim and volume, as the chart and the profile
+    made them."""
+    profile = platform.profile(slug)
+    group = (profile.allowed_groups or platform.teams[0].groups)[0]
+    team, pool = platform.team_for({group}), platform.pool(profile.pool)
+    storage = z2jh_chart.get(chart_values, "singleuser.storage")
+    claim_name = f"claim-{user}"
+    (raw,) = (await kube.core.list_namespaced_pod(
+        team.namespace, label_selector=f"hub.jupyter.org/username={user}")).items
     pod = kube.api_client.sanitize_for_serialization(raw)
     assert pod["status"]["phase"] == "Running"
     volumes = _by_name(pod["spec"]["volumes"])
     (notebook,) = pod["spec"]["containers"]
     mounts = _by_name(notebook["volumeMounts"])
     home = f"volume-{user}"  # the chart's volumeNameTemplate, volume-{user_server}
-    assert spawner.pvc_name == claim_name
-    assert volumes[home]["persistentVolumeClaim"] == {"claimName": spawner.pvc_name}
+    assert volumes[home]["persistentVolumeClaim"] == {"claimName": claim_name}
     assert mounts[home]["mountPath"] == storage["homeMountPath"]
     assert "subPath" not in mounts[home]
     ckpt = platform.checkpoint_storage
@@ -182,7 +196,7 @@ async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
     assert volumes["datasets"] == {"name": "datasets", "emptyDir": {}}
     assert mounts["datasets"]["mountPath"] == "/home/jovyan/datasets"
 
-    claim = await kube.core.read_namespaced_persistent_volume_claim(spawner.pvc_name,
+    claim = await kube.core.read_namespaced_persistent_volume_claim(claim_name,
                                                                     team.namespace)
     assert claim.status.phase == "Bound"  # KubeSpawner made it as the chart asked
     assert (claim.spec.storage_class_name, claim.spec.access_modes,

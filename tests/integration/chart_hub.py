@@ -1,0 +1,453 @@
+"""The hub deployed from the real z2jh 4.4.0 chart, the way an admin deploys it.
+
+:func:`render` runs ``helm template`` on the reference chart
+(jupyterhub/zero-to-jupyterhub-k8s 4.4.0, ``jupyterhub/``) with our values files in
+the order the admin guide's ``helm upgrade --install`` passes them
+(:func:`install_order`, read from docs/admin-guide.md), the admin's own last file
+(``~/jupyterhub-gpu-secrets.yaml`` there) being :func:`test_values`.
+:func:`apply` puts every rendered object the hub needs into the dev cluster
+(ServiceAccount, Roles and bindings, NetworkPolicies, Services, ConfigMaps, Secret,
+PVC, PDBs, PriorityClasses: everything but the Deployments, whose pods kwok would not
+run), beside the spec's ConfigMap the admin guide creates first.
+:func:`start_container` then starts a Deployment's container as a process, the way
+the kubelet would start it: the container's ``command``/``args`` (``$(VAR)``
+expanded from its env), its ``env`` with every ``valueFrom`` resolved as the kubelet
+does (``secretKeyRef`` read from the Secret in the API server, ``fieldRef`` from the
+pod), the Service environment variables of the release namespace
+(``enableServiceLinks``), the in-cluster config (``KUBERNETES_SERVICE_HOST``/
+``_PORT``, the ServiceAccount's token, CA and namespace at
+``/var/run/secrets/kubernetes.io/serviceaccount``), and every volume at its
+``mountPath`` (``subPath`` too): the chart's ``jupyterhub_config.py`` and ``z2jh.py``,
+the ConfigMap ``hub`` under ``/usr/local/etc/jupyterhub/config/``, the Secret ``hub``
+(with the rendered ``values.yaml``) under ``.../secret/``, the spec's ConfigMap under
+``/etc/jupyterhub-gpu``. The files are placed in a private mount namespace
+(``unshare``; an overlay over the nearest existing directory, so the host's tree is
+never written), as :mod:`.hubpod` does for the demo hub. :class:`ChartHub` starts the
+proxy Deployment's container and the hub Deployment's ``hub`` container so;
+:func:`serving` runs them for a test (the hub's REST API: :mod:`.chart_hubapi`).
+
+What differs from the pod on AKS, and why:
+
+* The hub runs this Python environment's packages (the hub image's, as pinned in
+  ``images/hub/requirements.txt``, come from the venv; pycurl, which the chart's
+  config needs for its curl HTTP client, included) and this checkout's
+  ``jupyterhub_gpu`` (``PYTHONPATH``), as the test's user, without the image's
+  ``tini`` entrypoint; the proxy runs the dev cluster's configurable-http-proxy.
+* There is no pod network and no cluster DNS. Every container port listens on a local
+  port of the test's own (:class:`PortMap`; the proxy's ``--port``/``--api-port``
+  arguments are rewritten, the hub gets ``--JupyterHub.hub_bind_url`` on its command
+  line, which traitlets ranks above the config file), the Service environment variables
+  name those ports on 127.0.0.1, and the Services' names (``hub``, ``proxy-api``,
+  ``hub.<namespace>.svc.cluster.local``, ...) resolve to 127.0.0.1 through the
+  namespace's own ``/etc/hosts``. Notebook servers, run by the dev cluster's pod
+  runner outside that namespace, cannot resolve them: the hub's
+  ``--JupyterHub.hub_connect_url`` is its local address. The gpu-jobs service keeps
+  the values' port 10101.
+* Applied NetworkPolicies are stored but not enforced (the dev cluster has no CNI);
+  the PVC ``hub-db-dir`` stays unbound (no pod uses it): ``/srv/jupyterhub`` is a
+  directory of the test's.
+* ``helm-values/auth-azuread.yaml`` is rendered in its place, but the last values file
+  switches the authenticator to the chart's ``dummy``: Entra ID is not reachable here.
+  That file also gives the tests a hub service with an API token (``hub.services``,
+  ``hub.loadRoles``), as an admin's own values file may.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import os
+import re
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import aiohttp
+import pytest
+import yaml
+
+from jupyterhub_gpu.devcluster import demo
+
+from .. import z2jh_chart
+from . import hub_rbac, hubpod
+from .chart_hubapi import stop_all_servers
+from .conftest import PORT_OFFSET, STATE_DIR, wait_for
+
+REPO = z2jh_chart.REPO
+ADMIN_GUIDE = REPO / "docs" / "admin-guide.md"
+NAMESPACE = z2jh_chart.RELEASE_NAMESPACE
+#: the admin's own values file in the admin guide's install command; its place is
+#: taken by :func:`test_values`
+ADMIN_OWN_VALUES = "~/jupyterhub-gpu-secrets.yaml"
+#: the kinds applied to the cluster: not the Deployments (kwok runs no containers)
+APPLIED_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                 "ClusterRoleBinding", "NetworkPolicy", "Service", "ConfigMap", "Secret",
+                 "PersistentVolumeClaim", "PodDisruptionBudget", "PriorityClass")
+SPEC_CONFIGMAP, SPEC_KEY = "jupyterhub-gpu-platform", "platform.yaml"  # admin guide, step 8
+TEST_SERVICE = "chart-tests"
+#: the images' WORKDIR (the hub's: ``images/hub/Dockerfile``), where a container
+#: names no ``workingDir``
+IMAGE_WORKDIRS = {"hub": "/srv/jupyterhub"}
+#: a container's processes in a PID namespace of their own, as in a pod: when its main
+#: process exits (the hub's ``SystemExit``), the kernel ends every process it left (the
+#: hub's managed services), as the container runtime does
+POD_PID_NAMESPACE = ("--pid", "--fork", "--kill-child")
+STOP_SECONDS = 30
+TEST_SCOPES = ["admin:users", "admin:servers", "admin:groups", "list:users", "read:users",
+               "read:servers"]
+
+
+def install_order() -> list[str]:
+    """The ``-f`` files of the admin guide's ``helm upgrade --install jupyterhub``, in order."""
+    text = ADMIN_GUIDE.read_text()
+    start = text.index("helm upgrade --install jupyterhub")
+    command = text[start:text.index("```", start)]
+    return re.findall(r"-f (\S+)", command)
+
+
+def test_values(token: str, admin: dict | None = None) -> dict:
+    """The last values file: the chart's dummy authenticator, and a service whose API
+    token ``token`` the tests drive the hub with, over ``admin`` (more of what an admin
+    may put in their own values file)."""
+    return z2jh_chart.coalesce(admin or {}, {"hub": {"config": {"JupyterHub": {"authenticator_class": "dummy"}},
+                    "services": {TEST_SERVICE: {"apiToken": token}},
+                    "loadRoles": {TEST_SERVICE: {"scopes": TEST_SCOPES,
+                                                 "services": [TEST_SERVICE]}}}})
+
+
+def render(helm: Path | str, workdir: Path, token: str,
+           admin: dict | None = None) -> list[dict]:
+    """The chart's objects, rendered from the install order's values files."""
+    if not z2jh_chart.CHART.is_dir():
+        pytest.skip(f"z2jh chart not found at {z2jh_chart.CHART} (../shared/reference)")
+    last = workdir / "admin-values.yaml"
+    last.write_text(yaml.safe_dump(test_values(token, admin)))
+    files = [last if f == ADMIN_OWN_VALUES else REPO / f for f in install_order()]
+    out = subprocess.run(
+        [str(helm), "template", z2jh_chart.RELEASE_NAME, str(z2jh_chart.CHART),
+         "--namespace", NAMESPACE, *(a for f in files for a in ("-f", str(f)))],
+        capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def find(objects: list[dict], kind: str, name: str) -> dict:
+    (obj,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return obj
+
+
+def apply(client, objects: list[dict], spec: Path) -> None:
+    """The spec's ConfigMap (as the admin guide creates it), then the rendered objects."""
+    client.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": SPEC_CONFIGMAP, "namespace": NAMESPACE},
+                  "data": {SPEC_KEY: spec.read_text()}})
+    for obj in objects:
+        if obj["kind"] in APPLIED_KINDS:
+            obj = copy.deepcopy(obj)
+            if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding", "PriorityClass"):
+                obj["metadata"].setdefault("namespace", NAMESPACE)
+            client.apply(obj)
+
+
+@dataclass(frozen=True)
+class PortMap:
+    """Container port -> the local port it listens on here (no pod network)."""
+
+    ports: dict[int, int]
+
+    def local(self, port: int) -> int:
+        return self.ports.get(port, port)
+
+
+def _container_port(deployment: dict, target) -> int:
+    """A Service's ``targetPort`` (number or name) in ``deployment``'s containers."""
+    if isinstance(target, int):
+        return target
+    return next(p["containerPort"] for c in deployment["spec"]["template"]["spec"]["containers"]
+                for p in c.get("ports", []) if p.get("name") == target)
+
+
+def service_env(objects: list[dict], ports: PortMap) -> dict[str, str]:
+    """The Service variables the kubelet gives a pod of the namespace (enableServiceLinks),
+    each Service on 127.0.0.1 at the local port of the container port it targets."""
+    env = {}
+    deployments = [o for o in objects if o["kind"] == "Deployment"]
+    for svc in (o for o in objects if o["kind"] == "Service"):
+        selector = svc["spec"].get("selector") or {}
+        target = next((d for d in deployments if selector.items()
+                       <= d["spec"]["template"]["metadata"]["labels"].items()), None)
+        prefix = svc["metadata"]["name"].upper().replace("-", "_")
+        for i, port in enumerate(svc["spec"]["ports"]):
+            local = (ports.local(_container_port(target, port.get("targetPort", port["port"])))
+                     if target else port["port"])
+            if i == 0:
+                env[f"{prefix}_SERVICE_HOST"] = "127.0.0.1"
+                env[f"{prefix}_SERVICE_PORT"] = str(local)
+            if port.get("name"):
+                env[f"{prefix}_SERVICE_PORT_{port['name'].upper().replace('-', '_')}"] = str(local)
+    return env
+
+
+def hosts_file(objects: list[dict]) -> str:
+    """/etc/hosts of the pod's namespace: the host's, and every Service's DNS names."""
+    names = []
+    for svc in (o for o in objects if o["kind"] == "Service"):
+        name = svc["metadata"]["name"]
+        names += [name, f"{name}.{NAMESPACE}", f"{name}.{NAMESPACE}.svc",
+                  f"{name}.{NAMESPACE}.svc.cluster.local"]
+    return Path("/etc/hosts").read_text() + f"\n127.0.0.1 {' '.join(names)}\n"
+
+
+def _expand(arg: str, env: dict[str, str]) -> str:
+    """The kubelet's ``$(VAR)`` expansion in a command or argument."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), arg)
+
+
+def _rewrite_port(arg: str, ports: PortMap) -> str:
+    """``--flag=<container port>`` with the port's local one (the proxy's listen flags)."""
+    m = re.fullmatch(r"(--[a-z-]*port=)(\d+)", arg)
+    return f"{m[1]}{ports.local(int(m[2]))}" if m else arg
+
+
+@dataclass
+class Pod:
+    """One Deployment's pod, played here: its namespace's name, its volumes' files."""
+
+    deployment: dict
+    client: object  # the admin client: what the kubelet reads (Secrets, ConfigMaps)
+    workdir: Path
+    sa_dir: Path
+    name: str = field(default="")
+
+    def __post_init__(self):
+        self.name = f"{self.deployment['metadata']['name']}-chart-test"
+        self.spec = self.deployment["spec"]["template"]["spec"]
+
+    def _read(self, kind: str, name: str) -> dict:
+        obj = self.client.get("v1", kind, name, NAMESPACE)
+        assert obj is not None, f"{kind} {NAMESPACE}/{name} is not in the cluster"
+        return obj
+
+    def env(self, container: dict) -> dict[str, str]:
+        """The container's ``env``, each ``valueFrom`` resolved as the kubelet does."""
+        out = {}
+        for item in container.get("env", []):
+            source = item.get("valueFrom")
+            if source is None:
+                out[item["name"]] = _expand(str(item.get("value", "")), out)
+            elif "secretKeyRef" in source:
+                ref = source["secretKeyRef"]
+                data = self._read("Secret", ref["name"])["data"]
+                out[item["name"]] = base64.b64decode(data[ref["key"]]).decode()
+            elif "fieldRef" in source:
+                out[item["name"]] = {"metadata.namespace": NAMESPACE,
+                                     "metadata.name": self.name}[source["fieldRef"]["fieldPath"]]
+            else:
+                raise NotImplementedError(f"valueFrom {source} is not resolved here")
+        return out
+
+    def volume_dir(self, volume: dict) -> Path:
+        """The files of one pod volume, written as the kubelet would mount them."""
+        path = self.workdir / "volumes" / volume["name"]
+        if path.exists():
+            return path
+        path.mkdir(parents=True)
+        if "configMap" in volume:
+            for key, text in self._read("ConfigMap", volume["configMap"]["name"])["data"].items():
+                (path / key).write_text(text)
+        elif "secret" in volume:
+            for key, b64 in self._read("Secret", volume["secret"]["secretName"])["data"].items():
+                (path / key).write_bytes(base64.b64decode(b64))
+        elif not {"emptyDir", "persistentVolumeClaim"} & volume.keys():
+            raise NotImplementedError(f"volume {volume['name']} is not made here")
+        return path
+
+    def mounts(self, container: dict) -> list[tuple[Path, Path]]:
+        """(source on the host, mount path) for every volume mount, and the token."""
+        volumes = {v["name"]: v for v in self.spec.get("volumes", [])}
+        out = []
+        for m in container.get("volumeMounts", []):
+            source = self.volume_dir(volumes[m["name"]])
+            out.append((source / m["subPath"] if m.get("subPath") else source,
+                        Path(m["mountPath"])))
+        if self.spec.get("automountServiceAccountToken", True) and hubpod.SA_DIR not in {
+                target for _, target in out}:
+            out.append((self.sa_dir, hubpod.SA_DIR))
+        return out
+
+
+def _overlay_roots(targets: list[Path]) -> list[Path]:
+    """The nearest existing directory above each mount path that does not exist here:
+    an overlay over it lets the path be made without writing the host's tree."""
+    roots = set()
+    for target in targets:
+        parent = target.parent
+        while not parent.exists():
+            parent = parent.parent
+        if not target.exists():
+            roots.add(parent.resolve())
+    # an overlay over a directory inside another overlaid one would hide nothing new
+    return sorted(r for r in roots if not any(o != r and o in r.parents for o in roots))
+
+
+def namespace_script(mounts: list[tuple[Path, Path]], hosts: Path, scratch: Path) -> str:
+    """The shell that builds the pod's file tree in the private mount namespace."""
+    q = shlex.quote
+    lines = ["set -e"]
+    for i, root in enumerate(_overlay_roots([t for _, t in mounts] + [Path("/etc/hosts")])):
+        upper, work = scratch / f"overlay{i}" / "upper", scratch / f"overlay{i}" / "work"
+        upper.mkdir(parents=True, exist_ok=True)
+        work.mkdir(parents=True, exist_ok=True)
+        lines.append(f"mount -n -t overlay overlay -o lowerdir={root},upperdir={upper},"
+                     f"workdir={work} {q(str(root))}")
+    for source, target in sorted([*mounts, (hosts, Path("/etc/hosts"))],
+                                 key=lambda m: len(m[1].parts)):
+        make = f"mkdir -p {q(str(target))}" if source.is_dir() else (
+            f"mkdir -p {q(str(target.parent))}; touch {q(str(target))}")
+        lines.append(f"{make}; mount -n --bind {q(str(source))} {q(str(target))}")
+    return "; ".join(lines) + '; cd "$1"; shift; exec "$@"'
+
+
+async def start_container(pod: Pod, container_name: str, env: dict[str, str],
+                          extra_args: list[str], ports: PortMap,
+                          log: Path) -> asyncio.subprocess.Process:
+    """Run one container of ``pod`` as a process in its own mount namespace, in its
+    ``workingDir`` (else its image's: :data:`IMAGE_WORKDIRS`)."""
+    (container,) = [c for c in pod.spec["containers"] if c["name"] == container_name]
+    env = {**env, **pod.env(container)}
+    argv = [_rewrite_port(_expand(a, env), ports)
+            for a in [*container.get("command", []), *container.get("args", [])]]
+    hosts = pod.workdir / "hosts"
+    script = namespace_script(pod.mounts(container), hosts, pod.workdir / "scratch")
+    cwd = container.get("workingDir") or IMAGE_WORKDIRS.get(container_name, "/")
+    with open(log, "ab") as out:
+        return await asyncio.create_subprocess_exec(
+            *hubpod.unshare_command(), *POD_PID_NAMESPACE, "sh", "-c", script, "sh", cwd, *argv, *extra_args,
+            stdout=out, stderr=out, env=env, start_new_session=True,
+            preexec_fn=demo.interruptible)
+
+
+def local_ports() -> PortMap:
+    """The proxy's and the hub's container ports, on ports of this test run's own."""
+    return PortMap({8000: 19000 + PORT_OFFSET, 8001: 19001 + PORT_OFFSET,
+                    8081: 19081 + PORT_OFFSET})
+
+
+def base_env(api_server: str) -> dict[str, str]:
+    """What every container here starts with: this environment's programs and
+    packages (the image's), and the in-cluster config's API server address."""
+    server = urlparse(api_server)
+    path = os.pathsep.join([str(Path(sys.executable).parent), str(demo.chp_command().parent),
+                            os.environ.get("PATH", "")])
+    return {"PATH": path, "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
+            "KUBERNETES_SERVICE_HOST": server.hostname,
+            "KUBERNETES_SERVICE_PORT": str(server.port)}
+
+
+@dataclass
+class ChartHub:
+    """The proxy and the hub of the rendered chart, running; driven by API token."""
+
+    url: str
+    api: str
+    token: str
+    hub_log: Path
+    values: dict  # the rendered values, as the hub reads them (the Secret's values.yaml)
+    processes: list = field(default_factory=list)
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"token {self.token}"}
+
+    def tail(self, chars: int = 4000) -> str:
+        """The end of the hub's log, for an assertion's message."""
+        return self.hub_log.read_text(errors="replace")[-chars:]
+
+    def running(self) -> bool:
+        return all(p.returncode is None for p in self.processes)
+
+    async def stop(self) -> None:
+        """SIGTERM, as the kubelet stops a container; SIGKILL after STOP_SECONDS."""
+        for process in reversed(self.processes):
+            if process.returncode is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(process.wait(), STOP_SECONDS)
+                except asyncio.TimeoutError:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    await process.wait()
+
+
+async def start_chart_hub(cluster: dict, spec: Path, workdir: Path,
+                          admin: dict | None = None) -> ChartHub:
+    """Render (``admin``: more values of the admin's own file), apply and start the
+    chart's proxy and hub."""
+    from jupyterhub_gpu.devcluster import build
+
+    reason = hubpod.can_unshare()
+    if reason:
+        pytest.skip(f"cannot make a private mount namespace for the hub pod: {reason}")
+    demo.ensure_chp(progress=lambda m: None)
+    token = secrets.token_hex(32)
+    objects = render(build.binaries()["helm"], workdir, token, admin)
+    client, paths = hub_rbac.admin_client(STATE_DIR)
+    apply(client, objects, spec)
+    sa = hub_rbac.HUB
+    sa_dir = hubpod.service_account_dir(workdir / "serviceaccount",
+                                        hub_rbac.request_token(client, sa),
+                                        paths.ca_crt.read_bytes(), sa)
+    ports = local_ports()
+    env = {**base_env(cluster["server"]), **service_env(objects, ports)}
+    hub_url = f"http://127.0.0.1:{ports.local(8081)}"
+    chart = ChartHub(url=f"http://127.0.0.1:{ports.local(8000)}",
+                     api=f"{hub_url}/hub/api", token=token, hub_log=workdir / "hub.log",
+                     values=yaml.safe_load(base64.b64decode(
+                         find(objects, "Secret", "hub")["data"]["values.yaml"])))
+    for name, container, extra in (
+            ("proxy", "chp", []),
+            ("hub", "hub", [f"--JupyterHub.hub_bind_url={hub_url}",
+                            f"--JupyterHub.hub_connect_url={hub_url}"])):
+        pod = Pod(find(objects, "Deployment", name), client, workdir / name, sa_dir)
+        (workdir / name).mkdir(parents=True, exist_ok=True)
+        (workdir / name / "hosts").write_text(hosts_file(objects))
+        chart.processes.append(await start_container(
+            pod, container, env, extra, ports, workdir / f"{name}.log"))
+    return chart
+
+
+async def _answers(http, hub: ChartHub) -> bool:
+    return await demo.hub_answers(http, hub.url) or not hub.running()
+
+
+@contextlib.asynccontextmanager
+async def serving(cluster: dict, spec: Path, workdir: Path, admin: dict | None = None):
+    """The chart's hub running for ``spec`` (``admin``: see :func:`start_chart_hub`),
+    and the dev cluster's pod runner (the stand-in kubelet of the notebook pods), with
+    an aiohttp session: (hub, session).
+    At the end every user's server is stopped (the chart's ``cleanup_servers`` is
+    False: the hub leaves them running when it stops), then the processes."""
+    from jupyterhub_gpu.devcluster.podrunner import PodRunner
+
+    runner = asyncio.create_task(PodRunner(Path(cluster["kubeconfig"]), workdir).run())
+    hub = await start_chart_hub(cluster, spec, workdir, admin)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await wait_for(lambda: _answers(http, hub), timeout=120,
+                           what=f"the chart's hub (log: {hub.hub_log})")
+            assert hub.running(), hub.tail()
+            try:
+                yield hub, http
+            finally:
+                if hub.running():
+                    await stop_all_servers(http, hub)
+    finally:
+        await hub.stop()
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)

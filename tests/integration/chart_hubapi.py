@@ -1,0 +1,71 @@
+"""The REST API of the hub deployed from the z2jh chart (:mod:`.chart_hub`), driven
+with the token of the service the tests' values file gives it, as an admin's script
+would: users and groups, starting and stopping servers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .conftest import wait_for
+
+if TYPE_CHECKING:
+    from .chart_hub import ChartHub
+
+
+async def add_user(http, hub: ChartHub, user: str, groups: list[str]) -> None:
+    """Create ``user`` (if new) in ``groups`` (made if new), as an admin does."""
+    async with http.post(f"{hub.api}/users/{user}", headers=hub.headers()) as r:
+        assert r.status in (201, 409), await r.text()
+    for group in groups:
+        async with http.post(f"{hub.api}/groups/{group}", headers=hub.headers()) as r:
+            assert r.status in (201, 409), await r.text()
+        async with http.post(f"{hub.api}/groups/{group}/users", headers=hub.headers(),
+                             json={"users": [user]}) as r:
+            assert r.status == 200, await r.text()
+
+
+async def start_server(http, hub: ChartHub, user: str, profile: str) -> int:
+    """``POST /users/:user/server`` with the profile; the status (201/202, or an error)."""
+    async with http.post(f"{hub.api}/users/{user}/server", headers=hub.headers(),
+                         json={"profile": profile}) as r:
+        return r.status
+
+
+async def server(http, hub: ChartHub, user: str) -> dict | None:
+    """The user's default server as the hub reports it, or None."""
+    async with http.get(f"{hub.api}/users/{user}", headers=hub.headers()) as r:
+        assert r.status == 200, await r.text()
+        return (await r.json())["servers"].get("")
+
+
+async def ready(http, hub: ChartHub, user: str) -> bool:
+    """The user's default server is up (asserting the spawn has not failed)."""
+    found = await server(http, hub, user)
+    assert found is not None, f"{user}'s spawn failed: {hub.tail()}"
+    return found["ready"]
+
+
+async def stop_server(http, hub: ChartHub, user: str) -> None:
+    async with http.delete(f"{hub.api}/users/{user}/server", headers=hub.headers()) as r:
+        assert r.status in (202, 204), await r.text()
+    await wait_for(lambda: _stopped(http, hub, user), timeout=120, what=f"{user}'s server to stop")
+
+
+async def _stopped(http, hub: ChartHub, user: str) -> bool:
+    return await server(http, hub, user) is None
+
+
+async def stop_all_servers(http, hub: ChartHub) -> None:
+    async with http.get(f"{hub.api}/users", headers=hub.headers()) as r:
+        users = await r.json() if r.status == 200 else []
+    for user in users:
+        if user.get("server") or user.get("pending"):
+            async with http.delete(f"{hub.api}/users/{user['name']}/server",
+                                   headers=hub.headers()):
+                pass
+    await wait_for(lambda: _no_servers(http, hub), timeout=120, what="every server to stop")
+
+
+async def _no_servers(http, hub: ChartHub) -> bool:
+    async with http.get(f"{hub.api}/users", headers=hub.headers()) as r:
+        return all(not u.get("server") and not u.get("pending") for u in await r.json())
