@@ -65,6 +65,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -449,5 +450,29 @@ async def serving(cluster: dict, spec: Path, workdir: Path, admin: dict | None =
                     await stop_all_servers(http, hub)
     finally:
         await hub.stop()
+        await asyncio.to_thread(delete_left_servers, cluster)
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
+
+
+def delete_left_servers(cluster: dict, timeout: float = 120) -> None:
+    """Delete the notebook pods the chart's hub left behind: a hub that exited (the
+    ``consecutiveFailureLimit`` test's) stops none of its servers, and the next test
+    module shares the cluster. They carry the chart's ``release`` label
+    (``files/hub/jupyterhub_config.py``: ``c.KubeSpawner.common_labels``)."""
+    from kubernetes import client, config
+
+    core = client.CoreV1Api(config.new_client_from_config(config_file=cluster["kubeconfig"]))
+    selector = f"release={z2jh_chart.RELEASE_NAME},component=singleuser-server"
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = core.list_pod_for_all_namespaces(label_selector=selector).items
+        if not pods:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the chart hub's pods stay: {[p.metadata.name for p in pods]}")
+        for pod in pods:
+            if pod.metadata.deletion_timestamp is None:
+                core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                           grace_period_seconds=0)
+        time.sleep(1)
