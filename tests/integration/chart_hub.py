@@ -74,6 +74,7 @@ import aiohttp
 import pytest
 import yaml
 
+from jupyterhub_gpu.contract import COMPONENT_LABEL, SINGLEUSER_COMPONENT
 from jupyterhub_gpu.devcluster import demo
 
 from .. import z2jh_chart
@@ -463,7 +464,7 @@ def delete_left_servers(cluster: dict, timeout: float = 120) -> None:
     from kubernetes import client, config
 
     core = client.CoreV1Api(config.new_client_from_config(config_file=cluster["kubeconfig"]))
-    selector = f"release={z2jh_chart.RELEASE_NAME},component=singleuser-server"
+    selector = f"release={z2jh_chart.RELEASE_NAME},{COMPONENT_LABEL}={SINGLEUSER_COMPONENT}"
     deadline = time.monotonic() + timeout
     while True:
         pods = core.list_pod_for_all_namespaces(label_selector=selector).items
