@@ -15,7 +15,7 @@ from ..builders.deviceplugin import node_labels
 from ..contract import AGENTPOOL_LABEL, MANAGED_LABEL, NODE_PURPOSE_LABEL, USAGE_SERVICE_NAME
 from ..spec.model import Platform
 from .diff import MISSING, Drift
-from .helm import CHART_START_TIMEOUT, gpu_resources, login_groups, start_timeout
+from .helm import CHART_FAILURE_LIMIT, CHART_START_TIMEOUT, gpu_resources, login_groups, start_timeout
 from .namespaces import HUB_PORT
 
 STOCK_HUB_IMAGE = "quay.io/jupyterhub/k8s-hub"
@@ -81,6 +81,21 @@ def _timeouts(platform: Platform, files: Values, values: dict) -> Iterator[Drift
     if not isinstance(found, int) or found < need:
         yield _drift(files, "singleuser.startTimeout", f">= {need}", found,
                      "the longest queuePatience + startTimeout of the profiles")
+
+
+def _failure_limit(files: Values, values: dict) -> Iterator[Drift]:
+    """JupyterHub exits after ``consecutive_failure_limit`` failed spawns in a row
+    (``jupyterhub/handlers/base.py``, ``_track_failure_count``); the chart sets it
+    from ``hub.consecutiveFailureLimit``."""
+    found = get(values, "hub.consecutiveFailureLimit")
+    if found is MISSING:
+        found = f"{CHART_FAILURE_LIMIT} (the chart's default)"
+    # null drops the chart's default (Helm): JupyterHub's own default, 0, applies
+    if found not in (0, None):
+        yield _drift(files, "hub.consecutiveFailureLimit", 0, found,
+                     "queue-patience timeouts, refusals while Kueue is unavailable and "
+                     "waitForPodsReady deletions are failed spawns: under a busy queue "
+                     "the hub would exit")
 
 
 def _scale_to_zero(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
@@ -182,6 +197,7 @@ def _one_culler(files: Values, values: dict) -> Iterator[Drift]:
 def check_helm(platform: Platform, files: Values) -> list[Drift]:
     values = merge_values(files)
     return [*_spec_wiring(files, values), *_timeouts(platform, files, values),
+            *_failure_limit(files, values),
             *_scale_to_zero(platform, files, values), *_user_scheduler(platform, files, values),
             *_network(files, values), *_login(platform, files, values),
             *_image(files, values), *_one_culler(files, values)]

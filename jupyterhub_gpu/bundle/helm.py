@@ -27,6 +27,7 @@ from ..spec.model import Platform
 
 GPU_SCORE_WEIGHT = 10  # GPU units dominate cpu/memory (weight 1 each) when packing
 CHART_START_TIMEOUT = 300  # the z2jh chart's singleuser.startTimeout
+CHART_FAILURE_LIMIT = 5  # the z2jh chart's hub.consecutiveFailureLimit
 
 
 def start_timeout(platform: Platform) -> int:

@@ -329,6 +329,11 @@ DRIFTS = {
         "helm-values/values.yaml: z2jh values: cull.enabled: expected False, found True (two "
         "cullers: the chart's would stop servers after its own cull.timeout, whatever their "
         "profile's idleTimeout or maxAge)"),
+    "the chart's consecutiveFailureLimit back": (
+        replace_text("helm-values/values.yaml", "  consecutiveFailureLimit: 0\n", ""),
+        "helm-values/generated.yaml: z2jh values: hub.consecutiveFailureLimit: expected 0, "
+        "found \"5 (the chart's default)\" (queue-patience timeouts, refusals while Kueue is unavailable and "
+        "waitForPodsReady deletions are failed spawns: under a busy queue the hub would exit)"),
     "a missing file": (
         lambda root: (root / "config/kueue-configuration.yaml").unlink(),
         "config/kueue-configuration.yaml: (file): (file): expected 'readable', "
