@@ -99,9 +99,13 @@ resource "azurerm_kubernetes_cluster" "main" {
       # Scale to zero: a node is removed once it has been unneeded this long. From the
       # spec: the shortest consolidateAfter of the pools it scales (whole minutes).
       scale_down_unneeded = auto_scaler_profile.value.scale_down_unneeded
-      # No scale-down at all for this long after any scale-up (AKS's default): a
-      # node just added for a notebook still pulling its image is not taken back.
-      scale_down_delay_after_add = "10m"
+      # No scale-down of ANY pool for this long after a scale-up of any pool: the
+      # pause is cluster-wide (cluster-autoscaler's isScaleDownInCooldown; AKS does
+      # not expose the per-node-group delay type). AKS's 10m would keep idle A100s up
+      # all through a busy day of CPU and T4 scale-ups. The shortest whole minute:
+      # a new node is still safe, as it must stay unneeded for scale_down_unneeded
+      # first, and a notebook bound to it (a pod without a controller) pins it.
+      scale_down_delay_after_add = "1m"
       # A node that never became Ready is removed after this long (AKS's default).
       scale_down_unready = "20m"
       # Only an empty GPU node is ever removed: a notebook is a pod without a

@@ -59,6 +59,10 @@ TF_CLUSTER_WIRING = {
     (('dynamic "auto_scaler_profile"', "content"), "scale_down_unneeded"): (
         r"auto_scaler_profile\.value\.scale_down_unneeded",
         "scale_down_unneeded comes from the pools' consolidateAfter"),
+    (('dynamic "auto_scaler_profile"', "content"), "scale_down_delay_after_add"): (
+        r'"1m"',
+        "the pause after a scale-up is cluster-wide (cluster-autoscaler's "
+        "isScaleDownInCooldown): any pool's scale-up would keep every idle GPU node up"),
     (("node_provisioning_profile",), "mode"): (
         r'var\.node_auto_provisioning \? "Auto" : "Manual"',
         "Node Auto Provisioning is on when a pool uses it"),

@@ -219,6 +219,13 @@ DRIFTS = {
         'config/terraform: resource "azurerm_kubernetes_cluster": dynamic "auto_scaler_profile"'
         ".content.scale_down_unneeded: expected 'auto_scaler_profile.value.scale_down_unneeded',"
         """ found '"10m"' (scale_down_unneeded comes from the pools' consolidateAfter)"""),
+    "AKS's cluster-wide scale-down pause after a scale-up": (
+        replace_text("config/terraform/main.tf", 'scale_down_delay_after_add = "1m"',
+                     'scale_down_delay_after_add = "10m"'),
+        'config/terraform: resource "azurerm_kubernetes_cluster": dynamic "auto_scaler_profile"'
+        """.content.scale_down_delay_after_add: expected '"1m"', found '"10m"' (the pause after """
+        "a scale-up is cluster-wide (cluster-autoscaler's isScaleDownInCooldown): any pool's "
+        "scale-up would keep every idle GPU node up)"),
     "Node Auto Provisioning never switched on": (
         replace_text("config/terraform/main.tf",
                      'mode               = var.node_auto_provisioning ? "Auto" : "Manual"',
