@@ -29,6 +29,7 @@ from .kueueconfig import kueue_configuration
 from .namespaces import HubRef, team_objects
 from .monitoring import dashboard, prometheus_rule
 from .nap import nap_objects
+from .servicemonitors import service_monitors
 from .terraform import tfvars
 
 #: How ``main.tf`` must wire each node pool attribute from ``var.gpu_pools``.
@@ -102,6 +103,7 @@ class Bundle:
     gpu_operator: tuple[str, Any] | None = None
     node_auto_provisioning: tuple[str, list] | None = None
     prometheus_rules: tuple[str, list] | None = None
+    service_monitors: tuple[str, list] | None = None
     grafana_dashboard: tuple[str, Any] | None = None
     helm_values: list[tuple[str, dict]] = field(default_factory=list)
 
@@ -302,6 +304,11 @@ def check_terraform_tf(file: str, tf: str) -> list[Drift]:
 def check_prometheus_rules(platform: Platform, file: str, docs: list) -> list[Drift]:
     """``config/prometheus-rules.yaml``: the PrometheusRule, rule by rule."""
     return compare_objects(file, [prometheus_rule(platform)], docs)
+
+
+def check_service_monitors(file: str, docs: list, hub: HubRef) -> list[Drift]:
+    """``config/service-monitors.yaml``: the ServiceMonitors, field by field."""
+    return compare_objects(file, service_monitors(hub), docs)
 
 
 def check_grafana_dashboard(file: str, found: Any) -> list[Drift]:

@@ -18,14 +18,14 @@ import yaml
 from ..spec.parse import load_platform
 from .check import (Bundle, check_device_plugin, check_gpu_operator, check_kueue,
                     check_kueue_configuration, check_node_auto_provisioning,
-                    check_prometheus_rules, check_grafana_dashboard,
+                    check_prometheus_rules, check_grafana_dashboard, check_service_monitors,
                     check_preemption_model, check_team_namespaces, check_terraform_tf,
                     check_terraform_vars)
 from .checkhelm import check_helm
 from .diff import Drift
 from .files import (GENERATED, GPU_OPERATOR_VALUES, GRAFANA_DASHBOARD, HELM_GENERATED,
                     KUEUE_CONFIGURATION, NODE_AUTO_PROVISIONING, PROMETHEUS_RULES,
-                    TEAM_NAMESPACES, render_file, render_files, write_files)
+                    SERVICE_MONITORS, TEAM_NAMESPACES, render_file, render_files, write_files)
 from .namespaces import HubRef
 from .terraform import BundleError
 
@@ -82,6 +82,7 @@ def _load(args: argparse.Namespace, problems: list[Drift]) -> Bundle:
         gpu_operator=read(args.gpu_operator_values, yaml.safe_load),
         node_auto_provisioning=read(args.node_auto_provisioning, _yaml_docs),
         prometheus_rules=read(args.prometheus_rules, _yaml_docs),
+        service_monitors=read(args.service_monitors, _yaml_docs),
         grafana_dashboard=read(args.grafana_dashboard, json.loads),
         helm_values=[h for h in helm if h is not None],
     )
@@ -115,6 +116,8 @@ def run_checks(platform, bundle: Bundle, hub: HubRef) -> list[Drift]:
         drifts += check_node_auto_provisioning(platform, *bundle.node_auto_provisioning)
     if bundle.prometheus_rules:
         drifts += check_prometheus_rules(platform, *bundle.prometheus_rules)
+    if bundle.service_monitors:
+        drifts += check_service_monitors(*bundle.service_monitors, hub)
     if bundle.grafana_dashboard:
         drifts += check_grafana_dashboard(*bundle.grafana_dashboard)
     if bundle.helm_values:
@@ -141,7 +144,8 @@ def _check_bundle(args: argparse.Namespace) -> int:
                                           bundle.kueue_configuration, bundle.team_namespaces,
                                           bundle.terraform_vars, bundle.terraform_tf,
                                           bundle.gpu_operator, bundle.node_auto_provisioning,
-                                          bundle.prometheus_rules, bundle.grafana_dashboard))
+                                          bundle.prometheus_rules, bundle.service_monitors,
+                                          bundle.grafana_dashboard))
     print(f"check-bundle: OK: {checked + len(bundle.helm_values)} file(s) agree with "
           f"{args.spec} ({len(platform.pools)} pools, {len(platform.teams)} teams, "
           f"{len(platform.profiles)} profiles)")
@@ -214,6 +218,8 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
                    f"{NODE_AUTO_PROVISIONING})")
     p.add_argument("--prometheus-rules", default=PROMETHEUS_RULES, metavar="FILE",
                    help=f"the PrometheusRule (default: {PROMETHEUS_RULES})")
+    p.add_argument("--service-monitors", default=SERVICE_MONITORS, metavar="FILE",
+                   help=f"the hub's and Kueue's ServiceMonitors (default: {SERVICE_MONITORS})")
     p.add_argument("--grafana-dashboard", default=GRAFANA_DASHBOARD, metavar="FILE",
                    help=f"the Grafana dashboard (default: {GRAFANA_DASHBOARD})")
     _hub_namespace(p)

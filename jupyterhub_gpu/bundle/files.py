@@ -20,6 +20,7 @@ from .kueueconfig import kueue_configuration
 from .monitoring import dashboard, prometheus_rule
 from .namespaces import HubRef, team_objects
 from .nap import nap_objects
+from .servicemonitors import service_monitors
 from .terraform import tfvars
 
 KUEUE_CONFIGURATION = "config/kueue-configuration.yaml"
@@ -29,6 +30,7 @@ HELM_GENERATED = "helm-values/generated.yaml"
 GPU_OPERATOR_VALUES = "config/gpu-operator-values.yaml"
 NODE_AUTO_PROVISIONING = "config/node-auto-provisioning.yaml"
 PROMETHEUS_RULES = "config/prometheus-rules.yaml"
+SERVICE_MONITORS = "config/service-monitors.yaml"
 GRAFANA_DASHBOARD = "config/grafana-dashboard.json"
 
 #: --only name -> (path relative to the repository, what it is)
@@ -44,6 +46,8 @@ GENERATED: dict[str, tuple[str, str]] = {
                                "NodePools and AKSNodeClasses of Node Auto Provisioning"),
     "prometheus-rules": (PROMETHEUS_RULES,
                          "recording and alerting rules (a PrometheusRule of kube-prometheus-stack)"),
+    "service-monitors": (SERVICE_MONITORS,
+                         "what kube-prometheus-stack scrapes: the hub and Kueue (ServiceMonitors)"),
     "grafana-dashboard": (GRAFANA_DASHBOARD, "the Grafana dashboard of GPU use, queues and cost"),
 }
 
@@ -70,6 +74,7 @@ def _renderers(platform: Platform, hub: HubRef) -> dict[str, Callable[[], str]]:
         "gpu-operator-values": lambda: _yaml([gpu_operator_values(platform)]),
         "node-auto-provisioning": lambda: _yaml(nap_objects(platform)) or _NO_NAP_POOL,
         "prometheus-rules": lambda: _yaml([prometheus_rule(platform)]),
+        "service-monitors": lambda: _yaml(service_monitors(hub)),
         "grafana-dashboard": lambda: json.dumps(dashboard(), indent=2) + "\n",
     }
 

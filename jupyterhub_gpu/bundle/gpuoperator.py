@@ -16,6 +16,10 @@ GPU node, and it is the operator:
   ``nvidia.com/device-plugin.config`` selects. Empty leaves it to those configs
   (``mixed`` on MIG pools, ``none`` elsewhere);
 * ``devicePlugin.config``: the ConfigMap of :mod:`~jupyterhub_gpu.builders.deviceplugin`;
+* ``dcgmExporter.serviceMonitor``: the ServiceMonitor the operator creates for
+  dcgm-exporter (NVIDIA/gpu-operator ``controllers/object_controls.go``), labelled so
+  that kube-prometheus-stack's default selector (``release: <its release>``) picks it;
+  unlabelled, no Prometheus of that chart scrapes a GPU metric;
 * tolerations for every taint of the spec's pools, so that the operator's DaemonSets
   (and node-feature-discovery, whose labels place them) also run on spot pools.
 """
@@ -23,6 +27,7 @@ GPU node, and it is the operator:
 from __future__ import annotations
 
 from ..builders.deviceplugin import CONFIG_MAP_NAME
+from .monitoring import KPS_RELEASE
 from ..spec.model import Platform
 
 def _tolerations(platform: Platform) -> list[dict]:
@@ -46,6 +51,8 @@ def gpu_operator_values(platform: Platform) -> dict:
         "mig": {"strategy": ""},
         "migManager": {"enabled": True, "env": [{"name": "WITH_REBOOT", "value": "true"}]},
         "devicePlugin": {"config": config},
+        "dcgmExporter": {"serviceMonitor": {"enabled": True,
+                                            "additionalLabels": {"release": KPS_RELEASE}}},
         "daemonsets": {"tolerations": _tolerations(platform)},
         "node-feature-discovery": {"worker": {"tolerations": _tolerations(platform)}},
     }

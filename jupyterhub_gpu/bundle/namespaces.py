@@ -37,6 +37,7 @@ from ..contract import (AZURE_FILES_CLASS, BATCH_GROUP, COMPONENT_LABEL, HUB_COM
                         PROXY_COMPONENT, RBAC_API_VERSION, RBAC_GROUP, SINGLEUSER_COMPONENT,
                         TEAM_LABEL)
 from ..spec.model import Platform, Team
+from .monitoring import KPS_NAMESPACE, PROMETHEUS_POD_LABELS, PROMETHEUS_PORT
 
 ROLE_NAME = "jupyterhub-gpu-hub"
 NETWORK_POLICY_NAME = "jupyterhub-gpu-singleuser"
@@ -50,6 +51,7 @@ PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 DNS_PORT = 53
 SINGLEUSER_PORT = 8888
 HUB_PORT = 8081
+HUB_PORT_NAME = "hub"  # of the z2jh hub Service (templates/hub/service.yaml)
 
 _READ = ["get", "list", "watch"]
 HUB_RULES: tuple[dict, ...] = (
@@ -201,13 +203,22 @@ def default_deny_policy(team: Team) -> dict:
     return _policy(team, DEFAULT_DENY_POLICY_NAME, {}, [], [])
 
 
+#: egress to kube-prometheus-stack's Prometheus (the JupyterLab status item's GPU use)
+PROMETHEUS_EGRESS: dict = {
+    "to": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: KPS_NAMESPACE}},
+            "podSelector": {"matchLabels": dict(PROMETHEUS_POD_LABELS)}}],
+    "ports": [{"port": PROMETHEUS_PORT}]}
+
+
 def network_policy(team: Team, hub: HubRef) -> dict:
-    """User servers: reached only by the hub and proxy; reach the hub, DNS and the
-    internet, but neither the cloud metadata service, the WireServer nor other
-    private addresses (z2jh's singleuser defaults, and the WireServer)."""
+    """User servers: reached only by the hub and proxy; reach the hub, Prometheus (for
+    the JupyterLab status item), DNS and the internet, but neither the cloud metadata
+    service, the WireServer nor other private addresses (z2jh's singleuser defaults,
+    and the WireServer)."""
     egress = [
         {"to": [_from_hub_pods(hub, [HUB_COMPONENT])],
          "ports": [{"port": HUB_PORT}, {"port": JOBS_PORT}]},
+        copy.deepcopy(PROMETHEUS_EGRESS),
         copy.deepcopy(DNS_EGRESS), copy.deepcopy(INTERNET_EGRESS),
     ]
     ingress = [{"from": [_from_hub_pods(hub, [HUB_COMPONENT, PROXY_COMPONENT])],

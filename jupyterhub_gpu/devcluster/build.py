@@ -231,6 +231,12 @@ def _download(pin: Pin) -> dict[str, str]:
     return json.loads(_run_go(["mod", "download", "-json", f"{pin.module}@{pin.version}"], root))
 
 
+def module_dir(name: str) -> Path:
+    """The source of binary ``name``'s pinned module (charts, manifests), downloaded
+    into Go's module cache if it is not there yet."""
+    return Path(_download(pin(name))["Dir"])
+
+
 def _staging_replaces(gomod: str, version: str) -> list[str]:
     """k8s.io/kubernetes replaces staging modules by ./staging paths; use their published v0.X.Y."""
     published = "v0." + version.removeprefix("v1.")

@@ -33,14 +33,14 @@ from pathlib import Path
 
 import yaml
 
-from ..bundle.monitoring import API_VERSION as MONITORING_API, KPS_RELEASE
+from ..bundle.monitoring import API_VERSION as MONITORING_API, KPS_NAMESPACE, KPS_RELEASE
 from ..contract import NETWORKING_GROUP, RBAC_API_VERSION, RBAC_GROUP
 from .build import PROMETHEUS_VERSION
 from .endpointsd import META, sanitize
 
 MONITORING_GROUP = MONITORING_API.split("/")[0]
-#: the namespace the admin guide installs kube-prometheus-stack and the GPU Operator in
-MONITORING_NAMESPACE, GPU_OPERATOR_NAMESPACE = "monitoring", "gpu-operator"
+#: the namespaces the admin guide installs kube-prometheus-stack and the GPU Operator in
+MONITORING_NAMESPACE, GPU_OPERATOR_NAMESPACE = KPS_NAMESPACE, "gpu-operator"
 #: the CRDs the Prometheus controller reads; without the Alertmanager, ThanosRuler and
 #: PrometheusAgent CRDs the operator starts none of those controllers
 PROMETHEUS_CRDS = ("prometheuses", "servicemonitors", "podmonitors", "probes",

@@ -110,7 +110,19 @@ RULES: tuple[Rule, ...] = (
          True, why="the hub's API and the gpu-jobs service"),
     Rule(frozenset({"hub", "proxy"}), frozenset({"notebook"}), frozenset({(8888, "TCP")}), True,
          why="the hub checks the server, the proxy forwards the user's browser"),
+    Rule(frozenset({"notebook"}), frozenset({"prometheus"}), frozenset({(9090, "TCP")}), True,
+         why="the JupyterLab status item's GPU use (JUPYTERHUB_GPU_PROMETHEUS_URL)"),
+    Rule(frozenset({"prometheus"}), frozenset({"hub"}), frozenset({(8081, "TCP")}), True,
+         why="Prometheus scrapes /hub/metrics (config/service-monitors.yaml)"),
+    Rule(frozenset({"hub"}), frozenset({"prometheus"}), frozenset({(9090, "TCP")}), True,
+         why="the culler's GPU-idle rule and the usage page ask Prometheus"),
+    Rule(frozenset({"hub"}), frozenset({"prometheus"}), None, False,
+         why="z2jh's hub egress to private addresses (hub.networkPolicy.egressAllowRules."
+             "privateIPs), where an ipBlock matches pods"),
 )
+#: pairs of roles judged besides those that touch a team namespace's pod: the
+#: monitoring path between the hub's pod and Prometheus
+JUDGED = frozenset({("prometheus", "hub"), ("hub", "prometheus")})
 
 
 @dataclass(frozen=True)
@@ -247,10 +259,11 @@ def world(chart) -> tuple[list[Peer], list[dict]]:
 
 
 def _edges(peers: list[Peer]) -> list[tuple[Peer, Peer]]:
-    """Every pair that touches a pod of a team namespace."""
+    """Every pair that touches a pod of a team namespace, and the :data:`JUDGED` ones."""
     return [(s, d) for s in peers for d in peers
-            if s is not d and (s.role in FENCED or d.role in FENCED)
-            and (s.namespace or d.namespace)]
+            if s is not d and ((s.role in FENCED or d.role in FENCED)
+                               and (s.namespace or d.namespace)
+                               or (s.role, d.role) in JUDGED)]
 
 
 def _evaluate(policies: list[dict], traffic: list[dict], tmp: Path) -> list[bool]:

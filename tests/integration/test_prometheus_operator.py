@@ -13,10 +13,11 @@ controller. It is given, as on AKS:
   NVIDIA/gpu-operator ``controllers/object_controls.go`` (``ServiceMonitor``,
   ``applyServiceMonitorCustomEdits``) and ``assets/state-dcgm-exporter/`` with the
   bundle's ``config/gpu-operator-values.yaml`` (:mod:`jupyterhub_gpu.devcluster.promoperator`);
-- every ServiceMonitor, PodMonitor and PrometheusRule in ``config/`` as shipped (today
-  the PrometheusRule alone);
-- the z2jh chart's ``hub`` Service (``helm template`` of the reference chart with our
-  values) and a hub pod with its Deployment's labels and ports; a dcgm-exporter pod
+- every ServiceMonitor, PodMonitor and PrometheusRule in ``config/`` as shipped (the
+  PrometheusRule, and the hub's and Kueue's ServiceMonitors);
+- the z2jh chart's ``hub`` Service and Secret ``hub`` (``helm template`` of the
+  reference chart with our values; the Secret holds the token the hub's ServiceMonitor
+  names, without which the operator drops that ServiceMonitor) and a hub pod with its Deployment's labels and ports; a dcgm-exporter pod
   with the labels the GPU Operator's DaemonSet gives it. kwok plays their kubelet.
 
 kwok runs no StatefulSet pod: the config the operator writes (Secret
@@ -87,8 +88,9 @@ def _shipped() -> list[dict]:
     return [d for d in docs if d.get("kind") in SHIPPED_KINDS]
 
 
-def _chart_hub() -> tuple[dict, dict]:
-    """The chart's hub Service and its hub Deployment's pod template."""
+def _chart_hub() -> tuple[dict, dict, dict]:
+    """The chart's hub Service, its hub Deployment's pod template, and its Secret
+    ``hub`` (the ``prometheus`` service's token the hub's ServiceMonitor names)."""
     if not z2jh_chart.CHART.is_dir():
         pytest.skip(f"z2jh reference chart not found at {z2jh_chart.CHART}")
     out = subprocess.run(
@@ -101,8 +103,10 @@ def _chart_hub() -> tuple[dict, dict]:
     (service,) = [d for d in chart if d["kind"] == "Service" and d["metadata"]["name"] == "hub"]
     (template,) = [d["spec"]["template"] for d in chart if d["kind"] == "Deployment"
                    and d["spec"]["template"]["metadata"]["labels"].get(COMPONENT_LABEL) == "hub"]
-    service["metadata"]["namespace"] = z2jh_chart.RELEASE_NAMESPACE
-    return service, template
+    (secret,) = [d for d in chart if d["kind"] == "Secret" and d["metadata"]["name"] == "hub"]
+    for obj in (service, secret):
+        obj["metadata"]["namespace"] = z2jh_chart.RELEASE_NAMESPACE
+    return service, template, secret
 
 
 def _pod(name: str, namespace: str, labels: dict, containers: list[dict], node: str) -> dict:
@@ -118,14 +122,14 @@ def _workload_objects(cluster_platform) -> list[dict]:
     """The hub's and dcgm-exporter's Services, and pods behind them on fake nodes."""
     pools = {p.name: p for p in cluster_platform.pools}
     cpu, gpu = fake_node(pools["cpu"], 7), fake_node(pools["t4watch"], 7)
-    service, template = _chart_hub()
+    service, template, secret = _chart_hub()
     hub = _pod("hub-0", z2jh_chart.RELEASE_NAMESPACE, template["metadata"]["labels"],
                template["spec"]["containers"], cpu["metadata"]["name"])
     dcgm = _pod(f"{po.DCGM_APP}-0", po.GPU_OPERATOR_NAMESPACE, {"app": po.DCGM_APP},
                 [{"name": po.DCGM_APP, "image": "nvcr.io/nvidia/k8s/dcgm-exporter",
                   "ports": [{"name": "metrics", "containerPort": po.DCGM_PORT}]}],
                 gpu["metadata"]["name"])
-    return [cpu, gpu, service, hub, po.dcgm_service(), dcgm]
+    return [cpu, gpu, service, secret, hub, po.dcgm_service(), dcgm]
 
 
 def _monitoring_objects() -> list[dict]:
@@ -283,9 +287,6 @@ async def _pool(name: str) -> set[tuple[str, str]] | None:
     return (await _active_targets()).get(name)
 
 
-@pytest.mark.xfail(strict=True, reason="[aks] #28 item 5: nothing scrapes the hub's "
-                   "/hub/metrics (no ServiceMonitor ships), and the GPU Operator's dcgm "
-                   "ServiceMonitor carries no label kube-prometheus-stack's default selector picks")
 async def test_prometheus_configured_by_the_operator_scrapes_the_hub_and_dcgm_exporter(operated):
     """What the product needs on AKS: the culler's GPU-idle rule, the usage page and
     every alert read dcgm-exporter's series and the hub's, so the Prometheus that

@@ -17,7 +17,8 @@ CLI = [sys.executable, "-m", "jupyterhub_gpu.cli", "check-bundle"]
 BUNDLE = ["config/platform.yaml", "config/kueue.yaml", "config/device-plugin.yaml",
           "config/kueue-configuration.yaml", "config/team-namespaces.yaml",
           "config/gpu-operator-values.yaml", "config/node-auto-provisioning.yaml",
-          "config/prometheus-rules.yaml", "config/grafana-dashboard.json",
+          "config/prometheus-rules.yaml", "config/service-monitors.yaml",
+          "config/grafana-dashboard.json",
           "config/terraform", "helm-values"]
 TAG = "k8s.io_cluster-autoscaler_node-template_"
 OWNER = ("the GPU Operator's MIG manager owns the MIG layout (nvidia.com/mig.config); "
@@ -341,6 +342,12 @@ DRIFTS = {
         "helm-values/generated.yaml: z2jh values: hub.consecutiveFailureLimit: expected 0, "
         "found \"5 (the chart's default)\" (queue-patience timeouts, refusals while Kueue is unavailable and "
         "waitForPodsReady deletions are failed spawns: under a busy queue the hub would exit)"),
+    "the hub's metrics token renamed": (
+        replace_text("config/service-monitors.yaml", "hub.services.prometheus.apiToken",
+                     "hub.services.prom.apiToken"),
+        "config/service-monitors.yaml: ServiceMonitor jupyterhub/jupyterhub-gpu-hub: "
+        "spec.endpoints[0].authorization.credentials.key: expected "
+        "'hub.services.prometheus.apiToken', found 'hub.services.prom.apiToken'"),
     "a missing file": (
         lambda root: (root / "config/kueue-configuration.yaml").unlink(),
         "config/kueue-configuration.yaml: (file): (file): expected 'readable', "
@@ -351,7 +358,7 @@ DRIFTS = {
 def test_committed_bundle_passes(repo_root):
     result = check(repo_root)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout == ("check-bundle: OK: 12 file(s) agree with config/platform.yaml "
+    assert result.stdout == ("check-bundle: OK: 13 file(s) agree with config/platform.yaml "
                              "(5 pools, 3 teams, 5 profiles)\n")
 
 

@@ -24,21 +24,23 @@ from jupyterhub_gpu.devcluster import build, promoperator as po
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_gpu_operators_service_monitor_with_the_bundles_values_has_no_release_label():
-    """The shipped GPU Operator values leave ``dcgmExporter.serviceMonitor`` at the
-    chart's defaults: the operator creates its ServiceMonitor (enabled by default in
-    v26.7.0) labelled only ``app``, which kube-prometheus-stack's selector ignores."""
+def test_the_gpu_operators_service_monitor_with_the_bundles_values_is_selected():
+    """The shipped GPU Operator values label ``dcgmExporter.serviceMonitor`` with
+    kube-prometheus-stack's release ([aks] #28 item 5): the operator creates its
+    ServiceMonitor (enabled by default in v26.7.0) labelled ``app`` and ``release``,
+    which kube-prometheus-stack's default selector takes (unlabelled, it did not)."""
     values = yaml.safe_load((REPO / "config" / "gpu-operator-values.yaml").read_text())
     monitor = po.dcgm_service_monitor(values)
     assert monitor["metadata"] == {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator",
-                                   "labels": {"app": "nvidia-dcgm-exporter"}}
+                                   "labels": {"app": "nvidia-dcgm-exporter",
+                                              "release": "kube-prometheus-stack"}}
     assert monitor["spec"]["endpoints"] == [
         {"port": "gpu-metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s",
          "honorLabels": False, "relabelings": []}]
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["gpu-operator"]}
     assert monitor["spec"]["selector"] == {"matchLabels": {"app": "nvidia-dcgm-exporter"}}
     selector = po.prometheus()["spec"]["serviceMonitorSelector"]["matchLabels"]
-    assert not selector.items() <= monitor["metadata"]["labels"].items()
+    assert selector.items() <= monitor["metadata"]["labels"].items()
 
 
 def test_the_gpu_operators_custom_edits_and_switch_are_applied():

@@ -1,0 +1,74 @@
+"""What kube-prometheus-stack's Prometheus scrapes for the platform:
+``config/service-monitors.yaml`` (pure: the hub's place in, objects out).
+
+Each object carries ``release: kube-prometheus-stack``, the label the chart's default
+selectors require (``*SelectorNilUsesHelmValues: true``); dcgm-exporter's
+ServiceMonitor is the GPU Operator's own, labelled the same through the operator's
+values (:mod:`.gpuoperator`).
+
+* **The hub** (``/hub/metrics``: the spawn, queue and node-health series that the
+  rules and the dashboard read). JupyterHub asks for a token there
+  (``authenticate_prometheus``, on by default) with the ``read:metrics`` scope. The
+  Helm values register a service ``prometheus`` with that role only; z2jh generates its
+  token into the Secret ``hub`` (key ``hub.services.prometheus.apiToken``), which the
+  ServiceMonitor hands to Prometheus. The hub's NetworkPolicy admits Prometheus's pods
+  (``hub.networkPolicy.ingress`` in helm-values/values.yaml).
+* **Kueue** (queue lengths, admissions, evictions), as Kueue's chart would make it
+  with ``enablePrometheus`` (kubernetes-sigs/kueue v0.17.0,
+  ``charts/kueue/templates/prometheus/monitor.yaml``) but with the selector's label:
+  HTTPS with Kueue's self-signed certificate (the chart's default ``tlsConfig``), and
+  Prometheus's ServiceAccount token, which kube-prometheus-stack's ClusterRole lets
+  read ``/metrics`` (Kueue's metrics server checks it with a SubjectAccessReview).
+"""
+
+from __future__ import annotations
+
+from .monitoring import API_VERSION, KPS_RELEASE
+from .namespaces import HUB_PORT_NAME, HubRef
+
+#: the name z2jh's hub gives JupyterHub's service for Prometheus (helm-values/values.yaml
+#: ``hub.services``), and where z2jh keeps its generated token
+PROMETHEUS_SERVICE = "prometheus"
+HUB_SECRET = "hub"
+HUB_METRICS_PATH = "/hub/metrics"
+#: Kueue as the admin guide installs it (``helm install kueue ... --namespace kueue-system``)
+KUEUE_RELEASE, KUEUE_NAMESPACE = "kueue", "kueue-system"
+SA_TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def token_key(service: str = PROMETHEUS_SERVICE) -> str:
+    """The key of a service's API token in z2jh's Secret ``hub``."""
+    return f"hub.services.{service}.apiToken"
+
+
+def _service_monitor(name: str, namespace: str, selector: dict, endpoint: dict) -> dict:
+    return {"apiVersion": API_VERSION, "kind": "ServiceMonitor",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"release": KPS_RELEASE}},
+            "spec": {"selector": {"matchLabels": selector},
+                     "namespaceSelector": {"matchNames": [namespace]},
+                     "endpoints": [endpoint]}}
+
+
+def hub_service_monitor(hub: HubRef) -> dict:
+    """The z2jh ``hub`` Service's port ``hub``, at ``/hub/metrics``, with the token."""
+    return _service_monitor(
+        "jupyterhub-gpu-hub", hub.namespace,
+        {"app.kubernetes.io/name": "jupyterhub", "app.kubernetes.io/component": "hub"},
+        {"port": HUB_PORT_NAME, "path": HUB_METRICS_PATH,
+         "authorization": {"type": "Bearer",
+                           "credentials": {"name": HUB_SECRET, "key": token_key()}}})
+
+
+def kueue_service_monitor() -> dict:
+    """Kueue's ``<release>-controller-manager-metrics-service``, port ``https``."""
+    return _service_monitor(
+        "jupyterhub-gpu-kueue", KUEUE_NAMESPACE,
+        {"app.kubernetes.io/name": "kueue", "app.kubernetes.io/instance": KUEUE_RELEASE,
+         "app.kubernetes.io/component": "metrics-service"},
+        {"port": "https", "scheme": "https", "path": "/metrics",
+         "bearerTokenFile": SA_TOKEN_FILE, "tlsConfig": {"insecureSkipVerify": True}})
+
+
+def service_monitors(hub: HubRef = HubRef()) -> list[dict]:
+    return [hub_service_monitor(hub), kueue_service_monitor()]
