@@ -248,6 +248,10 @@ JOBS_SERVICE_NAME = "gpu-jobs"
 JOBS_PORT = 10101
 #: the gpu-usage page's port in the hub pod (only the proxy calls it; helm-values/values.yaml)
 USAGE_PORT = 10102
+#: the culler's /metrics in the hub pod (only Prometheus calls it; helm-values/values.yaml,
+#: config/service-monitors.yaml)
+CULLER_METRICS_PORT = 10103
+CULLER_METRICS_PORT_NAME = "culler-metrics"
 #: the scope a user (and their server's token) needs to call it
 JOBS_ACCESS_SCOPE = f"access:services!service={JOBS_SERVICE_NAME}"
 #: its API, under the service's prefix: the caller's jobs; one job is ``<path>/<name>``

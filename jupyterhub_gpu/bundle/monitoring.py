@@ -145,6 +145,14 @@ def alert_rules(platform: Platform) -> list[dict]:
                f"no pod has requested one for {_duration(m.idle_gpu_node_seconds)}: it is "
                "paid for and unused. Check the pool's consolidateAfter and minNodes."),
     ]
+    alerts.append(_alert(
+        "JupyterhubGpuCullerWithoutGpuData",
+        'sum(increase(jupyterhub_gpu_cull_gpu_data_fallbacks_total{state="unavailable"}[15m])) > 0',
+        "15m", "GPU-idle culling is off: the culler cannot read Prometheus",
+        "For 15 minutes the culler has decided servers with gpuIdle rules on their activity "
+        "alone: Prometheus did not answer it. The hub's log says why (\"GPU-idle culling "
+        "skipped this cycle\"); check JUPYTERHUB_GPU_PROMETHEUS_URL and the hub's egress to "
+        "Prometheus."))
     if _spot_rule(platform):
         alerts.append(_alert(
             "JupyterhubGpuSpotEvictionRateHigh", f"{SPOT_EVICTIONS} > {m.spot_eviction_rate:g}",

@@ -13,6 +13,10 @@ values (:mod:`.gpuoperator`).
   token into the Secret ``hub`` (key ``hub.services.prometheus.apiToken``), which the
   ServiceMonitor hands to Prometheus. The hub's NetworkPolicy admits Prometheus's pods
   (``hub.networkPolicy.ingress`` in helm-values/values.yaml).
+* **The culler** (:mod:`jupyterhub_gpu.cull.metrics`: culls, and GPU-idle decisions
+  that fell back to the activity rules for want of GPU data), a managed service of the
+  hub on its own port of the hub Service (``hub.service.extraPorts``), which only
+  Prometheus may reach (``hub.networkPolicy.ingress``).
 * **Kueue** (queue lengths, admissions, evictions), as Kueue's chart would make it
   with ``enablePrometheus`` (kubernetes-sigs/kueue v0.17.0,
   ``charts/kueue/templates/prometheus/monitor.yaml``) but with the selector's label:
@@ -23,6 +27,7 @@ values (:mod:`.gpuoperator`).
 
 from __future__ import annotations
 
+from ..contract import CULLER_METRICS_PORT_NAME
 from .monitoring import API_VERSION, KPS_RELEASE
 from .namespaces import HUB_PORT_NAME, HubRef
 
@@ -41,23 +46,25 @@ def token_key(service: str = PROMETHEUS_SERVICE) -> str:
     return f"hub.services.{service}.apiToken"
 
 
-def _service_monitor(name: str, namespace: str, selector: dict, endpoint: dict) -> dict:
+def _service_monitor(name: str, namespace: str, selector: dict, *endpoints: dict) -> dict:
     return {"apiVersion": API_VERSION, "kind": "ServiceMonitor",
             "metadata": {"name": name, "namespace": namespace,
                          "labels": {"release": KPS_RELEASE}},
             "spec": {"selector": {"matchLabels": selector},
                      "namespaceSelector": {"matchNames": [namespace]},
-                     "endpoints": [endpoint]}}
+                     "endpoints": list(endpoints)}}
 
 
 def hub_service_monitor(hub: HubRef) -> dict:
-    """The z2jh ``hub`` Service's port ``hub``, at ``/hub/metrics``, with the token."""
+    """The z2jh ``hub`` Service's port ``hub``, at ``/hub/metrics``, with the token; and
+    the culler's metrics (no token: only Prometheus may reach that port)."""
     return _service_monitor(
         "jupyterhub-gpu-hub", hub.namespace,
         {"app.kubernetes.io/name": "jupyterhub", "app.kubernetes.io/component": "hub"},
         {"port": HUB_PORT_NAME, "path": HUB_METRICS_PATH,
          "authorization": {"type": "Bearer",
-                           "credentials": {"name": HUB_SECRET, "key": token_key()}}})
+                           "credentials": {"name": HUB_SECRET, "key": token_key()}}},
+        {"port": CULLER_METRICS_PORT_NAME, "path": "/metrics"})
 
 
 def kueue_service_monitor() -> dict:

@@ -69,7 +69,7 @@ DNS = frozenset({(53, "UDP"), (53, "TCP")})
 PORTS: tuple[Port, ...] = (
     (53, "UDP"), (53, "TCP"), (80, "TCP"), (443, "TCP"), (8000, "TCP"), (8001, "TCP"),
     (8081, "TCP"), (8888, "TCP"), (9090, "TCP"), (9400, "TCP"), (10101, "TCP"),
-    (10102, "TCP"), (10250, "TCP"), (29500, "TCP"),
+    (10102, "TCP"), (10103, "TCP"), (10250, "TCP"), (29500, "TCP"),
     (41234, "TCP"),  # a port NCCL's or Gloo's listening socket may get from the kernel
 )
 #: the roles of the pods in team namespaces, which our policies fence
@@ -112,8 +112,9 @@ RULES: tuple[Rule, ...] = (
          why="the hub checks the server, the proxy forwards the user's browser"),
     Rule(frozenset({"notebook"}), frozenset({"prometheus"}), frozenset({(9090, "TCP")}), True,
          why="the JupyterLab status item's GPU use (JUPYTERHUB_GPU_PROMETHEUS_URL)"),
-    Rule(frozenset({"prometheus"}), frozenset({"hub"}), frozenset({(8081, "TCP")}), True,
-         why="Prometheus scrapes /hub/metrics (config/service-monitors.yaml)"),
+    Rule(frozenset({"prometheus"}), frozenset({"hub"}), frozenset({(8081, "TCP"), (10103, "TCP")}),
+         True, why="Prometheus scrapes /hub/metrics and the culler's metrics "
+                   "(config/service-monitors.yaml)"),
     Rule(frozenset({"hub"}), frozenset({"prometheus"}), frozenset({(9090, "TCP")}), True,
          why="the culler's GPU-idle rule and the usage page ask Prometheus"),
     Rule(frozenset({"hub"}), frozenset({"prometheus"}), None, False,

@@ -24,6 +24,7 @@ import yaml
 from jupyterhub_gpu.bundle.monitoring import KPS_RELEASE
 from jupyterhub_gpu.bundle.servicemonitors import (KUEUE_NAMESPACE, KUEUE_RELEASE,
                                                    PROMETHEUS_SERVICE)
+from jupyterhub_gpu.contract import CULLER_METRICS_PORT
 from jupyterhub_gpu.devcluster import build
 from tests import z2jh_chart
 
@@ -51,6 +52,13 @@ def _in_namespace(objects: list[dict], namespace: str) -> list[dict]:
     return objects
 
 
+def _hub_config(objects: list[dict]) -> str:
+    """The hub's extra config as the chart hands it to the hub (Secret ``hub``)."""
+    (secret,) = [o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == "hub"]
+    values = yaml.safe_load(base64.b64decode(secret["data"]["values.yaml"]))
+    return "\n".join(values["hub"]["extraConfig"].values())
+
+
 def test_every_shipped_service_monitor_is_selected_by_kube_prometheus_stack():
     monitors = _shipped()
     assert set(monitors) == {z2jh_chart.RELEASE_NAMESPACE, KUEUE_NAMESPACE}
@@ -62,11 +70,15 @@ def test_the_hub_monitor_selects_the_charts_hub_service_with_a_metrics_token():
     objects = _in_namespace(z2jh_chart.helm_template(build.binaries()["helm"]),
                             z2jh_chart.RELEASE_NAMESPACE)
     monitor = _shipped()[z2jh_chart.RELEASE_NAMESPACE]
-    (endpoint,) = monitor["spec"]["endpoints"]
+    hub, culler = monitor["spec"]["endpoints"]
     services = _selected(objects, monitor)
     assert [s["metadata"]["name"] for s in services] == ["hub"]
-    assert endpoint["port"] in {p["name"] for p in services[0]["spec"]["ports"]}
-    credentials = endpoint["authorization"]["credentials"]
+    ports = {p["name"]: p for p in services[0]["spec"]["ports"]}
+    assert hub["port"] in ports
+    # the culler's port on the Service leads to the port the culler listens on
+    assert ports[culler["port"]]["targetPort"] == CULLER_METRICS_PORT
+    assert f"metrics_port={CULLER_METRICS_PORT}" in _hub_config(objects)
+    credentials = hub["authorization"]["credentials"]
     (secret,) = [o for o in objects if o["kind"] == "Secret"
                  and o["metadata"]["name"] == credentials["name"]]
     assert credentials["key"] in secret["data"]
