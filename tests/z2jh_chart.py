@@ -33,6 +33,7 @@ over the chart's defaults (:func:`helm_values`).
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 from pathlib import Path
 from typing import Any, Mapping
@@ -46,9 +47,9 @@ from jupyterhub_gpu.bundle.namespaces import HubRef
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO.parent / "shared" / "reference" / "z2jh-4.4.0"
 DEFAULT_VALUES = REFERENCE / "values.yaml"
-# Our values files, in the order the admin guide passes them to `helm upgrade -f`
-# (auth-azuread.yaml holds only the authenticator: nothing KubeSpawner reads).
-OUR_VALUES = (REPO / "helm-values" / "values.yaml", REPO / "helm-values" / "generated.yaml")
+ADMIN_GUIDE = REPO / "docs" / "admin-guide.md"
+#: the admin's own values file (kept out of git) in the admin guide's install command
+ADMIN_OWN_VALUES = "~/jupyterhub-gpu-secrets.yaml"
 RELEASE_NAMESPACE = HubRef().namespace  # the chart sets KubeSpawner.namespace to the hub's
 
 # (trait, key under `singleuser`) that the chart copies when the value is not null
@@ -101,14 +102,44 @@ def coalesce(defaults: Mapping[str, Any], override: Mapping[str, Any]) -> dict[s
     return merged
 
 
+def install_order() -> list[str]:
+    """The ``-f`` files of the admin guide's ``helm upgrade --install jupyterhub``, in
+    order: our values files (paths from the checkout's root), then
+    :data:`ADMIN_OWN_VALUES`."""
+    text = ADMIN_GUIDE.read_text()
+    start = text.index("helm upgrade --install jupyterhub")
+    command = text[start:text.index("```", start)]
+    return re.findall(r"-f (\S+)", command)
+
+
+def admin_own_example() -> dict[str, Any]:
+    """The admin guide's example of :data:`ADMIN_OWN_VALUES` (the YAML block headed by
+    its name), placeholders and all: what stands in for the admin's own file where a
+    test brings none. Its ``client_secret`` is the guide's placeholder text; nothing the
+    chart renders checks it."""
+    text = ADMIN_GUIDE.read_text()
+    start = text.index(f"```yaml\n# {ADMIN_OWN_VALUES}") + len("```yaml\n")
+    return yaml.safe_load(text[start:text.index("```", start)])
+
+
+def install_layers(own: Mapping[str, Any] | None = None) -> list[Path | Mapping[str, Any]]:
+    """The values files of :func:`install_order`, each our file's path, the admin's own
+    file being ``own`` (else :func:`admin_own_example`)."""
+    own = admin_own_example() if own is None else own
+    return [own if name == ADMIN_OWN_VALUES else REPO / name for name in install_order()]
+
+
 def helm_values(*overlays: Mapping[str, Any]) -> dict[str, Any]:
-    """The chart's defaults, then our values files, then ``overlays`` (like more ``-f``).
-    Skips the calling test when the reference data is not beside the checkout."""
+    """The chart's defaults, then the install order's values files (:func:`install_layers`),
+    then ``overlays`` (like more ``-f``). Skips the calling test when the reference
+    data is not beside the checkout."""
     if not DEFAULT_VALUES.is_file():
         pytest.skip(f"z2jh reference data not found at {REFERENCE}: the chart's default "
                     "values are needed beside the checkout (../shared/reference/README.md)")
     values = yaml.safe_load(DEFAULT_VALUES.read_text())
-    for layer in [*(yaml.safe_load(p.read_text()) for p in OUR_VALUES), *overlays]:
+    layers = [yaml.safe_load(layer.read_text()) if isinstance(layer, Path) else layer
+              for layer in install_layers()]
+    for layer in [*layers, *overlays]:
         values = coalesce(values, layer or {})
     return values
 
@@ -230,16 +261,29 @@ def kubespawner_config(values: Mapping[str, Any],
     return c
 
 
-def helm_template(helm: Path | str, *values: Path) -> list[dict]:
+def helm_template(helm: Path | str, own: Mapping[str, Any] | None = None) -> list[dict]:
     """The chart's objects as ``helm template`` renders them (release
-    :data:`RELEASE_NAME` in :data:`RELEASE_NAMESPACE`) from :data:`OUR_VALUES`, then
-    ``values``. Skips the calling test when the chart is not beside the checkout."""
+    :data:`RELEASE_NAME` in :data:`RELEASE_NAMESPACE`) from the admin guide's install
+    order (:func:`install_layers`: ``own`` in the admin's own file's place, given to
+    Helm on stdin). Skips the calling test when the chart is not beside the checkout.
+
+    With the guide's example as the admin's own file, ``helm-values/auth-azuread.yaml``
+    changes only the ``hub`` Secret's data (the rendered values) and the Deployments'
+    ``checksum/*`` annotations: no NetworkPolicy, Service, ConfigMap or pod spec. The
+    example's ``proxy.https`` adds the chart's ``autohttps`` objects (its Deployment,
+    Service ``proxy-http``, NetworkPolicy ``autohttps``, ...) and points
+    ``proxy-public`` at them."""
     if not CHART.is_dir():
         pytest.skip(f"z2jh chart not found at {CHART} (../shared/reference/README.md)")
+    args, stdin = [], None
+    for layer in install_layers(own):
+        if isinstance(layer, Path):
+            args += ["-f", str(layer)]
+        else:
+            args, stdin = [*args, "-f", "-"], yaml.safe_dump(dict(layer))
     out = subprocess.run(
         [str(helm), "template", RELEASE_NAME, str(CHART), "--namespace", RELEASE_NAMESPACE,
-         *(arg for path in (*OUR_VALUES, *values) for arg in ("-f", str(path)))],
-        capture_output=True, text=True, check=False)
+         *args], input=stdin, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 

@@ -3,8 +3,8 @@
 :func:`render` runs ``helm template`` on the reference chart
 (jupyterhub/zero-to-jupyterhub-k8s 4.4.0, ``jupyterhub/``) with our values files in
 the order the admin guide's ``helm upgrade --install`` passes them
-(:func:`install_order`, read from docs/admin-guide.md), the admin's own last file
-(``~/jupyterhub-gpu-secrets.yaml`` there) being :func:`test_values`.
+(:func:`tests.z2jh_chart.install_order`, read from docs/admin-guide.md), the admin's
+own last file (``~/jupyterhub-gpu-secrets.yaml`` there) being :func:`test_values`.
 :func:`apply` puts every rendered object the hub needs into the dev cluster
 (ServiceAccount, Roles and bindings, NetworkPolicies, Services, ConfigMaps, Secret,
 PVC, PDBs, PriorityClasses: everything but the Deployments, whose pods kwok would not
@@ -63,7 +63,6 @@ import re
 import secrets
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -83,11 +82,7 @@ from .chart_hubapi import stop_all_servers
 from .conftest import PORT_OFFSET, STATE_DIR, wait_for
 
 REPO = z2jh_chart.REPO
-ADMIN_GUIDE = REPO / "docs" / "admin-guide.md"
 NAMESPACE = z2jh_chart.RELEASE_NAMESPACE
-#: the admin's own values file in the admin guide's install command; its place is
-#: taken by :func:`test_values`
-ADMIN_OWN_VALUES = "~/jupyterhub-gpu-secrets.yaml"
 #: the kinds applied to the cluster: not the Deployments (kwok runs no containers)
 APPLIED_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole",
                  "ClusterRoleBinding", "NetworkPolicy", "Service", "ConfigMap", "Secret",
@@ -106,14 +101,6 @@ TEST_SCOPES = ["admin:users", "admin:servers", "admin:groups", "list:users", "re
                "read:servers"]
 
 
-def install_order() -> list[str]:
-    """The ``-f`` files of the admin guide's ``helm upgrade --install jupyterhub``, in order."""
-    text = ADMIN_GUIDE.read_text()
-    start = text.index("helm upgrade --install jupyterhub")
-    command = text[start:text.index("```", start)]
-    return re.findall(r"-f (\S+)", command)
-
-
 def test_values(token: str, admin: dict | None = None) -> dict:
     """The last values file: the chart's dummy authenticator, and a service whose API
     token ``token`` the tests drive the hub with, over ``admin`` (more of what an admin
@@ -124,20 +111,10 @@ def test_values(token: str, admin: dict | None = None) -> dict:
                                                  "services": [TEST_SERVICE]}}}})
 
 
-def render(helm: Path | str, workdir: Path, token: str,
-           admin: dict | None = None) -> list[dict]:
-    """The chart's objects, rendered from the install order's values files."""
-    if not z2jh_chart.CHART.is_dir():
-        pytest.skip(f"z2jh chart not found at {z2jh_chart.CHART} (../shared/reference)")
-    last = workdir / "admin-values.yaml"
-    last.write_text(yaml.safe_dump(test_values(token, admin)))
-    files = [last if f == ADMIN_OWN_VALUES else REPO / f for f in install_order()]
-    out = subprocess.run(
-        [str(helm), "template", z2jh_chart.RELEASE_NAME, str(z2jh_chart.CHART),
-         "--namespace", NAMESPACE, *(a for f in files for a in ("-f", str(f)))],
-        capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+def render(helm: Path | str, token: str, admin: dict | None = None) -> list[dict]:
+    """The chart's objects, rendered in the install order, :func:`test_values` in the
+    admin's own file's place (:func:`tests.z2jh_chart.helm_template`)."""
+    return z2jh_chart.helm_template(helm, test_values(token, admin))
 
 
 def find(objects: list[dict], kind: str, name: str) -> dict:
@@ -398,7 +375,7 @@ async def start_chart_hub(cluster: dict, spec: Path, workdir: Path,
         pytest.skip(f"cannot make a private mount namespace for the hub pod: {reason}")
     demo.ensure_chp(progress=lambda m: None)
     token = secrets.token_hex(32)
-    objects = render(build.binaries()["helm"], workdir, token, admin)
+    objects = render(build.binaries()["helm"], token, admin)
     client, paths = hub_rbac.admin_client(STATE_DIR)
     apply(client, objects, spec)
     sa = hub_rbac.HUB

@@ -1,10 +1,13 @@
 """The REST API of the hub deployed from the z2jh chart (:mod:`.chart_hub`), driven
 with the token of the service the tests' values file gives it, as an admin's script
-would: users and groups, starting and stopping servers."""
+would: users and groups, starting and stopping servers, their spawn progress."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
+
+import aiohttp
 
 from .conftest import wait_for
 
@@ -69,3 +72,14 @@ async def stop_all_servers(http, hub: ChartHub) -> None:
 async def _no_servers(http, hub: ChartHub) -> bool:
     async with http.get(f"{hub.api}/users", headers=hub.headers()) as r:
         return all(not u.get("server") and not u.get("pending") for u in await r.json())
+
+
+async def spawn_ended(http, hub: ChartHub, user: str, into: list[dict]) -> bool:
+    """Read the user's spawn progress (the event stream the spawn page reads) into
+    ``into``; True once its last event says the spawn failed or is ready."""
+    async with http.get(f"{hub.api}/users/{user}/server/progress", headers=hub.headers(),
+                        timeout=aiohttp.ClientTimeout(total=None)) as r:
+        async for line in r.content:
+            if line.startswith(b"data:"):
+                into.append(json.loads(line[5:]))
+    return bool(into) and bool(into[-1].get("failed") or into[-1].get("ready"))

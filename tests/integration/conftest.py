@@ -14,7 +14,8 @@ Fixtures:
   It also has the hub's ServiceAccount ``hub`` in namespace ``jupyterhub``, bound
   only by the RBAC we ship plus the z2jh chart's hub Role (:mod:`.hub_rbac`). When
   the z2jh chart is beside the checkout, the cluster runs the chart's user-scheduler
-  (its configuration as ``helm template`` renders it from our values) and
+  (its configuration as ``helm template`` renders it from the admin guide's install
+  order: :func:`tests.z2jh_chart.helm_template`) and
   ``status["user_scheduler"]`` is the scheduler name the chart's hub gives
   KubeSpawner's pods; else it is None.
 - ``hub_kubeconfig`` (session): a kubeconfig with a token of that ServiceAccount.

@@ -4,7 +4,10 @@ cyclonus (github.com/mattfenwick/cyclonus, built with the dev cluster by
 ``jupyterhub-gpu devcluster build``) evaluates, without a cluster or a CNI, every
 NetworkPolicy that would be in the cluster:
 
-* the z2jh 4.4.0 chart's own, as Helm renders the chart from our values files;
+* the z2jh 4.4.0 chart's own, as Helm renders the chart from the admin guide's
+  install order (:func:`tests.z2jh_chart.helm_template`: our values files and the
+  guide's example of the admin's own file; ``auth-azuread.yaml`` changes no
+  NetworkPolicy, the example's ``proxy.https`` adds the ``autohttps`` pod's own);
 * the shipped ``config/team-namespaces.yaml``;
 * each multi-pod job's own (:func:`jupyterhub_gpu.builders.job.peer_policy`),
 
@@ -156,7 +159,7 @@ def _tool(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def chart() -> list[dict]:
-    """The chart's objects as ``helm template`` renders them from our values files."""
+    """The chart's objects as ``helm template`` renders them in the install order."""
     return z2jh_chart.helm_template(_tool("helm"))
 
 

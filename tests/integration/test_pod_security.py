@@ -1,66 +1,147 @@
 """Pod Security admission in the team namespaces, by the dev cluster's real
-kube-apiserver (its PodSecurity admission plugin is on by default), as the hub's
-ServiceAccount with the RBAC we ship (issue #25).
+kube-apiserver (its PodSecurity admission plugin is on by default), for the notebook
+pods the hub deployed from the real z2jh 4.4.0 chart creates (:mod:`.chart_hub`), and
+as the hub's ServiceAccount with the RBAC we ship (issue #25).
 
-The team namespaces enforce ``restricted`` (config/team-namespaces.yaml). A notebook
-pod as GPUSpawner makes it under the z2jh chart's config from our values, and a job
-pod as the job builder makes it from that notebook, are admitted; the same notebook
-pod with the chart's default metadata-blocking init container, or without the
-security settings GPUSpawner adds, is refused; and the hub's identity, which may
-create pods there, cannot start a privileged pod. Every create is a server-side dry
-run: admission runs in full, nothing is stored."""
+The team namespaces enforce ``restricted`` (config/team-namespaces.yaml).
+
+* A server started through the chart hub's REST API runs: the pod GPUSpawner made
+  under the chart's own ``jupyterhub_config.py`` from our values was admitted. That
+  pod, read back from the API server, is the one the rest is derived from: the job
+  pod the gpu-jobs service builds from it is admitted, and the same pod without the
+  security settings GPUSpawner adds (only what KubeSpawner makes of the chart's
+  ``uid``, ``fsGid`` and ``allowPrivilegeEscalation``) is refused. These two are
+  server-side dry runs as the hub's identity: admission runs in full, nothing is
+  stored.
+* The chart's default ``singleuser.cloudMetadata.blockWithIptables: true`` (our
+  values turn it off) makes the chart's hub add a privileged iptables init container
+  (z2jh 4.4.0, ``jupyterhub/files/hub/jupyterhub_config.py``, the
+  ``cloudMetadata`` part): a second chart hub, with that value in the admin's own
+  values file, really creates such a pod; the API server refuses it, the spawn fails
+  and the user's spawn progress says why. What the user reads there is "Spawn failed:"
+  and KubeSpawner's ``ApiException`` as text (status, response headers, and the API
+  server's JSON body, which names the init container and each rule it breaks).
+* The hub's identity, which may create pods there, cannot start a privileged pod.
+
+Each chart hub runs inside its module-scoped fixture, which returns what the test
+needs once that hub has stopped: the two never run at once (they share this run's
+ports), whatever order the tests run in."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
 from kubernetes_asyncio.client import ApiException
 
 from jupyterhub_gpu.builders.job import build_job
+from jupyterhub_gpu.builders.pod import RESTRICTED_CONTAINER, RESTRICTED_POD
 from jupyterhub_gpu.bundle.namespaces import POD_SECURITY_LEVEL, pod_security_labels
 from jupyterhub_gpu.jobs.request import check_submission, job_request
 from jupyterhub_gpu.spec.grant import UserRef
 from tests import z2jh_chart
 
+from . import chart_hub, chart_hubapi
+from .conftest import wait_for
+
 pytestmark = pytest.mark.skipif(
-    not z2jh_chart.REFERENCE.is_dir(),
-    reason=f"z2jh reference data not found at {z2jh_chart.REFERENCE}: the chart's "
-           f"default values are needed beside the checkout")
+    not z2jh_chart.CHART.is_dir(),
+    reason=f"z2jh chart not found at {z2jh_chart.CHART}: the chart is needed beside "
+           f"the checkout")
 
-USER, GROUP, PROFILE, JOB_PROFILE = "pat", "data-science", "cpu", "cpu-job"
+USER, BLOCKED_USER, GROUP = "pat-psa", "kim-psa", "data-science"
+PROFILE, JOB_PROFILE = "cpu", "cpu-job"
 VIOLATES = "violates PodSecurity"
+METADATA_BLOCK = {"singleuser": {"cloudMetadata": {"blockWithIptables": True}}}
 
 
-async def _spawner(cluster_spec_path, values=None):
-    """GPUSpawner for USER's PROFILE under the chart's config of our values (and
-    ``values``), its profile applied: its Kubernetes client (KubeSpawner's shared one,
-    closed with the test session's loop) is the hub's identity."""
-    from traitlets.config import Config
+@pytest.fixture(scope="module")
+async def hub_identity(hub_kubeconfig):
+    """CoreV1Api as the hub's ServiceAccount (the RBAC we ship and the chart's Role)."""
+    from kubernetes_asyncio import client, config
 
-    from jupyterhub_gpu.hub.render import OfflineHub, OfflineUser, _Group
-    from jupyterhub_gpu.hub.spawner import GPUSpawner
-
-    cfg = Config()
-    cfg.merge(z2jh_chart.kubespawner_config(z2jh_chart.helm_values(*([values] if values else []))))
-    cfg.GPUSpawner.platform_file = str(cluster_spec_path)
-    spawner = GPUSpawner(user=OfflineUser(USER, [_Group(GROUP)]), hub=OfflineHub(), config=cfg)
-    await spawner._run_apply_user_options({"profile": PROFILE})
-    return spawner
+    api_client = await config.new_client_from_config(config_file=str(hub_kubeconfig))
+    yield client.CoreV1Api(api_client)
+    await api_client.close()
 
 
-async def _dry_run(spawner, pod) -> str | None:
-    """None if the API server admits ``pod`` (as the hub), else its refusal."""
+async def _user_pods(kube, namespace: str, user: str) -> list[dict]:
+    listed = await kube.core.list_namespaced_pod(
+        namespace, label_selector=f"hub.jupyter.org/username={user}")
+    return [kube.api_client.sanitize_for_serialization(p) for p in listed.items]
+
+
+async def _delete_home(kube, namespace: str, user: str) -> None:
+    """The home PVC KubeSpawner made (``claim-{user_server}``): the next modules share
+    the cluster."""
     try:
-        await spawner.api.create_namespaced_pod(spawner.namespace, pod, dry_run="All")
+        await kube.core.delete_namespaced_persistent_volume_claim(f"claim-{user}", namespace)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+@pytest.fixture(scope="module")
+async def admitted(cluster, kube, cluster_spec_path, cluster_platform, tmp_path_factory):
+    """(the notebook pod the chart hub created for USER's PROFILE and that runs, read
+    back from the API server; the chart's rendered values), the hub stopped."""
+    namespace = cluster_platform.team_for({GROUP}).namespace
+    try:
+        async with chart_hub.serving(cluster, cluster_spec_path,
+                                     tmp_path_factory.mktemp("chart-hub")) as (hub, http):
+            await chart_hubapi.add_user(http, hub, USER, [GROUP])
+            assert await chart_hubapi.start_server(http, hub, USER, PROFILE) in (201, 202)
+            await wait_for(lambda: chart_hubapi.ready(http, hub, USER), timeout=180,
+                           what=f"{USER}'s server")
+            (pod,) = await _user_pods(kube, namespace, USER)
+            await chart_hubapi.stop_server(http, hub, USER)
+            return pod, hub.values
+    finally:
+        await _delete_home(kube, namespace, USER)
+
+
+@pytest.fixture(scope="module")
+async def blocked(cluster, kube, cluster_spec_path, cluster_platform, tmp_path_factory):
+    """What the chart hub with the chart's default metadata block shows when
+    BLOCKED_USER starts PROFILE: (the start request's status, the spawn progress's
+    last event, the user's pods in the team namespace, the hub's log), the hub
+    stopped."""
+    namespace = cluster_platform.team_for({GROUP}).namespace
+    events: list[dict] = []
+    try:
+        async with chart_hub.serving(cluster, cluster_spec_path,
+                                     tmp_path_factory.mktemp("chart-hub-metadata"),
+                                     METADATA_BLOCK) as (hub, http):
+            assert hub.values["singleuser"]["cloudMetadata"]["blockWithIptables"] is True
+            await chart_hubapi.add_user(http, hub, BLOCKED_USER, [GROUP])
+            status = await chart_hubapi.start_server(http, hub, BLOCKED_USER, PROFILE)
+            await wait_for(lambda: chart_hubapi.spawn_ended(http, hub, BLOCKED_USER, events),
+                           timeout=120, what=f"{BLOCKED_USER}'s spawn to end")
+            pods = await _user_pods(kube, namespace, BLOCKED_USER)
+            return status, events[-1], pods, hub.tail(20000)
+    finally:
+        await _delete_home(kube, namespace, BLOCKED_USER)
+
+
+async def _dry_run(core, namespace: str, pod: dict) -> str | None:
+    """None if the API server admits ``pod`` (as ``core``'s identity), else its refusal."""
+    try:
+        await core.create_namespaced_pod(namespace, pod, dry_run="All")
     except ApiException as e:
         assert e.status == 403, e.body
         return json.loads(e.body)["message"]
     return None
 
 
-def _plain(spawner, pod) -> dict:
-    return spawner.api.api_client.sanitize_for_serialization(pod)
+def _as_new(pod: dict, name: str, spec: dict | None = None) -> dict:
+    """A pod to create from a pod read back: its labels and spec (``spec`` if given),
+    not yet bound to a node."""
+    spec = copy.deepcopy(spec if spec is not None else pod["spec"])
+    spec.pop("nodeName", None)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": dict(pod["metadata"].get("labels") or {})},
+            "spec": spec}
 
 
 async def test_team_namespaces_enforce_restricted(cluster, kube, cluster_platform):
@@ -70,44 +151,68 @@ async def test_team_namespaces_enforce_restricted(cluster, kube, cluster_platfor
         assert namespace.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
-async def test_the_charts_notebook_pod_and_its_job_pod_are_admitted(cluster, cluster_spec_path,
-                                                                    cluster_platform):
-    spawner = await _spawner(cluster_spec_path)
-    notebook = await spawner.get_pod_manifest()
-    assert await _dry_run(spawner, notebook) is None
-    # the job the gpu-jobs service builds from that notebook pod: its pod template
+async def test_the_chart_hubs_notebook_pod_is_admitted(admitted, cluster_platform):
+    pod, _ = admitted
+    assert pod["metadata"]["namespace"] == cluster_platform.team_for({GROUP}).namespace
+    assert pod["status"]["phase"] == "Running"
+    # it met "restricted" with GPUSpawner's settings over the chart's
+    assert RESTRICTED_POD.items() <= pod["spec"]["securityContext"].items()
+    (notebook,) = pod["spec"]["containers"]
+    assert RESTRICTED_CONTAINER.items() <= notebook["securityContext"].items()
+    assert not pod["spec"].get("initContainers")
+
+
+async def test_the_job_pod_of_the_chart_hubs_notebook_is_admitted(admitted, hub_identity,
+                                                                   cluster_platform):
+    """The job the gpu-jobs service builds from that notebook pod: its pod template."""
+    pod, values = admitted
     submission = check_submission(cluster_platform, UserRef(USER, frozenset({GROUP})),
                                   {"profile": JOB_PROFILE, "script": "train.py"}, 0)
-    job, _ = build_job(job_request(submission, _plain(spawner, notebook), "job-pat-1",
-                                   cluster_platform.checkpoint_storage, USER))
+    job, _ = build_job(job_request(
+        submission, pod, "job-pat-psa-1", cluster_platform.checkpoint_storage, USER,
+        z2jh_chart.get(values, "singleuser.storage.homeMountPath")))
     template = job["spec"]["template"]
-    assert template["spec"]["securityContext"]["runAsUser"] == 1000  # the notebook's
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "job-pat-1-0", "labels": template["metadata"]["labels"]},
-           "spec": template["spec"]}
-    assert await _dry_run(spawner, pod) is None
+    assert template["spec"]["securityContext"]["runAsUser"] == (
+        pod["spec"]["containers"][0]["securityContext"]["runAsUser"])  # the notebook's
+    job_pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "job-pat-psa-1-0", "labels": template["metadata"]["labels"]},
+               "spec": template["spec"]}
+    assert await _dry_run(hub_identity, pod["metadata"]["namespace"], job_pod) is None
 
 
-async def test_the_charts_default_metadata_block_is_refused(cluster, cluster_spec_path):
-    """Why our values turn singleuser.cloudMetadata.blockWithIptables off."""
-    spawner = await _spawner(cluster_spec_path,
-                             {"singleuser": {"cloudMetadata": {"blockWithIptables": True}}})
-    refusal = await _dry_run(spawner, await spawner.get_pod_manifest())
-    assert refusal is not None and VIOLATES in refusal
-    assert f'"{POD_SECURITY_LEVEL}:' in refusal and "privileged" in refusal
-
-
-async def test_a_notebook_pod_without_gpuspawners_settings_is_refused(cluster,
-                                                                      cluster_spec_path):
+async def test_the_notebook_pod_without_gpuspawners_settings_is_refused(admitted, hub_identity):
     """The chart's own settings (uid 1000, fsGid 100, allowPrivilegeEscalation false)
     are not enough for "restricted": runAsNonRoot, seccomp and the dropped
     capabilities are GPUSpawner's."""
-    spawner = await _spawner(cluster_spec_path)
-    spawner.pod_security_context, spawner.container_security_context = {}, {}
-    refusal = await _dry_run(spawner, await spawner.get_pod_manifest())
+    pod, values = admitted
+    spec = copy.deepcopy(pod["spec"])
+    for key in RESTRICTED_POD:
+        spec["securityContext"].pop(key)
+    (notebook,) = spec["containers"]
+    notebook["securityContext"].pop("capabilities")
+    # what KubeSpawner made of the chart's singleuser.allowPrivilegeEscalation stays
+    assert notebook["securityContext"]["allowPrivilegeEscalation"] is z2jh_chart.get(
+        values, "singleuser.allowPrivilegeEscalation")
+    variant = _as_new(pod, f"{pod['metadata']['name']}-bare", spec)
+    refusal = await _dry_run(hub_identity, pod["metadata"]["namespace"], variant)
     assert refusal is not None and VIOLATES in refusal
     for missing in ("runAsNonRoot", "seccompProfile", "capabilities"):
         assert missing in refusal, missing
+
+
+async def test_the_charts_default_metadata_block_is_refused(blocked):
+    """Why our values turn singleuser.cloudMetadata.blockWithIptables off: the chart
+    hub's pod with the chart's privileged iptables init container is refused, and the
+    user is told so."""
+    status, last_event, pods, hub_log = blocked
+    assert status in (202, 500), status  # still pending, or failed within the request
+    assert pods == []  # refused at creation: nothing was stored
+    assert last_event.get("failed") is True, last_event
+    message = last_event["message"]
+    assert message.startswith("Spawn failed:"), message
+    assert VIOLATES in message and f'"{POD_SECURITY_LEVEL}:' in message, message
+    assert z2jh_chart.METADATA_BLOCK_CONTAINER in message and "privileged" in message, message
+    assert VIOLATES in hub_log
 
 
 @pytest.mark.parametrize("why, spec", [
@@ -121,11 +226,10 @@ async def test_a_notebook_pod_without_gpuspawners_settings_is_refused(cluster,
     ("root", {"securityContext": {"runAsUser": 0},
               "containers": [{"name": "x", "image": "busybox"}]}),
 ])
-async def test_the_hubs_identity_cannot_start_a_privileged_pod(cluster, cluster_spec_path,
+async def test_the_hubs_identity_cannot_start_a_privileged_pod(hub_identity, cluster_platform,
                                                                why, spec):
     """The hub's ServiceAccount (shared by the hub's managed services) may create pods
     in team namespaces; Pod Security refuses it any pod that could take the node."""
-    spawner = await _spawner(cluster_spec_path)
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "escape"}, "spec": spec}
-    refusal = await _dry_run(spawner, pod)
+    refusal = await _dry_run(hub_identity, cluster_platform.teams[0].namespace, pod)
     assert refusal is not None and VIOLATES in refusal, why

@@ -16,8 +16,9 @@ controller. It is given, as on AKS:
 - every ServiceMonitor, PodMonitor and PrometheusRule in ``config/`` as shipped (the
   PrometheusRule, and the hub's and Kueue's ServiceMonitors);
 - the z2jh chart's ``hub`` Service and Secret ``hub`` (``helm template`` of the
-  reference chart with our values; the Secret holds the token the hub's ServiceMonitor
-  names, without which the operator drops that ServiceMonitor) and a hub pod with its Deployment's labels and ports; a dcgm-exporter pod
+  reference chart in the admin guide's install order: :func:`tests.z2jh_chart.helm_template`;
+  the Secret holds the token the hub's ServiceMonitor names, without which the operator
+  drops that ServiceMonitor) and a hub pod with its Deployment's labels and ports; a dcgm-exporter pod
   with the labels the GPU Operator's DaemonSet gives it. kwok plays their kubelet.
 
 kwok runs no StatefulSet pod: the config the operator writes (Secret
@@ -91,15 +92,7 @@ def _shipped() -> list[dict]:
 def _chart_hub() -> tuple[dict, dict, dict]:
     """The chart's hub Service, its hub Deployment's pod template, and its Secret
     ``hub`` (the ``prometheus`` service's token the hub's ServiceMonitor names)."""
-    if not z2jh_chart.CHART.is_dir():
-        pytest.skip(f"z2jh reference chart not found at {z2jh_chart.CHART}")
-    out = subprocess.run(
-        [str(build.binaries()["helm"]), "template", z2jh_chart.RELEASE_NAME,
-         str(z2jh_chart.CHART), "--namespace", z2jh_chart.RELEASE_NAMESPACE,
-         *(arg for values in z2jh_chart.OUR_VALUES for arg in ("-f", str(values)))],
-        capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr
-    chart = [d for d in yaml.safe_load_all(out.stdout) if d]
+    chart = z2jh_chart.helm_template(build.binaries()["helm"])
     (service,) = [d for d in chart if d["kind"] == "Service" and d["metadata"]["name"] == "hub"]
     (template,) = [d["spec"]["template"] for d in chart if d["kind"] == "Deployment"
                    and d["spec"]["template"]["metadata"]["labels"].get(COMPONENT_LABEL) == "hub"]

@@ -1,18 +1,13 @@
 """[usage] The usage page's process gets no Kubernetes token, as the real
-kube-apiserver admits the hub pod: the z2jh 4.4.0 chart rendered by Helm from our
-values, its hub Deployment's pod created (server-side dry run: every admission
-plugin runs, nothing is stored) as the hub's ServiceAccount's pod. The
+kube-apiserver admits the hub pod: the z2jh 4.4.0 chart rendered by Helm in the admin
+guide's install order (:func:`tests.z2jh_chart.helm_template`), its hub Deployment's
+pod created (server-side dry run: every admission plugin runs, nothing is stored) as
+the hub's ServiceAccount's pod. The
 ServiceAccount admission plugin mounts the token into the hub's container (the hub
 needs it) and not into the container that runs the usage page (an empty volume
 covers the token's path there)."""
 
 from __future__ import annotations
-
-import shutil
-import subprocess
-
-import pytest
-import yaml
 
 from jupyterhub_gpu.bundle.namespaces import HubRef
 
@@ -20,31 +15,15 @@ from .. import z2jh_chart
 from .hubpod import SA_DIR
 
 TOKEN_DIR = str(SA_DIR)
-CHART = z2jh_chart.CHART
 USAGE_MODULE = "jupyterhub_gpu.usage.service"
 
 
-def _helm() -> str:
+def _hub_pod() -> dict:
+    """The hub Deployment's pod template as Helm renders the chart in the install order."""
     from jupyterhub_gpu.devcluster import build
 
-    if "helm" in build.PINS:
-        return str(build.binaries()["helm"])
-    found = shutil.which("helm")
-    if found is None:
-        pytest.skip("needs a helm binary (the dev cluster's pin or one on PATH)")
-    return found
-
-
-def _hub_pod() -> dict:
-    """The hub Deployment's pod template as Helm renders the chart from our values."""
-    if not CHART.is_dir():
-        pytest.skip(f"the z2jh 4.4.0 chart is not at {CHART}")
-    rendered = subprocess.run(
-        [_helm(), "template", "jupyterhub", str(CHART), "--namespace", HubRef().namespace,
-         *(a for path in z2jh_chart.OUR_VALUES for a in ("-f", str(path)))],
-        capture_output=True, text=True, check=True).stdout
-    (hub,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"
-              and d["metadata"]["name"] == "hub"]
+    (hub,) = [d for d in z2jh_chart.helm_template(build.binaries()["helm"])
+              if d["kind"] == "Deployment" and d["metadata"]["name"] == "hub"]
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "hub-admission-probe", "namespace": HubRef().namespace,
                          "labels": hub["spec"]["template"]["metadata"]["labels"]},
