@@ -53,7 +53,7 @@ pytestmark = [
 ]
 
 HUB = hub_rbac.HUB
-IDENTITY = f"system:serviceaccount:{HUB.namespace}:{HUB.service_account}"
+IDENTITY = hub_rbac.IDENTITY
 CULL_EVERY = 2
 PROMETHEUS_URL = f"http://127.0.0.1:{TEST_PORTS.prometheus}"
 #: the admin's own values file: the culler's settings as the admin guide says to change
@@ -140,8 +140,13 @@ async def test_the_hub_is_bound_by_exactly_the_rbac_an_admin_applies(
     """Every binding of the hub's ServiceAccount (or of a group its token is in) is the
     chart's or the bundle's, and each grants the rules of the applied object."""
     hub, _ = chart
-    applied = [_as_applied(o) for o in [*hub.objects,
-                                        *hub_rbac.shipped_rbac(cluster_platform, HUB)]
+    await check_bindings(kube, hub.objects, cluster_platform)
+
+
+async def check_bindings(kube, chart_objects: list[dict], platform) -> None:
+    """The bindings that reach the hub are those of ``chart_objects`` and of the
+    bundle for ``platform``, with the applied rules."""
+    applied = [_as_applied(o) for o in [*chart_objects, *hub_rbac.shipped_rbac(platform, HUB)]
                if o["kind"] in hub_rbac.RBAC_KINDS]
     expected = {_key(o): o for o in applied
                 if o["kind"].endswith("Binding") and _binds_the_hub(o)}
