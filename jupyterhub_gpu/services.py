@@ -24,11 +24,27 @@ def spec_path(c: Any, platform_file: str | None, helper: str) -> str:
 
 
 def add_service(c: Any, service: dict, role: dict | None = None) -> None:
-    """Append ``service`` to ``c.JupyterHub.services`` and ``role``, if any, to its
-    ``load_roles``, keeping what the config (the chart's ``hub.services``) set before."""
-    c.JupyterHub.services = [*c.JupyterHub.get("services", []), service]
+    """Add ``service`` to ``c.JupyterHub.services`` and ``role``, if any, to its
+    ``load_roles``, keeping what the config (the chart's ``hub.services``) set before.
+
+    A service or role of the same name already there is replaced in its place, not
+    added twice (JupyterHub refuses a role named twice at start-up): a later
+    ``add_*_service`` call, e.g. in an admin's own ``hub.extraConfig`` entry after the
+    values' one, changes the service's settings. Keys of an earlier service entry that
+    ``service`` does not set (the chart's ``api_token``) are kept."""
+    c.JupyterHub.services = _put(c.JupyterHub.get("services", []), service, merge=True)
     if role is not None:
-        c.JupyterHub.load_roles = [*c.JupyterHub.get("load_roles", []), role]
+        c.JupyterHub.load_roles = _put(c.JupyterHub.get("load_roles", []), role, merge=False)
+
+
+def _put(entries: list[dict], entry: dict, merge: bool) -> list[dict]:
+    """``entries`` with ``entry`` in the place of the one of its name (over it, with
+    ``merge``), else at the end."""
+    first = next((e for e in entries if e.get("name") == entry["name"]), None)
+    if first is None:
+        return [*entries, entry]
+    return [({**first, **entry} if merge else entry) if e is first else e
+            for e in entries if e is first or e.get("name") != entry["name"]]
 
 
 def with_user_scope(roles: list[dict], scope: str) -> list[dict]:

@@ -24,7 +24,9 @@ the ConfigMap ``hub`` under ``/usr/local/etc/jupyterhub/config/``, the Secret ``
 (``unshare``; an overlay over the nearest existing directory, so the host's tree is
 never written), as :mod:`.hubpod` does for the demo hub. :class:`ChartHub` starts the
 proxy Deployment's container and the hub Deployment's ``hub`` container so;
-:func:`serving` runs them for a test (the hub's REST API: :mod:`.chart_hubapi`).
+:func:`serving` runs them for a test (the hub's REST API: :mod:`.chart_hubapi`);
+:meth:`ChartHub.restart` kills a container and starts it again, as the kubelet
+restarts a crashed one.
 
 What differs from the pod on AKS, and why:
 
@@ -58,6 +60,7 @@ import asyncio
 import base64
 import contextlib
 import copy
+import functools
 import os
 import re
 import secrets
@@ -340,7 +343,11 @@ class ChartHub:
     token: str
     hub_log: Path
     values: dict  # the rendered values, as the hub reads them (the Secret's values.yaml)
+    sa_dir: Path  # the ServiceAccount token, CA and namespace the containers mount
+    objects: list  # every object the chart rendered
     processes: list = field(default_factory=list)
+    #: how each of ``processes`` was started, by container name (:meth:`restart`)
+    starts: dict = field(default_factory=dict)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"token {self.token}"}
@@ -351,6 +358,18 @@ class ChartHub:
 
     def running(self) -> bool:
         return all(p.returncode is None for p in self.processes)
+
+    async def restart(self, container: str) -> None:
+        """SIGKILL ``container``'s processes (its main one and every child: a crashed
+        or OOM-killed container) and start it again with the same volumes, as the
+        kubelet does under ``restartPolicy: Always`` (the hub's ``/srv/jupyterhub``,
+        its database, stays)."""
+        index, start = self.starts[container]
+        process = self.processes[index]
+        if process.returncode is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+        self.processes[index] = await start()
 
     async def stop(self) -> None:
         """SIGTERM, as the kubelet stops a container; SIGKILL after STOP_SECONDS."""
@@ -388,7 +407,8 @@ async def start_chart_hub(cluster: dict, spec: Path, workdir: Path,
     chart = ChartHub(url=f"http://127.0.0.1:{ports.local(8000)}",
                      api=f"{hub_url}/hub/api", token=token, hub_log=workdir / "hub.log",
                      values=yaml.safe_load(base64.b64decode(
-                         find(objects, "Secret", "hub")["data"]["values.yaml"])))
+                         find(objects, "Secret", "hub")["data"]["values.yaml"])),
+                     sa_dir=sa_dir, objects=objects)
     for name, container, extra in (
             ("proxy", "chp", []),
             ("hub", "hub", [f"--JupyterHub.hub_bind_url={hub_url}",
@@ -396,8 +416,10 @@ async def start_chart_hub(cluster: dict, spec: Path, workdir: Path,
         pod = Pod(find(objects, "Deployment", name), client, workdir / name, sa_dir)
         (workdir / name).mkdir(parents=True, exist_ok=True)
         (workdir / name / "hosts").write_text(hosts_file(objects))
-        chart.processes.append(await start_container(
-            pod, container, env, extra, ports, workdir / f"{name}.log"))
+        start = functools.partial(start_container, pod, container, env, extra, ports,
+                                  workdir / f"{name}.log")
+        chart.starts[container] = (len(chart.processes), start)
+        chart.processes.append(await start())
     return chart
 
 

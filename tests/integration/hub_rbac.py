@@ -33,6 +33,8 @@ RBAC_KINDS = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 CHART_HUB_ROLE = "hub"  # the chart's "jupyterhub.hub.fullname" without fullnameOverride
 TOKEN_SECONDS = 24 * 3600
 HUB = HubRef()  # as the chart has it: ServiceAccount "hub" in the release namespace
+#: the user name the API server gives :data:`HUB`'s tokens (and the audit log records)
+IDENTITY = f"system:serviceaccount:{HUB.namespace}:{HUB.service_account}"
 
 
 def chart_hub_rbac(hub: HubRef) -> list[dict]:

@@ -28,7 +28,7 @@ from .conftest import STATE_DIR
 USERS = {"alice": {"data-science"}, "bob": {"ml-eng"}, "carol": {"experimentation"},
          "dave": {"data-science", "ml-eng"}, "admin": set()}
 EXAMPLES = 100  # each is a request through the hub: a few seconds in all
-HUB_IDENTITY = f"system:serviceaccount:{hub_rbac.HUB.namespace}:{hub_rbac.HUB.service_account}"
+HUB_IDENTITY = hub_rbac.IDENTITY
 
 
 @pytest.fixture(scope="module")

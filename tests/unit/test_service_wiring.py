@@ -8,6 +8,7 @@ import ast
 import os
 
 import pytest
+import yaml
 from traitlets.config import Config
 
 from jupyterhub_gpu import configure_hub
@@ -153,3 +154,43 @@ def test_a_helper_given_the_path_needs_no_configure_hub(example_spec_path):
 def test_a_service_without_its_url_is_refused(add, example_spec_path):
     with pytest.raises(TypeError, match="needs url="):
         add(Config(), str(example_spec_path))
+
+
+def admin_guide_culler_values() -> dict:
+    """The admin guide's example of an admin's own values file that changes the
+    culler's settings (section "The culler's settings")."""
+    text = (REPO / "docs" / "admin-guide.md").read_text()
+    section = text[text.index("### The culler's settings"):]
+    block = section[section.index("```yaml\n") + len("```yaml\n"):]
+    return yaml.safe_load(block[:block.index("```")])
+
+
+def test_an_admins_later_extra_config_entry_replaces_the_culler_not_adds_one(
+        example_spec_path, monkeypatch, get_config):
+    """The values' ``00-jupyterhub-gpu``, then the admin guide's later entry (z2jh
+    runs ``hub.extraConfig`` in key order): one culler, with the admin's settings, and
+    its role once (JupyterHub refuses a role named twice at start-up)."""
+    values = _load(VALUES)
+    admin = admin_guide_culler_values()["hub"]["extraConfig"]
+    assert sorted(["00-jupyterhub-gpu", *admin])[0] == "00-jupyterhub-gpu"
+    c = Config()
+    c.JupyterHub.services = z2jh_services(values, "t")
+    run_extra_config(values, example_spec_path, c, monkeypatch, get_config)
+    before = [s["name"] for s in c.JupyterHub.services]
+    for source in admin.values():
+        exec(source, {"c": c})
+    assert [s["name"] for s in c.JupyterHub.services] == before  # the same place
+    (culler,) = [s for s in c.JupyterHub.services if s["name"] == CULLER]
+    assert {"--timeout=14400", "--cull-every=30"} <= set(culler["command"])
+    assert [r["name"] for r in c.JupyterHub.load_roles].count(CULLER) == 1
+
+
+def test_a_later_service_entry_keeps_what_the_chart_gave_the_earlier_one(example_spec_path):
+    """A service the chart's ``hub.services`` named (with its api_token) and a helper
+    then adds: one entry, with both."""
+    c = Config()
+    configure_hub(c, str(example_spec_path), resume=False)
+    c.JupyterHub.services = [{"name": CULLER, "api_token": "from-the-chart"}]
+    add_culler_service(c)
+    (entry,) = c.JupyterHub.services
+    assert entry["api_token"] == "from-the-chart" and "command" in entry
