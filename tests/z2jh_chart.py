@@ -107,9 +107,9 @@ def install_order() -> list[str]:
     order: our values files (paths from the checkout's root), then
     :data:`ADMIN_OWN_VALUES`."""
     text = ADMIN_GUIDE.read_text()
-    start = text.index("helm upgrade --install jupyterhub")
-    command = text[start:text.index("```", start)]
-    return re.findall(r"-f (\S+)", command)
+    lines = text[text.index("helm upgrade --install jupyterhub"):].splitlines()
+    end = next(i for i, line in enumerate(lines) if not line.rstrip().endswith("\\"))
+    return re.findall(r"-f (\S+)", "\n".join(lines[:end + 1]))
 
 
 def admin_own_example() -> dict[str, Any]:

@@ -35,7 +35,10 @@ def test_the_chart_shapes_our_values_into_dicts_and_lists():
     assert ks.start_timeout == 1500 and ks.namespace == "jupyterhub"
     assert [t["key"] for t in ks.tolerations] == ["hub.jupyter.org/dedicated",
                                                   "hub.jupyter.org_dedicated"]
-    for trait in ("environment", "lifecycle_hooks", "extra_pod_config", "node_selector",
+    values = z2jh_chart.helm_values()
+    assert ks.environment == values["singleuser"]["extraEnv"] == {
+        "JUPYTERHUB_GPU_PROMETHEUS_URL": values["hub"]["extraEnv"]["JUPYTERHUB_GPU_PROMETHEUS_URL"]}
+    for trait in ("lifecycle_hooks", "extra_pod_config", "node_selector",
                   "extra_resource_limits", "extra_resource_guarantees"):
         assert ks[trait] == {}, trait
 
