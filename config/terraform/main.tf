@@ -48,6 +48,27 @@ resource "azurerm_kubernetes_cluster" "main" {
   workload_identity_enabled = true
   tags                      = var.tags
 
+  # Kubernetes and node-image upgrades drain nodes, and a notebook is a pod without
+  # a controller: drained, it is stopped, not moved (its user is told "drained for
+  # maintenance"). Both kinds of upgrade wait for this weekly window, outside
+  # working hours (var.maintenance_window); AKS may still apply an urgent fix outside it.
+  maintenance_window_auto_upgrade {
+    frequency   = "Weekly"
+    interval    = 1
+    day_of_week = var.maintenance_window.day_of_week
+    start_time  = var.maintenance_window.start_time
+    utc_offset  = var.maintenance_window.utc_offset
+    duration    = var.maintenance_window.duration_hours
+  }
+  maintenance_window_node_os {
+    frequency   = "Weekly"
+    interval    = 1
+    day_of_week = var.maintenance_window.day_of_week
+    start_time  = var.maintenance_window.start_time
+    utc_offset  = var.maintenance_window.utc_offset
+    duration    = var.maintenance_window.duration_hours
+  }
+
   # The cluster autoscaler scales the system pool unless every GPU pool uses Node
   # Auto Provisioning: then the pool keeps system_min_count nodes and NAP's default
   # NodePools take any system pod that does not fit (AKS runs NAP beside the cluster

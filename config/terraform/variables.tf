@@ -52,6 +52,26 @@ variable "gpu_os_disk_size_gb" {
   default     = 256
 }
 
+variable "maintenance_window" {
+  description = "The weekly window for Kubernetes and node-image upgrades, which drain nodes and stop the notebooks on them: a day, a start time (HH:mm), the UTC offset and 4 to 24 hours."
+  type = object({
+    day_of_week    = string
+    start_time     = string
+    utc_offset     = string
+    duration_hours = number
+  })
+  default = {
+    day_of_week    = "Sunday"
+    start_time     = "02:00"
+    utc_offset     = "+00:00"
+    duration_hours = 4
+  }
+  validation {
+    condition     = var.maintenance_window.duration_hours >= 4 && var.maintenance_window.duration_hours <= 24
+    error_message = "AKS takes a maintenance window of 4 to 24 hours."
+  }
+}
+
 variable "log_retention_days" {
   description = "Retention of the Log Analytics workspace that Container Insights writes to."
   type        = number

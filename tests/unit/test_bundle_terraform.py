@@ -101,6 +101,23 @@ def test_cluster_autoscaler_profile(tf):
     assert profile["expander"] == "least-waste"
 
 
+def test_upgrades_wait_for_the_maintenance_window(tf):
+    """Both automatic upgrades (Kubernetes, node image) drain nodes, which stops the
+    notebooks on them: each waits for the weekly window of ``var.maintenance_window``
+    (azurerm ``maintenance_window_auto_upgrade`` and ``maintenance_window_node_os``)."""
+    cluster = _resource(tf, "azurerm_kubernetes_cluster", "main")
+    assert (cluster["automatic_upgrade_channel"], cluster["node_os_upgrade_channel"]) == (
+        "patch", "NodeImage")
+    default = _variable(tf, "maintenance_window")["default"]
+    assert 4 <= default["duration_hours"] <= 24
+    for block in ("maintenance_window_auto_upgrade", "maintenance_window_node_os"):
+        (window,) = cluster[block]
+        assert (window["frequency"], window["interval"]) == ("Weekly", 1), block
+        for attr, field in (("day_of_week", "day_of_week"), ("start_time", "start_time"),
+                            ("utc_offset", "utc_offset"), ("duration", "duration_hours")):
+            assert window[attr] == f"${{var.maintenance_window.{field}}}", (block, attr)
+
+
 def test_network_is_what_node_auto_provisioning_needs(tf):
     """NAP needs Azure CNI overlay with the Cilium dataplane (MicrosoftDocs/azure-aks-docs,
     use-node-auto-provisioning.md: --network-plugin azure --network-plugin-mode overlay
