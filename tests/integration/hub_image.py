@@ -23,6 +23,11 @@ code is not in the key: the hub started with this venv puts the checkout first o
 ``PYTHONPATH`` (:mod:`.chart_hub`), so the installed copy gives only the metadata
 (entry points, the dependencies resolved against the pins).
 
+A chart test module runs its hub in it with ``chart_hub.serving(...,
+python_bin=python_bin(IMAGE_PINS))``, or in both environments by giving its
+module-scoped hub fixture the params ``IMAGE_PINS``/``VENV_PINS`` (test_chart_home.py:
+``indirect`` and ``scope="module"`` on the parametrize, so that each hub starts once).
+
 What differs from the image: the base's wheels come from the package index, not from
 its build stage (same versions; pycurl as a wheel, where z2jh builds it from source),
 and the default stage's ``py-spy`` and Debian tools are left out (no hub code uses
