@@ -11,6 +11,7 @@ It needs no cluster: it builds (or reuses) the venv the chart tests' hubs run in
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 
@@ -37,9 +38,11 @@ def _our_requirements(python: str) -> dict[str, Requirement]:
     installs (``.../jupyterhub-gpu[culler]``)."""
     extras = set(re.findall(r"\[([\w,]+)\]", hub_image.pip_run(
         hub_image.OUR_DOCKERFILE.read_text()))[0].split(","))
+    # the venv's own metadata: no PYTHONPATH (a checkout's egg-info would answer first)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run([python, "-c", "import importlib.metadata as m, json; "
                           "print(json.dumps(m.requires('jupyterhub-gpu')))"],
-                         capture_output=True, text=True, check=True, cwd="/")
+                         capture_output=True, text=True, check=True, cwd="/", env=env)
     required = {}
     for line in json.loads(out.stdout):
         req = Requirement(line)
