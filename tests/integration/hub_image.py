@@ -93,9 +93,8 @@ def _version(python: str) -> str | None:
 def image_python(minor: str) -> tuple[str, str]:
     """(interpreter, version): ``python<minor>`` on PATH or a pyenv install of that
     minor, else the running interpreter."""
-    candidates = [shutil.which(f"python{minor}"),
-                  *sorted(glob.glob(str(Path.home() / f".pyenv/versions/{minor}.*/bin/python{minor}")),
-                          reverse=True)]
+    pyenv = Path.home() / f".pyenv/versions/{minor}.*/bin/python{minor}"
+    candidates = [shutil.which(f"python{minor}"), *sorted(glob.glob(str(pyenv)), reverse=True)]
     for python in filter(None, candidates):
         version = _version(python)
         if version and version.startswith(f"{minor}."):
