@@ -30,11 +30,14 @@ restarts a crashed one.
 
 What differs from the pod on AKS, and why:
 
-* The hub runs this Python environment's packages (the hub image's, as pinned in
-  ``images/hub/requirements.txt``, come from the venv; pycurl, which the chart's
-  config needs for its curl HTTP client, included) and this checkout's
-  ``jupyterhub_gpu`` (``PYTHONPATH``), as the test's user, without the image's
-  ``tini`` entrypoint; the proxy runs the dev cluster's configurable-http-proxy.
+* The hub runs the packages of a Python environment here and this checkout's
+  ``jupyterhub_gpu`` (first on ``PYTHONPATH``), as the test's user, without the
+  image's ``tini`` entrypoint: by default this one's (the newest pins; pycurl, which
+  the chart's config needs for its curl HTTP client, included), or, with
+  ``python_bin``, another venv's, such as our hub image's (:mod:`.hub_image`: the
+  z2jh hub image's pins from ``images/hub/requirements.txt`` plus what
+  ``config/Dockerfile`` adds). Its managed services run the same Python. The proxy
+  runs the dev cluster's configurable-http-proxy.
 * There is no pod network and no cluster DNS. Every container port listens on a local
   port of the test's own (:class:`PortMap`; the proxy's ``--port``/``--api-port``
   arguments are rewritten, the hub gets ``--JupyterHub.hub_bind_url`` on its command
@@ -322,13 +325,15 @@ def local_ports() -> PortMap:
                     8081: 19081 + PORT_OFFSET})
 
 
-def base_env(api_server: str) -> dict[str, str]:
-    """What every container here starts with: this environment's programs and
-    packages (the image's), and the in-cluster config's API server address."""
+def base_env(api_server: str, python_bin: Path | None = None) -> dict[str, str]:
+    """What every container here starts with: the programs and packages of the Python
+    environment whose ``bin`` is ``python_bin`` (default: this one's), this checkout's
+    ``jupyterhub_gpu`` first on the path, and the in-cluster config's API server address."""
     server = urlparse(api_server)
-    path = os.pathsep.join([str(Path(sys.executable).parent), str(demo.chp_command().parent),
-                            os.environ.get("PATH", "")])
-    return {"PATH": path, "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    path = os.pathsep.join([str(python_bin or Path(sys.executable).parent),
+                            str(demo.chp_command().parent), os.environ.get("PATH", "")])
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {"PATH": path, "PYTHONPATH": python_path,
             "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
             "KUBERNETES_SERVICE_HOST": server.hostname,
             "KUBERNETES_SERVICE_PORT": str(server.port)}
@@ -384,9 +389,11 @@ class ChartHub:
 
 
 async def start_chart_hub(cluster: dict, spec: Path, workdir: Path,
-                          admin: dict | None = None) -> ChartHub:
+                          admin: dict | None = None, python_bin: Path | None = None) -> ChartHub:
     """Render (``admin``: more values of the admin's own file), apply and start the
-    chart's proxy and hub."""
+    chart's proxy and hub (``python_bin``: the ``bin`` directory of the Python
+    environment the hub and its managed services run, e.g. the hub image's,
+    :mod:`.hub_image`; default: this one's)."""
     from jupyterhub_gpu.devcluster import build
 
     reason = hubpod.can_unshare()
@@ -402,7 +409,7 @@ async def start_chart_hub(cluster: dict, spec: Path, workdir: Path,
                                         hub_rbac.request_token(client, sa),
                                         paths.ca_crt.read_bytes(), sa)
     ports = local_ports()
-    env = {**base_env(cluster["server"]), **service_env(objects, ports)}
+    env = {**base_env(cluster["server"], python_bin), **service_env(objects, ports)}
     hub_url = f"http://127.0.0.1:{ports.local(8081)}"
     chart = ChartHub(url=f"http://127.0.0.1:{ports.local(8000)}",
                      api=f"{hub_url}/hub/api", token=token, hub_log=workdir / "hub.log",
@@ -428,8 +435,10 @@ async def _answers(http, hub: ChartHub) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def serving(cluster: dict, spec: Path, workdir: Path, admin: dict | None = None):
-    """The chart's hub running for ``spec`` (``admin``: see :func:`start_chart_hub`),
+async def serving(cluster: dict, spec: Path, workdir: Path, admin: dict | None = None,
+                  python_bin: Path | None = None):
+    """The chart's hub running for ``spec`` (``admin``, ``python_bin``: see
+    :func:`start_chart_hub`),
     and the dev cluster's pod runner (the stand-in kubelet of the notebook pods), with
     an aiohttp session: (hub, session).
     At the end every user's server is stopped (the chart's ``cleanup_servers`` is
@@ -437,7 +446,7 @@ async def serving(cluster: dict, spec: Path, workdir: Path, admin: dict | None =
     from jupyterhub_gpu.devcluster.podrunner import PodRunner
 
     runner = asyncio.create_task(PodRunner(Path(cluster["kubeconfig"]), workdir).run())
-    hub = await start_chart_hub(cluster, spec, workdir, admin)
+    hub = await start_chart_hub(cluster, spec, workdir, admin, python_bin)
     try:
         async with aiohttp.ClientSession() as http:
             await wait_for(lambda: _answers(http, hub), timeout=120,
@@ -446,7 +455,10 @@ async def serving(cluster: dict, spec: Path, workdir: Path, admin: dict | None =
             try:
                 yield hub, http
             finally:
-                if hub.running():
+                # a hub that is exiting (the consecutiveFailureLimit test's) may stop
+                # answering before its process is gone: its servers are left to
+                # delete_left_servers
+                if hub.running() and await demo.hub_answers(http, hub.url):
                     await stop_all_servers(http, hub)
     finally:
         await hub.stop()

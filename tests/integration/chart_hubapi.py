@@ -27,25 +27,48 @@ async def add_user(http, hub: ChartHub, user: str, groups: list[str]) -> None:
             assert r.status == 200, await r.text()
 
 
-async def start_server(http, hub: ChartHub, user: str, profile: str) -> int:
-    """``POST /users/:user/server`` with the profile; the status (201/202, or an error)."""
-    async with http.post(f"{hub.api}/users/{user}/server", headers=hub.headers(),
+def _server_url(hub: ChartHub, user: str, name: str) -> str:
+    """The REST path of ``user``'s server ``name`` ("": the default server)."""
+    return f"{hub.api}/users/{user}/servers/{name}" if name else f"{hub.api}/users/{user}/server"
+
+
+async def start_server(http, hub: ChartHub, user: str, profile: str, name: str = "") -> int:
+    """``POST /users/:user/server`` (``/servers/:name`` for a named server) with the
+    profile; the status (201/202, or an error)."""
+    async with http.post(_server_url(hub, user, name), headers=hub.headers(),
                          json={"profile": profile}) as r:
         return r.status
 
 
-async def server(http, hub: ChartHub, user: str) -> dict | None:
-    """The user's default server as the hub reports it, or None."""
-    async with http.get(f"{hub.api}/users/{user}", headers=hub.headers()) as r:
+async def server(http, hub: ChartHub, user: str, name: str = "",
+                 stopped: bool = False) -> dict | None:
+    """The user's server ``name`` (default: the default server) as the hub reports it,
+    or None (``stopped``: a stopped server the hub still has is reported too)."""
+    query = "?include_stopped_servers" if stopped else ""
+    async with http.get(f"{hub.api}/users/{user}{query}", headers=hub.headers()) as r:
         assert r.status == 200, await r.text()
-        return (await r.json())["servers"].get("")
+        return (await r.json())["servers"].get(name)
 
 
-async def ready(http, hub: ChartHub, user: str) -> bool:
-    """The user's default server is up (asserting the spawn has not failed)."""
-    found = await server(http, hub, user)
+async def ready(http, hub: ChartHub, user: str, name: str = "") -> bool:
+    """The user's server ``name`` is up (asserting the spawn has not failed)."""
+    found = await server(http, hub, user, name)
     assert found is not None, f"{user}'s spawn failed: {hub.tail()}"
     return found["ready"]
+
+
+async def remove_server(http, hub: ChartHub, user: str, name: str) -> None:
+    """``DELETE /users/:user/servers/:name`` with ``{"remove": true}``, as the hub's
+    home page's delete button does; returns once the hub has forgotten the server
+    (after the spawner's ``delete_forever``)."""
+    async with http.delete(_server_url(hub, user, name), headers=hub.headers(),
+                           json={"remove": True}) as r:
+        assert r.status in (202, 204), await r.text()
+
+    async def gone() -> bool:
+        return await server(http, hub, user, name, stopped=True) is None
+
+    await wait_for(gone, timeout=120, what=f"{user}'s server {name} to be removed")
 
 
 async def stop_server(http, hub: ChartHub, user: str) -> None:

@@ -8,7 +8,17 @@ PVC, and keeps every other setting the chart made.
 Each PVC gets its volume as on AKS (jupyterhub_gpu/devcluster/storage.py): the home, of
 ``managed-csi``, an Azure Disk provisioned for the node the scheduler picked and
 attached to it by kube-controller-manager's attach-detach controller before the pod
-runs; the checkpoint PVC, of ``azurefile-csi``, an Azure Files share."""
+runs; the checkpoint PVC, of ``azurefile-csi``, an Azure Files share.
+
+Two hubs serve the module, one after the other (:mod:`.hub_image`): one in our hub
+image's Python environment (the z2jh 4.4.0 hub image's pins -- JupyterHub 5.5.0,
+KubeSpawner 7.0.0 -- plus what ``config/Dockerfile`` adds), what an admin's hub pod
+runs, which starts every profile; and one in this environment (the newest pins, as the
+rest of the cluster tier), which starts one profile only: the profiles differ in what
+GPUSpawner gives the pod, not in what JupyterHub or KubeSpawner do with it, and one
+profile shows the chart's config and GPUSpawner work with those versions (a hub start
+and a server start cost CI about half a minute each). Deleting a named server runs
+under both: that is where KubeSpawner 7.0.0 and 7.1 differ."""
 
 from __future__ import annotations
 
@@ -25,7 +35,7 @@ from jupyterhub_gpu.spec.parse import load_platform
 from jupyterhub_gpu.spec.quantities import parse_cpu, parse_memory
 from tests import z2jh_chart
 
-from . import chart_hub, chart_hubapi
+from . import chart_hub, chart_hubapi, hub_image
 from .conftest import HERE, wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -60,6 +70,9 @@ def _one_profile_per_pool_set() -> list[str]:
 
 
 PROFILES = _one_profile_per_pool_set()
+#: (the hub's Python environment, profile): every profile under the image's pins, the
+#: first under the newest (see the module's docstring)
+CASES = [*((hub_image.IMAGE_PINS, slug) for slug in PROFILES), (hub_image.VENV_PINS, PROFILES[0])]
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +91,12 @@ def checkpointed_spec(cluster_spec_path, example_spec_path, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-async def chart(cluster, checkpointed_spec, tmp_path_factory):
-    """The chart's hub with ADMIN_VALUES in the admin's own values file."""
+async def chart(request, cluster, checkpointed_spec, tmp_path_factory):
+    """The chart's hub with ADMIN_VALUES in the admin's own values file, in the Python
+    environment ``request.param`` names (:mod:`.hub_image`)."""
     async with chart_hub.serving(cluster, checkpointed_spec,
-                                 tmp_path_factory.mktemp("chart-hub"), ADMIN_VALUES) as served:
+                                 tmp_path_factory.mktemp("chart-hub"), ADMIN_VALUES,
+                                 hub_image.python_bin(request.param)) as served:
         yield served
 
 
@@ -108,8 +123,13 @@ class Storage:
         self.claims.append((namespace, claim))
 
     async def delete_all(self) -> None:
+        """Delete every claim still there (KubeSpawner may have deleted one)."""
         for namespace, name in self.claims:
-            await self.kube.core.delete_namespaced_persistent_volume_claim(name, namespace)
+            try:
+                await self.kube.core.delete_namespaced_persistent_volume_claim(name, namespace)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +163,9 @@ def _by_name(items: list[dict]) -> dict[str, dict]:
     return {item["name"]: item for item in items}
 
 
-@pytest.mark.parametrize("slug", PROFILES)
+# scope="module": pytest then orders the module's tests by hub (and the named-server
+# test's too), so each hub starts once
+@pytest.mark.parametrize(("chart", "slug"), CASES, indirect=["chart"], scope="module")
 async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
         slug, chart, kube, checkpoint_claims, home_storage):
     hub, http = chart
@@ -153,13 +175,7 @@ async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
     team, user = platform.team_for({group}), f"home-{slug}"
     # KubeSpawner's pvc_name_template, claim-{user_server}
     home_storage.home(team.namespace, f"claim-{user}")
-    await wait_for(lambda: _quota_free(kube, team.namespace), timeout=120,
-                   what=f"earlier tests' quota in {team.namespace} to be released")
-    # An earlier test's node, empty since its server stopped, is being removed: a pod
-    # bound to it in that moment is evicted by Karpenter ("Empty"). A new node each time.
-    for name in profile.pool_names:
-        await wait_for(lambda: kube.pool_is_empty(name), timeout=120,
-                       what=f"pool {name}'s earlier node to go")
+    await _room_for(kube, profile, team)
     await chart_hubapi.add_user(http, hub, user, [group])
     assert await chart_hubapi.start_server(http, hub, user, slug) in (201, 202)
     try:
@@ -168,6 +184,90 @@ async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
         await _check_pod(kube, platform, slug, user, hub.values)
     finally:
         await chart_hubapi.stop_server(http, hub, user)
+
+
+NAMED_SERVER, NAMED_PROFILE = "scratchpad", "cpu"
+KUBESPAWNER_7_0_LEAK = (
+    "[aks] #28 item 2: KubeSpawner 7.0.0 (the z2jh 4.4.0 hub image's) deletes a named "
+    "server's PVC only when pvc_name_template contains '{servername}'; the chart's "
+    "claim-{user_server} does not, so removing a named server leaves its disk behind")
+
+
+# KubeSpawner's KubeSpawner.delete_forever (jupyterhub/kubespawner,
+# kubespawner/spawner.py), which JupyterHub calls when a named server is removed:
+# 7.0.0 returns before deleting when '{servername}' is not in pvc_name_template, 7.1.0
+# when '{user_server}' is not (commit d11546e, "Delete named PVCs if they contain
+# `{user_server}`"). Our values set no pvcNameTemplate: KubeSpawner's default,
+# claim-{user_server}, which gives each named server a claim of its own.
+@pytest.mark.parametrize("chart", [
+    pytest.param(hub_image.IMAGE_PINS,
+                 marks=pytest.mark.xfail(strict=True, reason=KUBESPAWNER_7_0_LEAK)),
+    hub_image.VENV_PINS], indirect=True)
+async def test_removing_a_named_server_deletes_its_own_home_disk(
+        request, chart, kube, checkpoint_claims, home_storage):
+    """A named server's own home claim (its name has the server's) is deleted with
+    the server; a claim shared with the user's other servers would be kept."""
+    hub, http = chart
+    platform = checkpoint_claims
+    profile = platform.profile(NAMED_PROFILE)
+    group = (profile.allowed_groups or platform.teams[0].groups)[0]
+    team = platform.team_for({group})
+    user = f"named-{request.node.callspec.params['chart']}"  # one per hub: a disk the
+    # first hub left must not be the second's
+    await _room_for(kube, profile, team)
+    await chart_hubapi.add_user(http, hub, user, [group])
+    assert await chart_hubapi.start_server(http, hub, user, NAMED_PROFILE,
+                                           NAMED_SERVER) in (201, 202)
+    removed = False
+    try:
+        await wait_for(lambda: chart_hubapi.ready(http, hub, user, NAMED_SERVER),
+                       timeout=180, what=f"{user}'s server {NAMED_SERVER}")
+        claim = await _home_claim(kube, team.namespace, user, hub.values)
+        home_storage.home(team.namespace, claim)  # deleted at the end if still there
+        await chart_hubapi.remove_server(http, hub, user, NAMED_SERVER)
+        removed = True
+        left = await _claim_left(kube, team.namespace, claim)
+        if NAMED_SERVER in claim:
+            assert not left, f"removing {user}/{NAMED_SERVER} left its home claim {claim}"
+        else:
+            assert left, f"removing {user}/{NAMED_SERVER} deleted the shared home {claim}"
+    finally:
+        if not removed:
+            await chart_hubapi.remove_server(http, hub, user, NAMED_SERVER)
+
+
+async def _home_claim(kube, namespace: str, user: str, chart_values) -> str:
+    """The claim the user's running pod mounts at the chart's home mount path."""
+    (raw,) = (await kube.core.list_namespaced_pod(
+        namespace, label_selector=f"hub.jupyter.org/username={user}")).items
+    pod = kube.api_client.sanitize_for_serialization(raw)
+    home = z2jh_chart.get(chart_values, "singleuser.storage.homeMountPath")
+    (mount,) = [m for m in pod["spec"]["containers"][0]["volumeMounts"]
+                if m["mountPath"] == home]
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
+    return volume["persistentVolumeClaim"]["claimName"]
+
+
+async def _claim_left(kube, namespace: str, name: str) -> bool:
+    """The claim exists and nobody has asked to delete it."""
+    try:
+        claim = await kube.core.read_namespaced_persistent_volume_claim(name, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return claim.metadata.deletion_timestamp is None
+
+
+async def _room_for(kube, profile, team) -> None:
+    """Wait until no earlier test holds the team's quota or a node of the profile's pools."""
+    await wait_for(lambda: _quota_free(kube, team.namespace), timeout=120,
+                   what=f"earlier tests' quota in {team.namespace} to be released")
+    # An earlier test's node, empty since its server stopped, is being removed: a pod
+    # bound to it in that moment is evicted by Karpenter ("Empty"). A new node each time.
+    for name in profile.pool_names:
+        await wait_for(lambda: kube.pool_is_empty(name), timeout=120,
+                       what=f"pool {name}'s earlier node to go")
 
 
 async def _check_pod(kube, platform, slug, user, chart_values) -> None:

@@ -10,6 +10,11 @@ after the limit is reached). A busy queue makes exactly such failures: every spa
 runs out of its profile's queue patience while another user's server holds the pool's
 only slice is one. Our values set ``hub.consecutiveFailureLimit: 0`` (helm-values/values.yaml
 says why; ``check-bundle`` refuses any other value), so the hub keeps serving.
+
+The hub runs in our hub image's Python environment (:mod:`.hub_image`: JupyterHub
+5.5.0, as the hub pod on AKS), not also in this one's: JupyterHub 6's
+``_track_failure_count`` exits the same way, and a second hub with six more failed
+spawns would cost CI a minute for no new behaviour.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import pytest
 
 from jupyterhub_gpu.devcluster import demo
 
-from . import chart_hub, chart_hubapi
+from . import chart_hub, chart_hubapi, hub_image
 from .conftest import wait_for
 
 HOLDER, WAITER, GROUP = "lea-chart", "max-chart", "data-science"
@@ -30,7 +35,8 @@ FAILED_SPAWNS = 6  # one more than the chart's default consecutiveFailureLimit
 @pytest.fixture(scope="module")
 async def chart(cluster, cluster_spec_path, tmp_path_factory):
     async with chart_hub.serving(cluster, cluster_spec_path,
-                                 tmp_path_factory.mktemp("chart-hub")) as served:
+                                 tmp_path_factory.mktemp("chart-hub"),
+                                 python_bin=hub_image.python_bin(hub_image.IMAGE_PINS)) as served:
         yield served
 
 
