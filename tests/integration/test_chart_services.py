@@ -25,6 +25,9 @@ environment the hub gives them from the chart's (the spec at the chart's mount p
 the Prometheus URL of ``hub.extraEnv``). The values' Prometheus URL names a Service of
 another namespace, which nothing resolves here (no cluster DNS): the admin's file points
 ``hub.extraEnv`` at the dev cluster's Prometheus instead.
+
+The hub and its services run in our hub image's Python environment (:mod:`.hub_image`:
+JupyterHub 5.5.0, KubeSpawner 7.0.0, jupyterhub-idle-culler 2.x), as on AKS.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from jupyterhub_gpu.devcluster import demo
 from jupyterhub_gpu.hub import resume
 from tests import z2jh_chart
 
-from . import chart_hub, chart_hubapi, hub_rbac
+from . import chart_hub, chart_hubapi, hub_image, hub_rbac
 from .audit import AuditLog
 from .conftest import STATE_DIR, TEST_PORTS, wait_for
 from .test_demo import _descendants, _queued
@@ -83,7 +86,8 @@ TEAM = "jhub-data-science"
 @pytest.fixture(scope="module")
 async def chart(cluster, cluster_spec_path, tmp_path_factory):
     async with chart_hub.serving(cluster, cluster_spec_path,
-                                 tmp_path_factory.mktemp("chart-hub"), ADMIN_VALUES) as served:
+                                 tmp_path_factory.mktemp("chart-hub"), ADMIN_VALUES,
+                                 hub_image.python_bin(hub_image.IMAGE_PINS)) as served:
         yield served
 
 

@@ -25,7 +25,8 @@ The team namespaces enforce ``restricted`` (config/team-namespaces.yaml).
 
 Each chart hub runs inside its module-scoped fixture, which returns what the test
 needs once that hub has stopped: the two never run at once (they share this run's
-ports), whatever order the tests run in."""
+ports), whatever order the tests run in. Both run in our hub image's Python environment
+(:mod:`.hub_image`: JupyterHub 5.5.0, KubeSpawner 7.0.0), as on AKS."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ from jupyterhub_gpu.jobs.request import check_submission, job_request
 from jupyterhub_gpu.spec.grant import UserRef
 from tests import z2jh_chart
 
-from . import chart_hub, chart_hubapi
+from . import chart_hub, chart_hubapi, hub_image
 from .conftest import wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -89,7 +90,8 @@ async def admitted(cluster, kube, cluster_spec_path, cluster_platform, tmp_path_
     namespace = cluster_platform.team_for({GROUP}).namespace
     try:
         async with chart_hub.serving(cluster, cluster_spec_path,
-                                     tmp_path_factory.mktemp("chart-hub")) as (hub, http):
+                                     tmp_path_factory.mktemp("chart-hub"),
+                                     python_bin=hub_image.python_bin(hub_image.IMAGE_PINS)) as (hub, http):
             await chart_hubapi.add_user(http, hub, USER, [GROUP])
             assert await chart_hubapi.start_server(http, hub, USER, PROFILE) in (201, 202)
             await wait_for(lambda: chart_hubapi.ready(http, hub, USER), timeout=180,
@@ -112,7 +114,7 @@ async def blocked(cluster, kube, cluster_spec_path, cluster_platform, tmp_path_f
     try:
         async with chart_hub.serving(cluster, cluster_spec_path,
                                      tmp_path_factory.mktemp("chart-hub-metadata"),
-                                     METADATA_BLOCK) as (hub, http):
+                                     METADATA_BLOCK, hub_image.python_bin(hub_image.IMAGE_PINS)) as (hub, http):
             assert hub.values["singleuser"]["cloudMetadata"]["blockWithIptables"] is True
             await chart_hubapi.add_user(http, hub, BLOCKED_USER, [GROUP])
             status = await chart_hubapi.start_server(http, hub, BLOCKED_USER, PROFILE)
