@@ -7,7 +7,9 @@ verdicts on the same pods and the same ResourceFlavors, built from the bundle.
 
 ``python -m tests.kueue_cases DIR`` prints every case's pod as JSON (``{case id: pod}``;
 the NAP spec is written into DIR): the cluster tier renders them in a process of its
-own, as tests/chart_pod.py explains, since rendering closes KubeSpawner's shared client.
+own, with no ``KUBECONFIG``: KubeSpawner loads a kubeconfig when it is constructed (the
+cluster tier's names one that exists only while its cluster runs), and rendering
+closes KubeSpawner's shared client. No request is sent (:mod:`jupyterhub_gpu.hub.render`).
 """
 
 from __future__ import annotations

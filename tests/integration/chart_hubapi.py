@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING
 
 import aiohttp
+from kubernetes_asyncio.client import ApiException
 
 from .conftest import wait_for
 
@@ -106,3 +107,20 @@ async def spawn_ended(http, hub: ChartHub, user: str, into: list[dict]) -> bool:
             if line.startswith(b"data:"):
                 into.append(json.loads(line[5:]))
     return bool(into) and bool(into[-1].get("failed") or into[-1].get("ready"))
+
+
+async def user_pods(kube, namespace: str, user: str) -> list[dict]:
+    """The pods KubeSpawner made for ``user`` in ``namespace``, as the API server has them."""
+    listed = await kube.core.list_namespaced_pod(
+        namespace, label_selector=f"hub.jupyter.org/username={user}")
+    return [kube.api_client.sanitize_for_serialization(p) for p in listed.items]
+
+
+async def delete_home(kube, namespace: str, user: str) -> None:
+    """The home PVC KubeSpawner made (``claim-{user_server}``): the next modules share
+    the cluster."""
+    try:
+        await kube.core.delete_namespaced_persistent_volume_claim(f"claim-{user}", namespace)
+    except ApiException as e:
+        if e.status != 404:
+            raise

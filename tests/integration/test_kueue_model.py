@@ -85,7 +85,7 @@ async def _has_default_account(kube) -> bool:
 
 def _rendered(directory) -> dict[str, dict]:
     """Every case's pod, rendered in a process of its own with no KUBECONFIG
-    (tests/chart_pod.py says why)."""
+    (tests/kueue_cases.py says why)."""
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     out = subprocess.run([sys.executable, "-m", "tests.kueue_cases", str(directory)],

@@ -12,7 +12,8 @@ NetworkPolicy that would be in the cluster:
 * each multi-pod job's own (:func:`jupyterhub_gpu.builders.job.peer_policy`),
 
 for traffic between pods labelled exactly as the real code labels them: the notebook
-pods GPUSpawner creates under the chart's hub config (``tests/chart_pod.py``), the
+pods the hub deployed from the chart creates (:mod:`.chart_hub`, in our hub image's
+Python environment, the pods read back from the API server), the
 pods of Jobs from :func:`build_job` with the labels the API server adds to a Job's
 pods, the hub and the proxy as the rendered chart labels them; plus the cluster's
 other pods and addresses that matter (kube-dns, Prometheus, the DCGM exporter, a
@@ -40,7 +41,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -56,6 +56,9 @@ from jupyterhub_gpu.devcluster.build import binaries
 from jupyterhub_gpu.jobs.request import job_name
 from jupyterhub_gpu.spec.parse import load_platform
 from tests import z2jh_chart
+
+from . import chart_hub, chart_hubapi, hub_image
+from .conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "config" / "platform.yaml"
@@ -185,13 +188,36 @@ def _pod_template(chart: list[dict], component: str) -> dict:
     return template
 
 
-def _notebook(user: str, group: str, profile: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-m", "tests.chart_pod", str(SPEC), user, group, profile],
-                         capture_output=True, text=True, env=env, cwd=REPO, check=False)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+#: (peer, user, team) of the notebook pods: team A may run multi-pod jobs
+NOTEBOOKS = (("notebook-a", "user-a", "ml-eng"), ("notebook-b", "user-b", "data-science"))
+NOTEBOOK_PROFILE = "t4-shared"
+
+
+@pytest.fixture(scope="module")
+async def notebooks(cluster, kube, cluster_spec_path, cluster_platform,
+                    tmp_path_factory) -> dict[str, dict]:
+    """Each notebook peer's pod as the chart's hub creates it (its labels and ports are
+    what the policies select on), read back from the API server; the hub stopped. The
+    pod exists as soon as KubeSpawner creates it, before Kueue admits it."""
+    pods = {}
+    async with chart_hub.serving(cluster, cluster_spec_path, tmp_path_factory.mktemp("chart-hub"),
+                                 python_bin=hub_image.python_bin(hub_image.IMAGE_PINS)) as (hub, http):
+        try:
+            for name, user, team in NOTEBOOKS:
+                await chart_hubapi.add_user(http, hub, user, [team])
+                assert await chart_hubapi.start_server(http, hub, user, NOTEBOOK_PROFILE) in (201, 202)
+            for name, user, team in NOTEBOOKS:
+                namespace = cluster_platform.team_for({team}).namespace
+
+                async def created(ns=namespace, u=user):
+                    return await chart_hubapi.user_pods(kube, ns, u)
+                (pods[name],) = await wait_for(created, timeout=60, what=f"{user}'s pod")
+        finally:
+            await chart_hubapi.stop_all_servers(http, hub)
+            for _, user, team in NOTEBOOKS:
+                await chart_hubapi.delete_home(
+                    kube, cluster_platform.team_for({team}).namespace, user)
+    return pods
 
 
 def _job_pods(platform, team_name: str, profile: str, user: str, suffix: str,
@@ -217,7 +243,7 @@ def _job_pods(platform, team_name: str, profile: str, user: str, suffix: str,
 
 
 @pytest.fixture(scope="module")
-def world(chart) -> tuple[list[Peer], list[dict]]:
+def world(chart, notebooks) -> tuple[list[Peer], list[dict]]:
     """(the peers, every NetworkPolicy)."""
     platform = load_platform(SPEC)
     team_objects = [d for d in yaml.safe_load_all(TEAM_OBJECTS.read_text()) if d]
@@ -229,8 +255,8 @@ def world(chart) -> tuple[list[Peer], list[dict]]:
     a, b = "ml-eng", "data-science"  # team A may run multi-pod jobs
     peers: list[Peer] = []
     for name, team, ip in (("notebook-a", a, "10.244.1.10"), ("notebook-b", b, "10.244.4.10")):
-        pod = _notebook(f"user-{name[-1]}", team, "t4-shared")
-        ns = pod["metadata"]["namespace"]
+        pod = notebooks[name]
+        ns = next(t.namespace for t in platform.teams if t.name == team)
         peers.append(Peer(name, "notebook", ip, ns, pod["metadata"]["labels"], ns_labels[ns],
                           _port_names(pod)))
     for team, profile, user, suffix, ips in (

@@ -67,22 +67,6 @@ async def hub_identity(hub_kubeconfig):
     await api_client.close()
 
 
-async def _user_pods(kube, namespace: str, user: str) -> list[dict]:
-    listed = await kube.core.list_namespaced_pod(
-        namespace, label_selector=f"hub.jupyter.org/username={user}")
-    return [kube.api_client.sanitize_for_serialization(p) for p in listed.items]
-
-
-async def _delete_home(kube, namespace: str, user: str) -> None:
-    """The home PVC KubeSpawner made (``claim-{user_server}``): the next modules share
-    the cluster."""
-    try:
-        await kube.core.delete_namespaced_persistent_volume_claim(f"claim-{user}", namespace)
-    except ApiException as e:
-        if e.status != 404:
-            raise
-
-
 @pytest.fixture(scope="module")
 async def admitted(cluster, kube, cluster_spec_path, cluster_platform, tmp_path_factory):
     """(the notebook pod the chart hub created for USER's PROFILE and that runs, read
@@ -96,11 +80,11 @@ async def admitted(cluster, kube, cluster_spec_path, cluster_platform, tmp_path_
             assert await chart_hubapi.start_server(http, hub, USER, PROFILE) in (201, 202)
             await wait_for(lambda: chart_hubapi.ready(http, hub, USER), timeout=180,
                            what=f"{USER}'s server")
-            (pod,) = await _user_pods(kube, namespace, USER)
+            (pod,) = await chart_hubapi.user_pods(kube, namespace, USER)
             await chart_hubapi.stop_server(http, hub, USER)
             return pod, hub.values
     finally:
-        await _delete_home(kube, namespace, USER)
+        await chart_hubapi.delete_home(kube, namespace, USER)
 
 
 @pytest.fixture(scope="module")
@@ -120,10 +104,10 @@ async def blocked(cluster, kube, cluster_spec_path, cluster_platform, tmp_path_f
             status = await chart_hubapi.start_server(http, hub, BLOCKED_USER, PROFILE)
             await wait_for(lambda: chart_hubapi.spawn_ended(http, hub, BLOCKED_USER, events),
                            timeout=120, what=f"{BLOCKED_USER}'s spawn to end")
-            pods = await _user_pods(kube, namespace, BLOCKED_USER)
+            pods = await chart_hubapi.user_pods(kube, namespace, BLOCKED_USER)
             return status, events[-1], pods, hub.tail(20000)
     finally:
-        await _delete_home(kube, namespace, BLOCKED_USER)
+        await chart_hubapi.delete_home(kube, namespace, BLOCKED_USER)
 
 
 async def _dry_run(core, namespace: str, pod: dict) -> str | None:
