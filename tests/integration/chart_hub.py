@@ -109,7 +109,7 @@ IMAGE_WORKDIRS = {"hub": "/srv/jupyterhub"}
 POD_PID_NAMESPACE = ("--pid", "--fork", "--kill-child")
 STOP_SECONDS = 30
 TEST_SCOPES = ["admin:users", "admin:servers", "admin:groups", "list:users", "read:users",
-               "read:servers", "tokens"]
+               "read:servers", "tokens"]  # tokens: a user's token for their services
 
 
 def install_order() -> list[str]:
