@@ -39,15 +39,19 @@ What differs from the pod on AKS, and why:
   ``config/Dockerfile`` adds). Its managed services run the same Python. The proxy
   runs the dev cluster's configurable-http-proxy.
 * There is no pod network and no cluster DNS. Every container port listens on a local
-  port of the test's own (:class:`PortMap`; the proxy's ``--port``/``--api-port``
+  port of the test's own (:mod:`.chart_network`; the proxy's ``--port``/``--api-port``
   arguments are rewritten, the hub gets ``--JupyterHub.hub_bind_url`` on its command
   line, which traitlets ranks above the config file), the Service environment variables
   name those ports on 127.0.0.1, and the Services' names (``hub``, ``proxy-api``,
   ``hub.<namespace>.svc.cluster.local``, ...) resolve to 127.0.0.1 through the
   namespace's own ``/etc/hosts``. Notebook servers, run by the dev cluster's pod
   runner outside that namespace, cannot resolve them: the hub's
-  ``--JupyterHub.hub_connect_url`` is its local address. The gpu-jobs service keeps
-  the values' port 10101.
+  ``--JupyterHub.hub_connect_url`` is its local address. The hub's managed services
+  on a port of the hub Service (``hub.service.extraPorts``: the gpu-jobs service's
+  10101) listen on its local port too (the last values file's ``hub.extraConfig``
+  entry moves their URLs there: :mod:`.chart_network`), so that two test runs on one
+  machine do not collide. A URL a notebook is given for a Service
+  (``JUPYTERHUB_GPU_JOBS_URL``) is reached here at :meth:`ChartHub.local_url`.
 * Applied NetworkPolicies are stored but not enforced (the dev cluster has no CNI);
   the PVC ``hub-db-dir`` stays unbound (no pod uses it): ``/srv/jupyterhub`` is a
   directory of the test's.
@@ -85,7 +89,9 @@ from jupyterhub_gpu.devcluster import demo
 from .. import z2jh_chart
 from . import hub_rbac, hubpod
 from .chart_hubapi import stop_all_servers
-from .conftest import PORT_OFFSET, STATE_DIR, wait_for
+from .chart_network import (SERVICE_PORTS_CONFIG, PortMap, hosts_file, local_ports,
+                            service_addresses, service_env)
+from .conftest import STATE_DIR, wait_for
 
 REPO = z2jh_chart.REPO
 NAMESPACE = z2jh_chart.RELEASE_NAMESPACE
@@ -104,14 +110,16 @@ IMAGE_WORKDIRS = {"hub": "/srv/jupyterhub"}
 POD_PID_NAMESPACE = ("--pid", "--fork", "--kill-child")
 STOP_SECONDS = 30
 TEST_SCOPES = ["admin:users", "admin:servers", "admin:groups", "list:users", "read:users",
-               "read:servers"]
+               "read:servers", "tokens"]  # tokens: a user's token for their services
 
 
 def test_values(token: str, admin: dict | None = None) -> dict:
-    """The last values file: the chart's dummy authenticator, and a service whose API
+    """The last values file: the chart's dummy authenticator, the hub services' ports as
+    served here (:data:`.chart_network.SERVICE_PORTS_CONFIG`), and a service whose API
     token ``token`` the tests drive the hub with, over ``admin`` (more of what an admin
     may put in their own values file)."""
     return z2jh_chart.coalesce(admin or {}, {"hub": {"config": {"JupyterHub": {"authenticator_class": "dummy"}},
+                    "extraConfig": {"zz-chart-tests-service-ports": SERVICE_PORTS_CONFIG},
                     "services": {TEST_SERVICE: {"apiToken": token}},
                     "loadRoles": {TEST_SERVICE: {"scopes": TEST_SCOPES,
                                                  "services": [TEST_SERVICE]}}}})
@@ -139,55 +147,6 @@ def apply(client, objects: list[dict], spec: Path) -> None:
             if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding", "PriorityClass"):
                 obj["metadata"].setdefault("namespace", NAMESPACE)
             client.apply(obj)
-
-
-@dataclass(frozen=True)
-class PortMap:
-    """Container port -> the local port it listens on here (no pod network)."""
-
-    ports: dict[int, int]
-
-    def local(self, port: int) -> int:
-        return self.ports.get(port, port)
-
-
-def _container_port(deployment: dict, target) -> int:
-    """A Service's ``targetPort`` (number or name) in ``deployment``'s containers."""
-    if isinstance(target, int):
-        return target
-    return next(p["containerPort"] for c in deployment["spec"]["template"]["spec"]["containers"]
-                for p in c.get("ports", []) if p.get("name") == target)
-
-
-def service_env(objects: list[dict], ports: PortMap) -> dict[str, str]:
-    """The Service variables the kubelet gives a pod of the namespace (enableServiceLinks),
-    each Service on 127.0.0.1 at the local port of the container port it targets."""
-    env = {}
-    deployments = [o for o in objects if o["kind"] == "Deployment"]
-    for svc in (o for o in objects if o["kind"] == "Service"):
-        selector = svc["spec"].get("selector") or {}
-        target = next((d for d in deployments if selector.items()
-                       <= d["spec"]["template"]["metadata"]["labels"].items()), None)
-        prefix = svc["metadata"]["name"].upper().replace("-", "_")
-        for i, port in enumerate(svc["spec"]["ports"]):
-            local = (ports.local(_container_port(target, port.get("targetPort", port["port"])))
-                     if target else port["port"])
-            if i == 0:
-                env[f"{prefix}_SERVICE_HOST"] = "127.0.0.1"
-                env[f"{prefix}_SERVICE_PORT"] = str(local)
-            if port.get("name"):
-                env[f"{prefix}_SERVICE_PORT_{port['name'].upper().replace('-', '_')}"] = str(local)
-    return env
-
-
-def hosts_file(objects: list[dict]) -> str:
-    """/etc/hosts of the pod's namespace: the host's, and every Service's DNS names."""
-    names = []
-    for svc in (o for o in objects if o["kind"] == "Service"):
-        name = svc["metadata"]["name"]
-        names += [name, f"{name}.{NAMESPACE}", f"{name}.{NAMESPACE}.svc",
-                  f"{name}.{NAMESPACE}.svc.cluster.local"]
-    return Path("/etc/hosts").read_text() + f"\n127.0.0.1 {' '.join(names)}\n"
 
 
 def _expand(arg: str, env: dict[str, str]) -> str:
@@ -319,12 +278,6 @@ async def start_container(pod: Pod, container_name: str, env: dict[str, str],
             preexec_fn=demo.interruptible)
 
 
-def local_ports() -> PortMap:
-    """The proxy's and the hub's container ports, on ports of this test run's own."""
-    return PortMap({8000: 19000 + PORT_OFFSET, 8001: 19001 + PORT_OFFSET,
-                    8081: 19081 + PORT_OFFSET})
-
-
 def base_env(api_server: str, python_bin: Path | None = None) -> dict[str, str]:
     """What every container here starts with: the programs and packages of the Python
     environment whose ``bin`` is ``python_bin`` (default: this one's), this checkout's
@@ -350,12 +303,18 @@ class ChartHub:
     values: dict  # the rendered values, as the hub reads them (the Secret's values.yaml)
     sa_dir: Path  # the ServiceAccount token, CA and namespace the containers mount
     objects: list  # every object the chart rendered
+    addresses: dict[str, int] = field(default_factory=dict)  # service_addresses
     processes: list = field(default_factory=list)
     #: how each of ``processes`` was started, by container name (:meth:`restart`)
     starts: dict = field(default_factory=dict)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"token {self.token}"}
+
+    def local_url(self, url: str) -> str:
+        """Where a pod's request to ``url``, a URL of a Service of the chart, goes here."""
+        parts = urlparse(url)
+        return parts._replace(netloc=f"127.0.0.1:{self.addresses[parts.netloc]}").geturl()
 
     def tail(self, chars: int = 4000) -> str:
         """The end of the hub's log, for an assertion's message."""
@@ -408,14 +367,15 @@ async def start_chart_hub(cluster: dict, spec: Path, workdir: Path,
     sa_dir = hubpod.service_account_dir(workdir / "serviceaccount",
                                         hub_rbac.request_token(client, sa),
                                         paths.ca_crt.read_bytes(), sa)
-    ports = local_ports()
+    ports = local_ports(objects)
     env = {**base_env(cluster["server"], python_bin), **service_env(objects, ports)}
     hub_url = f"http://127.0.0.1:{ports.local(8081)}"
     chart = ChartHub(url=f"http://127.0.0.1:{ports.local(8000)}",
                      api=f"{hub_url}/hub/api", token=token, hub_log=workdir / "hub.log",
                      values=yaml.safe_load(base64.b64decode(
                          find(objects, "Secret", "hub")["data"]["values.yaml"])),
-                     sa_dir=sa_dir, objects=objects)
+                     sa_dir=sa_dir, objects=objects,
+                     addresses=service_addresses(objects, ports))
     for name, container, extra in (
             ("proxy", "chp", []),
             ("hub", "hub", [f"--JupyterHub.hub_bind_url={hub_url}",

@@ -9,24 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import sys
 from datetime import timedelta
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from jupyterhub_gpu.builders.job import home_of
-from jupyterhub_gpu.contract import (ENV_API_TOKEN, ENV_JOBS_URL, JOB_NAME_LABEL, JOBS_API_PATH,
+from jupyterhub_gpu.contract import (ENV_API_TOKEN, ENV_JOBS_URL, JOBS_API_PATH,
                                      JOBS_SERVICE_NAME, PRIORITY_LABEL, QUEUE_LABEL)
 from jupyterhub_gpu.devcluster.contract import ENV_DEMO_JOB_RUN_FOR
 
 from .conftest import wait_for
+from .job_terminal import CLI, Terminal, send, snapshot, terminal_env
+from .job_terminal import nothing_left_of as _nothing_left_in
 from .test_demo import URL, _login, _serving, _spawn_and_wait, _xsrf
 
-CLI = Path(sys.executable).parent / "jupyterhub-gpu"
 NAMESPACE = "jhub-data-science"
 RUN_FOR = "15s"
 
@@ -45,52 +43,13 @@ async def _notebook(kube, user: str) -> dict:
     return kube.api_client.sanitize_for_serialization(pod)
 
 
-def _terminal_env(notebook: dict, home: Path) -> dict[str, str]:
-    """What a terminal of that server has: its pod's environment, and its home."""
-    env = {e["name"]: e["value"] for e in notebook["spec"]["containers"][0]["env"]
-           if "value" in e}
-    return {"PATH": os.environ["PATH"], "HOME": str(home), ENV_API_TOKEN: env[ENV_API_TOKEN],
-            ENV_JOBS_URL: env[ENV_JOBS_URL]}
-
-
-class Terminal:
-    def __init__(self, env: dict[str, str], cwd: Path):
-        self.env, self.cwd = env, cwd
-
-    async def job(self, *args: str) -> tuple[int, str, str]:
-        proc = await asyncio.create_subprocess_exec(
-            str(CLI), "job", *args, env=self.env, cwd=self.cwd,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        out, err = await proc.communicate()
-        return proc.returncode, out.decode(), err.decode()
-
-    async def statuses(self) -> dict[str, str]:
-        code, out, err = await self.job("list")
-        assert code == 0, err
-        return dict(line.split(None, 2)[::2] for line in out.splitlines()
-                    if line.startswith("job-"))
-
-
-async def _snapshot(kube, cluster_platform) -> dict:
-    from kubernetes_asyncio import client
-
-    batch = client.BatchV1Api(kube.api_client)
-    found = {}
-    for team in cluster_platform.teams:
-        ns = team.namespace
-        found[ns] = (sorted(j.metadata.name for j in (await batch.list_namespaced_job(ns)).items),
-                     sorted(p.metadata.name for p in (await kube.core.list_namespaced_pod(ns)).items),
-                     sorted(w["metadata"]["name"] for w in await kube.workloads(ns)))
-    return found
-
-
 async def _alice(hub, kube, tmp_path) -> tuple[Terminal, dict]:
     await _spawn_and_wait(hub, "alice", "t4-shared")
     home = tmp_path / "home"
     (home / "train").mkdir(parents=True)
     (home / "train" / "train.py").write_text("print('training')\n")
     notebook = await _notebook(kube, "alice")
-    return Terminal(_terminal_env(notebook, home), home / "train"), notebook
+    return Terminal(terminal_env(notebook, home), home / "train"), notebook
 
 
 async def test_submit_follow_and_cancel_jobs_from_a_notebook_terminal(
@@ -120,10 +79,10 @@ async def test_submit_follow_and_cancel_jobs_from_a_notebook_terminal(
     code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-job")
     assert code == 0, err
     second = out.split(":")[0]
-    before = await _snapshot(kube, cluster_platform)
+    before = await snapshot(kube, cluster_platform)
     code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-job")
     assert code == 1 and "queued or running" in err and "(HTTP 400)" in err, (out, err)
-    assert await _snapshot(kube, cluster_platform) == before, "over the limit: nothing made"
+    assert await snapshot(kube, cluster_platform) == before, "over the limit: nothing made"
 
     seen: dict[str, list[str]] = {first: [], second: []}
 
@@ -144,7 +103,7 @@ async def test_submit_follow_and_cancel_jobs_from_a_notebook_terminal(
 
     code, out, err = await terminal.job("submit", "train.py", "--profile", "cpu-job")
     third = out.split(":")[0]
-    await wait_for(lambda: _is(terminal, third, "running on pool cpu"), timeout=60,
+    await wait_for(lambda: terminal.is_(third, "running on pool cpu"), timeout=60,
                    what="the third job to run")
     code, out, err = await terminal.job("logs", third)
     assert code == 1 and "serves no logs" in err, (out, err)  # kwok: no kubelet logs
@@ -190,29 +149,6 @@ def _check_job_rows(rows, first, second, third, pool):
     assert rows[second].admitted_at >= rows[first].stopped_at - timedelta(seconds=1), rows
 
 
-async def _is(terminal: Terminal, name: str, words: str) -> bool:
-    return (await terminal.statuses()).get(name) == words
-
-
-async def _nothing_left_of(kube, name: str) -> bool:
-    from kubernetes_asyncio import client
-
-    jobs = (await client.BatchV1Api(kube.api_client).list_namespaced_job(NAMESPACE)).items
-    pods = (await kube.core.list_namespaced_pod(
-        NAMESPACE, label_selector=f"{JOB_NAME_LABEL}={name}")).items
-    workloads = [w for w in await kube.workloads(NAMESPACE)
-                 if any(o["name"] == name for o in w["metadata"].get("ownerReferences", []))]
-    return name not in {j.metadata.name for j in jobs} and not pods and not workloads
-
-
-async def _post(url: str, token: str | None, body) -> tuple[int, dict]:
-    headers = {"Authorization": f"token {token}"} if token else {}
-    async with aiohttp.ClientSession() as http:
-        async with http.post(url, json=body, headers=headers, allow_redirects=False) as r:
-            text = await r.text()
-            return r.status, (json.loads(text) if text.startswith("{") else {"text": text})
-
-
 FORGED = [
     ({"profile": "cpu-job", "script": "train.py", "namespace": "jhub-ml-eng"}, "namespace"),
     ({"profile": "cpu-job", "script": "train.py", "image": "evil/miner"}, "image"),
@@ -229,13 +165,17 @@ async def test_forged_submits_are_refused_and_create_nothing(hub, kube, cluster_
     terminal, _ = await _alice(hub, kube, tmp_path)
     url = terminal.env[ENV_JOBS_URL] + "api/jobs"
     token = terminal.env[ENV_API_TOKEN]
-    before = await _snapshot(kube, cluster_platform)
+    before = await snapshot(kube, cluster_platform)
     for body, why in FORGED:
-        status, answer = await _post(url, token, body)
+        status, answer = await send("POST", url, token, body)
         assert status == 400 and why in answer["error"], (body, status, answer)
-    assert (await _post(url, None, FORGED[0][0]))[0] == 403, "no token, nothing"
-    assert (await _post(url, "not-a-token", FORGED[0][0]))[0] == 403
-    assert await _snapshot(kube, cluster_platform) == before
+    assert (await send("POST", url, None, FORGED[0][0]))[0] == 403, "no token, nothing"
+    assert (await send("POST", url, "not-a-token", FORGED[0][0]))[0] == 403
+    assert await snapshot(kube, cluster_platform) == before
+
+
+async def _nothing_left_of(kube, name: str) -> bool:
+    return await _nothing_left_in(kube, NAMESPACE, name)
 
 
 async def _jobs_in(kube) -> dict[str, bool]:
@@ -315,7 +255,7 @@ async def test_the_user_guides_commands_run_as_written(hub, kube, tmp_path):
         assert proc.returncode == 0, (command, out, err)
         if " job submit " in command:
             name = out.split(":")[0]
-            await wait_for(lambda: _is(terminal, name, "running on pool cpu"), timeout=60,
+            await wait_for(lambda: terminal.is_(name, "running on pool cpu"), timeout=60,
                            what="the job to run")
         if command.startswith("curl -X POST"):  # a second job, through the REST API
             posted = json.loads(out)
@@ -346,7 +286,7 @@ async def test_cancel_of_a_multi_pod_job_leaves_no_service_behind(hub, kube, tmp
     assert [(o.kind, o.name) for o in service.metadata.owner_references] == [("Job", name)]
     policy = await networking.read_namespaced_network_policy(name, NAMESPACE)
     assert [(o.kind, o.name) for o in policy.metadata.owner_references] == [("Job", name)]
-    await wait_for(lambda: _is(terminal, name, "running on pool cpu"), timeout=60,
+    await wait_for(lambda: terminal.is_(name, "running on pool cpu"), timeout=60,
                    what="both pods to run")
     job = await BatchV1Api(kube.api_client).read_namespaced_job(name, NAMESPACE)
 
