@@ -31,7 +31,9 @@ install: $(VENV)/.installed .venv-checkov/bin/checkov
 # test_browser.py), and PostgreSQL, for the usage ledger's tests (tests/postgres.py).
 # Installed with apt-get when make runs as root (as CI does); otherwise it says what
 # to install, and those tests skip (in CI they fail).
-SYSTEM_PACKAGES := chromium chromium-driver postgresql
+# chromium: the browser tests; postgresql: the ledger's PostgreSQL tests; libpq-dev:
+# pg_config, to build psycopg2 for the hub image's venv (tests/integration/hub_image.py)
+SYSTEM_PACKAGES := chromium chromium-driver postgresql libpq-dev
 system-packages:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \

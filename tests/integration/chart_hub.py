@@ -23,8 +23,10 @@ the ConfigMap ``hub`` under ``/usr/local/etc/jupyterhub/config/``, the Secret ``
 ``/etc/jupyterhub-gpu``. The files are placed in a private mount namespace
 (``unshare``; an overlay over the nearest existing directory, so the host's tree is
 never written), as :mod:`.hubpod` does for the demo hub. :class:`ChartHub` starts the
-proxy Deployment's container and the hub Deployment's ``hub`` container so;
-:func:`serving` runs them for a test (the hub's REST API: :mod:`.chart_hubapi`);
+proxy Deployment's container and every container of the hub Deployment so (the
+``hub`` container, and ``hub.extraContainers``: the gpu-usage page, :func:`sidecar_env`);
+:func:`serving` runs them for a test, from when the hub has logged that it runs (its
+managed services started; the hub's REST API: :mod:`.chart_hubapi`);
 :meth:`ChartHub.restart` kills a container and starts it again, as the kubelet
 restarts a crashed one.
 
@@ -83,7 +85,8 @@ import aiohttp
 import pytest
 import yaml
 
-from jupyterhub_gpu.contract import COMPONENT_LABEL, SINGLEUSER_COMPONENT
+from jupyterhub_gpu.contract import (COMPONENT_LABEL, ENV_API_URL, ENV_SERVICE_URL,
+                                     SINGLEUSER_COMPONENT)
 from jupyterhub_gpu.devcluster import demo
 
 from .. import z2jh_chart
@@ -376,18 +379,38 @@ async def start_chart_hub(cluster: dict, spec: Path, workdir: Path,
                          find(objects, "Secret", "hub")["data"]["values.yaml"])),
                      sa_dir=sa_dir, objects=objects,
                      addresses=service_addresses(objects, ports))
-    for name, container, extra in (
-            ("proxy", "chp", []),
-            ("hub", "hub", [f"--JupyterHub.hub_bind_url={hub_url}",
-                            f"--JupyterHub.hub_connect_url={hub_url}"])):
-        pod = Pod(find(objects, "Deployment", name), client, workdir / name, sa_dir)
+    pods = {}
+    for name in ("proxy", "hub"):
+        pods[name] = Pod(find(objects, "Deployment", name), client, workdir / name, sa_dir)
         (workdir / name).mkdir(parents=True, exist_ok=True)
         (workdir / name / "hosts").write_text(hosts_file(objects))
-        start = functools.partial(start_container, pod, container, env, extra, ports,
-                                  workdir / f"{name}.log")
+    containers = [("proxy", "chp", [], env),
+                  ("hub", "hub", [f"--JupyterHub.hub_bind_url={hub_url}",
+                                  f"--JupyterHub.hub_connect_url={hub_url}"], env)]
+    containers += [("hub", c["name"], [], {**env, **sidecar_env(c, ports, hub_url)})
+                   for c in pods["hub"].spec["containers"] if c["name"] != "hub"]
+    for name, container, extra, container_env in containers:
+        start = functools.partial(start_container, pods[name], container, container_env,
+                                  extra, ports, workdir / f"{container}.log")
         chart.starts[container] = (len(chart.processes), start)
         chart.processes.append(await start())
     return chart
+
+
+def sidecar_env(container: dict, ports: PortMap, hub_url: str) -> dict[str, str]:
+    """A sidecar of the hub's pod (``hub.extraContainers``: the gpu-usage page, an
+    external service of the hub) reaches the hub's API at its default,
+    ``127.0.0.1:8081``, and listens on its container port, both in the pod's network
+    namespace; here both are on this run's local ports."""
+    (port,) = [p["containerPort"] for p in container.get("ports", [])]
+    return {ENV_API_URL: f"{hub_url}/hub/api",
+            ENV_SERVICE_URL: f"http://0.0.0.0:{ports.local(port)}"}
+
+
+async def _running(hub: ChartHub) -> bool:
+    """The hub has started its managed services and the proxy's routes (it logs this
+    last), or it has exited."""
+    return not hub.running() or "JupyterHub is now running" in hub.tail(200_000)
 
 
 async def _answers(http, hub: ChartHub) -> bool:
@@ -411,6 +434,8 @@ async def serving(cluster: dict, spec: Path, workdir: Path, admin: dict | None =
         async with aiohttp.ClientSession() as http:
             await wait_for(lambda: _answers(http, hub), timeout=120,
                            what=f"the chart's hub (log: {hub.hub_log})")
+            await wait_for(lambda: _running(hub), timeout=120,
+                           what=f"the chart's hub to start its services (log: {hub.hub_log})")
             assert hub.running(), hub.tail()
             try:
                 yield hub, http
