@@ -98,9 +98,11 @@ def _sharing_modes() -> str:
     """The registered modes (:mod:`jupyterhub_gpu.spec.sharing`), in the words users see."""
     example = {"mig_profile": "<migProfile>", "replicas": "<replicas>"}
     rows = [(f"`{m.name}`", m.summary, m.unit, f"`{m.resource.format(**example)}`",
+             f"`<product>{m.product_suffix.format(**example)}`" if m.gpu else "",
              f"`{m.form_words.format(**example)}`",
              f"`{m.parameter}`" if m.parameter else "none") for m in sharing.MODES.values()]
-    return _table(rows, ("mode", "what it is", "unit", "resource", "on the form", "also set"))
+    return _table(rows, ("mode", "what it is", "unit", "resource", "nvidia.com/gpu.product",
+                         "on the form", "also set"))
 
 
 ALLOCATABLE_NOTE = (
