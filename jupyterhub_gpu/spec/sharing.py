@@ -167,6 +167,20 @@ def modes_where(test: Callable[[SharingMode], bool]) -> str:
     return f"modes {', '.join(names[:-1])} and {names[-1]}"
 
 
+def layout_mig_profile(layout: str) -> str | None:
+    """The MIG profile whose instances the MIG manager's ``nvidia.com/mig.config``
+    ``layout`` makes of a node's GPUs (``all-3g.40gb``: ``3g.40gb``); None for a layout
+    without MIG (``all-disabled``) or one no mode writes."""
+    if any(layout == m.mig_layout for m in MODES.values() if not m.partitioned):
+        return None
+    for mode in MODES.values():
+        head, found, tail = mode.mig_layout.partition("{mig_profile}")
+        if (mode.partitioned and found and len(layout) > len(head) + len(tail)
+                and layout.startswith(head) and layout.endswith(tail)):
+            return layout[len(head):len(layout) - len(tail)]
+    return None
+
+
 def cpu_only_mode() -> SharingMode:
     """The mode of every pool with ``gpu: none`` (the one registered without a GPU)."""
     return next(m for m in MODES.values() if not m.gpu)
