@@ -226,6 +226,8 @@ SHARED_SUFFIX = ".shared"
 #: a MIG instance's resource with the mixed strategy: this prefix, then its profile
 #: (the bundle uses the single strategy; dcgm-exporter still maps these to pods)
 MIG_RESOURCE_PREFIX = NVIDIA_PREFIX + "mig-"
+#: the device plugin's ``migStrategy`` that advertises ``MIG_RESOURCE_PREFIX`` resources
+MIG_STRATEGY_MIXED = "mixed"
 #: the taint AKS's GPU pools carry (value ``present``)
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "present"

@@ -20,7 +20,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..contract import GPU_RESOURCE
+from ..contract import GPU_RESOURCE, MIG_STRATEGY_MIXED
 
 if TYPE_CHECKING:
     from .gpus import GpuModel
@@ -101,7 +101,7 @@ class SharingMode:
         requires of every node AKS labels a GPU node (see
         :mod:`jupyterhub_gpu.spec.validate`): no renamed resource (the device plugin's
         ``renameByDefault``) and no MIG resource of the mixed strategy."""
-        return self.resource == GPU_RESOURCE and self.mig_strategy != "mixed"
+        return self.resource == GPU_RESOURCE and self.mig_strategy != MIG_STRATEGY_MIXED
 
     def resource_name(self, sharing: Sharing) -> str:
         return self._fill(self.resource, sharing)

@@ -8,7 +8,7 @@ from typing import Iterator
 
 from .allocatable import node_resources, share_of_node
 from ..contract import (ACCELERATOR_LABEL, GPU_RESOURCE, MAX_TOTAL_UNREADY_PERCENTAGE,
-                        OK_TOTAL_UNREADY_COUNT)
+                        MIG_STRATEGY_MIXED, OK_TOTAL_UNREADY_COUNT)
 from .fallback import order_conflicts
 from .quantities import format_cpu, format_memory
 from .sharing import modes_where
@@ -90,7 +90,7 @@ def _gpu_resource(pool: Pool) -> Iterator[str]:
     if pool.node_auto_provisioning or not mode.gpu or mode.advertises_gpu_resource:
         return
     offered = (f"the MIG strategy {mode.mig_strategy} ({pool.resource_name})"
-               if mode.mig_strategy == "mixed" else pool.resource_name)
+               if mode.mig_strategy == MIG_STRATEGY_MIXED else pool.resource_name)
     yield (f"pool {pool.name!r}: sharing: mode {mode}: its nodes would advertise "
            f"{offered}, not {GPU_RESOURCE}, and {UNREADY_GPU_NODE}; use a mode whose "
            f"nodes advertise {GPU_RESOURCE} "
