@@ -58,8 +58,8 @@ def _node_auto_provisioning(pool: Pool) -> Iterator[str]:
                f"pool: its Karpenter expects a new node to offer the VM's own GPUs as "
                f"{GPU_RESOURCE}, {pool.gpus_per_node} here (it neither partitions MIG nor "
                f"shares a GPU), but a node of this pool offers "
-               f"{_plural(pool.units_per_node, pool.unit_name)} as {GPU_RESOURCE}; use it only for "
-               f"{modes_where(lambda m: m.vm_resource)} pools or CPU-only ones, or "
+               f"{_plural(pool.units_per_node, pool.unit_name)} as {GPU_RESOURCE}; use it "
+               f"only for {modes_where(lambda m: m.vm_resource)} pools or CPU-only ones, or "
                f"autoscaler: {Autoscaler.CLUSTER_AUTOSCALER}")
     if pool.min_nodes:
         yield (f"pool {pool.name!r}: minNodes: {pool.min_nodes}, but a Karpenter NodePool "
@@ -89,7 +89,7 @@ def _gpu_resource(pool: Pool) -> Iterator[str]:
     mode = pool.sharing.mode
     if pool.node_auto_provisioning or not mode.gpu or mode.advertises_gpu_resource:
         return
-    offered = (f"the MIG strategy {mode.mig_strategy} ({pool.resource_name})"
+    offered = (f"{pool.resource_name} (the device plugin's MIG strategy {mode.mig_strategy})"
                if mode.mig_strategy == MIG_STRATEGY_MIXED else pool.resource_name)
     yield (f"pool {pool.name!r}: sharing: mode {mode}: its nodes would advertise "
            f"{offered}, not {GPU_RESOURCE}, and {UNREADY_GPU_NODE}; use a mode whose "

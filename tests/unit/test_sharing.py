@@ -143,8 +143,9 @@ def test_a_mode_whose_nodes_lack_nvidia_com_gpu_is_refused_on_the_cluster_autosc
             "a GPU node (AKS labels it kubernetes.azure.com/accelerator) without "
             "allocatable nvidia.com/gpu as unready") in message
     assert "past 3 unready nodes and 45% of the cluster it stops all scale-up" in message
-    assert ("pool 'a100mig': sharing: mode migmixed: its nodes would advertise the MIG "
-            "strategy mixed (nvidia.com/mig-3g.40gb), not nvidia.com/gpu") in message
+    assert ("pool 'a100mig': sharing: mode migmixed: its nodes would advertise "
+            "nvidia.com/mig-3g.40gb (the device plugin's MIG strategy mixed), not "
+            "nvidia.com/gpu") in message
     # the built-in modes all advertise nvidia.com/gpu: the example spec is valid
     assert all(m.advertises_gpu_resource for m in sharing.MODES.values()
                if m.gpu and m.name not in ("fairshare", "migmixed"))
