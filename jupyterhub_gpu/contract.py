@@ -175,7 +175,13 @@ APP_NAME_LABEL = "app.kubernetes.io/name"
 # -- AKS -----------------------------------------------------------------------------
 
 AGENTPOOL_LABEL = "kubernetes.azure.com/agentpool"
+#: AKS's label on a GPU node, the Azure cluster-autoscaler's ``GPULabel()``
 ACCELERATOR_LABEL = "kubernetes.azure.com/accelerator"
+#: AKS's defaults of the autoscaler profile's ``max_unready_nodes`` and
+#: ``max_unready_percentage`` (the cluster-autoscaler's ``--ok-total-unready-count`` and
+#: ``--max-total-unready-percentage``): past both, it stops scaling the cluster
+OK_TOTAL_UNREADY_COUNT = 3
+MAX_TOTAL_UNREADY_PERCENTAGE = 45
 #: AKS's label and taint on the nodes of a Spot pool (value ``spot``)
 SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"
 SPOT_VALUE = "spot"
@@ -214,10 +220,14 @@ KWOK_NODE_VALUE = "fake"
 NVIDIA_PREFIX = "nvidia.com/"
 #: a whole GPU, as the device plugin advertises it
 GPU_RESOURCE = NVIDIA_PREFIX + "gpu"
-#: a shared GPU's resource: the device plugin's ``renameByDefault`` appends this
+#: what the device plugin's ``renameByDefault`` appends to a shared GPU's resource
+#: (no pool of the bundle renames: ``check-bundle`` refuses it, see bundle/check.py)
 SHARED_SUFFIX = ".shared"
 #: a MIG instance's resource with the mixed strategy: this prefix, then its profile
+#: (the bundle uses the single strategy; dcgm-exporter still maps these to pods)
 MIG_RESOURCE_PREFIX = NVIDIA_PREFIX + "mig-"
+#: the device plugin's ``migStrategy`` that advertises ``MIG_RESOURCE_PREFIX`` resources
+MIG_STRATEGY_MIXED = "mixed"
 #: the taint AKS's GPU pools carry (value ``present``)
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "present"
@@ -230,6 +240,7 @@ GPU_PRESENT_LABEL = NVIDIA_PREFIX + "gpu.present"
 GPU_PRODUCT_LABEL = NVIDIA_PREFIX + "gpu.product"
 GPU_COUNT_LABEL = NVIDIA_PREFIX + "gpu.count"
 GPU_MEMORY_LABEL = NVIDIA_PREFIX + "gpu.memory"
+GPU_REPLICAS_LABEL = NVIDIA_PREFIX + "gpu.replicas"
 SHARING_STRATEGY_LABEL = NVIDIA_PREFIX + "gpu.sharing-strategy"
 MIG_STRATEGY_LABEL = NVIDIA_PREFIX + "mig.strategy"
 

@@ -1,11 +1,14 @@
 """Scale-set tags that let the Azure cluster-autoscaler scale a GPU pool up from 0.
 
 With no node in a pool, the autoscaler cannot copy a real node: it imagines one from
-the VM size (cpu, memory and ``nvidia.com/gpu``) and from the scale set's tags
-(kubernetes/autoscaler, ``cluster-autoscaler/cloudprovider/azure/azure_template.go``).
-A pod that asks for ``nvidia.com/gpu.shared`` or ``nvidia.com/mig-3g.40gb``, selects
-the pool's labels and tolerates its taints scales the pool up only if these tags say
-the new node will have them:
+the VM size (cpu, memory and the VM's GPUs as ``nvidia.com/gpu``) and from the scale
+set's tags, whose resources replace the VM size's (kubernetes/autoscaler,
+``cluster-autoscaler/cloudprovider/azure/azure_template.go``, ``buildNodeFromTemplate``).
+A node of a time-sliced or MIG pool offers more ``nvidia.com/gpu`` than the VM has
+GPUs (4 shares of one T4, 2 MIG slices of one A100), and a pod that selects the
+pool's labels and tolerates its taints scales the pool up only if these tags say the
+new node will have them; the tags also give ``GpuCustomResourcesProcessor`` the count
+a booting node will reach:
 
 * ``k8s.io_cluster-autoscaler_node-template_resources_<name>: <quantity>``
 * ``k8s.io_cluster-autoscaler_node-template_label_<key>: <value>``

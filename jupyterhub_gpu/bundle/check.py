@@ -21,8 +21,9 @@ from ..builders.deviceplugin import config_map
 from ..builders.kueue import kueue_objects
 from ..builders.preemption import ignored_fields, model_of
 from ..contract import (GPU_RESOURCE, MANAGED_LABEL, MIG_CONFIG_LABEL, MIG_RESOURCE_PREFIX,
-                        NODEPOOL_LABEL, SHARED_SUFFIX)
+                        MIG_STRATEGY_MIXED, NODEPOOL_LABEL, SHARED_SUFFIX)
 from ..spec.model import Platform, Pool
+from ..spec.validate import UNREADY_GPU_NODE
 from .diff import MISSING, Drift, compare_objects, field_diffs
 from .gpuoperator import gpu_operator_values
 from .kueueconfig import kueue_configuration
@@ -127,7 +128,7 @@ def advertised_resource(config: Any, pool: Pool) -> str:
     """The resource the device plugin advertises on ``pool``'s nodes with ``config``."""
     config = config if isinstance(config, dict) else {}
     strategy = (config.get("flags") or {}).get("migStrategy", "none")
-    if strategy == "mixed" and pool.sharing.mig_profile:
+    if strategy == MIG_STRATEGY_MIXED and pool.sharing.mig_profile:
         return f"{MIG_RESOURCE_PREFIX}{pool.sharing.mig_profile}"
     for share in (config.get("sharing") or {}).values():
         for res in (share or {}).get("resources") or []:
@@ -150,10 +151,12 @@ def check_device_plugin(platform: Platform, file: str, docs: list) -> list[Drift
             continue
         actual = advertised_resource(yaml.safe_load(data[key]), pool)
         if actual != pool.resource_name:
+            unready = actual != GPU_RESOURCE and not pool.node_auto_provisioning
             drifts.append(Drift(
                 file, f"ConfigMap {expected['metadata']['name']} key {key!r}",
                 f"resource advertised on pool {pool.name!r}", pool.resource_name, actual,
-                "Kueue's quota and the profiles' requests use the expected name"))
+                f"the pool's nodes would lack {GPU_RESOURCE}: {UNREADY_GPU_NODE}" if unready
+                else "Kueue's quota and the profiles' requests use the expected name"))
     return drifts
 
 

@@ -14,7 +14,8 @@ GPU node, and it is the operator:
   a ``MIG_STRATEGY`` environment variable of the device plugin and GPU feature
   discovery, which overrides the ``migStrategy`` of the per-node config that
   ``nvidia.com/device-plugin.config`` selects. Empty leaves it to those configs
-  (``mixed`` on MIG pools, ``none`` elsewhere);
+  (``single`` on MIG pools, ``none`` elsewhere), so a value set here for another
+  reason (``mixed``) cannot take ``nvidia.com/gpu`` off the MIG pools' nodes;
 * ``devicePlugin.config``: the ConfigMap of :mod:`~jupyterhub_gpu.builders.deviceplugin`;
 * ``dcgmExporter.serviceMonitor``: the ServiceMonitor the operator creates for
   dcgm-exporter (NVIDIA/gpu-operator ``controllers/object_controls.go``), labelled so

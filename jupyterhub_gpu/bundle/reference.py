@@ -16,7 +16,7 @@ import inspect
 
 from ..spec.allocatable import (EVICTION_MEMORY, MAX_PODS, kube_reserved_cpu_millis,
                                 kube_reserved_memory)
-from ..contract import BATCH_API_VERSION
+from ..contract import BATCH_API_VERSION, GPU_PRODUCT_LABEL
 from ..spec.gpus import GPU_MODELS, VM_SIZES
 from ..spec import sharing
 from ..spec.fields import KEYS, field_default
@@ -98,9 +98,11 @@ def _sharing_modes() -> str:
     """The registered modes (:mod:`jupyterhub_gpu.spec.sharing`), in the words users see."""
     example = {"mig_profile": "<migProfile>", "replicas": "<replicas>"}
     rows = [(f"`{m.name}`", m.summary, m.unit, f"`{m.resource.format(**example)}`",
+             f"`<product>{m.product_suffix.format(**example)}`" if m.gpu else "",
              f"`{m.form_words.format(**example)}`",
              f"`{m.parameter}`" if m.parameter else "none") for m in sharing.MODES.values()]
-    return _table(rows, ("mode", "what it is", "unit", "resource", "on the form", "also set"))
+    return _table(rows, ("mode", "what it is", "unit", "resource", GPU_PRODUCT_LABEL,
+                         "on the form", "also set"))
 
 
 ALLOCATABLE_NOTE = (

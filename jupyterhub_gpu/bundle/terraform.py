@@ -19,9 +19,10 @@ and taints GPUSpawner's pods select and tolerate:
 * ``autoscaler_tags``: the tags of :mod:`.autoscaler`, from which the Azure
   cluster-autoscaler learns, while the pool has no node, that a new node will offer
   :attr:`~jupyterhub_gpu.spec.model.Pool.resource_name` (``units_per_node`` of it) and carry
-  the node selector, labels and taints above: without them an empty time-sliced or
-  MIG pool never grows. ``main.tf`` merges them into the pool's ``tags``, which AKS
-  copies to the pool's scale set.
+  the node selector, labels and taints above: without them an empty pool never grows
+  (its pods select labels the VM size does not give), and a time-sliced or MIG pool's
+  node would count as the VM's GPUs only. ``main.tf`` merges them into the pool's
+  ``tags``, which AKS copies to the pool's scale set.
 
 A CPU-only pool (``gpu: none``) is a node pool like the others, with ``gpu: false``:
 no GPU taint, no device-plugin labels, no GPU resource in its tags. No pool sets

@@ -11,10 +11,13 @@ only as a pod's).
 The series have the real exporter's names and labels (dcgm-exporter 4.x with
 Kubernetes pod mapping on, ``DCGM_FI_DRIVER_VERSION`` as a label counter):
 ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname`` (the
-node), ``DCGM_FI_DRIVER_VERSION``, and for a MIG instance (a
-``nvidia.com/mig-<profile>`` resource) ``GPU_I_PROFILE`` and ``GPU_I_ID``. The i-th
-GPU of a pod is ``gpu="i"``; its UUID is derived from the pod's UID, so it is stable
-for the pod's life.
+node), ``DCGM_FI_DRIVER_VERSION``, and for a MIG instance ``GPU_I_PROFILE`` and
+``GPU_I_ID``. As the real exporter reads a device's MIG profile from DCGM, not from the
+resource it was allocated as (under the single MIG strategy a slice is
+``nvidia.com/gpu``), a GPU here is a MIG instance when its node's GPUs are partitioned:
+the MIG manager's ``nvidia.com/mig.config`` layout (``all-3g.40gb``) names the profile.
+The i-th GPU of a pod is ``gpu="i"``; its UUID is derived from the pod's UID, so it is
+stable for the pod's life.
 
 The pod labels ``pod``, ``namespace`` and ``container`` follow the real exporter's
 pod-mapping rule (NVIDIA/dcgm-exporter, ``internal/pkg/transformation/kubernetes.go``:
@@ -24,9 +27,9 @@ a device is mapped to its pod only when its resource is ``nvidia.com/gpu``, star
 with ``nvidia.com/mig-``, or is named in the exporter's ``NVIDIA_RESOURCE_NAMES``
 (its flag ``--nvidia-resource-names``, comma-separated, empty by default:
 ``pkg/cmd/app.go``); the GPU Operator sets no such variable. Any other device's
-series are still served, without the pod labels: so a time-sliced GPU advertised
-as ``nvidia.com/gpu.shared`` (the device plugin's ``renameByDefault``) reaches
-Prometheus with no pod, as on AKS. :func:`maps_to_pod` is the rule;
+series are still served, without the pod labels: so a time-sliced GPU renamed
+``nvidia.com/gpu.shared`` (the device plugin's ``renameByDefault``, which the bundle
+no longer uses) would reach Prometheus with no pod, as on AKS. :func:`maps_to_pod` is the rule;
 ``tests/unit/test_dcgm_exporter.py`` checks it case by case against that file.
 
 Run: ``python -m jupyterhub_gpu.devcluster.dcgm --kubeconfig K --port P``
@@ -49,8 +52,9 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Iterable, Mapping
 
 from ..contract import (DCGM_ENGINE_ACTIVE, DCGM_FB_FREE, DCGM_FB_USED, DCGM_GPU_UTIL,
-                        GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX, NVIDIA_PREFIX,
-                        SHARED_SUFFIX)
+                        GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_CONFIG_LABEL, MIG_RESOURCE_PREFIX,
+                        NVIDIA_PREFIX, SHARED_SUFFIX)
+from ..spec.sharing import layout_mig_profile
 from .contract import ENV_DCGM_RESOURCE_NAMES, FAKE_DCGM_ANNOTATION
 from .layout import HOST
 from .watchproc import process_client, process_parser, serve, watch_all
@@ -146,15 +150,15 @@ def pod_samples(pod: Mapping[str, Any], node_labels: Mapping[str, str],
     if values is None or status.get("phase") != "Running" or not node:
         return []
     model = node_labels.get(GPU_PRODUCT_LABEL, DEFAULT_MODEL)
+    mig_profile = layout_mig_profile(node_labels.get(MIG_CONFIG_LABEL, ""))
     samples, index = [], 0
     for container, resource, count in _gpu_resources(pod, named):
         for _ in range(count):
             labels = {"gpu": str(index), "UUID": _gpu_uuid(meta.get("uid", ""), index),
                       "pci_bus_id": f"00000000:{index + 1:02X}:00.0",
                       "device": f"nvidia{index}", "modelName": model, "Hostname": node}
-            if resource.startswith(MIG_RESOURCE_PREFIX):
-                labels |= {"GPU_I_PROFILE": resource.removeprefix(MIG_RESOURCE_PREFIX),
-                           "GPU_I_ID": str(index + 1)}
+            if mig_profile:  # the device is a MIG instance, whatever its resource
+                labels |= {"GPU_I_PROFILE": mig_profile, "GPU_I_ID": str(index + 1)}
             labels["DCGM_FI_DRIVER_VERSION"] = DRIVER_VERSION
             if maps_to_pod(resource, named):
                 labels |= {"container": container, "namespace": meta.get("namespace", ""),

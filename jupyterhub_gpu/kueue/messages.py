@@ -96,7 +96,8 @@ def _waiting(w: Wanted, workload: dict, position: Position | None) -> Stage:
     no_fit = st.never_fits(workload)
     if no_fit:
         failure = (f"The profile '{w.profile}' cannot start in queue {w.queue}: "
-                   f"{no_fit.message}. Choose another profile or ask your JupyterHub admin.")
+                   f"{no_fit.naming_the_unit(w.what)}. Choose another profile or ask your "
+                   f"JupyterHub admin.")
         return Stage(Step.NEVER_FITS, failure, 100, failure)
     where = f"Waiting for {w.what} in queue {w.queue}"
     if position and position.place:

@@ -90,9 +90,19 @@ def owner_job(workload: dict) -> str | None:
 
 @dataclass(frozen=True)
 class NoFit:
-    """Why a workload can never be admitted, however long it waits."""
+    """Why a workload can never be admitted, however long it waits. ``one_gpu``: the
+    message's words after "it asks for" when Kueue named one GPU unit (every GPU pool
+    counts its unit, a whole GPU, a share or a MIG slice, as ``nvidia.com/gpu``)."""
 
     message: str
+    one_gpu: str | None = None
+
+    def naming_the_unit(self, unit: str) -> str:
+        """The message with one GPU unit in the user's words (``unit``: "an A100-80GB
+        MIG 3g.40gb slice"), not as the resource Kueue counts."""
+        if self.one_gpu is None:
+            return self.message
+        return f"it asks for {unit} {self.one_gpu}"
 
 
 def never_fits(workload: dict) -> NoFit | None:
@@ -114,9 +124,10 @@ def never_fits(workload: dict) -> NoFit | None:
         return NoFit("no pool can ever hold this request")
     gpu = [c for c in capacity if c["resource"].startswith(NVIDIA_PREFIX)]
     worst = (gpu or capacity)[0]  # the GPU is what the user chose; name it first
-    return NoFit(f"it asks for {worst['request']} {worst['resource']} on pool "
-                 f"{worst['flavor']} but the most the queue can ever have there is "
-                 f"{worst['max']}")
+    where = (f"on pool {worst['flavor']} but the most the queue can ever have there is "
+             f"{worst['max']}")
+    return NoFit(f"it asks for {worst['request']} {worst['resource']} {where}",
+                 where if gpu and worst["request"] == "1" else None)
 
 
 def _created(obj: dict) -> str:

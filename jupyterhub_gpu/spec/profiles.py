@@ -79,8 +79,8 @@ class Profile(_OnPools):
     pools: tuple[str, ...] = key(
         "pools", "list of pool names", read_pool_list, "Instead of `pool`: a fallback "
         "profile's pools in order of preference, e.g. `[a100spot, a100]`; the server runs "
-        "on the first with room (Kueue's flavor fungibility). All must offer the same GPU "
-        "resource in the same sharing mode (no CPU-only pool), the profile must fit a node "
+        "on the first with room (Kueue's flavor fungibility). All must offer the same kind "
+        "of GPU unit in the same sharing mode (no CPU-only pool), the profile must fit a node "
         "of each, and no two profiles may prefer two pools the other way round. The form "
         f"shows the price range; `{ENV_POOL}` tells the notebook which pool it got.",
         default=(), words="`pool` only")
@@ -136,7 +136,7 @@ class JobProfile(_OnPools):
                     "`pools`.")
     pools: tuple[str, ...] = key(
         "pools", "list of pool names", read_pool_list, "Instead of `pool`: pools in order "
-        "of preference, validated as a fallback profile's (same GPU resource and sharing "
+        "of preference, validated as a fallback profile's (same kind of GPU unit and sharing "
         "mode, the pod fits a node of each, one order for all profiles).", default=(),
         words="`pool` only")
     units: int = key("gpus", "integer", read_int(1), "Units of the pool's GPU resource per "

@@ -20,7 +20,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..contract import GPU_RESOURCE, MIG_RESOURCE_PREFIX, SHARED_SUFFIX
+from ..contract import GPU_RESOURCE, MIG_STRATEGY_MIXED
 
 if TYPE_CHECKING:
     from .gpus import GpuModel
@@ -54,7 +54,8 @@ class SharingMode:
     mig_strategy: str  # the device plugin's migStrategy flag
     mig_layout: str  # template: the MIG manager's nvidia.com/mig.config label
     sharing_strategy: str  # GPU feature discovery's nvidia.com/gpu.sharing-strategy
-    product_suffix: str = ""  # what GPU feature discovery appends to nvidia.com/gpu.product
+    #: template: what GPU feature discovery appends to nvidia.com/gpu.product
+    product_suffix: str = ""
     sharing_key: str | None = None  # the device plugin's sharing block (its key under sharing)
     sharing_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     #: the pool's nodes have GPUs: its pods request ``resource`` and tolerate the GPU
@@ -82,15 +83,25 @@ class SharingMode:
 
     @property
     def vm_resource(self) -> bool:
-        """Each unit is one of the VM's own GPUs, advertised as ``nvidia.com/gpu``: all
-        that an autoscaler knowing only the VM size expects a new node to offer. AKS
-        Node Auto Provisioning is one: Azure/karpenter-provider-azure gives an instance
-        type ``nvidia.com/gpu`` (and ``amd.com/gpu``) and no other GPU resource
+        """Each unit is one of the VM's own GPUs: what an autoscaler knowing only the
+        VM size expects a new node to offer as ``nvidia.com/gpu``. AKS Node Auto
+        Provisioning is one: Azure/karpenter-provider-azure gives an instance type the
+        VM's count of ``nvidia.com/gpu`` (and ``amd.com/gpu``) and no other GPU resource
         (``computeCapacity``, pkg/providers/instancetype/instancetype.go), and never
         partitions MIG (``MIGNode: false``, pkg/providers/imagefamily/bootstrap/
         staticvalues.go; "GpuInstanceProfile ... Unsupported as of now (MIG)",
-        pkg/providers/imagefamily/customscriptsbootstrap/provisionclientbootstrap.go)."""
-        return self.resource == GPU_RESOURCE and self.parameter is None
+        pkg/providers/imagefamily/customscriptsbootstrap/provisionclientbootstrap.go).
+        A shared or MIG pool's nodes advertise ``nvidia.com/gpu`` too, but more of it
+        than the VM has GPUs."""
+        return self.gpu and self.parameter is None
+
+    @property
+    def advertises_gpu_resource(self) -> bool:
+        """The pool's nodes advertise ``nvidia.com/gpu``, as the cluster autoscaler
+        requires of every node AKS labels a GPU node (see
+        :mod:`jupyterhub_gpu.spec.validate`): no renamed resource (the device plugin's
+        ``renameByDefault``) and no MIG resource of the mixed strategy."""
+        return self.resource == GPU_RESOURCE and self.mig_strategy != MIG_STRATEGY_MIXED
 
     def resource_name(self, sharing: Sharing) -> str:
         return self._fill(self.resource, sharing)
@@ -106,6 +117,10 @@ class SharingMode:
 
     def mig_config(self, sharing: Sharing) -> str:
         return self._fill(self.mig_layout, sharing)
+
+    def product_label(self, sharing: Sharing, product: str) -> str:
+        """GPU feature discovery's ``nvidia.com/gpu.product`` for a GPU of ``product``."""
+        return product + self._fill(self.product_suffix, sharing)
 
     def units_per_node(self, sharing: Sharing, gpu: GpuModel, gpus_per_node: int) -> int:
         """A node's units of quota: its GPUs' units, or (no GPU) the node itself."""
@@ -125,7 +140,8 @@ class SharingMode:
 #: Every mode, by name. Read it at call time (a test may stand in a copy).
 MODES: dict[str, SharingMode] = {}
 
-_TEMPLATES = ("resource", "unit_phrase", "form_words", "plugin_config", "mig_layout")
+_TEMPLATES = ("resource", "unit_phrase", "form_words", "plugin_config", "mig_layout",
+              "product_suffix")
 
 
 def register(mode: SharingMode) -> SharingMode:
@@ -151,6 +167,20 @@ def modes_where(test: Callable[[SharingMode], bool]) -> str:
     return f"modes {', '.join(names[:-1])} and {names[-1]}"
 
 
+def layout_mig_profile(layout: str) -> str | None:
+    """The MIG profile whose instances the MIG manager's ``nvidia.com/mig.config``
+    ``layout`` makes of a node's GPUs (``all-3g.40gb``: ``3g.40gb``); None for a layout
+    without MIG (``all-disabled``) or one no mode writes."""
+    if any(layout == m.mig_layout for m in MODES.values() if not m.partitioned):
+        return None
+    for mode in MODES.values():
+        head, found, tail = mode.mig_layout.partition("{mig_profile}")
+        if (mode.partitioned and found and len(layout) > len(head) + len(tail)
+                and layout.startswith(head) and layout.endswith(tail)):
+            return layout[len(head):len(layout) - len(tail)]
+    return None
+
+
 def cpu_only_mode() -> SharingMode:
     """The mode of every pool with ``gpu: none`` (the one registered without a GPU)."""
     return next(m for m in MODES.values() if not m.gpu)
@@ -162,32 +192,39 @@ def modes_taking(parameter: Parameter) -> str:
     return modes_where(lambda m: m.parameter is parameter)
 
 
-SHARED_GPU_RESOURCE = GPU_RESOURCE + SHARED_SUFFIX
-
 EXCLUSIVE = register(SharingMode(
     name="exclusive", summary="whole GPUs: each unit is one GPU",
     parameter=None, shared=False, resource=GPU_RESOURCE, unit="GPU", unit_phrase="GPU",
     form_words="whole GPU", plugin_config="default", mig_strategy="none",
     mig_layout="all-disabled", sharing_strategy="none"))
 
+# MIG with the device plugin's single strategy: the pool has one profile, and each MIG
+# instance is one nvidia.com/gpu (the mixed strategy's nvidia.com/mig-<profile> would
+# leave the node without nvidia.com/gpu). GPU feature discovery then labels the node
+# <product>-MIG-<profile> (NVIDIA/k8s-device-plugin internal/lm/mig-strategy.go,
+# newMigStrategySingleLabeler; resource.go, NewMIGResourceLabeler).
 MIG = register(SharingMode(
     name="mig", summary="Multi-Instance GPU: each unit is one MIG instance of `migProfile`",
-    parameter=Parameter.MIG_PROFILE, shared=False,
-    resource=MIG_RESOURCE_PREFIX + "{mig_profile}", unit="MIG slice",
+    parameter=Parameter.MIG_PROFILE, shared=False, resource=GPU_RESOURCE, unit="MIG slice",
     unit_phrase="MIG {mig_profile} slice", form_words="MIG slice {mig_profile}",
-    plugin_config="mig-mixed", mig_strategy="mixed", mig_layout="all-{mig_profile}",
-    sharing_strategy="none"))
+    plugin_config="mig-single", mig_strategy="single", mig_layout="all-{mig_profile}",
+    sharing_strategy="none", product_suffix="-MIG-{mig_profile}"))
+
+# Time-slicing and MPS without renameByDefault: the replicas are the node's count of
+# nvidia.com/gpu, and GPU feature discovery appends -SHARED to the product instead
+# (NVIDIA/k8s-device-plugin internal/lm/resource.go, getProductName: shared and not
+# renamed).
 
 MPS = register(SharingMode(
     name="mps", summary="CUDA MPS: each GPU is shared by `replicas` pods at once",
-    parameter=Parameter.REPLICAS, shared=True, resource=SHARED_GPU_RESOURCE, unit="share",
+    parameter=Parameter.REPLICAS, shared=True, resource=GPU_RESOURCE, unit="share",
     unit_phrase="MPS share", form_words="MPS share (1 of {replicas})",
     plugin_config="mps-{replicas}", mig_strategy="none", mig_layout="all-disabled",
     sharing_strategy="mps", product_suffix="-SHARED", sharing_key="mps"))
 
 TIMESLICING = register(SharingMode(
     name="timeslicing", summary="time-slicing: each GPU is shared by `replicas` pods in turn",
-    parameter=Parameter.REPLICAS, shared=True, resource=SHARED_GPU_RESOURCE, unit="share",
+    parameter=Parameter.REPLICAS, shared=True, resource=GPU_RESOURCE, unit="share",
     unit_phrase="time-sliced share", form_words="time-sliced share (1 of {replicas})",
     plugin_config="timeslicing-{replicas}", mig_strategy="none", mig_layout="all-disabled",
     sharing_strategy="time-slicing", product_suffix="-SHARED", sharing_key="timeSlicing",

@@ -7,7 +7,8 @@ from collections import Counter
 from typing import Iterator
 
 from .allocatable import node_resources, share_of_node
-from ..contract import GPU_RESOURCE
+from ..contract import (ACCELERATOR_LABEL, GPU_RESOURCE, MAX_TOTAL_UNREADY_PERCENTAGE,
+                        MIG_STRATEGY_MIXED, OK_TOTAL_UNREADY_COUNT)
 from .fallback import order_conflicts
 from .quantities import format_cpu, format_memory
 from .sharing import modes_where
@@ -46,24 +47,54 @@ def _units(profile: AnyProfile, pool: Pool) -> Iterator[str]:
 
 
 def _node_auto_provisioning(pool: Pool) -> Iterator[str]:
-    """What AKS Node Auto Provisioning cannot do for a pool: offer any GPU resource but
-    the VM's ``nvidia.com/gpu`` (see :attr:`~jupyterhub_gpu.spec.sharing.SharingMode.vm_resource`),
+    """What AKS Node Auto Provisioning cannot do for a pool: offer other ``nvidia.com/gpu``
+    than the VM's own GPUs (see :attr:`~jupyterhub_gpu.spec.sharing.SharingMode.vm_resource`),
     or keep nodes when no notebook needs them."""
     if not pool.node_auto_provisioning:
         return
     mode = pool.sharing.mode
     if mode.gpu and not mode.vm_resource:  # a CPU-only pool asks for cpu and memory only
         yield (f"pool {pool.name!r}: autoscaler: {pool.autoscaler} cannot scale a {mode} "
-               f"pool: its Karpenter expects a new node to offer only the VM's "
-               f"{GPU_RESOURCE} (it neither partitions MIG nor shares a GPU), so it "
-               f"starts no node for a notebook that asks for {pool.resource_name}, which "
-               f"would wait forever; use it only for "
-               f"{modes_where(lambda m: m.vm_resource)} pools or CPU-only ones, or "
+               f"pool: its Karpenter expects a new node to offer the VM's own GPUs as "
+               f"{GPU_RESOURCE}, {pool.gpus_per_node} here (it neither partitions MIG nor "
+               f"shares a GPU), but a node of this pool offers "
+               f"{_plural(pool.units_per_node, pool.unit_name)} as {GPU_RESOURCE}; use it "
+               f"only for {modes_where(lambda m: m.vm_resource)} pools or CPU-only ones, or "
                f"autoscaler: {Autoscaler.CLUSTER_AUTOSCALER}")
     if pool.min_nodes:
         yield (f"pool {pool.name!r}: minNodes: {pool.min_nodes}, but a Karpenter NodePool "
                f"has no minimum size, so autoscaler: {pool.autoscaler} keeps no node "
                f"waiting; use 0, or autoscaler: {Autoscaler.CLUSTER_AUTOSCALER}")
+
+
+#: Why a pool of the cluster autoscaler must advertise ``nvidia.com/gpu``. AKS labels a
+#: GPU node ``kubernetes.azure.com/accelerator`` (the Azure provider's ``GPULabel()``);
+#: kubernetes/autoscaler's ``GpuCustomResourcesProcessor.FilterOutNodesWithUnreadyResources``
+#: (cluster-autoscaler/processors/customresources/gpu_processor.go) counts a node with
+#: that label and no allocatable ``nvidia.com/gpu`` as unready, however long it runs;
+#: and when more than ``ok-total-unready-count`` (3) nodes and more than
+#: ``max-total-unready-percentage`` (45%) of all are unready, ``IsClusterHealthy``
+#: (cluster-autoscaler/clusterstate/clusterstate.go) is false and the autoscaler stops
+#: every scale-up and scale-down (kubernetes/autoscaler#8095, Azure/AKS#5161).
+UNREADY_GPU_NODE = (
+    f"the cluster autoscaler counts a GPU node (AKS labels it {ACCELERATOR_LABEL}) "
+    f"without allocatable {GPU_RESOURCE} as unready (GpuCustomResourcesProcessor), and "
+    f"past {OK_TOTAL_UNREADY_COUNT} unready nodes and {MAX_TOTAL_UNREADY_PERCENTAGE}% of "
+    f"the cluster it stops all scale-up and scale-down")
+
+
+def _gpu_resource(pool: Pool) -> Iterator[str]:
+    """A GPU pool of the cluster autoscaler must advertise ``nvidia.com/gpu``
+    (:data:`UNREADY_GPU_NODE`)."""
+    mode = pool.sharing.mode
+    if pool.node_auto_provisioning or not mode.gpu or mode.advertises_gpu_resource:
+        return
+    offered = (f"{pool.resource_name} (the device plugin's MIG strategy {mode.mig_strategy})"
+               if mode.mig_strategy == MIG_STRATEGY_MIXED else pool.resource_name)
+    yield (f"pool {pool.name!r}: sharing: mode {mode}: its nodes would advertise "
+           f"{offered}, not {GPU_RESOURCE}, and {UNREADY_GPU_NODE}; use a mode whose "
+           f"nodes advertise {GPU_RESOURCE} "
+           f"({modes_where(lambda m: m.gpu and m.advertises_gpu_resource)})")
 
 
 def _plural(n: int, unit: str) -> str:
@@ -127,8 +158,8 @@ def _checkpoint(profile: AnyProfile, pools: list[Pool], platform: Platform,
 
 
 def _fallback_pools(profile: AnyProfile, pools: list[Pool]) -> Iterator[str]:
-    """A fallback profile's pods request one GPU resource: every pool must offer it, in
-    the same sharing mode. Fallback is between GPU pools: a CPU-only profile asks
+    """A fallback profile's pods request one kind of GPU unit: every pool must offer it,
+    in the same sharing mode. Fallback is between GPU pools: a CPU-only profile asks
     for no GPU, so a CPU pool in the list is refused, whichever the others are."""
     if len(pools) < 2:
         return
@@ -142,13 +173,25 @@ def _fallback_pools(profile: AnyProfile, pools: list[Pool]) -> Iterator[str]:
         return
     first = pools[0]
     for other in pools[1:]:
-        if (other.resource_name, other.sharing.mode) != (first.resource_name,
-                                                          first.sharing.mode):
-            yield (f"{label}: pool {other.name!r} offers {other.resource_name} "
-                   f"({other.sharing.mode}) but pool {first.name!r} offers "
-                   f"{first.resource_name} ({first.sharing.mode}); a profile's pod asks for "
-                   f"one GPU resource, so all its pools must offer the same one in the same "
-                   f"sharing mode")
+        if _unit_kind(other) != _unit_kind(first):
+            yield (f"{label}: pool {other.name!r} offers {_unit_words(other)} but pool "
+                   f"{first.name!r} offers {_unit_words(first)}; a profile's pod asks for "
+                   f"one kind of GPU unit, so all its pools must offer the same one in the "
+                   f"same sharing mode")
+
+
+def _unit_kind(pool: Pool) -> tuple[str, str, str]:
+    """What one unit a pod asks for is: its resource, mode and kind (a MIG slice's
+    profile): every GPU pool advertises nvidia.com/gpu, so the resource alone does
+    not tell a whole GPU from a share or a MIG slice."""
+    return (pool.resource_name, pool.sharing.mode.name, pool.sharing.mode.message_unit(
+        pool.sharing))
+
+
+def _unit_words(pool: Pool) -> str:
+    """``one MIG 3g.40gb slice per nvidia.com/gpu (mig)``."""
+    return (f"one {pool.sharing.mode.message_unit(pool.sharing)} per {pool.resource_name} "
+            f"({pool.sharing.mode})")
 
 
 def _profile_refs(platform: Platform, declared: dict[str, set[str] | None]) -> Iterator[str]:
@@ -214,6 +257,7 @@ def check_platform(platform: Platform, declared: dict[str, set[str] | None]) -> 
                          {p.name for p in platform.pools} | declared["pools"])
     errors += _profile_refs(platform, declared)
     errors += (e for pool in platform.pools for e in _node_auto_provisioning(pool))
+    errors += (e for pool in platform.pools for e in _gpu_resource(pool))
     defaults = [p.slug for p in platform.profiles if p.default]
     if len(defaults) > 1:
         errors.append(f"profiles: default: only one profile may be the default, got "

@@ -13,11 +13,11 @@ culls the server. Meanwhile bob's server on the spot pool loses its node. Then
 carol stops her second server herself, and the usage page shows the hub's own ledger
 rows of the three servers and the utilization Prometheus stored for them.
 
-A time-sliced notebook (``nvidia.com/gpu.shared``) gets no pod labels from the exporter
+A time-sliced notebook gets its pod labels from the exporter too: its share is
+``nvidia.com/gpu`` (no ``renameByDefault``), which dcgm-exporter maps to pods
 (NVIDIA/dcgm-exporter ``internal/pkg/transformation/kubernetes.go``, emulated by
-:mod:`jupyterhub_gpu.devcluster.dcgm`): its reproduction is
-:func:`test_a_time_sliced_notebooks_gpu_utilization_is_seen_per_pod`, xfail until
-[aks] #28 item 1 is fixed.
+:mod:`jupyterhub_gpu.devcluster.dcgm`); a renamed ``nvidia.com/gpu.shared`` got none
+([aks] #28 item 1): :func:`test_a_time_sliced_notebooks_gpu_utilization_is_seen_per_pod`.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ CAROL = Who("carol", "experimentation", NAMESPACE, PROFILE, "t4watch")
 # (no staleness marker then)
 CAROL_2 = Who("carol", "experimentation", NAMESPACE, PROFILE, "t4watch", "second")
 BOB = Who("bob", "ml-eng", "jhub-ml-eng", "a100-spot", "a100spot")  # a spot pool
-# a time-sliced notebook: t4dev shares each T4 4 ways, as nvidia.com/gpu.shared
+# a time-sliced notebook: t4dev shares each T4 4 ways, each share an nvidia.com/gpu
 TESS = Who("tess", "data-science", "jhub-data-science", "t4-shared", "t4dev")
 
 
@@ -180,16 +180,15 @@ async def _static_node(kube, pool) -> str:
     return node["metadata"]["name"]
 
 
-@pytest.mark.xfail(strict=True, reason="[aks] #28 item 1: time-sliced pods advertise "
-                   "nvidia.com/gpu.shared, which dcgm-exporter does not map to pods")
 async def test_a_time_sliced_notebooks_gpu_utilization_is_seen_per_pod(spawn, kube):
     """[aks] #28 item 1, the exporter's half: what the product needs of a time-sliced
     notebook, its GPU utilization per pod, for the GPU-idle rule's query (the culler
-    and the usage page read the same series) and the JupyterLab panel's. On AKS, as
-    here, dcgm-exporter does not map ``nvidia.com/gpu.shared`` to the pod
-    (NVIDIA/dcgm-exporter ``internal/pkg/transformation/kubernetes.go``), so neither
-    finds it. Prometheus has scraped the GPU (the series of the pod's node at the
-    value set on the pod) before the pod's own series is asked for."""
+    and the usage page read the same series) and the JupyterLab panel's. dcgm-exporter
+    maps only ``nvidia.com/gpu``, ``nvidia.com/mig-*`` and its ``NVIDIA_RESOURCE_NAMES``
+    to pods (NVIDIA/dcgm-exporter ``internal/pkg/transformation/kubernetes.go``): the
+    renamed ``nvidia.com/gpu.shared`` got no pod, so neither found it; the share is now
+    ``nvidia.com/gpu``. Prometheus has scraped the GPU (the series of the pod's node at
+    the value set on the pod) before the pod's own series is asked for."""
     spawner = await spawn(TESS.user, [TESS.team], TESS.profile)
     assert (spawner.namespace, spawner.pod_name) == (TESS.namespace, TESS.pod)
     await _annotate(kube, TESS, {**IDLE, contract.DCGM_GPU_UTIL: 37})

@@ -44,7 +44,8 @@ async def test_mig_profile_is_gated_admitted_and_bound_to_the_mig_pool(spawn, ku
     assert workload["metadata"]["name"].startswith(f"pod-{spawner.pod_name}-")
     assert _condition(workload, "Admitted")["status"] == "True"
     (assignment,) = workload["status"]["admission"]["podSetAssignments"]
-    assert assignment["flavors"]["nvidia.com/mig-3g.40gb"] == "a100mig"
+    # the single MIG strategy: the slice is an nvidia.com/gpu of the a100mig flavor
+    assert assignment["flavors"]["nvidia.com/gpu"] == "a100mig"
     assert workload["status"]["admission"]["clusterQueue"] == "data-science"
     assert await spawner.poll() is None
 
@@ -53,7 +54,11 @@ async def test_time_sliced_profile_lands_on_the_time_sliced_pool(spawn, kube):
     spawner = await spawn("tom", ["experimentation"], "t4-shared")
     assert await _pool_of(kube, spawner) == "t4dev"
     pod = await kube.core.read_namespaced_pod(spawner.pod_name, spawner.namespace)
-    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu.shared"] == "1"
+    # a share is an nvidia.com/gpu (no renameByDefault): the node has 4, one per share
+    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
+    node = await kube.core.read_node(pod.spec.node_name)
+    assert node.status.allocatable["nvidia.com/gpu"] == "4"
+    assert node.metadata.labels["nvidia.com/gpu.product"] == "Tesla-T4-SHARED"
     assert pod.metadata.labels["kueue.x-k8s.io/queue-name"] == "experimentation"
 
 

@@ -96,9 +96,9 @@ def test_every_error_at_once(example_spec):
 def test_fake_node_reports_aks_allocatable(platform):
     node = nodes.fake_node(platform.pool("t4dev"), 0)
     assert node["status"]["capacity"] == {"cpu": "8", "memory": "56Gi", "pods": "110",
-                                          "nvidia.com/gpu.shared": "4"}
+                                          "nvidia.com/gpu": "4"}
     assert node["status"]["allocatable"] == {"cpu": "7820m", "memory": "54994Mi",
-                                             "pods": "110", "nvidia.com/gpu.shared": "4"}
+                                             "pods": "110", "nvidia.com/gpu": "4"}
 
 
 def test_overhead_daemonset_requests_the_pools_overhead(platform):

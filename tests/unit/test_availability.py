@@ -99,8 +99,10 @@ def test_finished_and_other_pools_pods_hold_nothing(platform, manifests):
 
 
 def test_a_mig_pool_counts_slices_as_the_device_plugin_advertises_them(platform, manifests):
+    """The single MIG strategy: each slice is one nvidia.com/gpu, yet the user reads
+    MIG slices."""
     mig = node(platform, "a100mig")
-    assert mig["status"]["allocatable"]["nvidia.com/mig-3g.40gb"] == "2"
+    assert mig["status"]["allocatable"]["nvidia.com/gpu"] == "2"
     found = by_slug(user_availability(
         platform, ALICE, Cluster([mig], [running(manifests, "a100-mig-3g", "u1", mig)], []),
         [], NOW))["a100-mig-3g"]
@@ -125,7 +127,7 @@ def test_machines_that_take_no_notebook_now(platform, changes, ready, state):
 
 def test_a_ready_gpu_node_without_its_gpu_resource_yet_is_starting(platform):
     fresh = node(platform, "a100mig")
-    del fresh["status"]["allocatable"]["nvidia.com/mig-3g.40gb"]  # no device plugin yet
+    del fresh["status"]["allocatable"]["nvidia.com/gpu"]  # no device plugin yet
     room = pool_rooms(platform, [fresh], [])["a100mig"]
     assert (room.total, room.ready_nodes, room.starting_nodes) == (0, 0, 1)
 

@@ -11,11 +11,12 @@ from jupyterhub_gpu.builders import deviceplugin, kueue, nodes
 SPOT_TAINTS = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
                {"key": "kubernetes.azure.com/scalesetpriority", "value": "spot",
                 "effect": "NoSchedule"}]
-COVERED = ["cpu", "memory", "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-3g.40gb"]
+#: every GPU pool advertises nvidia.com/gpu: whole GPUs, time-sliced shares, MIG slices
+COVERED = ["cpu", "memory", "nvidia.com/gpu"]
 
 
-def _quota(cpu, memory, gpu, shared, mig, limit=None):
-    values = dict(zip(COVERED, (cpu, memory, gpu, shared, mig)))
+def _quota(cpu, memory, gpu, limit=None):
+    values = dict(zip(COVERED, (cpu, memory, gpu)))
     out = []
     for name, value in values.items():
         entry = {"name": name, "nominalQuota": value}
@@ -47,19 +48,17 @@ def test_cluster_queue(platform):
                 "coveredResources": COVERED,
                 "flavors": [
                     # one node's worth, less AKS's reservations and the daemonsets
-                    {"name": "t4dev", "resources": _quota("7320m", "53458Mi", "0", "4", "0")},
-                    {"name": "a100mig", "resources": _quota("0", "0", "0", "0", "0")},
+                    {"name": "t4dev", "resources": _quota("7320m", "53458Mi", "4")},
+                    {"name": "a100mig", "resources": _quota("0", "0", "0")},
                     {"name": "a100spot", "resources": [
                         {"name": "cpu", "nominalQuota": "46320m", "borrowingLimit": "23160m"},
                         {"name": "memory", "nominalQuota": "442788Mi",
                          "borrowingLimit": "221394Mi"},
-                        {"name": "nvidia.com/gpu", "nominalQuota": "2", "borrowingLimit": "1"},
-                        *({"name": r, "nominalQuota": "0", "borrowingLimit": "0"}
-                          for r in COVERED[3:])]},
+                        {"name": "nvidia.com/gpu", "nominalQuota": "2", "borrowingLimit": "1"}]},
                     # the on-demand A100s: the team has none, its profiles do not use them
-                    {"name": "a100", "resources": _quota("0", "0", "0", "0", "0")},
+                    {"name": "a100", "resources": _quota("0", "0", "0")},
                     # the CPU pool's quota is in nodes: two nodes' cpu and memory, no GPU
-                    {"name": "cpu", "resources": _quota("14640m", "57764Mi", "0", "0", "0")},
+                    {"name": "cpu", "resources": _quota("14640m", "57764Mi", "0")},
                 ],
             }],
         },
@@ -72,8 +71,7 @@ def test_quota_shares_of_a_node_round_down(platform):
     t4 = {r["name"]: r["nominalQuota"] for r in flavors[0]["resources"]}
     # 8 shares of 4-per-node T4 nodes = two nodes' worth of what each leaves for
     # notebooks: 8 vCPU - 180m - 500m, 56Gi - 2250Mi - 100Mi - 1536Mi
-    assert t4 == {"cpu": "14640m", "memory": "106916Mi", "nvidia.com/gpu": "0",
-                  "nvidia.com/gpu.shared": "8", "nvidia.com/mig-3g.40gb": "0"}
+    assert t4 == {"cpu": "14640m", "memory": "106916Mi", "nvidia.com/gpu": "8"}
 
 
 def test_kueue_objects_order(platform):
@@ -94,9 +92,9 @@ def test_device_plugin_configs(platform):
     assert cm["metadata"] == {"name": "jupyterhub-gpu-device-plugin", "namespace": "gpu-operator"}
     assert {k: yaml.safe_load(v) for k, v in cm["data"].items()} == {
         "default": {"version": "v1", "flags": {"migStrategy": "none"}},
-        "mig-mixed": {"version": "v1", "flags": {"migStrategy": "mixed"}},
+        "mig-single": {"version": "v1", "flags": {"migStrategy": "single"}},
         "timeslicing-4": {"version": "v1", "flags": {"migStrategy": "none"}, "sharing": {
-            "timeSlicing": {"renameByDefault": True, "failRequestsGreaterThanOne": True,
+            "timeSlicing": {"renameByDefault": False, "failRequestsGreaterThanOne": True,
                             "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}},
     }
 
@@ -108,15 +106,23 @@ def test_mps_config(example_spec):
     pool = parse_platform(example_spec).pool("t4dev")
     assert deviceplugin.plugin_config(pool) == {
         "version": "v1", "flags": {"migStrategy": "none"},
-        "sharing": {"mps": {"renameByDefault": True,
+        "sharing": {"mps": {"renameByDefault": False,
                             "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
-    assert deviceplugin.node_labels(pool)["nvidia.com/gpu.sharing-strategy"] == "mps"
-    assert pool.resource_name == "nvidia.com/gpu.shared"
+    labels = deviceplugin.node_labels(pool)
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "mps"
+    assert (labels["nvidia.com/gpu.product"], labels["nvidia.com/gpu.replicas"]) == (
+        "Tesla-T4-SHARED", "2")
+    assert pool.resource_name == "nvidia.com/gpu"
 
 
 def test_fake_node_of_a_mig_pool(platform):
+    """The single MIG strategy: the node's two 3g.40gb instances are its nvidia.com/gpu,
+    and GPU feature discovery labels them, not the A100 (NVIDIA/k8s-device-plugin,
+    internal/lm/mig-strategy.go, newMigStrategySingleLabeler; resource.go,
+    NewMIGResourceLabeler: product <model>-MIG-<profile>, the instances' count, one
+    instance's memory; mig.strategy single)."""
     name = "aks-a100mig-00000000-vmss000000"
-    capacity = {"cpu": "24", "memory": "220Gi", "pods": "110", "nvidia.com/mig-3g.40gb": "2"}
+    capacity = {"cpu": "24", "memory": "220Gi", "pods": "110", "nvidia.com/gpu": "2"}
     # less kube-reserved (340m; 20Mi * 110 + 50Mi) and the 100Mi eviction threshold
     allocatable = {**capacity, "cpu": "23660m", "memory": "222930Mi"}
     assert nodes.fake_node(platform.pool("a100mig"), 0) == {
@@ -130,13 +136,14 @@ def test_fake_node_of_a_mig_pool(platform):
                 "kubernetes.azure.com/accelerator": "nvidia",
                 "node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4",
                 "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": "NVIDIA-A100-80GB-PCIe",
-                "nvidia.com/gpu.count": "1",
-                "nvidia.com/gpu.memory": "81920",
+                "nvidia.com/gpu.product": "NVIDIA-A100-80GB-PCIe-MIG-3g.40gb",
+                "nvidia.com/gpu.count": "2",
+                "nvidia.com/gpu.replicas": "1",
+                "nvidia.com/gpu.memory": "40960",
                 "nvidia.com/gpu.sharing-strategy": "none",
-                "nvidia.com/device-plugin.config": "mig-mixed",
+                "nvidia.com/device-plugin.config": "mig-single",
                 "nvidia.com/mig.config": "all-3g.40gb",
-                "nvidia.com/mig.strategy": "mixed",
+                "nvidia.com/mig.strategy": "single",
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
@@ -151,7 +158,11 @@ def test_fake_node_of_a_mig_pool(platform):
 
 def test_spot_time_sliced_node_labels(platform):
     labels = deviceplugin.node_labels(platform.pool("t4dev"))
+    # GPU feature discovery: a shared, not renamed GPU's product ends -SHARED and its
+    # replicas are the config's (NVIDIA/k8s-device-plugin internal/lm/resource.go,
+    # getProductName, baseLabeler)
     assert labels["nvidia.com/gpu.product"] == "Tesla-T4-SHARED"
+    assert (labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.replicas"]) == ("1", "4")
     assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
     assert labels["nvidia.com/mig.config"] == "all-disabled"
     spot = deviceplugin.node_labels(platform.pool("a100spot"))

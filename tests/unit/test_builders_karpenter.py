@@ -66,9 +66,10 @@ def test_the_upstream_default_file_has_the_same_shape(platform, karpenter_module
 def test_one_instance_type_per_pool_with_its_gpu_resource_price_and_capacity_type(platform):
     by_name = {t["name"]: t for t in json.loads(karpenter.instance_types_json(platform))}
     mig = by_name["Standard_NC24ads_A100_v4-a100mig"]
-    assert mig["resources"]["nvidia.com/mig-3g.40gb"] == "2"
-    assert "nvidia.com/gpu" not in mig["resources"]
-    assert by_name["Standard_NC8as_T4_v3-t4dev"]["resources"]["nvidia.com/gpu.shared"] == "4"
+    # two MIG slices, each an nvidia.com/gpu (single strategy), not the VM's one A100
+    assert mig["resources"]["nvidia.com/gpu"] == "2"
+    assert not any(r.startswith("nvidia.com/mig-") for r in mig["resources"])
+    assert by_name["Standard_NC8as_T4_v3-t4dev"]["resources"]["nvidia.com/gpu"] == "4"
     (spot_offer,) = by_name["Standard_NC24ads_A100_v4-a100spot"]["offerings"]
     assert spot_offer["Price"] == 1.102
     assert {"key": "karpenter.sh/capacity-type", "operator": "In",

@@ -2,7 +2,7 @@
 must be able to run every profile's pending pod.
 
 For a scale set with no instance, the autoscaler builds its node template from the VM
-SKU (cpu, memory and ``nvidia.com/gpu``) and from the scale set's tags
+SKU (cpu, memory and its GPUs as ``nvidia.com/gpu``) and from the scale set's tags
 (kubernetes/autoscaler, ``cluster-autoscaler/cloudprovider/azure/azure_template.go``:
 ``extractAllocatableResourcesFromScaleSet``, ``extractLabelsFromTags``,
 ``extractTaintsFromTags``). Our tags come from ``bundle/autoscaler.template_tags``;
@@ -174,14 +174,17 @@ async def test_pending_profile_pod_fits_the_scale_from_zero_template(
         (t["key"], t["value"], t["effect"]) for t in node.taints())
 
 
-async def test_the_vm_sku_alone_cannot_run_a_shared_or_mig_pod(platform, example_spec_path):
-    """Why the tags are needed: without them the template offers only nvidia.com/gpu."""
-    for slug in ("t4-shared", "a100-mig-3g"):
-        profile = platform.profile(slug)
-        pool = platform.pool(profile.pool)
-        pod = await _admitted_pod(platform, example_spec_path, profile)
-        problems = why_not_schedulable(pod, TemplateNode(pool.gpus_per_node, {}))
-        assert f"requests {profile.units} {pool.resource_name}, template has 0" in problems
+def test_the_vm_sku_alone_undercounts_a_shared_or_mig_node(platform, repo_root):
+    """Why the resource tags are needed: without them the template offers the VM's own
+    GPUs as nvidia.com/gpu (one T4, one A100), not a node's 4 time-sliced shares or 2
+    MIG slices, which are nvidia.com/gpu too; the tags replace the SKU's count."""
+    for name in ("t4dev", "a100mig"):
+        pool = platform.pool(name)
+        bare = TemplateNode(pool.gpus_per_node, {})
+        tagged = TemplateNode(pool.gpus_per_node, node_pool_tags(repo_root, name))
+        assert pool.resource_name == "nvidia.com/gpu"
+        assert bare.capacity("nvidia.com/gpu") == 1
+        assert tagged.capacity("nvidia.com/gpu") == pool.units_per_node > 1
 
 
 @pytest.mark.parametrize("gets, tag", UPSTREAM_EXAMPLES)

@@ -258,7 +258,8 @@ def test_tfvars_golden(platform):
     mig = terraform.tfvars(platform)["gpu_pools"]["a100mig"]
     assert "gpu_instance" not in mig and mig["spot"] is False
     assert mig["node_labels"]["nvidia.com/mig.config"] == "all-3g.40gb"
-    assert mig["autoscaler_tags"][f"{RESOURCES}nvidia.com_mig-3g.40gb"] == "2"
+    # two MIG slices, each an nvidia.com/gpu: the tag replaces the VM size's one GPU
+    assert mig["autoscaler_tags"][f"{RESOURCES}nvidia.com_gpu"] == "2"
     # a CPU-only pool: no GPU driver setting, taint, device-plugin label or GPU tag
     assert terraform.tfvars(platform)["gpu_pools"]["cpu"] == {
         "vm_size": "Standard_D8s_v5", "gpu": False, "min_count": 0, "max_count": 10,
@@ -282,7 +283,7 @@ def test_every_mig_profile_is_left_to_the_mig_manager(platform, mig):
     pool = dataclasses.replace(pool, sharing=dataclasses.replace(pool.sharing, mig_profile=mig))
     entry = terraform.pool_vars(pool)
     assert entry["node_labels"]["nvidia.com/mig.config"] == f"all-{mig}"
-    assert entry["autoscaler_tags"][f"{RESOURCES}nvidia.com_mig-{mig}"] == str(
+    assert entry["autoscaler_tags"][f"{RESOURCES}nvidia.com_gpu"] == str(
         pool.units_per_node)
     assert "gpu_instance" not in entry
 
@@ -319,9 +320,7 @@ def test_generated_helm_values_golden(platform):
             "name": "NodeResourcesFit",
             "args": {"scoringStrategy": {"type": "MostAllocated", "resources": [
                 {"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1},
-                {"name": "nvidia.com/gpu", "weight": 10},
-                {"name": "nvidia.com/gpu.shared", "weight": 10},
-                {"name": "nvidia.com/mig-3g.40gb", "weight": 10}]}}}]}},
+                {"name": "nvidia.com/gpu", "weight": 10}]}}}]}},
     }
 
 

@@ -85,7 +85,7 @@ def _add_default_queue(docs):
 def _quota(docs):
     cq = find(docs, "ClusterQueue", "ml-eng")
     flavor = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "a100mig")
-    next(r for r in flavor["resources"] if r["name"] == "nvidia.com/mig-3g.40gb")["nominalQuota"] = "6"
+    next(r for r in flavor["resources"] if r["name"] == "nvidia.com/gpu")["nominalQuota"] = "6"
 
 
 def _flavor_taint(docs):
@@ -94,7 +94,12 @@ def _flavor_taint(docs):
 
 def _rename_resource(docs):
     docs[0]["data"]["timeslicing-4"] = docs[0]["data"]["timeslicing-4"].replace(
-        "renameByDefault: true", "renameByDefault: false")
+        "renameByDefault: false", "renameByDefault: true")
+
+
+def _mixed_mig(docs):
+    docs[0]["data"]["mig-single"] = docs[0]["data"]["mig-single"].replace(
+        "migStrategy: single", "migStrategy: mixed")
 
 
 def _unlabel_namespace(docs):
@@ -104,7 +109,7 @@ def _unlabel_namespace(docs):
 def _unscore_shared(docs):
     fit = docs[0]["scheduling"]["userScheduler"]["pluginConfig"][0]
     resources = fit["args"]["scoringStrategy"]["resources"]
-    resources[:] = [r for r in resources if r["name"] != "nvidia.com/gpu.shared"]
+    resources[:] = [r for r in resources if r["name"] != "nvidia.com/gpu"]
 
 
 def _fair_share_weight(docs):
@@ -157,9 +162,9 @@ DRIFTS = {
         "expected 'each.value.node_taints', found '[\"nvidia.com/gpu=present:NoSchedule\"]'"),
     "a scale-from-zero resource tag dropped": (
         edit_json("config/terraform/pools.auto.tfvars.json", lambda d: d["gpu_pools"]["t4dev"][
-            "autoscaler_tags"].pop(f"{TAG}resources_nvidia.com_gpu.shared")),
+            "autoscaler_tags"].pop(f"{TAG}resources_nvidia.com_gpu")),
         f'config/terraform/pools.auto.tfvars.json: gpu_pools["t4dev"]: autoscaler_tags.'
-        f"{TAG}resources_nvidia.com_gpu.shared: expected '4', found <missing>"),
+        f"{TAG}resources_nvidia.com_gpu: expected '4', found <missing>"),
     "the autoscaler tags not on the node pool": (
         replace_text("config/terraform/main.tf",
                      "tags                  = merge(var.tags, each.value.autoscaler_tags)",
@@ -256,15 +261,28 @@ DRIFTS = {
     "a quota changed in kueue.yaml": (
         edit_yaml("config/kueue.yaml", _quota),
         "config/kueue.yaml: ClusterQueue ml-eng: spec.resourceGroups[0].flavors[a100mig]."
-        "resources[nvidia.com/mig-3g.40gb].nominalQuota: expected '5', found '6'"),
+        "resources[nvidia.com/gpu].nominalQuota: expected '5', found '6'"),
     "a taint missing from a ResourceFlavor": (
         edit_yaml("config/kueue.yaml", _flavor_taint),
         "config/kueue.yaml: ResourceFlavor a100spot: spec.nodeTaints: expected"),
+    # kubernetes/autoscaler: GpuCustomResourcesProcessor (cluster-autoscaler/processors/
+    # customresources/gpu_processor.go) counts a node with AKS's GPU label and no
+    # allocatable nvidia.com/gpu unready; past ok-total-unready-count and
+    # max-total-unready-percentage, IsClusterHealthy (clusterstate/clusterstate.go) is
+    # false and all scaling stops
     "a renamed resource in the device-plugin config": (
         edit_yaml("config/device-plugin.yaml", _rename_resource),
         "config/device-plugin.yaml: ConfigMap jupyterhub-gpu-device-plugin key "
         "'timeslicing-4': resource advertised on pool 't4dev': expected "
-        "'nvidia.com/gpu.shared', found 'nvidia.com/gpu'"),
+        "'nvidia.com/gpu', found 'nvidia.com/gpu.shared' (the pool's nodes would lack "
+        "nvidia.com/gpu: the cluster autoscaler counts a GPU node (AKS labels it "
+        "kubernetes.azure.com/accelerator) without allocatable nvidia.com/gpu as unready"),
+    "the mixed MIG strategy in the device-plugin config": (
+        edit_yaml("config/device-plugin.yaml", _mixed_mig),
+        "config/device-plugin.yaml: ConfigMap jupyterhub-gpu-device-plugin key "
+        "'mig-single': resource advertised on pool 'a100mig': expected 'nvidia.com/gpu', "
+        "found 'nvidia.com/mig-3g.40gb' (the pool's nodes would lack nvidia.com/gpu: the "
+        "cluster autoscaler counts a GPU node"),
     "a framework added to Kueue's Configuration": (
         edit_yaml("config/kueue-configuration.yaml",
                   lambda d: d[0]["integrations"]["frameworks"].append("jobset.x-k8s.io/jobset")),
@@ -322,7 +340,7 @@ DRIFTS = {
     "a GPU resource the user-scheduler does not pack": (
         edit_yaml("helm-values/generated.yaml", _unscore_shared),
         "helm-values/generated.yaml: z2jh values: scheduling.userScheduler.pluginConfig: "
-        "expected \"scores ['nvidia.com/gpu.shared']\""),
+        "expected \"scores ['nvidia.com/gpu']\""),
     "a team's group not allowed to log in": (
         replace_text("helm-values/generated.yaml", "      - ml-eng\n", ""),
         "helm-values/generated.yaml: z2jh values: hub.config.OAuthenticator.allowed_groups: "

@@ -48,8 +48,8 @@ def test_no_global_mig_strategy(values):
 
 def test_each_pool_advertises_what_its_own_config_says(values, plugin_configs, platform):
     """With the environment the operator gives the plugin, each node's effective
-    config still advertises the pool's resource (a global ``single`` would turn the
-    MIG pool's slices into ``nvidia.com/gpu``)."""
+    config still advertises the pool's resource, ``nvidia.com/gpu`` (a global
+    ``mixed`` would turn the MIG pool's slices into ``nvidia.com/mig-<profile>``)."""
     env = mig_strategy_env(values)
     assert "" not in plugin_configs["data"], "a CPU-only pool has no device-plugin config"
     for pool in platform.gpu_pools:
@@ -59,12 +59,13 @@ def test_each_pool_advertises_what_its_own_config_says(values, plugin_configs, p
         assert advertised_resource(config, pool) == pool.resource_name, pool.name
 
 
-def test_a_global_strategy_would_break_the_mig_pool(platform, plugin_configs):
+def test_a_global_mixed_strategy_would_break_the_mig_pool(platform, plugin_configs):
     """What the test above guards against."""
     pool = next(p for p in platform.pools if p.sharing.mig_profile)
     config = yaml.safe_load(plugin_configs["data"][pool.device_plugin_config])
-    config["flags"]["migStrategy"] = mig_strategy_env({})
-    assert advertised_resource(config, pool) == "nvidia.com/gpu" != pool.resource_name
+    assert advertised_resource(config, pool) == "nvidia.com/gpu" == pool.resource_name
+    config["flags"]["migStrategy"] = mig_strategy_env({"mig": {"strategy": "mixed"}})
+    assert advertised_resource(config, pool) == "nvidia.com/mig-3g.40gb"
 
 
 def test_the_operator_owns_driver_toolkit_and_mig(values, repo_root):

@@ -154,12 +154,12 @@ def test_validate_refuses_nap_for_shared_and_mig_pools(example_spec, index, kind
     with pytest.raises(SpecError) as e:
         parse_platform(example_spec)
     pool = example_spec["pools"][index]
-    resource = {"timeslicing": "nvidia.com/gpu.shared", "mig": "nvidia.com/mig-3g.40gb"}[kind]
+    units = {"timeslicing": "4 shares", "mig": "2 MIG slices"}[kind]
     assert e.value.errors == [
         f"pool {pool['name']!r}: autoscaler: node-auto-provisioning cannot scale a {kind} "
-        f"pool: its Karpenter expects a new node to offer only the VM's nvidia.com/gpu (it "
-        f"neither partitions MIG nor shares a GPU), so it starts no node for a notebook that "
-        f"asks for {resource}, which would wait forever; use it only for mode exclusive pools "
+        f"pool: its Karpenter expects a new node to offer the VM's own GPUs as "
+        f"nvidia.com/gpu, 1 here (it neither partitions MIG nor shares a GPU), but a node of "
+        f"this pool offers {units} as nvidia.com/gpu; use it only for mode exclusive pools "
         f"or CPU-only ones, or autoscaler: cluster-autoscaler"]
 
 

@@ -57,7 +57,7 @@ def test_render_prints_the_pod(example_spec_path, tmp_path):
     assert pod["kind"] == "Pod" and pod["metadata"]["namespace"] == "jhub-data-science"
     assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "data-science"
     limits = pod["spec"]["containers"][0]["resources"]["limits"]
-    assert limits["nvidia.com/mig-3g.40gb"] == "1"
+    assert limits["nvidia.com/gpu"] == "1"
     assert pod["spec"]["nodeSelector"] == {"kubernetes.azure.com/agentpool": "a100mig"}
 
 

@@ -35,7 +35,7 @@ def test_a_cpu_pool_is_the_registry_mode_without_a_gpu(platform):
     assert (pool.has_gpu, pool.gpus_per_node, pool.resource_name, pool.kind) == (
         False, 0, "", "CPU")
     assert pool.gpu_resources(3) == {} and pool.taints == ()
-    assert platform.pool("t4dev").gpu_resources(1) == {"nvidia.com/gpu.shared": "1"}
+    assert platform.pool("t4dev").gpu_resources(1) == {"nvidia.com/gpu": "1"}
     assert platform.profile("cpu").units == 0
     assert platform.gpu_pools == tuple(p for p in platform.pools if p.name != "cpu")
 

@@ -115,3 +115,22 @@ def test_the_served_series_follow_the_exporters_setting():
         (sample,) = store.samples()
         assert ("pod", "jupyter-alice") in sample.labels if labelled else not (
             POD_LABELS & dict(sample.labels).keys())
+
+
+@pytest.mark.parametrize("resource", [contract.GPU_RESOURCE,  # the single MIG strategy
+                                      contract.MIG_RESOURCE_PREFIX + "3g.40gb"])  # mixed
+def test_a_mig_instance_is_named_by_its_device_not_its_resource(resource):
+    """The real exporter reads a device's GPU instance profile from DCGM
+    (``GPU_I_PROFILE``, ``GPU_I_ID``), whatever resource the device plugin advertised it
+    as: under the single strategy a 3g.40gb slice is ``nvidia.com/gpu``, and still a
+    MIG instance with its pod. Here the device is the node's, partitioned by the MIG
+    manager's layout label."""
+    node = {contract.MIG_CONFIG_LABEL: "all-3g.40gb"}
+    (labels,) = [dict(s.labels) for s in dcgm.pod_samples(_pod(("notebook", {resource: "1"})),
+                                                           node)]
+    assert (labels["GPU_I_PROFILE"], labels["GPU_I_ID"], labels["pod"]) == (
+        "3g.40gb", "1", "jupyter-alice")
+    whole = {contract.MIG_CONFIG_LABEL: "all-disabled"}
+    (labels,) = [dict(s.labels) for s in dcgm.pod_samples(
+        _pod(("notebook", {contract.GPU_RESOURCE: "1"})), whole)]
+    assert "GPU_I_PROFILE" not in labels and labels["pod"] == "jupyter-alice"

@@ -71,20 +71,32 @@ def test_a_fallback_pool_of_another_gpu_resource_kind_names_both_pools(example_s
     """The issue's bad input: a whole A100 falling back to a MIG slice."""
     _profile(example_spec)["pools"] = ["a100spot", "a100mig"]
     (error,) = _errors(example_spec)
-    assert error.startswith(f"profile {TRAINING!r}: pools: pool 'a100mig' offers "
-                            f"nvidia.com/mig-3g.40gb (mig) but pool 'a100spot' offers "
-                            f"nvidia.com/gpu (exclusive)")
+    assert error.startswith(f"profile {TRAINING!r}: pools: pool 'a100mig' offers one MIG "
+                            f"3g.40gb slice per nvidia.com/gpu (mig) but pool 'a100spot' "
+                            f"offers one GPU per nvidia.com/gpu (exclusive)")
 
 
 def test_the_same_resource_in_another_sharing_mode_is_refused(example_spec):
-    """Time-slicing and MPS both advertise nvidia.com/gpu.shared, but are not alike."""
+    """Time-slicing and MPS both advertise nvidia.com/gpu, but are not alike."""
     example_spec["pools"].append({**example_spec["pools"][0], "name": "t4mps",
                                   "sharing": {"mode": "mps", "replicas": 4}})
     _profile(example_spec, "t4-shared").pop("pool")
     _profile(example_spec, "t4-shared")["pools"] = ["t4dev", "t4mps"]
     (error,) = _errors(example_spec)
-    assert "pool 't4mps' offers nvidia.com/gpu.shared (mps) but pool 't4dev' offers " \
-           "nvidia.com/gpu.shared (timeslicing)" in error
+    assert "pool 't4mps' offers one MPS share per nvidia.com/gpu (mps) but pool 't4dev' " \
+           "offers one time-sliced share per nvidia.com/gpu (timeslicing)" in error
+
+
+def test_mig_slices_of_another_profile_are_refused(example_spec):
+    """Under the single MIG strategy every slice is nvidia.com/gpu: a 1g.20gb slice is
+    still not a 3g.40gb one."""
+    example_spec["pools"].append({**example_spec["pools"][1], "name": "a100mig1g",
+                                  "sharing": {"mode": "mig", "migProfile": "1g.20gb"}})
+    _profile(example_spec, "a100-mig-3g").pop("pool")
+    _profile(example_spec, "a100-mig-3g")["pools"] = ["a100mig", "a100mig1g"]
+    assert any("pool 'a100mig1g' offers one MIG 1g.20gb slice per nvidia.com/gpu (mig) "
+               "but pool 'a100mig' offers one MIG 3g.40gb slice per nvidia.com/gpu (mig)"
+               in error for error in _errors(example_spec))
 
 
 @pytest.mark.parametrize("pools", [["a100spot", "cpu"], ["cpu", "a100spot"], ["cpu", "cpu2"]])

@@ -47,7 +47,8 @@ def advertised(config: dict, node_labels: dict[str, str]) -> set[str]:
     """The extended resources NVIDIA's k8s-device-plugin advertises on a node with
     ``node_labels`` running ``config`` (its documented rules: shared replicas are
     renamed ``<name>.shared`` with renameByDefault; the mixed MIG strategy gives one
-    ``nvidia.com/mig-<profile>`` per MIG device the MIG manager made)."""
+    ``nvidia.com/mig-<profile>`` per MIG device the MIG manager made, the single one an
+    ``nvidia.com/gpu``)."""
     sharing = config.get("sharing") or {}
     shared = sharing.get("timeSlicing") or sharing.get("mps")
     if shared:

@@ -63,10 +63,10 @@ def test_every_error_at_once_with_the_field_named(example_spec):
         "job profile 'a100-ddp-2': pods: must be an integer >= 1, got 0",
         "job profile 't4-job': pool: unknown pool 'nowhere'; valid: a100, a100mig, "
         "a100spot, cpu, t4dev",
-        "job profile 'mixed': pools: pool 't4dev' offers nvidia.com/gpu.shared "
-        "(timeslicing) but pool 'a100spot' offers nvidia.com/gpu (exclusive); a profile's "
-        "pod asks for one GPU resource, so all its pools must offer the same one in the "
-        "same sharing mode",
+        "job profile 'mixed': pools: pool 't4dev' offers one time-sliced share per "
+        "nvidia.com/gpu (timeslicing) but pool 'a100spot' offers one GPU per nvidia.com/gpu "
+        "(exclusive); a profile's pod asks for one kind of GPU unit, so all its pools must "
+        "offer the same one in the same sharing mode",
     ])
 
 

@@ -37,10 +37,11 @@ def workload(name, uid="u1", reserved=None, message="", priority=1000, created="
             "spec": {"queueName": queue, "priority": priority}, "status": {"conditions": conds}}
 
 
+# every GPU pool's unit is nvidia.com/gpu (a MIG slice under the single strategy)
 WAIT_MSG = ("couldn't assign flavors to pod set main: insufficient unused quota for "
-            "nvidia.com/mig-3g.40gb in flavor a100mig, 1 more needed")
+            "nvidia.com/gpu in flavor a100mig, 1 more needed")
 NO_FIT_MSG = ("couldn't assign flavors to pod set main: flavor t4dev doesn't match node "
-              "affinity, insufficient quota for nvidia.com/mig-3g.40gb in flavor a100mig, "
+              "affinity, insufficient quota for nvidia.com/gpu in flavor a100mig, "
               "previously considered podsets requests (0) + current podset request (1) > "
               "maximum capacity (0)")
 
@@ -69,7 +70,7 @@ def test_queue_position_breaks_a_tie_of_the_same_second_by_uid_as_kueue_does():
 
 @pytest.mark.parametrize("message,expected", [
     (WAIT_MSG, None),
-    (NO_FIT_MSG, "it asks for 1 nvidia.com/mig-3g.40gb on pool a100mig but the most the "
+    (NO_FIT_MSG, "it asks for 1 nvidia.com/gpu on pool a100mig but the most the "
                  "queue can ever have there is 0"),
     ("LocalQueue data-science doesn't exist", "the LocalQueue 'data-science' does not exist"),
     ("ClusterQueue team-a is inactive", "the ClusterQueue 'team-a' is inactive"),
@@ -158,8 +159,8 @@ def test_describe_never_fits_is_a_failure():
     assert stage.key == "never-fits"
     assert stage.failure == (
         "The profile 'A100 MIG 3g.40gb slice' cannot start in queue data-science: it asks "
-        "for 1 nvidia.com/mig-3g.40gb on pool a100mig but the most the queue can ever have "
-        "there is 0. Choose another profile or ask your JupyterHub admin.")
+        "for an A100-80GB MIG 3g.40gb slice on pool a100mig but the most the queue can ever "
+        "have there is 0. Choose another profile or ask your JupyterHub admin.")
 
 
 AT = datetime(2026, 12, 2, 14, 2, tzinfo=timezone.utc)

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from jupyterhub_gpu import contract
+from jupyterhub_gpu.builders.deviceplugin import node_labels
 from jupyterhub_gpu.devcluster import contract as dev_contract
 from jupyterhub_gpu.bundle import monitoring
 from jupyterhub_gpu.devcluster import dcgm, prometheus
@@ -117,10 +118,12 @@ def test_the_exporter_leaves_out_what_the_real_one_could_not_map():
     assert dcgm.pod_samples(_pod('{"DCGM_FI_DEV_GPU_UTIL": 1}', limits={"cpu": "1"}), {}) == []
 
 
-def test_a_mig_slice_has_the_mig_labels():
+def test_a_mig_slice_has_the_mig_labels(platform):
+    """A slice of the MIG pool (an nvidia.com/gpu under the single strategy), on a node
+    labelled as the pool's are."""
     pod = _pod(json.dumps({contract.DCGM_ENGINE_ACTIVE: 0.5}),
-               limits={f"{contract.MIG_RESOURCE_PREFIX}3g.40gb": "1"})
-    (sample,) = dcgm.pod_samples(pod, {})
+               limits={platform.pool("a100mig").resource_name: "1"})
+    (sample,) = dcgm.pod_samples(pod, node_labels(platform.pool("a100mig")))
     assert dict(sample.labels)["GPU_I_PROFILE"] == "3g.40gb" and sample.value == 0.5
 
 

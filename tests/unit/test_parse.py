@@ -121,7 +121,7 @@ BAD_SPECS = [
     ("pools.0.bootTime", -1, "pool 't4dev': bootTime: -1 is not a non-negative duration"),
     ("profiles.0.gpus", 2,
      "profile 't4-shared': gpus: 2 shares of pool 't4dev' (timeslicing) cannot be requested;"
-     " the device plugin fails pods that ask for more than 1 nvidia.com/gpu.shared; use 1"),
+     " the device plugin fails pods that ask for more than 1 nvidia.com/gpu; use 1"),
     ("profiles.1.gpus", 3,
      "profile 'a100-mig-3g': gpus: 3 exceeds the 2 MIG slice(s) one node of pool 'a100mig' has"),
     # 8 vCPU - 180m kube-reserved - 500m daemonsets = 7320m for 4 shares

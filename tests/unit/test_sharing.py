@@ -20,7 +20,7 @@ from jupyterhub_gpu.builders.pod import spawn_settings
 from jupyterhub_gpu.spec.grant import UserRef, authorize
 from jupyterhub_gpu.bundle.check import check_device_plugin
 from jupyterhub_gpu.bundle.reference import spec_reference
-from jupyterhub_gpu.contract import SHARED_SUFFIX, GPU_RESOURCE
+from jupyterhub_gpu.contract import GPU_RESOURCE, MIG_RESOURCE_PREFIX, SHARED_SUFFIX
 from jupyterhub_gpu.hub.form import render_form
 from jupyterhub_gpu.kueue.lifecycle import wanted
 from jupyterhub_gpu.spec.parse import SpecError, parse_platform
@@ -29,7 +29,7 @@ from jupyterhub_gpu.spec.sharing import Parameter, SharingMode
 
 FAIR_SHARE = SharingMode(
     name="fairshare", summary="time-slicing with an equal turn for each of `replicas` pods",
-    parameter=Parameter.REPLICAS, shared=True, resource=GPU_RESOURCE + SHARED_SUFFIX,
+    parameter=Parameter.REPLICAS, shared=True, resource=GPU_RESOURCE,
     unit="fair share", unit_phrase="fair share", form_words="fair share (1 of {replicas})",
     plugin_config="fairshare-{replicas}", mig_strategy="none", mig_layout="all-disabled",
     sharing_strategy="time-slicing", product_suffix="-SHARED", sharing_key="timeSlicing",
@@ -54,7 +54,7 @@ def test_a_made_up_mode_is_parsed_and_shapes_the_pool(fair_share_mode, fair_spec
     pool = parse_platform(fair_spec).pool("t4dev")
     assert pool.sharing.mode is fair_share_mode
     assert (pool.resource_name, pool.units_per_node, pool.device_plugin_config) == (
-        "nvidia.com/gpu.shared", 3, "fairshare-3")
+        "nvidia.com/gpu", 3, "fairshare-3")
 
 
 def test_a_made_up_mode_renders_a_pod(fair_share_mode, fair_spec, tmp_path):
@@ -62,7 +62,7 @@ def test_a_made_up_mode_renders_a_pod(fair_share_mode, fair_spec, tmp_path):
     spec.write_text(yaml.safe_dump(fair_spec))
     pod = asyncio.run(render_pod(str(spec), "alice", ["data-science"], "t4-shared"))
     container = pod["spec"]["containers"][0]
-    assert container["resources"]["limits"]["nvidia.com/gpu.shared"] == "1"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["JUPYTERHUB_GPU_SHARING"] == "fairshare"
 
@@ -85,11 +85,12 @@ def test_a_made_up_mode_renders_a_device_plugin_config_that_advertises_its_resou
     configs = config_map(platform)["data"]
     assert yaml.safe_load(configs["fairshare-3"]) == {
         "version": "v1", "flags": {"migStrategy": "none"},
-        "sharing": {"timeSlicing": {"renameByDefault": True,
+        "sharing": {"timeSlicing": {"renameByDefault": False,
                                     "resources": [{"name": "nvidia.com/gpu", "replicas": 3}],
                                     "failRequestsGreaterThanOne": True}}}
     assert pool_labels(pool)["nvidia.com/device-plugin.config"] == "fairshare-3"
     assert node_labels(pool)["nvidia.com/gpu.product"] == "Tesla-T4-SHARED"
+    assert node_labels(pool)["nvidia.com/gpu.replicas"] == "3"
     # check-bundle reads the config as the device plugin would: same resource
     docs = [config_map(platform)]
     assert check_device_plugin(platform, "device-plugin.yaml", docs) == []
@@ -107,6 +108,47 @@ def test_a_made_up_mode_gets_the_rules_and_the_docs_of_its_kind(fair_share_mode,
     docs = spec_reference()
     assert "| `fairshare` | time-slicing with an equal turn" in docs
     assert "modes mps, timeslicing and fairshare only" in docs
+
+
+def test_a_mode_whose_nodes_lack_nvidia_com_gpu_is_refused_on_the_cluster_autoscaler(
+        monkeypatch, fair_spec):
+    """A mode that renames the shared GPU (``renameByDefault``) or runs the mixed MIG
+    strategy leaves its nodes without ``nvidia.com/gpu``. AKS labels every GPU node
+    ``kubernetes.azure.com/accelerator``; kubernetes/autoscaler's
+    ``GpuCustomResourcesProcessor.FilterOutNodesWithUnreadyResources``
+    (cluster-autoscaler/processors/customresources/gpu_processor.go) counts such a node
+    unready, and ``ClusterStateRegistry.IsClusterHealthy``
+    (cluster-autoscaler/clusterstate/clusterstate.go) stops all scaling once more than
+    ``OkTotalUnreadyCount`` nodes and ``MaxTotalUnreadyPercentage`` of all are unready
+    (AKS: 3 and 45%). ``validate`` refuses such a pool on the cluster autoscaler."""
+    monkeypatch.setattr(sharing, "MODES", dict(sharing.MODES))
+    sharing.register(SharingMode(
+        name="fairshare", summary="time-slicing, renamed", parameter=Parameter.REPLICAS,
+        shared=True, resource=GPU_RESOURCE + SHARED_SUFFIX, unit="fair share",
+        unit_phrase="fair share", form_words="fair share (1 of {replicas})",
+        plugin_config="fairshare-{replicas}", mig_strategy="none", mig_layout="all-disabled",
+        sharing_strategy="time-slicing", sharing_key="timeSlicing"))
+    sharing.register(SharingMode(
+        name="migmixed", summary="MIG, mixed strategy", parameter=Parameter.MIG_PROFILE,
+        shared=False, resource=MIG_RESOURCE_PREFIX + "{mig_profile}", unit="MIG slice",
+        unit_phrase="MIG {mig_profile} slice", form_words="MIG slice {mig_profile}",
+        plugin_config="mig-mixed", mig_strategy="mixed", mig_layout="all-{mig_profile}",
+        sharing_strategy="none"))
+    fair_spec["pools"][1]["sharing"] = {"mode": "migmixed", "migProfile": "3g.40gb"}
+    with pytest.raises(SpecError) as e:
+        parse_platform(fair_spec)
+    message = str(e.value)
+    assert ("pool 't4dev': sharing: mode fairshare: its nodes would advertise "
+            "nvidia.com/gpu.shared, not nvidia.com/gpu, and the cluster autoscaler counts "
+            "a GPU node (AKS labels it kubernetes.azure.com/accelerator) without "
+            "allocatable nvidia.com/gpu as unready") in message
+    assert "past 3 unready nodes and 45% of the cluster it stops all scale-up" in message
+    assert ("pool 'a100mig': sharing: mode migmixed: its nodes would advertise "
+            "nvidia.com/mig-3g.40gb (the device plugin's MIG strategy mixed), not "
+            "nvidia.com/gpu") in message
+    # the built-in modes all advertise nvidia.com/gpu: the example spec is valid
+    assert all(m.advertises_gpu_resource for m in sharing.MODES.values()
+               if m.gpu and m.name not in ("fairshare", "migmixed"))
 
 
 def test_node_auto_provisioning_follows_the_record(fair_share_mode, fair_spec, monkeypatch):

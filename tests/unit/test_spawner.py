@@ -141,14 +141,16 @@ async def test_profile_traits_reset_between_spawns(make_spawner):
     assert spawner.volumes == [] and spawner.volume_mounts == []
     assert spawner.extra_pod_config == {}
     assert "CHECKPOINT_DIR" not in spawner.environment
-    assert spawner.extra_resource_limits == {"nvidia.com/gpu.shared": "1"}
+    assert spawner.extra_resource_limits == {"nvidia.com/gpu": "1"}
     assert spawner.node_selector == {"kubernetes.azure.com/agentpool": "t4dev"}
     assert spawner.gpu_grant.profile.slug == "t4-shared"
     pod = await spawner.get_pod_manifest()
     assert [t.to_dict() for t in pod.spec.tolerations] == [
         {**GPU_TOLERATION, "toleration_seconds": None}]
-    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu.shared"] == "1"
-    assert "nvidia.com/gpu" not in pod.spec.containers[0].resources.limits
+    limits = pod.spec.containers[0].resources.limits
+    # one GPU unit, and the t4 profile's cpu, not a100-spot's 20
+    assert (limits["nvidia.com/gpu"], limits["cpu"]) == ("1", 1.75)
+    assert [k for k in limits if k.startswith("nvidia.com/")] == ["nvidia.com/gpu"]
 
 
 async def test_admin_config_is_the_base_profiles_merge_into(make_spawner):
