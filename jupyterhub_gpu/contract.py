@@ -171,6 +171,8 @@ OS_LABEL = "kubernetes.io/os"
 ARCH_LABEL = "kubernetes.io/arch"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 APP_NAME_LABEL = "app.kubernetes.io/name"
+APP_INSTANCE_LABEL = "app.kubernetes.io/instance"
+APP_COMPONENT_LABEL = "app.kubernetes.io/component"
 
 # -- AKS -----------------------------------------------------------------------------
 

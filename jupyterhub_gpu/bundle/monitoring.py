@@ -16,7 +16,8 @@ by ``exported_pod``/``exported_namespace``: :func:`_pod_labels` folds both into
 
 from __future__ import annotations
 
-from ..contract import DCGM_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_PERCENT_FACTOR, NVIDIA_PREFIX
+from ..contract import (APP_NAME_LABEL, DCGM_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_PERCENT_FACTOR,
+                        ENV_PROMETHEUS_URL, NVIDIA_PREFIX)
 from ..spec.model import Platform
 
 API_VERSION = "monitoring.coreos.com/v1"
@@ -34,7 +35,7 @@ KPS_NAMESPACE = "monitoring"
 PROMETHEUS_PORT = 9090
 PROMETHEUS_URL = (f"http://{KPS_RELEASE}-prometheus.{KPS_NAMESPACE}.svc.cluster.local"
                   f":{PROMETHEUS_PORT}")
-PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
+PROMETHEUS_POD_LABELS = {APP_NAME_LABEL: "prometheus"}
 WINDOW = "1h"  # of rates and averages
 EVICTION_WINDOW = "1d"
 
@@ -151,7 +152,7 @@ def alert_rules(platform: Platform) -> list[dict]:
         "15m", "GPU-idle culling is off: the culler cannot read Prometheus",
         "For 15 minutes the culler has decided servers with gpuIdle rules on their activity "
         "alone: Prometheus did not answer it. The hub's log says why (\"GPU-idle culling "
-        "skipped this cycle\"); check JUPYTERHUB_GPU_PROMETHEUS_URL and the hub's egress to "
+        f"skipped this cycle\"); check {ENV_PROMETHEUS_URL} and the hub's egress to "
         "Prometheus."))
     if _spot_rule(platform):
         alerts.append(_alert(

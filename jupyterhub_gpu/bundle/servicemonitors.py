@@ -27,7 +27,8 @@ values (:mod:`.gpuoperator`).
 
 from __future__ import annotations
 
-from ..contract import CULLER_METRICS_PORT_NAME
+from ..contract import (APP_COMPONENT_LABEL, APP_INSTANCE_LABEL, APP_NAME_LABEL,
+                        CULLER_METRICS_PORT_NAME)
 from .monitoring import API_VERSION, KPS_RELEASE
 from .namespaces import HUB_PORT_NAME, HubRef
 
@@ -60,7 +61,7 @@ def hub_service_monitor(hub: HubRef) -> dict:
     the culler's metrics (no token: only Prometheus may reach that port)."""
     return _service_monitor(
         "jupyterhub-gpu-hub", hub.namespace,
-        {"app.kubernetes.io/name": "jupyterhub", "app.kubernetes.io/component": "hub"},
+        {APP_NAME_LABEL: "jupyterhub", APP_COMPONENT_LABEL: "hub"},
         {"port": HUB_PORT_NAME, "path": HUB_METRICS_PATH,
          "authorization": {"type": "Bearer",
                            "credentials": {"name": HUB_SECRET, "key": token_key()}}},
@@ -71,8 +72,8 @@ def kueue_service_monitor() -> dict:
     """Kueue's ``<release>-controller-manager-metrics-service``, port ``https``."""
     return _service_monitor(
         "jupyterhub-gpu-kueue", KUEUE_NAMESPACE,
-        {"app.kubernetes.io/name": "kueue", "app.kubernetes.io/instance": KUEUE_RELEASE,
-         "app.kubernetes.io/component": "metrics-service"},
+        {APP_NAME_LABEL: "kueue", APP_INSTANCE_LABEL: KUEUE_RELEASE,
+         APP_COMPONENT_LABEL: "metrics-service"},
         {"port": "https", "scheme": "https", "path": "/metrics",
          "bearerTokenFile": SA_TOKEN_FILE, "tlsConfig": {"insecureSkipVerify": True}})
 

@@ -29,12 +29,13 @@ from typing import Iterable, Mapping
 import yaml
 
 from ..bundle.kueueconfig import kueue_configuration
+from ..bundle.servicemonitors import KUEUE_NAMESPACE
 from ..contract import KUEUE_API_VERSION as API_VERSION
 from ..contract import BATCH_GROUP, KUEUE_GROUP
 from ..spec.model import Platform
 from .layout import HOST, Ports
 
-NAMESPACE = "kueue-system"
+NAMESPACE = KUEUE_NAMESPACE  # as the admin guide installs Kueue
 SERVICE_NAME = "kueue-webhook-service"
 SECRET_NAME = "kueue-webhook-server-cert"
 WEBHOOK_CONFIG_PREFIX = "kueue"  # Kueue's rotator derives "<prefix>-mutating-..." names
