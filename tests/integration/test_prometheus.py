@@ -48,6 +48,7 @@ from jupyterhub_gpu.ledger.store import StopReason
 
 from . import usage_live
 from .conftest import STATE_DIR, TEST_PORTS, wait_for
+from .test_alert_rules import CULLER_ALERT
 from .hubrest import API, _admin_token, _auth
 from .test_demo import PORTS, URL, _login, _pod_gone, _xsrf
 
@@ -404,15 +405,24 @@ async def _check_exporter_and_our_queries(http, kube, pod_name: str) -> None:
         40.0, 812.0, 812.0 + 14_289.0), usage
 
 
+#: the culler's fallbacks for want of Prometheus happen only while Prometheus is down,
+#: and the dev cluster's Prometheus does not scrape the demo culler
+CHECKED_BY_PROMTOOL = frozenset({f"jupyterhub-gpu.alerts/{CULLER_ALERT}"})
+
+
 async def _check_every_expression(http, platform) -> None:
     """Every rule's and dashboard panel's expression returns series: the data are carol's
     server (DCGM 40 %: under the 70 % target), its queue wait (the second spawn of the
     profile, so that the histogram's rate is not 0), the static a100mig node (its pool
     at maxNodes, its GPUs unasked for), bob's spot eviction (the rate is over
-    the 20 % of the alert), Kueue's queues and the pools' prices."""
+    the 20 % of the alert), Kueue's queues and the pools' prices. The alerts in
+    :data:`CHECKED_BY_PROMTOOL` have no such data here and are run on given series by
+    ``promtool test rules`` instead (test_alert_rules.py)."""
     expressions = monitoring.expressions(platform)
     missing = {}
     for name, expr in expressions.items():
+        if name in CHECKED_BY_PROMTOOL:
+            continue
         try:
             await wait_for(lambda e=expr: _series(http, e), timeout=120, interval=1,
                            what=f"{name} to return series")

@@ -64,7 +64,7 @@ async def test_request_that_can_never_fit_fails_fast_with_the_quota(spawn, kube)
     # Kueue names one resource that can never fit (which one varies between runs)
     assert re.fullmatch(
         r"The profile 'A100 80GB \(spot\)' cannot start in queue experimentation: it asks "
-        r"for (1 nvidia.com/gpu|20 cpu|200Gi memory) on pool a100spot but the most the queue "
+        r"for (an A100-80GB GPU|20 cpu|200Gi memory) on pool a100spot but the most the queue "
         r"can ever have there is 0. Choose another profile or ask your JupyterHub admin.",
         str(info.value)), str(info.value)
     await _no_leftovers(kube, "jhub-experimentation", spawner.pod_name)
