@@ -25,16 +25,11 @@ RULE_NAME = "jupyterhub-gpu"
 #: the release name kube-prometheus-stack is installed as; its Prometheus selects
 #: ServiceMonitors, PodMonitors and PrometheusRules labelled ``release: <it>``
 KPS_RELEASE = "kube-prometheus-stack"
-#: the chart version the admin guide installs: the first with the Prometheus Operator
-#: v0.85.0 (prometheus-community/helm-charts#6084), the version the dev cluster runs
-KPS_CHART_VERSION = "77.0.0"
 #: the namespace the admin guide installs kube-prometheus-stack in
 KPS_NAMESPACE = "monitoring"
 #: its Prometheus: the Service ``<release>-prometheus`` on port 9090, whose pods carry
 #: ``app.kubernetes.io/name: prometheus`` (set by the operator on its StatefulSet's pods)
 PROMETHEUS_PORT = 9090
-PROMETHEUS_URL = (f"http://{KPS_RELEASE}-prometheus.{KPS_NAMESPACE}.svc.cluster.local"
-                  f":{PROMETHEUS_PORT}")
 PROMETHEUS_POD_LABELS = {APP_NAME_LABEL: "prometheus"}
 WINDOW = "1h"  # of rates and averages
 EVICTION_WINDOW = "1d"

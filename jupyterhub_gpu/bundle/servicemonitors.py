@@ -39,7 +39,9 @@ HUB_SECRET = "hub"
 HUB_METRICS_PATH = "/hub/metrics"
 #: Kueue as the admin guide installs it (``helm install kueue ... --namespace kueue-system``)
 KUEUE_RELEASE, KUEUE_NAMESPACE = "kueue", "kueue-system"
-SA_TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+#: where the kubelet mounts a pod's ServiceAccount token
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount/"
+SA_TOKEN_FILE = SA_DIR + "token"
 
 
 def token_key(service: str = PROMETHEUS_SERVICE) -> str:

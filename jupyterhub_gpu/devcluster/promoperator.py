@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from ..bundle.monitoring import API_VERSION as MONITORING_API, KPS_NAMESPACE, KPS_RELEASE
+from ..bundle.servicemonitors import SA_DIR
 from ..contract import NETWORKING_GROUP, RBAC_API_VERSION, RBAC_GROUP
 from .build import PROMETHEUS_VERSION
 from .endpointsd import META, sanitize
@@ -48,7 +49,7 @@ PROMETHEUS_CRDS = ("prometheuses", "servicemonitors", "podmonitors", "probes",
 #: where the operator's StatefulSet mounts what :func:`adapt` replaces
 #: (pkg/prometheus/statefulset.go, pkg/prometheus/promcfg.go of the operator)
 RULES_MOUNT = "/etc/prometheus/rules/"
-SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount/"
+SA_MOUNT = SA_DIR
 CONFIG_KEY = "prometheus.yaml.gz"
 #: ``$(SHARD)`` as the config reloader substitutes it in the one shard's pods (the
 #: operator's ``SHARD`` environment variable, pkg/operator/config_reloader.go)
