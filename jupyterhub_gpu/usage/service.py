@@ -30,6 +30,7 @@ import asyncio
 import logging
 import os
 import secrets
+import signal
 import sys
 from datetime import datetime, timezone
 from typing import Any
@@ -240,10 +241,24 @@ def main(argv: list[str] | None = None) -> None:
 async def _serve(usage: Usage) -> None:
     url = urlparse(os.environ[ENV_SERVICE_URL])
     prefix = os.environ[ENV_SERVICE_PREFIX]
-    make_app(usage, prefix, HubOAuth()).listen(
+    server = make_app(usage, prefix, HubOAuth()).listen(
         url.port or 80, os.environ.get(ENV_USAGE_BIND) or url.hostname)
     log.info("Serving %s on %s (prefix %s)", USAGE_SERVICE_NAME, url.geturl(), prefix)
-    await asyncio.Event().wait()
+    await stopped()
+    server.stop()
+    log.info("Stopped %s", USAGE_SERVICE_NAME)
+
+
+async def stopped() -> None:
+    """Return on SIGTERM or SIGINT. As the sidecar, this process is its container's
+    PID 1 (its ``command`` replaces the image's ``tini`` entrypoint), and the kernel
+    drops a signal PID 1 has no handler for: without one, the kubelet's SIGTERM would
+    be ignored and every stop of the hub's pod (a rollout: the chart's hub Deployment
+    is ``Recreate``) would wait ``terminationGracePeriodSeconds`` (30 s) for SIGKILL."""
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    await stop.wait()
 
 
 if __name__ == "__main__":

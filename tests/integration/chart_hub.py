@@ -21,8 +21,8 @@ pod), the Service environment variables of the release namespace
 the ConfigMap ``hub`` under ``/usr/local/etc/jupyterhub/config/``, the Secret ``hub``
 (with the rendered ``values.yaml``) under ``.../secret/``, the spec's ConfigMap under
 ``/etc/jupyterhub-gpu``. The files are placed in a private mount namespace
-(``unshare``; an overlay over the nearest existing directory, so the host's tree is
-never written), as :mod:`.hubpod` does for the demo hub. :class:`ChartHub` starts the
+(``unshare``, as :mod:`.hubpod` does for the demo hub), in a new root that shows the
+host's tree without writing it (:func:`namespace_script`). :class:`ChartHub` starts the
 proxy Deployment's container and every container of the hub Deployment so (the
 ``hub`` container, and ``hub.extraContainers``: the gpu-usage page, :func:`sidecar_env`);
 :func:`serving` runs them for a test, from when the hub has logged that it runs (its
@@ -230,36 +230,65 @@ class Pod:
         return out
 
 
-def _overlay_roots(targets: list[Path]) -> list[Path]:
-    """The nearest existing directory above each mount path that does not exist here:
-    an overlay over it lets the path be made without writing the host's tree."""
+def resolved(target: Path) -> Path:
+    """``target`` with the symlinks of its existing part resolved
+    (``/var/run/secrets/...`` is ``/run/secrets/...`` where ``/var/run`` links there)."""
+    head = target
+    while not head.exists():
+        head = head.parent
+    return head.resolve() / target.relative_to(head)
+
+
+def _shadowed(targets: list[Path]) -> list[Path]:
+    """The nearest existing directory above each mount path that does not exist here,
+    shallowest first: the new root has a tmpfs there, so the path can be made."""
     roots = set()
-    for target in targets:
-        parent = target.parent
-        while not parent.exists():
-            parent = parent.parent
+    for target in map(resolved, targets):
         if not target.exists():
-            roots.add(parent.resolve())
-    # an overlay over a directory inside another overlaid one would hide nothing new
-    return sorted(r for r in roots if not any(o != r and o in r.parents for o in roots))
+            parent = target.parent
+            while not parent.exists():
+                parent = parent.parent
+            roots.add(parent)
+    return sorted(roots - {Path("/")}, key=lambda r: len(r.parts))
 
 
-def namespace_script(mounts: list[tuple[Path, Path]], hosts: Path, scratch: Path) -> str:
-    """The shell that builds the pod's file tree in the private mount namespace."""
+def _mirror(directory: Path, into: Path) -> list[str]:
+    """Shell lines that show every entry of ``directory`` in the tmpfs ``into``:
+    directories and files bind-mounted (live, not copied), symlinks made again."""
+    q, lines = shlex.quote, []
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        source, there = q(entry.path), q(str(into / entry.name))
+        if entry.is_symlink():
+            lines.append(f"ln -s {q(os.readlink(entry.path))} {there}")
+        elif entry.is_dir():
+            lines.append(f"mkdir {there}; mount -n --rbind {source} {there}")
+        else:
+            lines.append(f"touch {there}; mount -n --bind {source} {there}")
+    return lines
+
+
+def namespace_script(mounts: list[tuple[Path, Path]], hosts: Path, new_root: Path) -> str:
+    """The shell that builds the pod's file tree in the private mount namespace, then
+    runs ``"$2" "$3" ...`` there in directory ``"$1"``. The tree is a new root (a tmpfs
+    at ``new_root``, entered with ``chroot``) that shows the host's directories, with a
+    tmpfs of its own over each directory a mount path must be made in: nothing of the
+    host's is written, and nothing the host changes meanwhile (``/etc/hosts``, ``/run``)
+    is copied or cached."""
     q = shlex.quote
-    lines = ["set -e"]
-    for i, root in enumerate(_overlay_roots([t for _, t in mounts] + [Path("/etc/hosts")])):
-        upper, work = scratch / f"overlay{i}" / "upper", scratch / f"overlay{i}" / "work"
-        upper.mkdir(parents=True, exist_ok=True)
-        work.mkdir(parents=True, exist_ok=True)
-        lines.append(f"mount -n -t overlay overlay -o lowerdir={root},upperdir={upper},"
-                     f"workdir={work} {q(str(root))}")
-    for source, target in sorted([*mounts, (hosts, Path("/etc/hosts"))],
-                                 key=lambda m: len(m[1].parts)):
-        make = f"mkdir -p {q(str(target))}" if source.is_dir() else (
-            f"mkdir -p {q(str(target.parent))}; touch {q(str(target))}")
-        lines.append(f"{make}; mount -n --bind {q(str(source))} {q(str(target))}")
-    return "; ".join(lines) + '; cd "$1"; shift; exec "$@"'
+    mounts = [*mounts, (hosts, Path("/etc/hosts"))]
+    new_root.mkdir(parents=True, exist_ok=True)
+    tmpfs = "mount -n -t tmpfs -o mode=755 tmpfs"
+    lines = ["set -e", f"{tmpfs} {q(str(new_root))}", *_mirror(Path("/"), new_root)]
+    for root in _shadowed([target for _, target in mounts]):
+        inside = new_root / root.relative_to("/")
+        lines += [f"{tmpfs} {q(str(inside))}", *_mirror(root, inside)]
+    for source, target in sorted(mounts, key=lambda m: len(m[1].parts)):
+        inside = q(str(new_root / resolved(target).relative_to("/")))
+        make = f"mkdir -p {inside}" if source.is_dir() else (
+            f"mkdir -p \"$(dirname {inside})\"; [ -e {inside} ] || touch {inside}")
+        lines.append(f"{make}; mount -n --bind {q(str(source))} {inside}")
+    return "; ".join(lines) + (f"; exec chroot {q(str(new_root))} sh -c "
+                               + q('cd "$1"; shift; exec "$@"') + ' sh "$@"')
 
 
 async def start_container(pod: Pod, container_name: str, env: dict[str, str],
@@ -272,11 +301,12 @@ async def start_container(pod: Pod, container_name: str, env: dict[str, str],
     argv = [_rewrite_port(_expand(a, env), ports)
             for a in [*container.get("command", []), *container.get("args", [])]]
     hosts = pod.workdir / "hosts"
-    script = namespace_script(pod.mounts(container), hosts, pod.workdir / "scratch")
+    script = namespace_script(pod.mounts(container), hosts, pod.workdir / "root")
     cwd = container.get("workingDir") or IMAGE_WORKDIRS.get(container_name, "/")
     with open(log, "ab") as out:
         return await asyncio.create_subprocess_exec(
-            *hubpod.unshare_command(), *POD_PID_NAMESPACE, "sh", "-c", script, "sh", cwd, *argv, *extra_args,
+            *hubpod.unshare_command(), *POD_PID_NAMESPACE, "sh", "-c", script, "sh", cwd, *argv,
+            *extra_args,
             stdout=out, stderr=out, env=env, start_new_session=True,
             preexec_fn=demo.interruptible)
 
@@ -338,16 +368,22 @@ class ChartHub:
             await process.wait()
         self.processes[index] = await start()
 
-    async def stop(self) -> None:
-        """SIGTERM, as the kubelet stops a container; SIGKILL after STOP_SECONDS."""
-        for process in reversed(self.processes):
+    async def stop(self) -> list[str]:
+        """SIGTERM, as the kubelet stops a container; SIGKILL after STOP_SECONDS (the hub
+        pod's ``terminationGracePeriodSeconds``: Kubernetes' default; the proxy's is 60).
+        The containers that needed the SIGKILL."""
+        names = {index: name for name, (index, _) in self.starts.items()}
+        killed = []
+        for index, process in reversed(list(enumerate(self.processes))):
             if process.returncode is None:
                 os.killpg(process.pid, signal.SIGTERM)
                 try:
                     await asyncio.wait_for(process.wait(), STOP_SECONDS)
                 except asyncio.TimeoutError:
+                    killed.append(names[index])
                     os.killpg(process.pid, signal.SIGKILL)
                     await process.wait()
+        return killed
 
 
 async def start_chart_hub(cluster: dict, spec: Path, workdir: Path,
@@ -446,10 +482,13 @@ async def serving(cluster: dict, spec: Path, workdir: Path, admin: dict | None =
                 if hub.running() and await demo.hub_answers(http, hub.url):
                     await stop_all_servers(http, hub)
     finally:
-        await hub.stop()
+        killed = await hub.stop()
         await asyncio.to_thread(delete_left_servers, cluster)
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
+    # each container is its PID namespace's PID 1 here, as in its pod, where the kernel
+    # drops a signal it has no handler for
+    assert not killed, f"{killed} ignored SIGTERM and were killed after {STOP_SECONDS} s"
 
 
 def delete_left_servers(cluster: dict, timeout: float = 120) -> None:
