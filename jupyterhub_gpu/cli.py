@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from importlib import metadata
 
 import yaml
 
@@ -64,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jupyterhub-gpu",
         description="Shared, queued GPUs for JupyterHub: check and render a GPU platform spec.")
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {metadata.version('jupyterhub-gpu')}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("validate", help="check a spec and list every error",

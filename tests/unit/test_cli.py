@@ -121,3 +121,17 @@ def test_the_cli_loads_the_dev_cluster_only_for_its_commands(example_spec_path):
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "[]"
+
+
+def test_python_dash_m_is_the_command_and_says_its_installed_version():
+    """``python -m jupyterhub_gpu --version`` prints the installed distribution's version
+    (its metadata: one source), and runs the same command as ``jupyterhub-gpu``."""
+    from importlib import metadata
+
+    result = subprocess.run([sys.executable, "-m", "jupyterhub_gpu", "--version"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"jupyterhub-gpu {metadata.version('jupyterhub-gpu')}\n"
+    result = subprocess.run([sys.executable, "-m", "jupyterhub_gpu", "no-such-command"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "invalid choice: 'no-such-command'" in result.stderr
