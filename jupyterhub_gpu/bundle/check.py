@@ -107,6 +107,8 @@ class Bundle:
     service_monitors: tuple[str, list] | None = None
     grafana_dashboard: tuple[str, Any] | None = None
     helm_values: list[tuple[str, dict]] = field(default_factory=list)
+    #: the Prometheus the values' URLs must reach; None: the admin guide's
+    prometheus_url: str | None = None
 
 
 def check_kueue(platform: Platform, file: str, docs: list) -> list[Drift]:

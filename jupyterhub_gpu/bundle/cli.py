@@ -22,10 +22,12 @@ from .check import (Bundle, check_device_plugin, check_gpu_operator, check_kueue
                     check_preemption_model, check_team_namespaces, check_terraform_tf,
                     check_terraform_vars)
 from .checkhelm import check_helm
+from .checkprometheus import check_prometheus_urls
 from .diff import Drift
 from .files import (GENERATED, GPU_OPERATOR_VALUES, GRAFANA_DASHBOARD, HELM_GENERATED,
                     KUEUE_CONFIGURATION, NODE_AUTO_PROVISIONING, PROMETHEUS_RULES,
                     SERVICE_MONITORS, TEAM_NAMESPACES, render_file, render_files, write_files)
+from .monitoring import prometheus_url
 from .namespaces import HubRef
 from .terraform import BundleError
 
@@ -85,6 +87,7 @@ def _load(args: argparse.Namespace, problems: list[Drift]) -> Bundle:
         service_monitors=read(args.service_monitors, _yaml_docs),
         grafana_dashboard=read(args.grafana_dashboard, json.loads),
         helm_values=[h for h in helm if h is not None],
+        prometheus_url=args.prometheus_url,
     )
 
 
@@ -122,6 +125,9 @@ def run_checks(platform, bundle: Bundle, hub: HubRef) -> list[Drift]:
         drifts += check_grafana_dashboard(*bundle.grafana_dashboard)
     if bundle.helm_values:
         drifts += check_helm(platform, bundle.helm_values)
+        drifts += check_prometheus_urls(bundle.helm_values,
+                                        bundle.prometheus_url or prometheus_url(),
+                                        given=bundle.prometheus_url is not None)
     return drifts
 
 
@@ -192,8 +198,8 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check-bundle", help="prove the deployment bundle agrees with the spec",
                        description="Compare the Helm values, Kueue objects, device-plugin "
                        "config, team namespaces, Terraform, the GPU Operator's values, Node "
-                       "Auto Provisioning's NodePools, the Prometheus rules and the Grafana "
-                       "dashboard "
+                       "Auto Provisioning's NodePools, the Prometheus rules and URLs and the "
+                       "Grafana dashboard "
                        "with what SPEC implies: same pools, labels, taints, resource names, "
                        "queues and owners of driver and MIG layout. Prints every "
                        "difference (file, object, field) and exits 1 on any.")
@@ -222,6 +228,9 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
                    help=f"the hub's and Kueue's ServiceMonitors (default: {SERVICE_MONITORS})")
     p.add_argument("--grafana-dashboard", default=GRAFANA_DASHBOARD, metavar="FILE",
                    help=f"the Grafana dashboard (default: {GRAFANA_DASHBOARD})")
+    p.add_argument("--prometheus-url", metavar="URL",
+                   help="the Prometheus the Helm values' URLs must reach (default: the "
+                   f"admin guide's kube-prometheus-stack, {prometheus_url()})")
     _hub_namespace(p)
     p.set_defaults(func=_check_bundle)
 

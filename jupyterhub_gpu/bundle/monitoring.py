@@ -3,22 +3,28 @@
 ``config/prometheus-rules.yaml`` is a PrometheusRule (kube-prometheus-stack's
 ``monitoring.coreos.com/v1``); ``config/grafana-dashboard.json`` a Grafana dashboard.
 Both read what the components really export: the hub's ``jupyterhub_gpu_*``
-(:doc:`reference/metrics`), Kueue's ``kueue_*``, Karpenter's ``karpenter_*`` and the
-DCGM exporter's ``DCGM_FI_*``.
+(:doc:`reference/metrics`), Kueue's ``kueue_*``, kube-state-metrics' ``kube_*`` and the
+DCGM exporter's ``DCGM_FI_*``. No rule reads Karpenter's ``karpenter_*``: the cluster
+autoscaler's pools have none, and AKS runs Node Auto Provisioning's Karpenter in its
+control plane, where kube-prometheus-stack does not scrape it. A node's pool is the
+node label its autoscaler sets (:attr:`~jupyterhub_gpu.spec.model.Autoscaler.pool_label`),
+as kube-state-metrics' ``kube_node_labels`` exports it once its
+``--metric-labels-allowlist`` names it (:func:`node_label_allowlist`).
 
 Facts only the spec knows (each pool's ``maxNodes`` and price, each team's namespace)
 are recording rules of constant value, so that the other rules join on them. A series
-of the DCGM exporter or of Karpenter names its pod by ``pod``/``namespace`` (Karpenter:
-``name``/``namespace``) or, scraped through a ServiceMonitor (``honorLabels: false``),
-by ``exported_pod``/``exported_namespace``: :func:`_pod_labels` folds both into
-``namespace`` and ``pod``.
+of the DCGM exporter names its pod by ``pod``/``namespace`` or, scraped through a
+ServiceMonitor (``honorLabels: false``), by ``exported_pod``/``exported_namespace``:
+:func:`_pod_labels` folds both into ``namespace`` and ``pod``.
 """
 
 from __future__ import annotations
 
+import re
+
 from ..contract import (APP_NAME_LABEL, DCGM_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_PERCENT_FACTOR,
                         ENV_PROMETHEUS_URL, NVIDIA_PREFIX)
-from ..spec.model import Platform
+from ..spec.model import Autoscaler, Platform
 
 API_VERSION = "monitoring.coreos.com/v1"
 RULE_NAME = "jupyterhub-gpu"
@@ -27,7 +33,10 @@ RULE_NAME = "jupyterhub-gpu"
 KPS_RELEASE = "kube-prometheus-stack"
 #: the namespace the admin guide installs kube-prometheus-stack in
 KPS_NAMESPACE = "monitoring"
-#: its Prometheus: the Service ``<release>-prometheus`` on port 9090, whose pods carry
+#: the chart's name, which its ``kube-prometheus-stack.fullname`` helper compares the
+#: release name with
+KPS_CHART = "kube-prometheus-stack"
+#: its Prometheus: the Service ``<fullname>-prometheus`` on port 9090, whose pods carry
 #: ``app.kubernetes.io/name: prometheus`` (set by the operator on its StatefulSet's pods)
 PROMETHEUS_PORT = 9090
 PROMETHEUS_POD_LABELS = {APP_NAME_LABEL: "prometheus"}
@@ -45,14 +54,54 @@ POOL_COST = "jupyterhub_gpu:pool_cost_per_hour:sum"
 MAX_NODES = "jupyterhub_gpu:pool_max_nodes"
 PRICE = "jupyterhub_gpu:pool_price_per_node_hour"
 TEAM_OF = "jupyterhub_gpu:namespace_team"
+NODE_POOL = "jupyterhub_gpu:node_pool"
+_KSM_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+_KSM_CAPITAL = re.compile(r"([a-z0-9])([A-Z])")
 
 
-def _pod_labels(expr: str, pod_label: str = "pod") -> str:
+def kps_fullname(release: str = KPS_RELEASE) -> str:
+    """kube-prometheus-stack's ``kube-prometheus-stack.fullname`` (no overrides): the
+    release name if it contains the chart's name, else ``<release>-<chart>``, cut to
+    26 characters (prometheus-community/helm-charts,
+    charts/kube-prometheus-stack/templates/_helpers.tpl)."""
+    name = release if KPS_CHART in release else f"{release}-{KPS_CHART}"
+    return name[:26].rstrip("-")
+
+
+def prometheus_url(release: str = KPS_RELEASE, namespace: str = KPS_NAMESPACE) -> str:
+    """The in-cluster URL of the release's Prometheus: its Service
+    ``<fullname>-prometheus`` (templates/prometheus/service.yaml) on
+    ``prometheus.service.port``, 9090 by default."""
+    return f"http://{kps_fullname(release)}-prometheus.{namespace}.svc.cluster.local:{PROMETHEUS_PORT}"
+
+
+def _ksm_sanitize(name: str) -> str:
+    """kube-state-metrics' ``SanitizeLabelName`` (internal/store/utils.go)."""
+    return _KSM_INVALID.sub("_", name)
+
+
+#: kube-state-metrics' ``resource`` label of the GPU resources (``nvidia.com/gpu`` is
+#: ``nvidia_com_gpu``)
+GPU_RESOURCES = f'resource=~"{_ksm_sanitize(NVIDIA_PREFIX)}.+"'
+
+
+def ksm_label(key: str) -> str:
+    """The label of ``kube_node_labels`` that carries node label ``key``: ``label_``
+    and the key sanitized, then snake-cased (internal/store/utils.go, ``labelName``)."""
+    return "label_" + _KSM_CAPITAL.sub(r"\1_\2", _ksm_sanitize(key)).lower()
+
+
+def node_label_allowlist(platform: Platform) -> list[str]:
+    """The node labels the pool rules read, which kube-state-metrics must be allowed to
+    export (``--metric-labels-allowlist=nodes=[...]``): each pool's autoscaler's."""
+    return sorted({p.autoscaler.pool_label for p in platform.pools})
+
+
+def _pod_labels(expr: str) -> str:
     """``expr`` with ``namespace`` taken from ``exported_namespace`` when that is set,
-    and ``pod`` from ``exported_pod`` (or from ``pod_label``, e.g. Karpenter's ``name``)."""
+    and ``pod`` from ``exported_pod``."""
     inner = f'label_replace({expr}, "namespace", "$1", "exported_namespace", "(.+)")'
-    source = "exported_pod" if pod_label == "pod" else pod_label
-    return f'label_replace({inner}, "pod", "$1", "{source}", "(.+)")'
+    return f'label_replace({inner}, "pod", "$1", "exported_pod", "(.+)")'
 
 
 def _fact(record: str, value: float, **labels: str) -> dict:
@@ -66,21 +115,35 @@ def spec_rules(platform: Platform) -> list[dict]:
             + [_fact(TEAM_OF, 1, namespace=t.namespace, team=t.name) for t in platform.teams])
 
 
-def usage_rules() -> list[dict]:
+def node_pool_rule(platform: Platform) -> dict:
+    """``jupyterhub_gpu:node_pool{node, pool}`` (1) for each node of a spec pool, whichever
+    autoscaler scales it: the node label each pool's autoscaler sets, from
+    ``kube_node_labels``."""
+    parts = []
+    for autoscaler in Autoscaler:
+        names = "|".join(p.name for p in platform.pools if p.autoscaler is autoscaler)
+        if names:
+            label = ksm_label(autoscaler.pool_label)
+            parts.append(f'label_replace(kube_node_labels{{{label}=~"{names}"}}, '
+                         f'"pool", "$1", "{label}", "(.+)")')
+    return {"record": NODE_POOL, "expr": f"max by (node, pool) ({' or '.join(parts)})"}
+
+
+def usage_rules(platform: Platform) -> list[dict]:
     """Recording rules the alerts and the dashboard read."""
     mig = f'{DCGM_ENGINE_ACTIVE}{{GPU_I_PROFILE!=""}} * {DCGM_PERCENT_FACTOR[DCGM_ENGINE_ACTIVE]:g}'
     util = f"max by (namespace, pod) ({_pod_labels(f'{DCGM_GPU_UTIL} or {mig}')})"
-    pods = 'karpenter_pods_state{nodepool!=""}'
-    pod_pool = f"max by (namespace, pod, nodepool) ({_pod_labels(pods, 'name')})"
+    pod_pool = (f'max by (namespace, pod, pool) (kube_pod_info{{node!=""}} '
+                f"* on (node) group_left (pool) {NODE_POOL})")
     quantile = ("histogram_quantile({q}, sum by (profile, pool, le) "
                 f"(rate(jupyterhub_gpu_queue_wait_seconds_bucket[{WINDOW}])))")
     return [
+        node_pool_rule(platform),
         {"record": POD_UTIL, "expr": util},
         {"record": TEAM_UTIL,
          "expr": f"avg by (team) ({POD_UTIL} * on (namespace) group_left (team) {TEAM_OF})"},
         {"record": POOL_UTIL,
-         "expr": (f'label_replace(avg by (nodepool) ({POD_UTIL} * on (namespace, pod) '
-                  f'group_left (nodepool) {pod_pool}), "pool", "$1", "nodepool", "(.+)")')},
+         "expr": f"avg by (pool) ({POD_UTIL} * on (namespace, pod) group_left (pool) {pod_pool})"},
         {"record": WAIT_P50, "expr": quantile.format(q=0.5)},
         {"record": WAIT_P95, "expr": quantile.format(q=0.95)},
         {"record": POOL_NODES, "expr": "sum by (pool) (jupyterhub_gpu_pool_nodes)"},
@@ -110,9 +173,19 @@ def _alert(name: str, expr: str, for_: str, summary: str, description: str,
             "annotations": {"summary": summary, "description": description}}
 
 
+#: the GPU nodes of the spec's pools, by node and pool
+GPU_NODES = (f"sum by (node, pool) (kube_node_status_allocatable{{{GPU_RESOURCES}}} "
+             f"* on (node) group_left (pool) {NODE_POOL}) > 0")
+#: the nodes where a pending or running pod requests a GPU (a finished pod keeps its
+#: requests in kube-state-metrics: the phase filter is kubernetes-mixin's, as in its
+#: ``namespace_cpu:kube_pod_container_resource_requests:sum``)
+GPU_REQUESTS = (f"sum by (node) (kube_pod_container_resource_requests{{{GPU_RESOURCES}}} "
+                "* on (namespace, pod) group_left () max by (namespace, pod) "
+                '(kube_pod_status_phase{phase=~"Pending|Running"} == 1)) > 0')
+
+
 def alert_rules(platform: Platform) -> list[dict]:
     m = platform.monitoring
-    gpu_resources = f'resource_type=~"{NVIDIA_PREFIX}.+"'
     alerts = [
         _alert("JupyterhubGpuUtilizationUnderTarget",
                f"avg_over_time({POOL_UTIL}[{WINDOW}]) < {m.gpu_utilization_target_percent:g}",
@@ -133,13 +206,19 @@ def alert_rules(platform: Platform) -> list[dict]:
                f"{_duration(m.pool_at_max_seconds)}: new servers queue until one stops. "
                "Raise maxNodes (and the VM quota) if this is common."),
         _alert("JupyterhubGpuNodeWithoutGpuPod",
-               (f"sum by (node_name, nodepool) (karpenter_nodes_allocatable{{{gpu_resources}}}) > 0 "
-                f"unless on (node_name) sum by (node_name) "
-                f"(karpenter_nodes_total_pod_requests{{{gpu_resources}}}) > 0"),
+               f"{GPU_NODES} unless on (node) {GPU_REQUESTS}",
                _duration(m.idle_gpu_node_seconds), "A GPU node runs without a GPU pod",
-               "Node {{ $labels.node_name }} of pool {{ $labels.nodepool }} has GPUs and "
+               "Node {{ $labels.node }} of pool {{ $labels.pool }} has GPUs and "
                f"no pod has requested one for {_duration(m.idle_gpu_node_seconds)}: it is "
                "paid for and unused. Check the pool's consolidateAfter and minNodes."),
+        _alert("JupyterhubGpuNodeOfNoPool",
+               f"kube_node_status_allocatable{{{GPU_RESOURCES}}} > 0 unless on (node) {NODE_POOL}",
+               "15m", "A GPU node is of no pool the rules know",
+               "Node {{ $labels.node }} has GPUs, and kube_node_labels names no pool of the "
+               f"spec for it ({', '.join(node_label_allowlist(platform))}): the pool rules "
+               "and alerts do not count it. Allow the label in kube-state-metrics' "
+               "metricLabelsAllowlist (docs/admin-guide.md, step 6), or add the node's pool "
+               "to the spec."),
     ]
     alerts.append(_alert(
         "JupyterhubGpuCullerWithoutGpuData",
@@ -164,7 +243,7 @@ def rule_groups(platform: Platform) -> list[dict]:
     """The rule groups (as Prometheus' rule files and the PrometheusRule's spec hold them)."""
     return [{"name": "jupyterhub-gpu.spec", "rules": spec_rules(platform)},
             {"name": "jupyterhub-gpu.usage",
-             "rules": usage_rules() + _spot_rule(platform)},
+             "rules": usage_rules(platform) + _spot_rule(platform)},
             {"name": "jupyterhub-gpu.alerts", "rules": alert_rules(platform)}]
 
 
@@ -187,7 +266,7 @@ PANELS = (  # title, unit, (legend, expr)...
     ("Cost burn by pool ($/hour)", "currencyUSD", ("{{pool}}", POOL_COST),
      ("total", f"sum({POOL_COST})")),
     ("Nodes by pool", "short", ("{{pool}}", POOL_NODES),
-     ("Karpenter: {{nodepool}}", 'karpenter_nodepools_usage{resource_type="nodes"}')),
+     ("Kubernetes: {{pool}}", f"count by (pool) ({NODE_POOL})")),
 )
 
 

@@ -73,6 +73,8 @@ LEDGER_REASONS = {Reason.MAX_AGE: StopReason.MAX_AGE, Reason.IDLE: StopReason.ID
 #: how long a failed Prometheus query answers the calls after it (jupyterhub-idle-culler
 #: calls the hook for one user after another, so a cycle's calls follow at once)
 FAILURE_REUSE_SECONDS = 2.0
+#: while Prometheus does not answer, the log repeats its warning at most this often
+OUTAGE_WARN_EVERY = timedelta(minutes=15)
 LOGGER_NAME = "IdleCuller.jupyterhub_gpu"  # under the culler's own (configured) logger
 _TRUE = ("1", "true", "yes", "on")
 
@@ -112,6 +114,46 @@ class HookSettings:
                    get(ENV_USAGE_DB_URL, str, None))
 
 
+class OutageLog:
+    """What the hub's log says while Prometheus does not answer the culler: a warning
+    naming the URL and the error when the failures start, again at most every
+    :data:`OUTAGE_WARN_EVERY` while they go on (with the time they started and how many
+    queries failed), and one line when Prometheus answers again. The culler runs as a
+    hub-managed service: its log is the hub's."""
+
+    def __init__(self, log: logging.Logger, every: timedelta = OUTAGE_WARN_EVERY):
+        self.log, self.every = log, every
+        self.since: datetime | None = None
+        self._warned_at: datetime | None = None
+        self._failures = 0
+
+    def failed(self, now: datetime, error: PrometheusError) -> None:
+        self._failures += 1
+        if self.since is None:
+            self.since = self._warned_at = now
+            self.log.warning("GPU-idle culling skipped this cycle, Prometheus: %s (servers "
+                             "with gpuIdle are culled on activity alone until it answers; "
+                             "repeated at most every %s)", error, _minutes(self.every))
+        elif self._warned_at is not None and now - self._warned_at >= self.every:
+            self._warned_at = now
+            self.log.warning("GPU-idle culling skipped this cycle, Prometheus: %s (not "
+                             "answering since %s, %d failed queries)", error,
+                             self.since.isoformat(timespec="seconds"), self._failures)
+        else:
+            self.log.debug("GPU-idle culling skipped this cycle, Prometheus: %s", error)
+
+    def answered(self) -> None:
+        if self.since is not None:
+            self.log.warning("Prometheus answers again: GPU-idle culling is back (it did "
+                             "not answer from %s, %d failed queries)",
+                             self.since.isoformat(timespec="seconds"), self._failures)
+        self.since, self._warned_at, self._failures = None, None, 0
+
+
+def _minutes(delta: timedelta) -> str:
+    return f"{delta.total_seconds() / 60:g} min"
+
+
 class UsageCache:
     """One Prometheus query per cull cycle, shared by every server in the cycle.
 
@@ -125,6 +167,7 @@ class UsageCache:
     def __init__(self, client: PrometheusClient, clock: Clock, log: logging.Logger,
                  ttl_seconds: float = 60.0):
         self.client, self.clock, self.log, self.ttl = client, clock, log, ttl_seconds
+        self.outage = OutageLog(log)
         self._task: asyncio.Task | None = None
         self._key: tuple[int, datetime] | None = None
         self._failed_at: datetime | None = None
@@ -153,8 +196,9 @@ class UsageCache:
             snapshot = await self.client.gpu_usage(window_seconds, end)
         except PrometheusError as e:
             self._failed_at = self.clock()
-            self.log.warning("GPU-idle culling skipped this cycle, Prometheus: %s", e)
+            self.outage.failed(self._failed_at, e)
             return GpuUnknown(GpuState.UNAVAILABLE, f"Prometheus unavailable: {e}")
+        self.outage.answered()
         self.log.debug("GPU usage of %d pods from Prometheus", len(snapshot.by_pod))
         return snapshot
 
@@ -243,8 +287,11 @@ class CullArbiter:
         if view.profile and policy.profile is None:
             profile += " (not in the spec)"
         who = f"user={user} server={name!r} profile={profile}"
+        # Prometheus' outage is the cache's warning (rate-limited); a server's own
+        # missing or partial data is a warning of its own
+        level = logging.INFO if decision.gpu_state is GpuState.UNAVAILABLE else logging.WARNING
         for warning in decision.warnings:
-            self.log.warning("%s: %s", who, warning)
+            self.log.log(level, "%s: %s", who, warning)
         if decision.cull:
             verb = "DRY RUN, would cull" if self.dry_run else "Culling"
             self.log.info("%s %s reason=%s: %s", verb, who, decision.reason, decision.detail)

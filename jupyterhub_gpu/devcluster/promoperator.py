@@ -33,7 +33,8 @@ from pathlib import Path
 
 import yaml
 
-from ..bundle.monitoring import API_VERSION as MONITORING_API, KPS_NAMESPACE, KPS_RELEASE
+from ..bundle.monitoring import (API_VERSION as MONITORING_API, KPS_NAMESPACE, KPS_RELEASE,
+                                  kps_fullname)
 from ..bundle.servicemonitors import SA_DIR
 from ..contract import NETWORKING_GROUP, RBAC_API_VERSION, RBAC_GROUP
 from .build import PROMETHEUS_VERSION
@@ -58,7 +59,7 @@ SHARD = "0"
 
 def prometheus_name(release: str = KPS_RELEASE) -> str:
     """kube-prometheus-stack's Prometheus object: ``<fullname>-prometheus``."""
-    return f"{release}-prometheus"
+    return f"{kps_fullname(release)}-prometheus"
 
 
 def config_secret_name(release: str = KPS_RELEASE) -> str:

@@ -29,7 +29,7 @@ class UsagePage(Configurable):
 
         Example::
 
-            c.UsagePage.prometheus_url = "http://prometheus-server.monitoring.svc.cluster.local"
+            c.UsagePage.prometheus_url = "http://kube-prometheus-stack-prometheus.monitoring.svc.cluster.local:9090"
         """,
     ).tag(config=True)
 

@@ -366,6 +366,24 @@ DRIFTS = {
         "config/service-monitors.yaml: ServiceMonitor jupyterhub/jupyterhub-gpu-hub: "
         "spec.endpoints[0].authorization.credentials.key: expected "
         "'hub.services.prometheus.apiToken', found 'hub.services.prom.apiToken'"),
+    "a Prometheus URL that is not kube-prometheus-stack's": (
+        replace_text("helm-values/values.yaml",
+                     "http://kube-prometheus-stack-prometheus.monitoring.svc.cluster.local:9090",
+                     "http://prometheus-server.monitoring.svc.cluster.local"),
+        "helm-values/values.yaml: z2jh values: hub.extraEnv.JUPYTERHUB_GPU_PROMETHEUS_URL: "
+        "expected 'http://kube-prometheus-stack-prometheus.monitoring.svc.cluster.local:9090', "
+        "found 'http://prometheus-server.monitoring.svc.cluster.local' (kube-prometheus-stack, "
+        "installed as release kube-prometheus-stack in namespace monitoring "
+        "(docs/admin-guide.md, step 6), serves its Prometheus there; elsewhere the "
+        "culler's GPU-idle rule goes without GPU data)"),
+    "the notebooks' Prometheus URL on another port": (
+        replace_text("helm-values/values.yaml",
+                     "JUPYTERHUB_GPU_PROMETHEUS_URL: *prometheus-url",
+                     "JUPYTERHUB_GPU_PROMETHEUS_URL: http://kube-prometheus-stack-prometheus"
+                     ".monitoring:8080"),
+        "helm-values/values.yaml: z2jh values: singleuser.extraEnv.JUPYTERHUB_GPU_PROMETHEUS_URL: "
+        "expected 'http://kube-prometheus-stack-prometheus.monitoring.svc.cluster.local:9090', "
+        "found 'http://kube-prometheus-stack-prometheus.monitoring:8080'"),
     "a missing file": (
         lambda root: (root / "config/kueue-configuration.yaml").unlink(),
         "config/kueue-configuration.yaml: (file): (file): expected 'readable', "
@@ -390,6 +408,25 @@ def test_drift_is_caught(bundle, case):
     assert result.stdout.startswith("check-bundle: ")
     assert "difference(s) between config/platform.yaml and the bundle" in result.stdout
     assert f"  - {message}" in result.stdout, result.stdout
+
+
+def test_the_prometheus_url_may_take_any_form_of_the_services_name_or_be_given(bundle):
+    """The short forms of a Service's DNS name reach it too; another Prometheus (an
+    authorization proxy in front of Azure Managed Prometheus, say) is checked against
+    the URL the admin gives."""
+    kps = "http://kube-prometheus-stack-prometheus.monitoring.svc.cluster.local:9090"
+    short = "http://kube-prometheus-stack-prometheus.monitoring:9090/"
+    replace_text("helm-values/values.yaml", kps, short)(bundle)
+    assert check(bundle).returncode == 0
+    proxy = "http://azure-prometheus-proxy.monitoring.svc.cluster.local:8081"
+    replace_text("helm-values/values.yaml", short, proxy)(bundle)
+    assert check(bundle).returncode == 1
+    assert check(bundle, "--prometheus-url", proxy).returncode == 0
+    result = check(bundle, "--prometheus-url", "http://azure-prometheus-proxy.monitoring:8082")
+    assert ("  - helm-values/values.yaml: z2jh values: singleuser.extraEnv."
+            "JUPYTERHUB_GPU_PROMETHEUS_URL: expected 'http://azure-prometheus-proxy.monitoring"
+            f":8082', found '{proxy}' (the Prometheus URL given to check-bundle; elsewhere "
+            "the JupyterLab status item goes without GPU data)") in result.stdout
 
 
 def test_only_the_files_given_are_checked(bundle):

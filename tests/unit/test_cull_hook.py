@@ -145,12 +145,46 @@ async def test_prometheus_down_falls_back_to_activity_with_warnings(example_spec
     assert await ask(hook, server("carol", "a100-mig-3g", idle=31 * MIN)) is True
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert sum("GPU-idle culling skipped this cycle, Prometheus" in m for m in warnings) == 1
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert any(m.startswith("user=alice server='' profile=a100-mig-3g: GPU-idle rule "
                             "skipped, activity rules only: Prometheus unavailable")
-               for m in warnings)
+               for m in infos)
     # carol was culled on activity: her GPU data did not matter
     assert registry.get_sample_value("jupyterhub_gpu_cull_gpu_data_fallbacks_total", {
         "profile": "a100-mig-3g", "state": "unavailable"}) == 1
+
+
+async def test_a_prometheus_outage_is_warned_when_it_starts_every_15_minutes_and_ends(
+        example_spec_path, prom, registry, caplog):
+    """Half an hour without Prometheus, one cull cycle a minute over two GPU servers:
+    the hub's log (the culler is a hub-managed service) gets a warning naming the URL
+    when it starts, one every 15 minutes while it lasts, and one when it ends -- not
+    one per cycle, nor one per server (those go to INFO)."""
+    prom.status = 503
+    clock = Clock(NOW)
+    hook = arbiter(example_spec_path, registry, prom.url, clock=clock)
+    caplog.set_level(logging.INFO, logger=LOGGER_NAME)
+    for minute in range(31):
+        clock.now = NOW + minute * MIN
+        for user in ("alice", "carol"):
+            await ask(hook, server(user, "a100-mig-3g", now=clock.now))
+    prom.status = 200
+    clock.now = NOW + 31 * MIN
+    await ask(hook, server("alice", "a100-mig-3g", now=clock.now))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+                and not r.getMessage().startswith("GPU-idle culling: profile")]
+    error = f"{prom.url}/api/v1/query_range: HTTP 503"
+    assert warnings == [
+        f"GPU-idle culling skipped this cycle, Prometheus: {error} (servers with gpuIdle "
+        "are culled on activity alone until it answers; repeated at most every 15 min)",
+        f"GPU-idle culling skipped this cycle, Prometheus: {error} (not answering since "
+        "2025-03-04T12:00:00+00:00, 16 failed queries)",
+        f"GPU-idle culling skipped this cycle, Prometheus: {error} (not answering since "
+        "2025-03-04T12:00:00+00:00, 31 failed queries)",
+        "Prometheus answers again: GPU-idle culling is back (it did not answer from "
+        "2025-03-04T12:00:00+00:00, 31 failed queries)"]
+    assert registry.get_sample_value("jupyterhub_gpu_cull_gpu_data_fallbacks_total", {
+        "profile": "a100-mig-3g", "state": "unavailable"}) == 62
 
 
 async def test_pod_without_series_or_without_state_never_gpu_culls(example_spec_path, prom,

@@ -15,7 +15,7 @@ from jupyterhub_gpu.bundle import monitoring
 from jupyterhub_gpu.devcluster import dcgm, prometheus
 from jupyterhub_gpu.devcluster.layout import Layout, Ports
 from jupyterhub_gpu.spec.parse import SpecError, load_platform, parse_platform
-from jupyterhub_gpu.spec.model import Monitoring
+from jupyterhub_gpu.spec.model import Autoscaler, Monitoring
 
 EXAMPLE = "config/platform.yaml"
 
@@ -78,12 +78,76 @@ def test_the_spot_rule_names_the_spot_pools_and_goes_without_them():
     assert not [k for k in without if "spot_eviction" in k or "SpotEviction" in k]
 
 
-def test_the_dashboard_reads_recorded_series_and_kueue_and_karpenter():
+def test_the_dashboard_reads_recorded_series_and_kueue():
     exprs = [t["expr"] for p in monitoring.dashboard()["panels"] for t in p["targets"]]
     assert monitoring.POOL_UTIL in exprs and monitoring.TEAM_UTIL in exprs
     assert any("kueue_pending_workloads" in e for e in exprs)
-    assert any("karpenter_nodepools_usage" in e for e in exprs)
     json.dumps(monitoring.dashboard())
+
+
+def test_no_rule_or_panel_reads_what_the_cluster_autoscalers_pools_lack():
+    """Karpenter's series exist only where Karpenter runs and is scraped: never for the
+    cluster autoscaler's pools, and not on AKS, whose Node Auto Provisioning runs it in
+    the control plane."""
+    platform = load_platform(EXAMPLE)
+    assert {p.autoscaler for p in platform.pools} == {Autoscaler.CLUSTER_AUTOSCALER}
+    read = {name: expr for name, expr in monitoring.expressions(platform).items()
+            if "karpenter_" in expr}
+    assert read == {}
+
+
+@pytest.mark.parametrize("key, label", [
+    # kube-state-metrics' labelName (internal/store/utils.go): label_ + the key with
+    # every character but [a-zA-Z0-9_] made _, snake-cased
+    ("kubernetes.azure.com/agentpool", "label_kubernetes_azure_com_agentpool"),
+    ("karpenter.sh/nodepool", "label_karpenter_sh_nodepool"),
+    ("example.com/poolName", "label_example_com_pool_name"),
+])
+def test_node_labels_are_named_as_kube_state_metrics_names_them(key, label):
+    assert monitoring.ksm_label(key) == label
+
+
+def test_each_pool_is_found_by_its_own_autoscalers_label():
+    data = yaml.safe_load(open(EXAMPLE).read())
+    for pool in data["pools"]:
+        if pool["name"] == "a100spot":
+            pool["autoscaler"] = "node-auto-provisioning"
+    rule = monitoring.node_pool_rule(parse_platform(data))
+    agentpool = monitoring.ksm_label(Autoscaler.CLUSTER_AUTOSCALER.pool_label)
+    nodepool = monitoring.ksm_label(Autoscaler.NODE_AUTO_PROVISIONING.pool_label)
+    assert f'{agentpool}=~"t4dev|a100mig|a100|cpu"' in rule["expr"]
+    assert f'{nodepool}=~"a100spot"' in rule["expr"]
+    only_ca = monitoring.node_pool_rule(load_platform(EXAMPLE))["expr"]
+    assert nodepool not in only_ca and f'{agentpool}=~"t4dev|a100mig|a100spot|a100|cpu"' in only_ca
+
+
+def test_kube_state_metrics_is_allowed_every_label_the_rules_read():
+    """config/kube-prometheus-stack-values.yaml (the admin guide installs
+    kube-prometheus-stack with it) lets kube-state-metrics export the pool label of
+    either autoscaler: ``--metric-labels-allowlist=nodes=[...]``."""
+    values = yaml.safe_load(open("config/kube-prometheus-stack-values.yaml").read())
+    entries = values["kube-state-metrics"]["metricLabelsAllowlist"]
+    allowed = {key for e in entries if e.startswith("nodes=[")
+               for key in e.removeprefix("nodes=[").removesuffix("]").split(",")}
+    assert {a.pool_label for a in Autoscaler} <= allowed
+    guide = open("docs/admin-guide.md").read()
+    assert (f"helm install {monitoring.KPS_RELEASE} prometheus-community/kube-prometheus-stack "
+            f"\\\n  --version 77.0.0 --namespace {monitoring.KPS_NAMESPACE} --create-namespace "
+            "\\\n  -f config/kube-prometheus-stack-values.yaml --wait") in guide
+
+
+@pytest.mark.parametrize("release, namespace, url", [
+    # the chart's fullname: the release name when it holds the chart's name ...
+    ("kube-prometheus-stack", "monitoring",
+     "http://kube-prometheus-stack-prometheus.monitoring.svc.cluster.local:9090"),
+    ("my-kube-prometheus-stack", "obs",
+     "http://my-kube-prometheus-stack-prometheus.obs.svc.cluster.local:9090"),
+    # ... else <release>-kube-prometheus-stack, cut to 26 characters
+    ("prom", "monitoring", "http://prom-kube-prometheus-stack-prometheus.monitoring.svc.cluster.local:9090"),
+    ("monitoring", "monitoring", "http://monitoring-kube-prometheus-prometheus.monitoring.svc.cluster.local:9090"),
+])
+def test_the_prometheus_url_follows_the_charts_naming(release, namespace, url):
+    assert monitoring.prometheus_url(release, namespace) == url
 
 
 def _pod(annotation=None, phase="Running", limits=None):
