@@ -24,6 +24,7 @@ once, since no retry can fix them. ``maxRunTime`` bounds all of it
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
 
@@ -107,6 +108,9 @@ class JobRequest:
     image: str  # the user's running server's, or the spec's
     command: tuple[str, ...]
     home: Home | None = None
+    #: the working directory, relative to the home's mount ("": the mount itself):
+    #: the script's directory, so that the command runs where the user's code is
+    working_dir: str = ""
     checkpoint_storage: CheckpointStorage | None = None
     identity: Identity = Identity()
 
@@ -205,7 +209,8 @@ def _container(req: JobRequest, mounts: list[dict], env: dict[str, str]) -> dict
                  "resources": {"requests": resources, "limits": dict(resources)},
                  "securityContext": _plain(RESTRICTED_CONTAINER)}
     if req.home is not None:
-        container["workingDir"] = req.home.mount_path
+        container["workingDir"] = (posixpath.join(req.home.mount_path, req.working_dir)
+                                   if req.working_dir else req.home.mount_path)
     return container
 
 

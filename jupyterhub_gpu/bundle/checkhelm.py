@@ -12,7 +12,8 @@ import re
 from typing import Any, Iterator
 
 from ..builders.deviceplugin import node_labels
-from ..contract import AGENTPOOL_LABEL, MANAGED_LABEL, NODE_PURPOSE_LABEL, USAGE_SERVICE_NAME
+from ..contract import (AGENTPOOL_LABEL, AZURE_FILES_CLASS, AZURE_FILES_PREMIUM_CLASS,
+                        MANAGED_LABEL, NODE_PURPOSE_LABEL, USAGE_SERVICE_NAME)
 from ..spec.model import Platform
 from .diff import MISSING, Drift
 from .helm import CHART_FAILURE_LIMIT, CHART_START_TIMEOUT, gpu_resources, login_groups, start_timeout
@@ -96,6 +97,47 @@ def _failure_limit(files: Values, values: dict) -> Iterator[Drift]:
                      "queue-patience timeouts, refusals while Kueue is unavailable and "
                      "waitForPodsReady deletions are failed spawns: under a busy queue "
                      "the hub would exit")
+
+
+#: the z2jh chart's singleuser.storage.dynamic.storageAccessModes, and KubeSpawner's
+#: pvc_name_template (the chart passes none unless pvcNameTemplate is set)
+CHART_HOME_ACCESS_MODES = ["ReadWriteOnce"]
+KUBESPAWNER_PVC_NAME_TEMPLATE = "claim-{user_server}"
+#: AKS's built-in classes whose volumes pods on many nodes mount at once
+READ_WRITE_MANY_CLASSES = (AZURE_FILES_CLASS, AZURE_FILES_PREMIUM_CLASS)
+#: KubeSpawner's template fields that differ between one user's servers
+_SERVER_FIELDS = re.compile(
+    r"\{(servername|escaped_servername|unescaped_servername|user_server)\}")
+
+
+def _homes(files: Values, values: dict) -> Iterator[Drift]:
+    """The home a dynamic ``singleuser.storage`` gives: one claim per user
+    (``pvcNameTemplate`` naming no server: KubeSpawner 7.0.0's ``delete_forever`` keeps
+    a named server's claim unless the template has ``{servername}``, 7.1's unless it
+    has ``{user_server}``, so a per-server claim leaks on one of them), ReadWriteMany
+    on an Azure Files class, which jobs and the user's other servers mount from any
+    node (the attach-detach controller refuses a ReadWriteOnce volume a second node)."""
+    if get(values, "singleuser.storage.type", "dynamic") != "dynamic":
+        return
+    template = get(values, "singleuser.storage.dynamic.pvcNameTemplate", None)
+    if _SERVER_FIELDS.search(str(template or KUBESPAWNER_PVC_NAME_TEMPLATE)):
+        yield _drift(files, "singleuser.storage.dynamic.pvcNameTemplate", "claim-{username}",
+                     template or f"{KUBESPAWNER_PVC_NAME_TEMPLATE} (KubeSpawner's default)",
+                     "a claim per server: each named server gets an empty home of its own, "
+                     "and deleting it leaves its disk on KubeSpawner 7.0.0 or 7.1")
+    modes = get(values, "singleuser.storage.dynamic.storageAccessModes")
+    if "ReadWriteMany" not in (CHART_HOME_ACCESS_MODES if modes is MISSING else modes or []):
+        yield _drift(files, "singleuser.storage.dynamic.storageAccessModes",
+                     ["ReadWriteMany"],
+                     f"{CHART_HOME_ACCESS_MODES} (the chart's default)" if modes is MISSING
+                     else modes, "a job or another server of the user on another node than "
+                     "the notebook's would wait in Multi-Attach error")
+    found = get(values, "singleuser.storage.dynamic.storageClass", None)
+    if found not in READ_WRITE_MANY_CLASSES:
+        yield _drift(files, "singleuser.storage.dynamic.storageClass",
+                     f"one of {list(READ_WRITE_MANY_CLASSES)}", found,
+                     "the home must be an Azure Files share: an Azure Disk attaches to one "
+                     "node at a time")
 
 
 def _scale_to_zero(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
@@ -197,7 +239,7 @@ def _one_culler(files: Values, values: dict) -> Iterator[Drift]:
 def check_helm(platform: Platform, files: Values) -> list[Drift]:
     values = merge_values(files)
     return [*_spec_wiring(files, values), *_timeouts(platform, files, values),
-            *_failure_limit(files, values),
+            *_failure_limit(files, values), *_homes(files, values),
             *_scale_to_zero(platform, files, values), *_user_scheduler(platform, files, values),
             *_network(files, values), *_login(platform, files, values),
             *_image(files, values), *_one_culler(files, values)]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Mapping
 
+from ..builders.job import HOME_VOLUME
 from ..contract import COMPONENT_LABEL, ENV_HOSTNAME, JOB_COMPONENT, USERNAME_KEY
 from .contract import RUN_FOR_ANNOTATION
 
@@ -106,7 +107,12 @@ def job_process(pod: Mapping, env: Mapping[str, str], workdir: str) -> JobProces
     key = f"{meta['namespace']}/{meta['name']}/{meta['uid']}"
     private = str(PurePosixPath("run", key.replace("/", "_")))  # no home volume: its own
     working = container.get("workingDir")
-    home = (translate(working, mounts) if working else None) or private
+    cwd = (translate(working, mounts) if working else None) or private
+    # HOME is the image's (/home/jovyan): the home volume's mount, whichever
+    # directory of it the job works in
+    home_mount = next((m["mountPath"] for m in container.get("volumeMounts") or ()
+                       if m["name"] == HOME_VOLUME), None)
+    home = (translate(home_mount, mounts) if home_mount else None) or cwd
     argv = tuple(_in_workdir(a, mounts, workdir)
                  for a in (*container.get("command", ()), *container.get("args", ())))
     translated = {k: _in_workdir(v, mounts, workdir) for k, v in env.items()}
@@ -114,7 +120,7 @@ def job_process(pod: Mapping, env: Mapping[str, str], workdir: str) -> JobProces
     translated[ENV_HOSTNAME] = meta["name"]
     grace = int(spec.get("terminationGracePeriodSeconds", 30))
     user = (meta.get("labels") or {}).get(USERNAME_KEY, meta["name"])
-    return JobProcess(key, user, argv, translated, home, home, grace, mounts)
+    return JobProcess(key, user, argv, translated, cwd, home, grace, mounts)
 
 
 def result_annotation(code: int) -> str:

@@ -456,6 +456,22 @@ class GPUSpawner(KubeSpawner):
         self._applied_options = None  # the next spawn applies its profile afresh
         self._state_profile = self._state_pod_uid = None
 
+    @spec_only
+    async def delete_forever(self) -> None:
+        """KubeSpawner's, which JupyterHub calls for a named server it removes and for
+        each of a user's servers when it deletes the user: only the default server's
+        deletes the home claim (the values' ``claim-{username}`` names no server), in
+        the spawner's namespace. A default server that never started has KubeSpawner's
+        default namespace, no team's, while the user's named servers made the home in
+        their team's: it deletes there (the team of the user's groups)."""
+        platform = self.platform
+        if not self.name and platform is not None and self.namespace not in {
+                t.namespace for t in platform.teams}:
+            team = platform.team_for(user_ref(self.user).groups)
+            if team is not None:
+                self.namespace = team.namespace
+        await super().delete_forever()
+
     def load_state(self, state: dict) -> None:
         super().load_state(state)
         self.gpu_stop_notice = state.get(STATE_STOP_NOTICE)

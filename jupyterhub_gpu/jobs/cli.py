@@ -151,7 +151,7 @@ def add_job_parser(sub: Any) -> None:
     jobs = p.add_subparsers(dest="job_command", required=True, metavar="SUBCOMMAND")
     s = jobs.add_parser("submit", help="run SCRIPT as a job: python SCRIPT ARGS...",
                         description="Queue `python SCRIPT ARGS...` as a job of PROFILE, in "
-                        "your server's image, with your home as its working directory. "
+                        "your server's image, in SCRIPT's directory of your home. "
                         "Put the script's own options after `--`.")
     s.add_argument("script", metavar="SCRIPT", help="a Python file in your home directory")
     s.add_argument("--profile", required=True, help="a job profile's slug")

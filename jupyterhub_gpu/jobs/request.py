@@ -3,9 +3,10 @@
 The body of ``POST api/jobs`` has exactly ``profile`` (a job profile's slug), ``script``
 and, optionally, ``args``. ``script`` is a path relative to the user's home directory
 (their notebook's home volume, which the job mounts at the same place): the job runs
-``python <script> <args...>`` with the home as its working directory. An absolute path,
-one that leaves the home (``..``) or one that starts with ``-`` (Python would take it
-as an option: ``-c`` runs code) is refused; so are a namespace or an image, which come
+``python <file> <args...>`` in the script's directory (the home, or the directory of
+the home the script is in: where the user's code and its files are). An absolute path,
+one that leaves the home (``..``) or a file name that starts with ``-`` (Python would
+take it as an option: ``-c`` runs code) is refused; so are a namespace or an image, which come
 from the user's team and their running server (or the profile), never from the
 request. The arguments come after the script, so Python passes every one of them to
 it, whatever it starts with.
@@ -68,8 +69,15 @@ class Submission:
     args: tuple[str, ...]
 
     @property
+    def directory(self) -> str:
+        """The script's directory, relative to the home ("": the home itself): the
+        job's working directory, where the user's code and its files are."""
+        return posixpath.dirname(self.script)
+
+    @property
     def command(self) -> tuple[str, ...]:
-        return (PYTHON, self.script, *self.args)
+        """What runs in :attr:`directory`: Python, the script's file name, the args."""
+        return (PYTHON, posixpath.basename(self.script), *self.args)
 
 
 def job_profiles_for(platform: Platform, groups: Iterable[str]) -> tuple[JobProfile, ...]:
@@ -130,7 +138,7 @@ def check_script(script: Any) -> str:
     if normal == ".." or normal.startswith("../") or normal == ".":
         raise JobRefused(f"The script {script!r} is outside your home directory.",
                          f"script path {script!r} leaves the home")
-    if normal.startswith("-"):
+    if posixpath.basename(normal).startswith("-"):  # what Python is given
         raise JobRefused(f"The script {script!r} starts with '-', which Python would take "
                          "as an option: rename the file.", f"script {script!r} is an option")
     return normal
@@ -208,4 +216,5 @@ def job_request(submission: Submission, notebook: Mapping[str, Any], name: str,
                       grant=submission.grant,
                       image=submission.grant.profile.image or _notebook_image(notebook),
                       command=submission.command, home=home_of(notebook, home_path),
+                      working_dir=submission.directory,
                       checkpoint_storage=storage, identity=identity_of(notebook))

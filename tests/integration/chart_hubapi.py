@@ -72,6 +72,13 @@ async def remove_server(http, hub: ChartHub, user: str, name: str) -> None:
     await wait_for(gone, timeout=120, what=f"{user}'s server {name} to be removed")
 
 
+async def delete_user(http, hub: ChartHub, user: str) -> None:
+    """``DELETE /users/:user``, as an admin does; JupyterHub answers once every spawner
+    of the user has run its ``delete_forever``."""
+    async with http.delete(f"{hub.api}/users/{user}", headers=hub.headers()) as r:
+        assert r.status == 204, await r.text()
+
+
 async def stop_server(http, hub: ChartHub, user: str) -> None:
     async with http.delete(f"{hub.api}/users/{user}/server", headers=hub.headers()) as r:
         assert r.status in (202, 204), await r.text()
@@ -117,8 +124,8 @@ async def user_pods(kube, namespace: str, user: str) -> list[dict]:
 
 
 async def delete_home(kube, namespace: str, user: str) -> None:
-    """The home PVC KubeSpawner made (``claim-{user_server}``): the next modules share
-    the cluster."""
+    """The home PVC KubeSpawner made (the values' ``claim-{username}``): the next
+    modules share the cluster."""
     try:
         await kube.core.delete_namespaced_persistent_volume_claim(f"claim-{user}", namespace)
     except ApiException as e:

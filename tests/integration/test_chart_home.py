@@ -6,9 +6,9 @@ user's home PVC -- which KubeSpawner creates as the chart asks -- and the checkp
 PVC, and keeps every other setting the chart made.
 
 Each PVC gets its volume as on AKS (jupyterhub_gpu/devcluster/storage.py): the home, of
-``managed-csi``, an Azure Disk provisioned for the node the scheduler picked and
-attached to it by kube-controller-manager's attach-detach controller before the pod
-runs; the checkpoint PVC, of ``azurefile-csi``, an Azure Files share.
+``azurefile-csi-premium`` (ReadWriteMany), an Azure Files share the binder asks for at
+once and no node attaches, so that the user's jobs and other servers mount it on any
+node; the checkpoint PVC, of ``azurefile-csi``, an Azure Files share too.
 
 Two hubs serve the module, one after the other (:mod:`.hub_image`): one in our hub
 image's Python environment (the z2jh 4.4.0 hub image's pins -- JupyterHub 5.5.0,
@@ -18,7 +18,9 @@ rest of the cluster tier), which starts one profile only: the profiles differ in
 GPUSpawner gives the pod, not in what JupyterHub or KubeSpawner do with it, and one
 profile shows the chart's config and GPUSpawner work with those versions (a hub start
 and a server start cost CI about half a minute each). Deleting a named server runs
-under both: that is where KubeSpawner 7.0.0 and 7.1 differ."""
+under both: that is where KubeSpawner 7.0.0 and 7.1 differ. Every server of a user mounts
+the user's one home claim, ``claim-{username}``, which removing a named server keeps and
+deleting the user deletes."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ import yaml
 from kubernetes_asyncio.client import ApiException
 
 from jupyterhub_gpu.bundle.namespaces import CheckpointVolume, checkpoint_claim
-from jupyterhub_gpu.devcluster.storage import DISK_DRIVER, SELECTED_NODE, unique_volume_name
+from jupyterhub_gpu.devcluster.storage import FILE_DRIVER, SELECTED_NODE, unique_volume_name
 from jupyterhub_gpu.spec.parse import load_platform
 from jupyterhub_gpu.spec.quantities import parse_cpu, parse_memory
 from tests import z2jh_chart
@@ -173,7 +175,7 @@ async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
     profile = platform.profile(slug)
     group = (profile.allowed_groups or platform.teams[0].groups)[0]
     team, user = platform.team_for({group}), f"home-{slug}"
-    # KubeSpawner's pvc_name_template, claim-{user_server}
+    # the values' pvcNameTemplate, claim-{username}
     home_storage.home(team.namespace, f"claim-{user}")
     await _room_for(kube, profile, team)
     await chart_hubapi.add_user(http, hub, user, [group])
@@ -187,26 +189,23 @@ async def test_profile_pod_mounts_the_chart_home_and_the_checkpoint_volume(
 
 
 NAMED_SERVER, NAMED_PROFILE = "scratchpad", "cpu"
-KUBESPAWNER_7_0_LEAK = (
-    "[aks] #28 item 2: KubeSpawner 7.0.0 (the z2jh 4.4.0 hub image's) deletes a named "
-    "server's PVC only when pvc_name_template contains '{servername}'; the chart's "
-    "claim-{user_server} does not, so removing a named server leaves its disk behind")
 
 
 # KubeSpawner's KubeSpawner.delete_forever (jupyterhub/kubespawner,
-# kubespawner/spawner.py), which JupyterHub calls when a named server is removed:
-# 7.0.0 returns before deleting when '{servername}' is not in pvc_name_template, 7.1.0
-# when '{user_server}' is not (commit d11546e, "Delete named PVCs if they contain
-# `{user_server}`"). Our values set no pvcNameTemplate: KubeSpawner's default,
-# claim-{user_server}, which gives each named server a claim of its own.
-@pytest.mark.parametrize("chart", [
-    pytest.param(hub_image.IMAGE_PINS,
-                 marks=pytest.mark.xfail(strict=True, reason=KUBESPAWNER_7_0_LEAK)),
-    hub_image.VENV_PINS], indirect=True)
-async def test_removing_a_named_server_deletes_its_own_home_disk(
+# kubespawner/spawner.py), which JupyterHub calls when a named server is removed and,
+# for each of the user's servers, when the user is deleted: 7.0.0 (the hub image's)
+# skips a named server's claim when '{servername}' is not in pvc_name_template, 7.1.0
+# when '{user_server}' is not (commit d11546e). KubeSpawner's default, claim-{user_server},
+# gave each named server an empty home of its own, which 7.0.0 left behind on removal;
+# the values' claim-{username} names no server: every server mounts the one home, a
+# named server's removal keeps it under both versions, and the user's deletion (the
+# default server's delete_forever) deletes it.
+@pytest.mark.parametrize("chart", [hub_image.IMAGE_PINS, hub_image.VENV_PINS], indirect=True)
+async def test_a_named_server_mounts_the_users_one_home_which_goes_only_with_the_user(
         request, chart, kube, checkpoint_claims, home_storage):
-    """A named server's own home claim (its name has the server's) is deleted with
-    the server; a claim shared with the user's other servers would be kept."""
+    """The named server mounts the user's home claim (the default server's); removing
+    the server keeps it, and no claim of the server's own is left; deleting the user
+    deletes the home."""
     hub, http = chart
     platform = checkpoint_claims
     profile = platform.profile(NAMED_PROFILE)
@@ -214,6 +213,8 @@ async def test_removing_a_named_server_deletes_its_own_home_disk(
     team = platform.team_for({group})
     user = f"named-{request.node.callspec.params['chart']}"  # one per hub: a disk the
     # first hub left must not be the second's
+    home = f"claim-{user}"
+    home_storage.home(team.namespace, home)  # deleted at the end if still there
     await _room_for(kube, profile, team)
     await chart_hubapi.add_user(http, hub, user, [group])
     assert await chart_hubapi.start_server(http, hub, user, NAMED_PROFILE,
@@ -223,14 +224,18 @@ async def test_removing_a_named_server_deletes_its_own_home_disk(
         await wait_for(lambda: chart_hubapi.ready(http, hub, user, NAMED_SERVER),
                        timeout=180, what=f"{user}'s server {NAMED_SERVER}")
         claim = await _home_claim(kube, team.namespace, user, hub.values)
-        home_storage.home(team.namespace, claim)  # deleted at the end if still there
+        home_storage.home(team.namespace, claim)
+        assert claim == home, f"{user}/{NAMED_SERVER} mounts a home of its own: {claim}"
         await chart_hubapi.remove_server(http, hub, user, NAMED_SERVER)
         removed = True
-        left = await _claim_left(kube, team.namespace, claim)
-        if NAMED_SERVER in claim:
-            assert not left, f"removing {user}/{NAMED_SERVER} left its home claim {claim}"
-        else:
-            assert left, f"removing {user}/{NAMED_SERVER} deleted the shared home {claim}"
+        assert await _claim_left(kube, team.namespace, home), (
+            f"removing {user}/{NAMED_SERVER} deleted the user's home {home}")
+        claims = (await kube.core.list_namespaced_persistent_volume_claim(
+            team.namespace)).items
+        assert [c.metadata.name for c in claims if user in c.metadata.name] == [home]
+        await chart_hubapi.delete_user(http, hub, user)
+        assert not await _claim_left(kube, team.namespace, home), (
+            f"deleting {user} left their home {home}")
     finally:
         if not removed:
             await chart_hubapi.remove_server(http, hub, user, NAMED_SERVER)
@@ -301,14 +306,16 @@ async def _check_pod(kube, platform, slug, user, chart_values) -> None:
     assert claim.status.phase == "Bound"  # KubeSpawner made it as the chart asked
     assert (claim.spec.storage_class_name, claim.spec.access_modes,
             claim.spec.resources.requests["storage"]) == (
-        "managed-csi", ["ReadWriteOnce"], storage["capacity"])
-    # an Azure Disk, provisioned for the pod's node and attached there before it ran
+        "azurefile-csi-premium", ["ReadWriteMany"], storage["capacity"])
+    # an Azure Files share, made at once (not for a node) and attached to none: pods
+    # on any node mount it
     node = await kube.core.read_node(pod["spec"]["nodeName"])
-    disk = kube.api_client.sanitize_for_serialization(
+    share = kube.api_client.sanitize_for_serialization(
         await kube.core.read_persistent_volume(claim.spec.volume_name))
-    assert claim.metadata.annotations[SELECTED_NODE] == node.metadata.name
-    assert disk["spec"]["csi"]["driver"] == DISK_DRIVER
-    assert unique_volume_name(disk) in {v.name for v in node.status.volumes_attached}
+    assert SELECTED_NODE not in (claim.metadata.annotations or {})
+    assert share["spec"]["csi"]["driver"] == FILE_DRIVER
+    assert share["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert unique_volume_name(share) not in {v.name for v in node.status.volumes_attached or []}
 
     # every other trait the chart set and a profile touches: the chart's part is kept
     tolerations = pod["spec"]["tolerations"]

@@ -317,7 +317,7 @@ async def test_gpu_resume_resumes_a_queued_server_after_the_hub_container_restar
 
 
 async def _delete_home(kube, namespace: str, user: str) -> None:
-    """The user's home claim (KubeSpawner's ``claim-{user_server}``), which the hub
+    """The user's home claim (the values' ``claim-{username}``), which the hub
     keeps after a stop, if it was made."""
     from kubernetes_asyncio.client import ApiException
 

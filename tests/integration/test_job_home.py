@@ -9,19 +9,21 @@ notebook's terminal submits them: to the URL in the server's environment
 server's own API token, which the chart's hub gave the scope
 ``access:services!service=gpu-jobs``.
 
-The home is the chart's ``singleuser.storage``: a ReadWriteOnce Azure Disk
-(``managed-csi``) that KubeSpawner claims and the attach-detach controller attaches to
-the notebook's node (jupyterhub_gpu/devcluster/storage.py). A job's pods run, by the
+The home is the chart's ``singleuser.storage`` as helm-values/values.yaml sets it: a
+ReadWriteMany Azure Files share (``azurefile-csi-premium``) that KubeSpawner claims
+(``claim-{username}``) and that needs no attaching, so pods on any node mount it
+(jupyterhub_gpu/devcluster/storage.py; kube-controller-manager's real attach-detach
+controller would refuse a ReadWriteOnce disk a second node). A job's pods run, by the
 dev cluster's pod runner, the job's command in that home (the runner's directory of
 the claim), where the test puts the user's script first.
 
 * A job on the notebook's own node (the cpu pool, a notebook of profile ``cpu``):
   Kueue admits it, ``job list`` reports it running, requests without a valid token of
   its user create or cancel nothing, and ``job cancel`` leaves nothing behind.
-* [aks] #28 item 2: a job of another pool than the notebook's (the notebook on
-  t4dev, ``cpu-job`` on cpu) needs the disk on another node: the attach-detach
-  controller reports ``Multi-Attach error`` and the job's pod never starts (the
-  mechanism is test_storage.py's)."""
+* A job of another pool than the notebook's (the notebook on t4dev, ``cpu-job`` on
+  cpu) mounts the home on another node and runs ([aks] #28 item 2: on a ReadWriteOnce
+  ``managed-csi`` home the attach-detach controller reported ``Multi-Attach error``
+  and the job's pod never started; the mechanism is test_storage.py's)."""
 
 from __future__ import annotations
 
@@ -60,13 +62,6 @@ async def chart(cluster, cluster_spec_path, tmp_path_factory):
         yield hub, http, workdir
 
 
-class MultiAttach(AssertionError):
-    """The job's pod did not start: the attach-detach controller reports its home disk
-    attached to another node (the ``FailedAttachVolume`` event of
-    kubernetes/kubernetes ``pkg/controller/volume/attachdetach/reconciler/reconciler.go``).
-    Only this counts as the [aks] defect; any other failure fails the test."""
-
-
 async def _notebook(chart, kube, user: str, profile: str) -> dict:
     """Start ``user``'s server of ``profile`` through the hub's REST API; its pod."""
     hub, http, _ = chart
@@ -85,15 +80,16 @@ def _home_claim(hub, notebook: dict) -> str:
     return home.claim_name
 
 
-def _terminal(chart, notebook: dict) -> Terminal:
-    """A terminal of that server, in its home (the claim's directory the pod runner
-    gives the job's pods), with the user's script in it."""
+def _terminal(chart, notebook: dict, directory: str = "") -> Terminal:
+    """A terminal of that server, in ``directory`` of its home (the claim's directory
+    the pod runner gives the job's pods), with the user's script in it."""
     hub, _, workdir = chart
-    path = Path(workdir, VOLUMES_DIR, NAMESPACE, _home_claim(hub, notebook))
+    home = Path(workdir, VOLUMES_DIR, NAMESPACE, _home_claim(hub, notebook))
+    path = home / directory
     path.mkdir(parents=True, exist_ok=True)
     (path / SCRIPT[0]).write_text(SCRIPT[1])
     jobs_url = hub.local_url(server_env(notebook)[ENV_JOBS_URL])
-    return Terminal(terminal_env(notebook, path, jobs_url), path)
+    return Terminal(terminal_env(notebook, home, jobs_url), path)
 
 
 async def _end(chart, kube, user: str, notebook: dict, terminal: Terminal, job: str | None):
@@ -193,17 +189,13 @@ async def test_a_job_on_the_notebooks_node_runs_and_only_its_user_can_cancel_it(
         await _end(chart, kube, user, notebook, terminal, job)
 
 
-@pytest.mark.slow  # it waits a minute for a pod that does not start
-@pytest.mark.xfail(strict=True, raises=MultiAttach, reason=(
-    "[aks] #28 item 2: the job mounts the notebook's ReadWriteOnce managed-csi home, "
-    "attached to the notebook's node; off that node the job's pod sits in Multi-Attach "
-    "error"))
 async def test_a_job_off_the_notebooks_node_runs_with_the_users_home(chart, kube):
     from kubernetes_asyncio.client import BatchV1Api
 
     user = "hana"
     notebook = await _notebook(chart, kube, user, "t4-shared")  # on pool t4dev
-    terminal, job = _terminal(chart, notebook), None
+    # the user's code in a directory of the home, where they type `job submit`
+    terminal, job = _terminal(chart, notebook, "project"), None
     try:
         job = await _submit(terminal, "cpu-job")  # on pool cpu
         created = await BatchV1Api(kube.api_client).read_namespaced_job(job, NAMESPACE)
@@ -220,8 +212,11 @@ async def test_a_job_off_the_notebooks_node_runs_with_the_users_home(chart, kube
             events = [f"{e.involved_object.name}: {e.reason}: {e.message}"
                       for e in (await kube.core.list_namespaced_event(NAMESPACE)).items
                       if e.involved_object.name.startswith(job)]
-            said = "the job's pod did not run: " + "; ".join(events)
-            raise (MultiAttach if "Multi-Attach error" in said else AssertionError)(said) from None
+            # a Multi-Attach error here: the home is a ReadWriteOnce disk again
+            raise AssertionError("the job's pod did not run: " + "; ".join(events)) from None
         assert pod.spec.node_name != notebook["spec"]["nodeName"]
+        # it ran in the script's directory: its mark is beside the script
+        marks = terminal.cwd / "started"
+        await wait_for(lambda: marks.exists(), timeout=30, what="the script to run there")
     finally:
         await _end(chart, kube, user, notebook, terminal, job)

@@ -360,6 +360,33 @@ DRIFTS = {
         "helm-values/generated.yaml: z2jh values: hub.consecutiveFailureLimit: expected 0, "
         "found \"5 (the chart's default)\" (queue-patience timeouts, refusals while Kueue is unavailable and "
         "waitForPodsReady deletions are failed spawns: under a busy queue the hub would exit)"),
+    "homes on a ReadWriteOnce Azure Disk": (
+        replace_text("helm-values/values.yaml", "azurefile-csi-premium\n      "
+                     "storageAccessModes: [ReadWriteMany]",
+                     "managed-csi\n      storageAccessModes: [ReadWriteOnce]"),
+        "helm-values/values.yaml: z2jh values: singleuser.storage.dynamic.storageAccessModes: "
+        "expected ['ReadWriteMany'], found ['ReadWriteOnce'] (a job or another server of the "
+        "user on another node than the notebook's would wait in Multi-Attach error)"),
+    "the chart's home access mode back": (
+        replace_text("helm-values/values.yaml", "      storageAccessModes: [ReadWriteMany]\n", ""),
+        "helm-values/generated.yaml: z2jh values: singleuser.storage.dynamic.storageAccessModes: "
+        "expected ['ReadWriteMany'], found \"['ReadWriteOnce'] (the chart's default)\""),
+    "an Azure Disk home class": (
+        replace_text("helm-values/values.yaml", "storageClass: azurefile-csi-premium",
+                     "storageClass: managed-csi"),
+        "helm-values/values.yaml: z2jh values: singleuser.storage.dynamic.storageClass: "
+        "expected \"one of ['azurefile-csi', 'azurefile-csi-premium']\", found 'managed-csi'"),
+    "a home per named server": (
+        replace_text("helm-values/values.yaml", "pvcNameTemplate: claim-{username}",
+                     "pvcNameTemplate: claim-{username}--{servername}"),
+        "helm-values/values.yaml: z2jh values: singleuser.storage.dynamic.pvcNameTemplate: "
+        "expected 'claim-{username}', found 'claim-{username}--{servername}' (a claim per "
+        "server: each named server gets an empty home of its own, and deleting it leaves "
+        "its disk on KubeSpawner 7.0.0 or 7.1)"),
+    "KubeSpawner's per-server home name back": (
+        replace_text("helm-values/values.yaml", "      pvcNameTemplate: claim-{username}\n", ""),
+        "helm-values/generated.yaml: z2jh values: singleuser.storage.dynamic.pvcNameTemplate: "
+        "expected 'claim-{username}', found \"claim-{user_server} (KubeSpawner's default)\""),
     "the hub's metrics token renamed": (
         replace_text("config/service-monitors.yaml", "hub.services.prometheus.apiToken",
                      "hub.services.prom.apiToken"),

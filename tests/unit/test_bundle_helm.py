@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
-from jupyterhub_gpu.bundle.checkhelm import check_helm, get, merge_values
+from jupyterhub_gpu.bundle.checkhelm import CHART_HOME_ACCESS_MODES, check_helm, get, merge_values
 from jupyterhub_gpu.bundle.namespaces import HubRef
 from jupyterhub_gpu.spec.parse import load_platform
 
@@ -165,3 +165,21 @@ def test_the_chart_runs_the_usage_page_where_the_proxy_reaches_it(example_spec_p
     (rule,) = [r for r in values["hub"]["networkPolicy"]["ingress"]
                if {"port": USAGE_PORT} in r["ports"]]
     assert rule["from"] == [{"podSelector": {"matchLabels": {"component": "proxy"}}}]
+
+
+def test_the_home_check_knows_the_charts_defaults(z2jh):
+    """check-bundle's defaults for an unset home (checkhelm._homes) are the chart's: its
+    access modes, and no pvcNameTemplate (KubeSpawner's own then applies; the chart's
+    files/hub/jupyterhub_config.py passes one only when set)."""
+    _, defaults = z2jh
+    assert get(defaults, "singleuser.storage.dynamic.storageAccessModes") == \
+        CHART_HOME_ACCESS_MODES
+    assert get(defaults, "singleuser.storage.dynamic.pvcNameTemplate") is None
+
+
+def test_the_admin_guide_shows_the_homes_the_values_give():
+    guide = (REPO / "docs" / "admin-guide.md").read_text()
+    section = guide.split("### Homes: one Azure Files share per user")[1]
+    shown = yaml.safe_load(section.split("```yaml\n")[1].split("```")[0])
+    values = _load(REPO / "helm-values" / "values.yaml")
+    assert shown["singleuser"]["storage"] == values["singleuser"]["storage"]

@@ -27,8 +27,9 @@ def test_the_chart_shapes_our_values_into_dicts_and_lists():
     assert ks.volume_mounts == {"volume-{user_server}": {
         "mountPath": "/home/jovyan", "name": "volume-{user_server}", "subPath": None}}
     assert (ks.storage_pvc_ensure, ks.storage_class, ks.storage_capacity,
-            ks.storage_access_modes) == (True, "managed-csi", "20Gi", ["ReadWriteOnce"])
-    assert "pvc_name_template" not in ks  # KubeSpawner's default, claim-{user_server}
+            ks.storage_access_modes) == (True, "azurefile-csi-premium", "100Gi",
+                                         ["ReadWriteMany"])
+    assert ks.pvc_name_template == "claim-{username}"  # one home for all the user's servers
     image = z2jh_chart.helm_values()["singleuser"]["image"]
     assert ks.image == f"{image['name']}:{image['tag']}"  # the chart joins name and tag
     assert (ks.cpu_guarantee, ks.cpu_limit, ks.mem_guarantee, ks.mem_limit) == (1, 2, "4G", "8G")

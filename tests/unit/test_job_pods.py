@@ -15,7 +15,7 @@ from jupyterhub_gpu.devcluster.jobprocess import (is_runner_job, job_process, re
 from jupyterhub_gpu.devcluster.podrunner import PodRunner, pod_env, server_process
 
 
-def _job_pod(platform, name="train-1", uid="u1", annotations=None) -> dict:
+def _job_pod(platform, name="train-1", uid="u1", annotations=None, working_dir="") -> dict:
     """A running pod of the Job the builder makes for the example's checkpointed
     job profile, as the Job controller would create it."""
     profile = next(p for p in platform.job_profiles if p.checkpoint.enabled and p.pods == 1)
@@ -23,7 +23,7 @@ def _job_pod(platform, name="train-1", uid="u1", annotations=None) -> dict:
     job, _ = build_job(JobRequest(
         name="train", user_slug="tia", username="tia", grant=JobGrant.of(platform, profile, team),
         image="img", command=("python", "/home/jovyan/train.py", "--out", "out"),
-        home=Home("claim-tia", "/home/jovyan"),
+        home=Home("claim-tia", "/home/jovyan"), working_dir=working_dir,
         checkpoint_storage=platform.checkpoint_storage))
     template = job["spec"]["template"]
     return {"metadata": {**template["metadata"], "name": name, "namespace": team.namespace,
@@ -55,6 +55,15 @@ def test_volumes_are_directories_by_claim_and_sub_path(platform):
     assert first.argv == ("python", f"/w/{home}/train.py", "--out", "out")
     assert first.env["HOSTNAME"] == "train-1" and again.env["HOSTNAME"] == "train-2"
     assert translate("/elsewhere", first.mounts) is None
+
+
+def test_a_job_works_in_its_scripts_directory_with_the_home_as_home(platform):
+    """The Job's workingDir is the script's directory of the home; HOME stays the
+    home's mount (the image's), not that directory."""
+    pod = _job_pod(platform, working_dir="project")
+    proc = job_process(pod, pod_env(pod), "/w")
+    home = f"volumes/{pod['metadata']['namespace']}/claim-tia"
+    assert (proc.cwd, proc.home, proc.env["HOME"]) == (f"{home}/project", home, f"/w/{home}")
 
 
 def test_an_exit_code_becomes_the_pods_result_through_kwok():

@@ -19,9 +19,10 @@ GOOD = {"profile": "a100-train", "script": "train/train.py", "args": ["--epochs"
 def test_a_good_request_and_what_it_runs(platform):
     sub = check_submission(platform, BOB, GOOD, active_jobs=0)
     assert sub.grant.profile.slug == "a100-train" and sub.grant.team.name == "ml-eng"
-    assert sub.command == ("python", "train/train.py", "--epochs", "3")
-    assert check_submission(platform, BOB, {"profile": "a100-train", "script": "./a/../t.py"},
-                            0).command == ("python", "t.py")
+    # run in the script's directory, where the user's code (and its data) is
+    assert (sub.directory, sub.command) == ("train", ("python", "train.py", "--epochs", "3"))
+    top = check_submission(platform, BOB, {"profile": "a100-train", "script": "./a/../t.py"}, 0)
+    assert (top.directory, top.command) == ("", ("python", "t.py"))
 
 
 @pytest.mark.parametrize("user, body, user_words, log_words", [
@@ -47,6 +48,8 @@ def test_a_good_request_and_what_it_runs(platform):
     (BOB, {**GOOD, "script": "-m"}, "starts with '-'", "is an option"),
     (BOB, {**GOOD, "script": "./-c"}, "starts with '-'", "is an option"),
     (BOB, {**GOOD, "script": "a/../--help"}, "starts with '-'", "is an option"),
+    # run from its directory, the file's name is what Python is given
+    (BOB, {**GOOD, "script": "dir/-c.py"}, "starts with '-'", "is an option"),
     (BOB, {**GOOD, "script": "-"}, "starts with '-'", "is an option"),
     (BOB, {**GOOD, "script": "t.py\nINFO forged"}, "printable characters only", "script"),
     (BOB, {**GOOD, "script": "a" * (MAX_SCRIPT_CHARS + 1)},
@@ -82,9 +85,9 @@ def test_arguments_at_the_limits_and_any_argument_come_after_the_script(platform
     the script's, even -c or -m."""
     args = ["x" * MAX_ARG_BYTES] * (MAX_ARGS_BYTES // MAX_ARG_BYTES)
     assert check_submission(platform, BOB, {**GOOD, "args": args}, 0).args == tuple(args)
-    sub = check_submission(platform, BOB, {**GOOD, "script": "dir/-c.py",
+    sub = check_submission(platform, BOB, {**GOOD, "script": "dir/c.py",
                                            "args": ["-c", "import os", "-m", ""]}, 0)
-    assert sub.command == ("python", "dir/-c.py", "-c", "import os", "-m", "")
+    assert sub.command == ("python", "c.py", "-c", "import os", "-m", "")
 
 
 def test_the_per_user_limit_counts_jobs_not_finished(platform):
@@ -121,8 +124,10 @@ def test_the_job_takes_the_running_servers_image_home_and_user_slug(platform):
     job, service = build_job(job_request(sub, notebook, "job-bob-1", platform.checkpoint_storage,
                                    "bob"))
     container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == "acr.io/nb:1" and container["workingDir"] == "/home/jovyan"
-    assert container["command"] == ["python", "train/train.py", "--epochs", "3"]
+    # the script's directory in the home: where `job submit` was typed, with the code
+    assert container["image"] == "acr.io/nb:1"
+    assert container["workingDir"] == "/home/jovyan/train"
+    assert container["command"] == ["python", "train.py", "--epochs", "3"]
     assert ENV_CHECKPOINT_DIR in {e["name"] for e in container["env"]}
     claims = [v["persistentVolumeClaim"]["claimName"]
               for v in job["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
