@@ -67,9 +67,11 @@ async def test_submit_follow_and_cancel_jobs_from_a_notebook_terminal(
     assert (labels[QUEUE_LABEL], labels[PRIORITY_LABEL]) == (team.local_queue, "batch")
     (container,) = pod_spec["containers"]
     assert container["image"] == notebook["spec"]["containers"][0]["image"]
-    assert container["command"] == ["python", "train/train.py", "--epochs", "3"]
+    # in the script's directory of the home: where the user's code is
+    assert container["command"] == ["python", "train.py", "--epochs", "3"]
     home = home_of(notebook)
     if home is not None:
+        assert container["working_dir"] == f"{home.mount_path.rstrip('/')}/train"
         claims = [v["persistent_volume_claim"]["claim_name"] for v in pod_spec["volumes"]
                   if v.get("persistent_volume_claim")]
         assert home.claim_name in claims
@@ -259,7 +261,7 @@ async def test_the_user_guides_commands_run_as_written(hub, kube, tmp_path):
                            what="the job to run")
         if command.startswith("curl -X POST"):  # a second job, through the REST API
             posted = json.loads(out)
-            assert posted["command"] == ["python", "train/train.py", "--epochs", "3"], posted
+            assert posted["command"] == ["python", "train.py", "--epochs", "3"], posted
             assert (await terminal.job("cancel", posted["name"]))[0] == 0
             await wait_for(lambda: _nothing_left_of(kube, posted["name"]), timeout=60,
                            what="the second job's cancel")
