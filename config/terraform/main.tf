@@ -142,9 +142,10 @@ resource "azurerm_kubernetes_cluster" "main" {
       skip_nodes_with_system_pods = true
       # How long pods get to stop when a node is drained (AKS's default).
       max_graceful_termination_sec = "600"
-      # A new node not Ready after this long is given up on (AKS's default): above
-      # any pool's bootTime, the GPU Operator's driver install included.
-      max_node_provisioning_time = "15m"
+      # A new node not Ready after this long is given up on. From the spec: the
+      # slowest pool's bootTime (the GPU Operator's driver install, a MIG node's
+      # reboot) plus a minute, never below AKS's default 15m.
+      max_node_provisioning_time = auto_scaler_profile.value.max_node_provisioning_time
     }
   }
 

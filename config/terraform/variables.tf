@@ -96,7 +96,8 @@ variable "node_auto_provisioning" {
 variable "cluster_autoscaler" {
   description = "The spec's part of the cluster autoscaler's profile; null when no pool uses the cluster autoscaler."
   type = object({
-    scale_down_unneeded = string
+    scale_down_unneeded        = string
+    max_node_provisioning_time = string
   })
 }
 

@@ -127,12 +127,17 @@ def _tolerates(tolerations: list, key: str) -> bool:
 
 
 def _pullers(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
+    why = ("the notebook image is pulled onto a new node while its GPU driver installs "
+           "only if the continuous image puller runs there")
+    if not get(values, "prePuller.continuous.enabled", True):
+        yield _drift(files, "prePuller.continuous.enabled", True, False, why)
+        return
     tolerations = get(values, "prePuller.extraTolerations", []) or []
-    gpu_keys = sorted({t.key for p in platform.pools for t in p.taints})
-    if get(values, "prePuller.continuous.enabled", True) and any(
-            _tolerates(tolerations, k) for k in gpu_keys):
-        yield _drift(files, "prePuller.extraTolerations", f"none of {gpu_keys}",
-                     tolerations, "a continuous image puller would run on GPU nodes")
+    keys = sorted({t.key for p in platform.pools for t in p.taints})
+    missing = [k for k in keys if not _tolerates(tolerations, k)]
+    if missing:
+        yield _drift(files, "prePuller.extraTolerations", f"tolerations of {keys}",
+                     tolerations, why)
 
 
 def _user_scheduler(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:

@@ -19,6 +19,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping
 
+from . import boot
 from . import quantities as q
 from . import sharing as modes
 from ..contract import (AGENTPOOL_LABEL, BATCH_API_VERSION, GPU_TAINT_KEY, GPU_TAINT_VALUE,
@@ -179,10 +180,15 @@ class Pool:
         "Provisioning's). The cluster autoscaler has one `scale_down_unneeded` for all its "
         "pools: the shortest `consolidateAfter` among them, rounded up to whole minutes, at "
         "least 1m (AKS takes no less).", default=600)
-    boot_seconds: int = key("bootTime", "duration or 0", read_duration_or_zero, "How long a "
-                            "new node takes to boot and join, e.g. `4m`; the dev cluster's "
-                            "Karpenter waits this long before a node it adds registers.",
-                            default=300)
+    boot_seconds: int = key(
+        "bootTime", "duration or 0", read_duration_or_zero, "How long a new node takes "
+        "until a pod can start on it, e.g. `12m`: boot and join, on a GPU pool the GPU "
+        "Operator's driver install, on a MIG pool its reboot into MIG mode too (the "
+        "image pull is the profile's `startTimeout`). Kueue's `waitForPodsReady`, the "
+        "hub's wait for a server and the autoscaler's `max_node_provisioning_time` "
+        "follow the slowest pool; the dev cluster's Karpenter waits this long before a "
+        "node it adds registers.", default=None,
+        words=boot.DEFAULT_WORDS)
     daemonset_overhead: DaemonsetOverhead = key(
         "daemonsetOverhead", "mapping", None, "What the daemonsets request on each node (see "
         "`daemonsetOverhead`).", default=DaemonsetOverhead(), words=_OVERHEAD)

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import yaml
 
 from . import sharing as modes
+from .boot import default_boot_seconds
 from .gpus import NO_GPU, VM_SIZES
 from .jobs import job_profile, job_profiles_on_pools
 from .sharing import Parameter
@@ -96,11 +97,13 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
     spot = s.get("spot")
     price = s.get("pricePerNodeHour")
     consolidate = s.get("consolidateAfter")
-    boot = s.get("bootTime")
+    boot = s.get("bootTime")  # None: by the pool's kind, once its sharing is known
     overhead = read_block(s, "daemonsetOverhead")
     autoscaler = s.get("autoscaler")
     if len(errors) > n_errors:
         return None
+    if boot is None:
+        boot = default_boot_seconds(sharing)
     return Pool(name=name, vm_size=vm_size, gpu=gpu, gpus_per_node=gpus, sharing=sharing,
                 cpus_per_node=cpus, memory_per_node=mem, spot=spot, min_nodes=lo,
                 max_nodes=hi, price_per_node_hour=price,

@@ -20,6 +20,7 @@ from jupyterhub_gpu.bundle.autoscaler import LABEL, RESOURCES, TAINT
 from jupyterhub_gpu.devcluster import kueue_setup
 from jupyterhub_gpu.devcluster.build import K8S_VERSION, PINS
 from jupyterhub_gpu.devcluster.layout import Ports
+from jupyterhub_gpu.spec import boot
 from jupyterhub_gpu.spec.gpus import GPU_MODELS
 from jupyterhub_gpu.spec.parse import parse_platform
 from jupyterhub_gpu.spec.quantities import format_duration
@@ -150,6 +151,14 @@ def test_pods_ready_timeout_outlasts_the_slowest_boot_and_the_longest_start(exam
     strategy = config["requeuingStrategy"]
     assert strategy["backoffLimitCount"] > 0 and strategy["timestamp"] == "Eviction"
     assert 0 < strategy["backoffBaseSeconds"] < strategy["backoffMaxSeconds"]
+
+
+def test_pods_ready_timeout_covers_a_mig_node_by_default(platform):
+    """Without bootTime in the spec, a MIG pool's node is given its driver install and
+    reboot (15m), so the example's timeout is 15m + 5m + the margin, not 11m."""
+    assert platform.pool("a100mig").boot_seconds == 15 * 60
+    config = kueueconfig.kueue_configuration(platform)["waitForPodsReady"]
+    assert config["timeout"] == format_duration(20 * 60 + kueueconfig.READY_MARGIN_SECONDS)
 
 
 def test_dev_cluster_manages_the_namespaces_the_bundle_labels(platform):
@@ -315,7 +324,17 @@ def test_generated_helm_values_golden(platform):
         "hub": {"allowNamedServers": True, "config": {"OAuthenticator": {
             "manage_groups": True,
             "allowed_groups": ["data-science", "experimentation", "ml-eng"]}}},
-        "singleuser": {"startTimeout": 1500},  # a100-mig-3g: 20m patience + 5m start
+        # a100-mig-3g: 20m patience + a100mig's 15m boot + 5m start + 1m margin
+        "singleuser": {"startTimeout": 2460},
+        # a new node pulls the notebook image while its driver installs (bundle.helm)
+        "prePuller": {"continuous": {"enabled": True}, "extraTolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
+             "effect": "NoSchedule"},
+            {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal",
+             "value": "spot", "effect": "NoSchedule"}],
+            "extraImages": {"notebook-0": {
+                "name": "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook",
+                "tag": "0.1.0.dev0"}}},
         "scheduling": {"userScheduler": {"pluginConfig": [{
             "name": "NodeResourcesFit",
             "args": {"scoringStrategy": {"type": "MostAllocated", "resources": [
@@ -324,10 +343,34 @@ def test_generated_helm_values_golden(platform):
     }
 
 
+def test_every_profile_image_is_pre_pulled_on_every_pool(example_spec):
+    example_spec["profiles"][0]["image"] = "registry.example:5000/lab"  # no tag
+    platform = parse_platform(example_spec)
+    pulled = helm.notebook_images(platform)
+    assert {"name": "registry.example:5000/lab", "tag": "latest"} in pulled.values()
+    assert len(pulled) == 2
+    tolerated = {t["key"] for t in helm.pool_tolerations(platform)}
+    assert tolerated == {t.key for p in platform.pools for t in p.taints}
+
+
 def test_start_timeout_is_the_longest_wait(example_spec):
     example_spec["profiles"][0]["queuePatience"] = "1h"
     example_spec["profiles"][0]["startTimeout"] = "10m"
-    assert helm.start_timeout(parse_platform(example_spec)) == 4200
+    # t4-shared: 1h patience + t4dev's 10m boot + 10m start + 1m margin
+    assert helm.start_timeout(parse_platform(example_spec)) == 4860
+
+
+def test_the_hub_waits_for_a_new_node_of_the_profiles_slowest_pool(example_spec):
+    """The spawner's start_timeout (boot.spawn_patience) holds the queue patience, a new
+    node of the profile's slowest pool and its startTimeout: the hub never gives up on
+    a server Kueue's waitForPodsReady still lets start."""
+    example_spec["pools"][3]["bootTime"] = "25m"  # a100, the training profile's fallback
+    platform = parse_platform(example_spec)
+    training = platform.profile("a100-training")  # pools a100spot (10m), a100 (25m)
+    assert boot.spawn_patience(platform, training) == 600 + 25 * 60 + 300 + 60
+    assert boot.spawn_patience(platform, platform.profile("cpu")) == 600 + 300 + 300 + 60
+    timeout = kueueconfig.pods_ready_timeout(platform)
+    assert all(boot.ready_window(platform, p) <= timeout for p in platform.profiles)
 
 
 def test_callers_get_fresh_objects(platform):

@@ -63,7 +63,7 @@ def test_values_wire_the_spawner_and_keep_gpu_pools_free():
             "configMap": {"name": "jupyterhub-gpu-platform"}} in get(values, "hub.extraVolumes")
     assert get(values, "cull.enabled") is False
     assert get(values, "scheduling.userPlaceholder.enabled") is False
-    assert get(values, "prePuller.continuous.enabled") is False
+    assert get(values, "prePuller.hook.enabled") is False
     assert get(values, "scheduling.userPods.nodeAffinity.matchNodePurpose") == "prefer"
     assert get(values, "hub.image.name") != "quay.io/jupyterhub/k8s-hub"
 

@@ -43,10 +43,20 @@ def test_an_unknown_pool_name_is_a_key_error_naming_the_pools(platform):
 
 def test_autoscaling_fields_default_and_accept_zero(example_spec):
     t4 = parse_platform(example_spec).pool("t4dev")
-    assert (t4.consolidate_after_seconds, t4.boot_seconds) == (600, 300)
+    assert (t4.consolidate_after_seconds, t4.boot_seconds) == (600, 600)
     example_spec["pools"][0].update(consolidateAfter="0s", bootTime="1m30s")
     t4 = parse_platform(example_spec).pool("t4dev")
     assert (t4.consolidate_after_seconds, t4.boot_seconds) == (0, 90)
+
+
+def test_boot_time_defaults_by_what_a_new_node_must_do(example_spec):
+    """A GPU node waits for the GPU Operator's driver, a MIG node also for its reboot
+    into MIG mode (spec.boot); a given bootTime wins."""
+    platform = parse_platform(example_spec)
+    assert {p.name: p.boot_seconds for p in platform.pools} == {
+        "t4dev": 600, "a100mig": 900, "a100spot": 600, "a100": 600, "cpu": 300}
+    example_spec["pools"][1]["bootTime"] = "0s"
+    assert parse_platform(example_spec).pool("a100mig").boot_seconds == 0
 
 
 def _mutable_parts(value, path: str = "platform") -> list[str]:
