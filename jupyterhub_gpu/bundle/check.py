@@ -82,6 +82,15 @@ TF_FORBIDDEN = {
 }
 
 
+#: Why a node pool attribute of ``var.gpu_pools`` must be what the spec gives, beyond
+#: "the spec has it".
+TF_POOL_HINTS = {
+    **TF_FORBIDDEN,
+    "node_taints": "every pool is tainted: a kube-system pod on an untainted node keeps "
+                   "it from scaling down (skip_nodes_with_system_pods)",
+}
+
+
 MAX_PODS_WHY = ("AKS's kube-reserved memory grows with max_pods; validate and the Kueue "
                 "quotas count allocatable for this many")
 
@@ -258,7 +267,7 @@ def check_terraform_vars(platform: Platform, file: str, data: Any) -> list[Drift
                                 _pool_hint(platform, parts[1], exp)))
         else:
             drifts.append(Drift(file, f'gpu_pools["{parts[1]}"]', ".".join(parts[2:]), exp, act,
-                                TF_FORBIDDEN.get(parts[2], "")))
+                                TF_POOL_HINTS.get(parts[2].split("[")[0], "")))
     return drifts
 
 

@@ -23,7 +23,8 @@ from . import boot
 from . import quantities as q
 from . import sharing as modes
 from ..contract import (AGENTPOOL_LABEL, BATCH_API_VERSION, GPU_TAINT_KEY, GPU_TAINT_VALUE,
-                        NODEPOOL_LABEL, SPOT_LABEL, SPOT_VALUE)
+                        NODEPOOL_LABEL, SPOT_LABEL, SPOT_VALUE, USER_TAINT_KEY,
+                        USER_TAINT_VALUE)
 from .gpus import GPU_MODELS, GpuModel
 from .keys import REQUIRED, default_of, key
 from .profiles import CHECKPOINT_OFF, AnyProfile, Checkpoint, GpuIdle, JobProfile, Profile
@@ -34,6 +35,7 @@ from .sharing import Parameter, SharingMode
 
 __all__ = ["REQUIRED", "default_of", "CHECKPOINT_OFF", "AnyProfile", "Checkpoint", "GpuIdle",
            "JobProfile", "Profile", "Sharing", "Taint", "GPU_TAINT", "SPOT_TAINT",
+           "USER_TAINT",
            "DaemonsetOverhead", "Autoscaler", "AKS_BOTH_AUTOSCALERS_FEATURE", "Pool", "Team",
            "Priority", "CheckpointStorage", "Monitoring", "Platform"]
 
@@ -79,6 +81,7 @@ class Taint:
 
 GPU_TAINT = Taint(GPU_TAINT_KEY, GPU_TAINT_VALUE)
 SPOT_TAINT = Taint(SPOT_LABEL, SPOT_VALUE)
+USER_TAINT = Taint(USER_TAINT_KEY, USER_TAINT_VALUE)
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,9 @@ class Pool:
     gpu: GpuModel = key("gpu", "string", read_choice(GPU_MODELS, "gpu model"), "GPU model; "
                         "must match the VM size. `none`: a CPU-only pool (a VM size without "
                         "GPUs), whose pods request no GPU and tolerate no GPU taint, and "
-                        "whose quota is counted in nodes.")
+                        "whose quota is counted in nodes. Its nodes carry z2jh's user taint "
+                        f"`{USER_TAINT_KEY}={USER_TAINT_VALUE}:NoSchedule`, which the "
+                        "notebooks and jobs tolerate and kube-system pods do not.")
     gpus_per_node: int = key("gpusPerNode", "integer", read_int(1), "Required for GPU VM "
                              f"sizes not listed below; {_NO_GPU_POOL}.", words="from vmSize")
     sharing: Sharing = key("sharing", "mapping", None, "How one GPU is shared (see "
@@ -249,8 +254,11 @@ class Pool:
 
     @property
     def taints(self) -> tuple[Taint, ...]:
-        gpu = (GPU_TAINT,) if self.has_gpu else ()
-        return (*gpu, SPOT_TAINT) if self.spot else gpu
+        """A GPU pool's GPU taint, a CPU-only pool's user taint (so that no kube-system
+        pod lands on a node of it and keeps it from scaling down), and a spot pool's
+        spot taint."""
+        kind = GPU_TAINT if self.has_gpu else USER_TAINT
+        return (kind, SPOT_TAINT) if self.spot else (kind,)
 
     @property
     def device_plugin_config(self) -> str:

@@ -269,11 +269,14 @@ def test_tfvars_golden(platform):
     assert mig["node_labels"]["nvidia.com/mig.config"] == "all-3g.40gb"
     # two MIG slices, each an nvidia.com/gpu: the tag replaces the VM size's one GPU
     assert mig["autoscaler_tags"][f"{RESOURCES}nvidia.com_gpu"] == "2"
-    # a CPU-only pool: no GPU driver setting, taint, device-plugin label or GPU tag
+    # a CPU-only pool: no GPU driver setting, GPU taint, device-plugin label or GPU
+    # tag; z2jh's user taint, so that no kube-system pod lands there and pins a node
     assert terraform.tfvars(platform)["gpu_pools"]["cpu"] == {
         "vm_size": "Standard_D8s_v5", "gpu": False, "min_count": 0, "max_count": 10,
-        "spot": False, "node_labels": {}, "node_taints": [],
-        "autoscaler_tags": {f"{LABEL}kubernetes.azure.com_agentpool": "cpu"}}
+        "spot": False, "node_labels": {},
+        "node_taints": ["hub.jupyter.org/dedicated=user:NoSchedule"],
+        "autoscaler_tags": {f"{LABEL}kubernetes.azure.com_agentpool": "cpu",
+                            f"{TAINT}hub.jupyter.org_dedicated": "user:NoSchedule"}}
 
 
 def test_tfvars_taints_and_labels_are_what_the_spawner_selects(platform):
@@ -331,7 +334,9 @@ def test_generated_helm_values_golden(platform):
             {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
              "effect": "NoSchedule"},
             {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal",
-             "value": "spot", "effect": "NoSchedule"}],
+             "value": "spot", "effect": "NoSchedule"},
+            {"key": "hub.jupyter.org/dedicated", "operator": "Equal", "value": "user",
+             "effect": "NoSchedule"}],
             "extraImages": {"notebook-0": {
                 "name": "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook",
                 "tag": "0.1.0.dev0"}}},

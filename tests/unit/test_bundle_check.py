@@ -145,6 +145,15 @@ DRIFTS = {
         "['nvidia.com/gpu=present:NoSchedule', 'kubernetes.azure.com/scalesetpriority=spot:"
         "NoSchedule'], found ['nvidia.com/gpu=present:NoSchedule', "
         "'kubernetes.azure.com/scalesetpriority=spot:PreferNoSchedule']"),
+    # cluster-autoscaler's skip-nodes-with-system-pods (on, main.tf): a coredns or
+    # metrics-server replica on an untainted CPU node keeps it up for good
+    "the CPU pool left untainted": (
+        edit_json("config/terraform/pools.auto.tfvars.json",
+                  lambda d: d["gpu_pools"]["cpu"].__setitem__("node_taints", [])),
+        'config/terraform/pools.auto.tfvars.json: gpu_pools["cpu"]: node_taints: expected '
+        "['hub.jupyter.org/dedicated=user:NoSchedule'], found [] (every pool is tainted: a "
+        "kube-system pod on an untainted node keeps it from scaling down "
+        "(skip_nodes_with_system_pods))"),
     "a wrong label in the tfvars": (
         edit_json("config/terraform/pools.auto.tfvars.json", lambda d: d["gpu_pools"]["t4dev"][
             "node_labels"].__setitem__("nvidia.com/device-plugin.config", "timeslicing-8")),

@@ -165,3 +165,17 @@ def test_the_chart_runs_the_usage_page_where_the_proxy_reaches_it(example_spec_p
     (rule,) = [r for r in values["hub"]["networkPolicy"]["ingress"]
                if {"port": USAGE_PORT} in r["ports"]]
     assert rule["from"] == [{"podSelector": {"matchLabels": {"component": "proxy"}}}]
+
+
+def test_the_chart_tolerates_the_taint_that_keeps_system_pods_off_cpu_pools(z2jh, platform):
+    """Every pool is tainted, CPU-only pools with z2jh's user taint: kube-system pods
+    do not tolerate it, so none lands on a CPU node and pins it (the cluster
+    autoscaler's skip-nodes-with-system-pods, on in main.tf), while z2jh's user pods
+    and image pullers tolerate it by default (z2jh values.yaml,
+    scheduling.userPods.tolerations)."""
+    from jupyterhub_gpu.spec.model import USER_TAINT
+
+    assert all(pool.taints for pool in platform.pools)
+    cpu = [pool for pool in platform.pools if not pool.has_gpu]
+    assert cpu and all(USER_TAINT in pool.taints for pool in cpu)
+    assert USER_TAINT.toleration() in get(z2jh[1], "scheduling.userPods.tolerations")
