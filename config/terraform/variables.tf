@@ -11,9 +11,9 @@ variable "location" {
 }
 
 variable "kubernetes_version" {
-  description = "AKS Kubernetes minor version (e.g. \"1.33\"); null for AKS's default."
+  description = "AKS Kubernetes minor version. z2jh's user-scheduler runs kube-scheduler of the same minor (scheduling.userScheduler.image.tag in helm-values/values.yaml): change both together; jupyterhub-gpu check-bundle refuses them apart."
   type        = string
-  default     = null
+  default     = "1.35"
 }
 
 variable "acr_name" {

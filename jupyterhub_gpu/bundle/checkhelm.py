@@ -17,6 +17,8 @@ from ..spec.model import Platform
 from .diff import MISSING, Drift
 from .helm import CHART_FAILURE_LIMIT, CHART_START_TIMEOUT, gpu_resources, login_groups, start_timeout
 from .namespaces import HUB_PORT
+from .userscheduler import TAG_PATH as SCHEDULER_TAG
+from .userscheduler import WHY as SCHEDULER_WHY
 
 STOCK_HUB_IMAGE = "quay.io/jupyterhub/k8s-hub"
 _CONFIGURE = re.compile(r"configure_hub\(\s*c\s*,\s*[\"']([^\"']+)[\"']\s*\)")
@@ -206,3 +208,27 @@ def check_helm(platform: Platform, files: Values) -> list[Drift]:
             *_scale_to_zero(platform, files, values), *_user_scheduler(platform, files, values),
             *_network(files, values), *_login(platform, files, values),
             *_image(files, values), *_one_culler(files, values)]
+
+
+def pinned_minor(tf: str) -> str | None:
+    """The default of ``variable "kubernetes_version"`` in ``tf`` (``None``: null or
+    absent)."""
+    block = re.search(r'variable\s+"kubernetes_version"\s*\{(.*?)\n\}', tf, re.S)
+    default = re.search(r'^\s*default\s*=\s*"([^"]*)"', block.group(1), re.M) if block else None
+    return default.group(1) if default else None
+
+
+def check_scheduler_minor(tf_file: str, tf: str, files: Values) -> list[Drift]:
+    """The user-scheduler's image on the minor Terraform pins for the cluster."""
+    values = merge_values(files)
+    if not get(values, "scheduling.userScheduler.enabled", True):
+        return []
+    minor = pinned_minor(tf)
+    if minor is None or not re.fullmatch(r"\d+\.\d+", minor):
+        return [Drift(tf_file, 'variable "kubernetes_version"', "default", "a minor such as 1.35",
+                      minor if minor is not None else "null", SCHEDULER_WHY)]
+    tag = get(values, SCHEDULER_TAG)
+    if tag is MISSING or not re.fullmatch(rf"v{re.escape(minor)}\.\d+", str(tag)):
+        return [Drift(source(files, SCHEDULER_TAG), "z2jh values", SCHEDULER_TAG,
+                      f"v{minor}.<patch>", tag, SCHEDULER_WHY)]
+    return []

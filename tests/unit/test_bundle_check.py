@@ -359,6 +359,19 @@ DRIFTS = {
         "helm-values/generated.yaml: z2jh values: prePuller.continuous.enabled: expected "
         "True, found False (the notebook image is pulled onto a new node while its GPU "
         "driver installs only if the continuous image puller runs there)"),
+    # Kubernetes' version skew policy: a kube-scheduler at most one minor older than
+    # the API server; z2jh 4.4.0's default is v1.30.14
+    "the chart's own kube-scheduler under a pinned 1.35 cluster": (
+        replace_text("helm-values/values.yaml", 'tag: "v1.35.4"', 'tag: "v1.30.14"'),
+        "helm-values/values.yaml: z2jh values: scheduling.userScheduler.image.tag: expected "
+        "'v1.35.<patch>', found 'v1.30.14' (the user-scheduler is a kube-scheduler: "
+        "Kubernetes' version skew policy wants it on the API server's minor (at most one "
+        "older), and its RBAC is the pinned minor's)"),
+    "the cluster's minor left to AKS": (
+        replace_text("config/terraform/variables.tf", 'default     = "1.35"',
+                     "default     = null"),
+        'config/terraform: variable "kubernetes_version": default: expected \'a minor such as '
+        "1.35', found 'null' (the user-scheduler is a kube-scheduler"),
     "user placeholders on": (
         replace_text("helm-values/values.yaml", "enabled: false\n    replicas: 0",
                      "enabled: true\n    replicas: 0"),
