@@ -230,6 +230,14 @@ SHARED_SUFFIX = ".shared"
 MIG_RESOURCE_PREFIX = NVIDIA_PREFIX + "mig-"
 #: the device plugin's ``migStrategy`` that advertises ``MIG_RESOURCE_PREFIX`` resources
 MIG_STRATEGY_MIXED = "mixed"
+#: this package's distribution name (its version tags the images the bundle builds)
+PACKAGE_NAME = "jupyterhub-gpu"
+#: the images the bundle builds (config/Dockerfile, config/notebook.Dockerfile), as
+#: repositories of the spec's registry
+HUB_IMAGE = "jupyterhub-gpu-hub"
+NOTEBOOK_IMAGE = "jupyterhub-gpu-notebook"
+#: an Azure Container Registry's login server is its name and this
+ACR_LOGIN_SUFFIX = ".azurecr.io"
 #: the taint AKS's GPU pools carry (value ``present``)
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "present"

@@ -16,12 +16,6 @@ variable "kubernetes_version" {
   default     = "1.35"
 }
 
-variable "acr_name" {
-  description = "Azure Container Registry for the hub image (globally unique, a-z0-9). helm-values/values.yaml expects <acr_name>.azurecr.io/jupyterhub-gpu-hub."
-  type        = string
-  default     = "jupyterhubgpu"
-}
-
 variable "system_vm_size" {
   description = "VM size of the system pool: hub, proxy, user-scheduler, Kueue, GPU Operator."
   type        = string
@@ -84,10 +78,15 @@ variable "tags" {
   default     = { app = "jupyterhub-gpu" }
 }
 
-# GENERATED: pools.auto.tfvars.json sets gpu_pools, node_auto_provisioning and
-# cluster_autoscaler from config/platform.yaml
+# GENERATED: pools.auto.tfvars.json sets acr_name, gpu_pools, node_auto_provisioning
+# and cluster_autoscaler from config/platform.yaml
 # (`jupyterhub-gpu bundle config/platform.yaml --write`). Do not set them by hand:
 # `jupyterhub-gpu check-bundle` proves the file agrees with the spec.
+variable "acr_name" {
+  description = "The Azure Container Registry for the hub and notebook images (globally unique, a-z0-9): the spec's registry."
+  type        = string
+}
+
 variable "node_auto_provisioning" {
   description = "Whether a pool of the spec uses Node Auto Provisioning (autoscaler: node-auto-provisioning)."
   type        = bool

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 from ..builders.deviceplugin import node_labels
 from ..contract import AGENTPOOL_LABEL, MANAGED_LABEL, NODE_PURPOSE_LABEL, USAGE_SERVICE_NAME
+from ..spec.images import hub_image
 from ..spec.model import Platform
 from .diff import MISSING, Drift
 from .helm import CHART_FAILURE_LIMIT, CHART_START_TIMEOUT, gpu_resources, login_groups, start_timeout
@@ -82,7 +83,8 @@ def _timeouts(platform: Platform, files: Values, values: dict) -> Iterator[Drift
     found = get(values, "singleuser.startTimeout", CHART_START_TIMEOUT)
     if not isinstance(found, int) or found < need:
         yield _drift(files, "singleuser.startTimeout", f">= {need}", found,
-                     "the longest queuePatience + startTimeout of the profiles")
+                     "the longest queuePatience + a new node's bootTime + startTimeout of "
+                     "the profiles")
 
 
 def _failure_limit(files: Values, values: dict) -> Iterator[Drift]:
@@ -179,11 +181,14 @@ def _login(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
                          "members of these teams' groups could not log in")
 
 
-def _image(files: Values, values: dict) -> Iterator[Drift]:
+def _image(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
     name = get(values, "hub.image.name", STOCK_HUB_IMAGE)
     if name == STOCK_HUB_IMAGE:
         yield _drift(files, "hub.image.name", "an image built from config/Dockerfile",
                      name, "the stock hub image lacks jupyterhub-gpu")
+    elif name != (ours := hub_image(platform.registry)[0]):
+        yield _drift(files, "hub.image.name", ours, name,
+                     "the spec's registry names the registry once; the hub image is there")
     hub = f"{name}:{get(values, 'hub.image.tag', '')}"
     for i, container in enumerate(get(values, "hub.extraContainers", []) or []):
         if container.get("name") == USAGE_SERVICE_NAME and container.get("image") != hub:
@@ -207,7 +212,7 @@ def check_helm(platform: Platform, files: Values) -> list[Drift]:
             *_failure_limit(files, values),
             *_scale_to_zero(platform, files, values), *_user_scheduler(platform, files, values),
             *_network(files, values), *_login(platform, files, values),
-            *_image(files, values), *_one_culler(files, values)]
+            *_image(platform, files, values), *_one_culler(files, values)]
 
 
 def pinned_minor(tf: str) -> str | None:

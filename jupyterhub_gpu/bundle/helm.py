@@ -20,6 +20,8 @@
   the node can take the notebook, so the first notebook's pull only waits for what
   is left. It saves none of the boot itself; DaemonSet pods never keep a node from
   scaling down.
+* ``hub.image``, ``singleuser.image``: the hub image and the notebook image in the
+  spec's ``registry`` (:mod:`jupyterhub_gpu.spec.images`), tagged with this version.
 * ``hub.allowNamedServers``: a user may run several servers at once, each of its
   own profile (a CPU server beside a GPU server); GPUSpawner refuses a GPU server
   beyond the spec's ``gpuServersPerUser`` before it touches the Kubernetes API.
@@ -32,6 +34,7 @@
 from __future__ import annotations
 
 from ..spec.boot import spawn_patience
+from ..spec.images import hub_image, notebook_image
 from ..spec.model import Platform
 
 GPU_SCORE_WEIGHT = 10  # GPU units dominate cpu/memory (weight 1 each) when packing
@@ -75,12 +78,18 @@ def notebook_images(platform: Platform) -> dict[str, dict[str, str]]:
     return pulled
 
 
+def _image(name_tag: tuple[str, str]) -> dict[str, str]:
+    return {"name": name_tag[0], "tag": name_tag[1]}
+
+
 def generated_values(platform: Platform) -> dict:
     """Helm values derived from ``platform`` (validated against z2jh's schema)."""
     return {
-        "hub": {"allowNamedServers": True, "config": {"OAuthenticator": {
+        "hub": {"image": _image(hub_image(platform.registry)),
+                "allowNamedServers": True, "config": {"OAuthenticator": {
             "manage_groups": True, "allowed_groups": login_groups(platform)}}},
-        "singleuser": {"startTimeout": start_timeout(platform)},
+        "singleuser": {"startTimeout": start_timeout(platform),
+                       "image": _image(notebook_image(platform.registry))},
         "prePuller": {"continuous": {"enabled": True},
                       "extraTolerations": pool_tolerations(platform),
                       "extraImages": notebook_images(platform)},

@@ -2,7 +2,8 @@
 
 ``config/terraform/main.tf`` creates one ``azurerm_kubernetes_cluster_node_pool`` per
 entry of ``var.gpu_pools`` (``for_each``): one per pool the cluster autoscaler scales
-(``autoscaler: cluster-autoscaler``, the default). The pools of Node Auto Provisioning
+(``autoscaler: cluster-autoscaler``, the default); ``acr_name`` is the spec's
+``registry``. The pools of Node Auto Provisioning
 are NodePools instead (:mod:`.nap`); for them only ``var.node_auto_provisioning``
 (switching NAP on) is set here. ``var.cluster_autoscaler`` holds the spec's part of
 the cluster autoscaler's profile, ``null`` when no pool uses it (:func:`cluster_vars`).
@@ -123,6 +124,7 @@ def cluster_vars(platform: Platform) -> dict:
 
 def tfvars(platform: Platform) -> dict:
     """The whole ``pools.auto.tfvars.json`` document."""
-    return {"gpu_pools": {pool.name: pool_vars(pool) for pool in platform.pools
+    return {"acr_name": platform.registry,
+            "gpu_pools": {pool.name: pool_vars(pool) for pool in platform.pools
                           if not pool.node_auto_provisioning},
             **cluster_vars(platform)}

@@ -24,11 +24,11 @@ from . import quantities as q
 from . import sharing as modes
 from ..contract import (AGENTPOOL_LABEL, BATCH_API_VERSION, GPU_TAINT_KEY, GPU_TAINT_VALUE,
                         NODEPOOL_LABEL, SPOT_LABEL, SPOT_VALUE, USER_TAINT_KEY,
-                        USER_TAINT_VALUE)
+                        USER_TAINT_VALUE, ACR_LOGIN_SUFFIX, NOTEBOOK_IMAGE)
 from .gpus import GPU_MODELS, GpuModel
 from .keys import REQUIRED, default_of, key
 from .profiles import CHECKPOINT_OFF, AnyProfile, Checkpoint, GpuIdle, JobProfile, Profile
-from .readers import (DNS_LABEL, POOL_NAME, or_zero, read_bool, read_choice, read_counts,
+from .readers import (ACR_NAME, DNS_LABEL, POOL_NAME, or_zero, read_bool, read_choice, read_counts,
                       read_duration_or_zero, read_int, read_name, read_names, read_number,
                       read_percent, read_ratio, read_str)
 from .sharing import Parameter, SharingMode
@@ -381,6 +381,14 @@ class Platform:
         "priorities as notebooks (admin guide, Job profiles).", default=(), words="none")
     jobs_per_user: int = key("jobsPerUser", "integer >= 0", read_int(0), "How many of one "
                              "user's jobs may be queued or running at once.", default=2)
+    registry: str = key(
+        "registry", "string", read_name(ACR_NAME, "an Azure Container Registry name (a-z, "
+                                        "0-9, 5 to 50)"),
+        "The Azure Container Registry's name, e.g. `jupyterhubgpu`; the one place it is "
+        "given: Terraform creates it, the z2jh values run the hub image from it, and a "
+        f"profile without `image` runs the bundle's notebook image from it "
+        f"(`<registry>{ACR_LOGIN_SUFFIX}/{NOTEBOOK_IMAGE}:<version>`).",
+        default="jupyterhubgpu")
     monitoring: Monitoring = key("monitoring", "mapping", None, "Thresholds of the bundle's "
                                  "Prometheus alerts.", default=Monitoring(),
                                  words="the defaults below")

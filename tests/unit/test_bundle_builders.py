@@ -325,11 +325,15 @@ def test_names_the_tags_cannot_carry_are_refused(resources, labels, taints, erro
 
 def test_generated_helm_values_golden(platform):
     assert helm.generated_values(platform) == {
-        "hub": {"allowNamedServers": True, "config": {"OAuthenticator": {
+        # the images in the spec's registry, tagged with this version (spec.images)
+        "hub": {"image": {"name": "jupyterhubgpu.azurecr.io/jupyterhub-gpu-hub",
+                          "tag": "0.1.0.dev0"},
+                "allowNamedServers": True, "config": {"OAuthenticator": {
             "manage_groups": True,
             "allowed_groups": ["data-science", "experimentation", "ml-eng"]}}},
         # a100-mig-3g: 20m patience + a100mig's 15m boot + 5m start + 1m margin
-        "singleuser": {"startTimeout": 2460},
+        "singleuser": {"startTimeout": 2460, "image": {
+            "name": "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook", "tag": "0.1.0.dev0"}},
         # a new node pulls the notebook image while its driver installs (bundle.helm)
         "prePuller": {"continuous": {"enabled": True}, "extraTolerations": [
             {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",

@@ -372,6 +372,19 @@ DRIFTS = {
                      "default     = null"),
         'config/terraform: variable "kubernetes_version": default: expected \'a minor such as '
         "1.35', found 'null' (the user-scheduler is a kube-scheduler"),
+    # the registry is named once, in the spec: what derives from it must follow it
+    "the spec's registry changed without regenerating": (
+        replace_text("config/platform.yaml", "registry: jupyterhubgpu", "registry: ourlab2"),
+        "config/terraform/pools.auto.tfvars.json: variables: acr_name: expected 'ourlab2', "
+        "found 'jupyterhubgpu'"),
+    "the hub image from another registry than the spec's": (
+        replace_text("helm-values/generated.yaml",
+                     "name: jupyterhubgpu.azurecr.io/jupyterhub-gpu-hub",
+                     "name: otherregistry.azurecr.io/jupyterhub-gpu-hub"),
+        "helm-values/generated.yaml: z2jh values: hub.image.name: expected "
+        "'jupyterhubgpu.azurecr.io/jupyterhub-gpu-hub', found "
+        "'otherregistry.azurecr.io/jupyterhub-gpu-hub' (the spec's registry names the "
+        "registry once; the hub image is there)"),
     "user placeholders on": (
         replace_text("helm-values/values.yaml", "enabled: false\n    replicas: 0",
                      "enabled: true\n    replicas: 0"),

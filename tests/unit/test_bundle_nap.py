@@ -225,8 +225,8 @@ def test_nap_alone_needs_no_feature_and_no_autoscaler_profile(example_spec):
     platform = parse_platform(nap_spec(example_spec, *every))
     assert not [w for w in check_warnings(platform) if "autoscaler" in w]
     variables = tfvars(platform)
-    assert variables == {"gpu_pools": {}, "node_auto_provisioning": True,
-                         "cluster_autoscaler": None}
+    assert variables == {"acr_name": "jupyterhubgpu", "gpu_pools": {},
+                         "node_auto_provisioning": True, "cluster_autoscaler": None}
     assert sorted(_by_kind(nap_objects(platform), "NodePool")) == sorted(
         p.name for p in platform.pools)
 
