@@ -230,23 +230,14 @@ SHARED_SUFFIX = ".shared"
 MIG_RESOURCE_PREFIX = NVIDIA_PREFIX + "mig-"
 #: the device plugin's ``migStrategy`` that advertises ``MIG_RESOURCE_PREFIX`` resources
 MIG_STRATEGY_MIXED = "mixed"
-#: this package's distribution name (its version tags the images the bundle builds)
-PACKAGE_NAME = "jupyterhub-gpu"
-#: the images the bundle builds (config/Dockerfile, config/notebook.Dockerfile), as
-#: repositories of the spec's registry
-HUB_IMAGE = "jupyterhub-gpu-hub"
-NOTEBOOK_IMAGE = "jupyterhub-gpu-notebook"
-#: an Azure Container Registry's login server is its name and this
-ACR_LOGIN_SUFFIX = ".azurecr.io"
 #: the taint AKS's GPU pools carry (value ``present``)
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "present"
-#: the taint of CPU-only pools: z2jh's user-pod taint, which its user pods (and so
-#: the notebooks) tolerate (``scheduling.userPods.tolerations``) and kube-system pods
-#: do not, so none lands there and pins the node (the cluster autoscaler's
-#: skip-nodes-with-system-pods)
+#: the key of the taint of CPU-only pools (value ``user``): z2jh's user-pod taint,
+#: which its user pods (and so the notebooks) tolerate
+#: (``scheduling.userPods.tolerations``) and kube-system pods do not, so none lands
+#: there and pins the node (the cluster autoscaler's skip-nodes-with-system-pods)
 USER_TAINT_KEY = "hub.jupyter.org/dedicated"
-USER_TAINT_VALUE = "user"
 #: the node label naming the device-plugin config the node runs
 DEVICE_PLUGIN_CONFIG_LABEL = NVIDIA_PREFIX + "device-plugin.config"
 #: the node label naming the MIG layout the MIG manager applies

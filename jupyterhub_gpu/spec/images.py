@@ -13,7 +13,14 @@ from __future__ import annotations
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 
-from ..contract import ACR_LOGIN_SUFFIX, HUB_IMAGE, NOTEBOOK_IMAGE, PACKAGE_NAME
+#: this package's distribution name (its version tags the images the bundle builds)
+PACKAGE_NAME = "jupyterhub-gpu"
+#: the images the bundle builds (config/Dockerfile, config/notebook.Dockerfile), as
+#: repositories of the spec's registry
+HUB_IMAGE = "jupyterhub-gpu-hub"
+NOTEBOOK_IMAGE = "jupyterhub-gpu-notebook"
+#: an Azure Container Registry's login server is its name and this
+ACR_LOGIN_SUFFIX = ".azurecr.io"
 
 
 @cache

@@ -23,9 +23,9 @@ from . import boot
 from . import quantities as q
 from . import sharing as modes
 from ..contract import (AGENTPOOL_LABEL, BATCH_API_VERSION, GPU_TAINT_KEY, GPU_TAINT_VALUE,
-                        NODEPOOL_LABEL, SPOT_LABEL, SPOT_VALUE, USER_TAINT_KEY,
-                        USER_TAINT_VALUE, ACR_LOGIN_SUFFIX, NOTEBOOK_IMAGE)
+                        NODEPOOL_LABEL, SPOT_LABEL, SPOT_VALUE, USER_TAINT_KEY)
 from .gpus import GPU_MODELS, GpuModel
+from .images import ACR_LOGIN_SUFFIX, NOTEBOOK_IMAGE
 from .keys import REQUIRED, default_of, key
 from .profiles import CHECKPOINT_OFF, AnyProfile, Checkpoint, GpuIdle, JobProfile, Profile
 from .readers import (ACR_NAME, DNS_LABEL, POOL_NAME, or_zero, read_bool, read_choice, read_counts,
@@ -81,7 +81,7 @@ class Taint:
 
 GPU_TAINT = Taint(GPU_TAINT_KEY, GPU_TAINT_VALUE)
 SPOT_TAINT = Taint(SPOT_LABEL, SPOT_VALUE)
-USER_TAINT = Taint(USER_TAINT_KEY, USER_TAINT_VALUE)
+USER_TAINT = Taint(USER_TAINT_KEY, "user")  # z2jh's user pods tolerate this value
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ class Pool:
                         "must match the VM size. `none`: a CPU-only pool (a VM size without "
                         "GPUs), whose pods request no GPU and tolerate no GPU taint, and "
                         "whose quota is counted in nodes. Its nodes carry z2jh's user taint "
-                        f"`{USER_TAINT_KEY}={USER_TAINT_VALUE}:NoSchedule`, which the "
+                        f"`{USER_TAINT.key}={USER_TAINT.value}:{USER_TAINT.effect}`, which the "
                         "notebooks and jobs tolerate and kube-system pods do not.")
     gpus_per_node: int = key("gpusPerNode", "integer", read_int(1), "Required for GPU VM "
                              f"sizes not listed below; {_NO_GPU_POOL}.", words="from vmSize")

@@ -10,13 +10,14 @@ import pytest
 
 from jupyterhub_gpu.spec.parse import SpecError, load_platform, parse_platform
 from jupyterhub_gpu.spec import sharing
+from jupyterhub_gpu.spec.model import USER_TAINT
 
 
 def test_example_spec_parses(platform):
     assert [p.name for p in platform.pools] == ["t4dev", "a100mig", "a100spot", "a100", "cpu"]
     t4, mig, spot, on_demand, cpu = platform.pools
     assert (cpu.has_gpu, cpu.resource_name, cpu.units_per_node, cpu.taints) == (
-        False, "", 1, ())
+        False, "", 1, (USER_TAINT,))
     assert (t4.sharing.mode, t4.sharing.replicas, t4.units_per_node) == (
         sharing.TIMESLICING, 4, 4)
     assert (mig.sharing.mig_profile, mig.units_per_node, mig.unit_memory_gb) == ("3g.40gb", 2, 40)
@@ -249,7 +250,7 @@ def test_unknown_top_level_field(example_spec):
     assert info.value.errors == [
         "spec: profile: unknown field; allowed: pools, teams, priorities, profiles, "
         "checkpointStorage, groupIds, cpuIdleTimeout, gpuServersPerUser, jobProfiles, "
-        "jobsPerUser, monitoring"]
+        "jobsPerUser, registry, monitoring"]
 
 
 def test_unreadable_and_unparsable_files(tmp_path):
