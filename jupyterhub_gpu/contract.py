@@ -233,6 +233,11 @@ MIG_STRATEGY_MIXED = "mixed"
 #: the taint AKS's GPU pools carry (value ``present``)
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "present"
+#: the key of the taint of CPU-only pools (value ``user``): z2jh's user-pod taint,
+#: which its user pods (and so the notebooks) tolerate
+#: (``scheduling.userPods.tolerations``) and kube-system pods do not, so none lands
+#: there and pins the node (the cluster autoscaler's skip-nodes-with-system-pods)
+USER_TAINT_KEY = "hub.jupyter.org/dedicated"
 #: the node label naming the device-plugin config the node runs
 DEVICE_PLUGIN_CONFIG_LABEL = NVIDIA_PREFIX + "device-plugin.config"
 #: the node label naming the MIG layout the MIG manager applies

@@ -138,13 +138,17 @@ resource "azurerm_kubernetes_cluster" "main" {
       expander = "least-waste"
       # A notebook's emptyDir volumes must not pin its node once the notebook is gone.
       skip_nodes_with_local_storage = false
-      # kube-system pods (not DaemonSets) keep their node: they live on the system pool.
+      # kube-system pods (not DaemonSets) keep their node. Every other pool is
+      # tainted (GPU pools nvidia.com/gpu, CPU pools z2jh's hub.jupyter.org/dedicated,
+      # which notebooks tolerate), so they only run on the system pool, and no
+      # coredns or metrics-server replica ever pins a user pool's node.
       skip_nodes_with_system_pods = true
       # How long pods get to stop when a node is drained (AKS's default).
       max_graceful_termination_sec = "600"
-      # A new node not Ready after this long is given up on (AKS's default): above
-      # any pool's bootTime, the GPU Operator's driver install included.
-      max_node_provisioning_time = "15m"
+      # A new node not Ready after this long is given up on. From the spec: the
+      # slowest pool's bootTime (the GPU Operator's driver install, a MIG node's
+      # reboot) plus a minute, never below AKS's default 15m.
+      max_node_provisioning_time = auto_scaler_profile.value.max_node_provisioning_time
     }
   }
 

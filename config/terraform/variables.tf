@@ -11,15 +11,9 @@ variable "location" {
 }
 
 variable "kubernetes_version" {
-  description = "AKS Kubernetes minor version (e.g. \"1.33\"); null for AKS's default."
+  description = "AKS Kubernetes minor version. z2jh's user-scheduler runs kube-scheduler of the same minor (scheduling.userScheduler.image.tag in helm-values/values.yaml): change both together; jupyterhub-gpu check-bundle refuses them apart."
   type        = string
-  default     = null
-}
-
-variable "acr_name" {
-  description = "Azure Container Registry for the hub image (globally unique, a-z0-9). helm-values/values.yaml expects <acr_name>.azurecr.io/jupyterhub-gpu-hub."
-  type        = string
-  default     = "jupyterhubgpu"
+  default     = "1.35"
 }
 
 variable "system_vm_size" {
@@ -84,10 +78,15 @@ variable "tags" {
   default     = { app = "jupyterhub-gpu" }
 }
 
-# GENERATED: pools.auto.tfvars.json sets gpu_pools, node_auto_provisioning and
-# cluster_autoscaler from config/platform.yaml
+# GENERATED: pools.auto.tfvars.json sets acr_name, gpu_pools, node_auto_provisioning
+# and cluster_autoscaler from config/platform.yaml
 # (`jupyterhub-gpu bundle config/platform.yaml --write`). Do not set them by hand:
 # `jupyterhub-gpu check-bundle` proves the file agrees with the spec.
+variable "acr_name" {
+  description = "The Azure Container Registry for the hub and notebook images (globally unique, a-z0-9): the spec's registry."
+  type        = string
+}
+
 variable "node_auto_provisioning" {
   description = "Whether a pool of the spec uses Node Auto Provisioning (autoscaler: node-auto-provisioning)."
   type        = bool
@@ -96,7 +95,8 @@ variable "node_auto_provisioning" {
 variable "cluster_autoscaler" {
   description = "The spec's part of the cluster autoscaler's profile; null when no pool uses the cluster autoscaler."
   type = object({
-    scale_down_unneeded = string
+    scale_down_unneeded        = string
+    max_node_provisioning_time = string
   })
 }
 

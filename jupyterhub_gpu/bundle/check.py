@@ -23,6 +23,7 @@ from ..builders.preemption import ignored_fields, model_of
 from ..contract import (GPU_RESOURCE, MANAGED_LABEL, MIG_CONFIG_LABEL, MIG_RESOURCE_PREFIX,
                         MIG_STRATEGY_MIXED, NODEPOOL_LABEL, SHARED_SUFFIX)
 from ..spec.model import Platform, Pool
+from ..spec.quantities import format_duration
 from ..spec.validate import UNREADY_GPU_NODE
 from .diff import MISSING, Drift, compare_objects, field_diffs
 from .gpuoperator import gpu_operator_values
@@ -61,6 +62,10 @@ TF_CLUSTER_WIRING = {
     (('dynamic "auto_scaler_profile"', "content"), "scale_down_unneeded"): (
         r"auto_scaler_profile\.value\.scale_down_unneeded",
         "scale_down_unneeded comes from the pools' consolidateAfter"),
+    (('dynamic "auto_scaler_profile"', "content"), "max_node_provisioning_time"): (
+        r"auto_scaler_profile\.value\.max_node_provisioning_time",
+        "a GPU node is not ready before its driver (and a MIG node's reboot): the "
+        "autoscaler must wait for the slowest pool's bootTime"),
     (('dynamic "auto_scaler_profile"', "content"), "scale_down_delay_after_add"): (
         r'"1m"',
         "the pause after a scale-up is cluster-wide (cluster-autoscaler's "
@@ -74,6 +79,15 @@ TF_CLUSTER_WIRING = {
 TF_FORBIDDEN = {
     "gpu_instance": "the GPU Operator's MIG manager owns the MIG layout "
                     f"({MIG_CONFIG_LABEL}); AKS must not partition too",
+}
+
+
+#: Why a node pool attribute of ``var.gpu_pools`` must be what the spec gives, beyond
+#: "the spec has it".
+TF_POOL_HINTS = {
+    **TF_FORBIDDEN,
+    "node_taints": "every pool is tainted: a kube-system pod on an untainted node keeps "
+                   "it from scaling down (skip_nodes_with_system_pods)",
 }
 
 
@@ -162,9 +176,19 @@ def check_device_plugin(platform: Platform, file: str, docs: list) -> list[Drift
     return drifts
 
 
+def _ready_hint(platform: Platform, path: str) -> str:
+    """Why ``waitForPodsReady``'s timeouts must be what the spec gives."""
+    if path not in ("waitForPodsReady.timeout", "waitForPodsReady.recoveryTimeout"):
+        return ""
+    slowest = max(platform.pools, key=lambda p: p.boot_seconds)
+    return (f"one timeout for every workload: it must cover pool {slowest.name!r}'s "
+            f"bootTime {format_duration(slowest.boot_seconds)} plus the longest "
+            f"startTimeout, or Kueue deletes notebooks still starting on a new node")
+
+
 def check_kueue_configuration(platform: Platform, file: str, docs: list) -> list[Drift]:
     found = docs[0] if docs else MISSING
-    return [Drift(file, "Configuration", f, e, a)
+    return [Drift(file, "Configuration", f, e, a, _ready_hint(platform, f))
             for f, e, a in field_diffs(kueue_configuration(platform), found)]
 
 
@@ -245,7 +269,7 @@ def check_terraform_vars(platform: Platform, file: str, data: Any) -> list[Drift
                                 _pool_hint(platform, parts[1], exp)))
         else:
             drifts.append(Drift(file, f'gpu_pools["{parts[1]}"]', ".".join(parts[2:]), exp, act,
-                                TF_FORBIDDEN.get(parts[2], "")))
+                                TF_POOL_HINTS.get(parts[2].split("[")[0], "")))
     return drifts
 
 

@@ -14,10 +14,13 @@ from typing import Any, Iterator
 from ..builders.deviceplugin import node_labels
 from ..contract import (AGENTPOOL_LABEL, AZURE_FILES_CLASS, AZURE_FILES_PREMIUM_CLASS,
                         MANAGED_LABEL, NODE_PURPOSE_LABEL, USAGE_SERVICE_NAME)
+from ..spec.images import hub_image
 from ..spec.model import Platform
 from .diff import MISSING, Drift
 from .helm import CHART_FAILURE_LIMIT, CHART_START_TIMEOUT, gpu_resources, login_groups, start_timeout
 from .namespaces import HUB_PORT
+from .userscheduler import TAG_PATH as SCHEDULER_TAG
+from .userscheduler import WHY as SCHEDULER_WHY
 
 STOCK_HUB_IMAGE = "quay.io/jupyterhub/k8s-hub"
 _CONFIGURE = re.compile(r"configure_hub\(\s*c\s*,\s*[\"']([^\"']+)[\"']\s*\)")
@@ -81,7 +84,8 @@ def _timeouts(platform: Platform, files: Values, values: dict) -> Iterator[Drift
     found = get(values, "singleuser.startTimeout", CHART_START_TIMEOUT)
     if not isinstance(found, int) or found < need:
         yield _drift(files, "singleuser.startTimeout", f">= {need}", found,
-                     "the longest queuePatience + startTimeout of the profiles")
+                     "the longest queuePatience + a new node's bootTime + startTimeout of "
+                     "the profiles")
 
 
 def _failure_limit(files: Values, values: dict) -> Iterator[Drift]:
@@ -169,12 +173,17 @@ def _tolerates(tolerations: list, key: str) -> bool:
 
 
 def _pullers(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
+    why = ("the notebook image is pulled onto a new node while its GPU driver installs "
+           "only if the continuous image puller runs there")
+    if not get(values, "prePuller.continuous.enabled", True):
+        yield _drift(files, "prePuller.continuous.enabled", True, False, why)
+        return
     tolerations = get(values, "prePuller.extraTolerations", []) or []
-    gpu_keys = sorted({t.key for p in platform.pools for t in p.taints})
-    if get(values, "prePuller.continuous.enabled", True) and any(
-            _tolerates(tolerations, k) for k in gpu_keys):
-        yield _drift(files, "prePuller.extraTolerations", f"none of {gpu_keys}",
-                     tolerations, "a continuous image puller would run on GPU nodes")
+    keys = sorted({t.key for p in platform.pools for t in p.taints})
+    missing = [k for k in keys if not _tolerates(tolerations, k)]
+    if missing:
+        yield _drift(files, "prePuller.extraTolerations", f"tolerations of {keys}",
+                     tolerations, why)
 
 
 def _user_scheduler(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
@@ -214,11 +223,14 @@ def _login(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
                          "members of these teams' groups could not log in")
 
 
-def _image(files: Values, values: dict) -> Iterator[Drift]:
+def _image(platform: Platform, files: Values, values: dict) -> Iterator[Drift]:
     name = get(values, "hub.image.name", STOCK_HUB_IMAGE)
     if name == STOCK_HUB_IMAGE:
         yield _drift(files, "hub.image.name", "an image built from config/Dockerfile",
                      name, "the stock hub image lacks jupyterhub-gpu")
+    elif name != (ours := hub_image(platform.registry)[0]):
+        yield _drift(files, "hub.image.name", ours, name,
+                     "the spec's registry names the registry once; the hub image is there")
     hub = f"{name}:{get(values, 'hub.image.tag', '')}"
     for i, container in enumerate(get(values, "hub.extraContainers", []) or []):
         if container.get("name") == USAGE_SERVICE_NAME and container.get("image") != hub:
@@ -242,4 +254,28 @@ def check_helm(platform: Platform, files: Values) -> list[Drift]:
             *_failure_limit(files, values), *_homes(files, values),
             *_scale_to_zero(platform, files, values), *_user_scheduler(platform, files, values),
             *_network(files, values), *_login(platform, files, values),
-            *_image(files, values), *_one_culler(files, values)]
+            *_image(platform, files, values), *_one_culler(files, values)]
+
+
+def pinned_minor(tf: str) -> str | None:
+    """The default of ``variable "kubernetes_version"`` in ``tf`` (``None``: null or
+    absent)."""
+    block = re.search(r'variable\s+"kubernetes_version"\s*\{(.*?)\n\}', tf, re.S)
+    default = re.search(r'^\s*default\s*=\s*"([^"]*)"', block.group(1), re.M) if block else None
+    return default.group(1) if default else None
+
+
+def check_scheduler_minor(tf_file: str, tf: str, files: Values) -> list[Drift]:
+    """The user-scheduler's image on the minor Terraform pins for the cluster."""
+    values = merge_values(files)
+    if not get(values, "scheduling.userScheduler.enabled", True):
+        return []
+    minor = pinned_minor(tf)
+    if minor is None or not re.fullmatch(r"\d+\.\d+", minor):
+        return [Drift(tf_file, 'variable "kubernetes_version"', "default", "a minor such as 1.35",
+                      minor if minor is not None else "null", SCHEDULER_WHY)]
+    tag = get(values, SCHEDULER_TAG)
+    if tag is MISSING or not re.fullmatch(rf"v{re.escape(minor)}\.\d+", str(tag)):
+        return [Drift(source(files, SCHEDULER_TAG), "z2jh values", SCHEDULER_TAG,
+                      f"v{minor}.<patch>", tag, SCHEDULER_WHY)]
+    return []

@@ -21,7 +21,7 @@ from .check import (Bundle, check_device_plugin, check_gpu_operator, check_kueue
                     check_prometheus_rules, check_grafana_dashboard, check_service_monitors,
                     check_preemption_model, check_team_namespaces, check_terraform_tf,
                     check_terraform_vars)
-from .checkhelm import check_helm
+from .checkhelm import check_helm, check_scheduler_minor
 from .checkprometheus import check_prometheus_urls
 from .diff import Drift
 from .files import (GENERATED, GPU_OPERATOR_VALUES, GRAFANA_DASHBOARD, HELM_GENERATED,
@@ -128,6 +128,8 @@ def run_checks(platform, bundle: Bundle, hub: HubRef) -> list[Drift]:
         drifts += check_prometheus_urls(bundle.helm_values,
                                         bundle.prometheus_url or prometheus_url(),
                                         given=bundle.prometheus_url is not None)
+    if bundle.helm_values and bundle.terraform_tf:
+        drifts += check_scheduler_minor(*bundle.terraform_tf, bundle.helm_values)
     return drifts
 
 

@@ -21,7 +21,7 @@ GPU node, and it is the operator:
   dcgm-exporter (NVIDIA/gpu-operator ``controllers/object_controls.go``), labelled so
   that kube-prometheus-stack's default selector (``release: <its release>``) picks it;
   unlabelled, no Prometheus of that chart scrapes a GPU metric;
-* tolerations for every taint of the spec's pools, so that the operator's DaemonSets
+* tolerations for every taint of the spec's GPU pools, so that the operator's DaemonSets
   (and node-feature-discovery, whose labels place them) also run on spot pools.
 """
 
@@ -33,7 +33,7 @@ from ..spec.model import Platform
 
 def _tolerations(platform: Platform) -> list[dict]:
     seen: dict[tuple, dict] = {}
-    for pool in platform.pools:
+    for pool in platform.gpu_pools:
         for taint in pool.taints:
             seen.setdefault((taint.key, taint.value, taint.effect), taint.toleration())
     return list(seen.values())

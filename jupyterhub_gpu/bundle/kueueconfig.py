@@ -31,6 +31,7 @@ from __future__ import annotations
 from ..builders.preemption import FAIR_SHARING_KEY
 from ..contract import KUEUE_CONFIG_API_VERSION as CONFIG_API_VERSION
 from ..contract import BATCH_GROUP, KUEUE_GROUP, MANAGED_LABEL
+from ..spec.boot import READY_MARGIN_SECONDS, slowest_boot
 from ..spec.quantities import format_duration
 from ..spec.model import Platform
 
@@ -43,9 +44,6 @@ POLICY_KEYS = ("manageJobsWithoutQueueName", "managedJobsNamespaceSelector", "in
 (the dev cluster runs Kueue with the shipped values of these)."""
 
 
-#: beyond the slowest boot and start: Karpenter's batching window (up to 10 s), a
-#: NodeClaim's registration, the scheduler's retry, the kubelet's first readiness
-READY_MARGIN_SECONDS = 60
 #: requeues after a timeout before Kueue deactivates the Workload (``spec.active``)
 REQUEUE_LIMIT = 3
 #: the first requeue waits about this long, each next one twice as long ...
@@ -57,19 +55,22 @@ REQUEUE_BACKOFF_MAX_SECONDS = 1800
 def pods_ready_timeout(platform: Platform) -> int:
     """Seconds an admitted workload has to get all its pods Ready: the slowest pool's
     ``bootTime`` plus the longest profile ``startTimeout``, plus
-    :data:`READY_MARGIN_SECONDS`.
+    :data:`~jupyterhub_gpu.spec.boot.READY_MARGIN_SECONDS`.
 
     Kueue applies ``waitForPodsReady`` to every workload it admits, notebooks too
     (Kueue 0.17: counted from the ``Admitted`` condition; a plain pod that runs out of
-    it is deleted, and a notebook server with it). An admitted notebook may wait for a
-    new node of its pool (``bootTime``) and then take its profile's ``startTimeout``
-    (the image pull and the server's start) before it is Ready; so no notebook that
-    starts within what the spec allows is ever evicted, whichever pool and profile.
-    Job profiles have no start timeout of their own: their pods get the same window.
+    it is deleted, and a notebook server with it). The timeout is one value for all
+    workloads (``WaitForPodsReady`` in Kueue's ``Configuration``,
+    apis/config/v1beta2), so it must cover the slowest: an admitted notebook may wait
+    for a new node of its pool (``bootTime``: on a MIG pool the driver install and the
+    reboot) and then take its profile's ``startTimeout`` (the image pull and the
+    server's start). So it is the longest of the profiles'
+    :func:`~jupyterhub_gpu.spec.boot.ready_window` or more, and no notebook that
+    starts within what the spec allows is ever evicted. Job profiles have no start
+    timeout of their own: their pods get the same window.
     """
-    boot = max((p.boot_seconds for p in platform.pools), default=0)
     start = max((p.start_timeout_seconds for p in platform.profiles), default=0)
-    return boot + start + READY_MARGIN_SECONDS
+    return slowest_boot(platform.pools) + start + READY_MARGIN_SECONDS
 
 
 def wait_for_pods_ready(platform: Platform) -> dict:

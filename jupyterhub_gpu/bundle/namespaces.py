@@ -38,6 +38,7 @@ from ..contract import (AZURE_FILES_CLASS, BATCH_GROUP, COMPONENT_LABEL, HUB_COM
                         TEAM_LABEL)
 from ..spec.model import Platform, Team
 from .monitoring import KPS_NAMESPACE, PROMETHEUS_POD_LABELS, PROMETHEUS_PORT
+from .userscheduler import user_scheduler_rbac
 
 ROLE_NAME = "jupyterhub-gpu-hub"
 NETWORK_POLICY_NAME = "jupyterhub-gpu-singleuser"
@@ -249,9 +250,11 @@ def checkpoint_claim(platform: Platform, team: Team, volume: CheckpointVolume) -
 
 def team_objects(platform: Platform, hub: HubRef = HubRef(),
                  volume: CheckpointVolume = CheckpointVolume()) -> list[dict]:
-    """The hub's ClusterRole and its binding, then everything each team namespace
-    needs, in an order ``kubectl apply`` accepts."""
-    objects: list[dict] = [hub_cluster_role(hub), hub_cluster_role_binding(hub)]
+    """The hub's ClusterRole and its binding, the user-scheduler's extra RBAC
+    (:mod:`.userscheduler`), then everything each team namespace needs, in an order
+    ``kubectl apply`` accepts."""
+    objects: list[dict] = [hub_cluster_role(hub), hub_cluster_role_binding(hub),
+                           *user_scheduler_rbac(hub.namespace)]
     for team in platform.teams:
         claim = checkpoint_claim(platform, team, volume)
         objects += [namespace(team), hub_role(team), hub_role_binding(team, hub),

@@ -2,7 +2,8 @@
 
 ``config/terraform/main.tf`` creates one ``azurerm_kubernetes_cluster_node_pool`` per
 entry of ``var.gpu_pools`` (``for_each``): one per pool the cluster autoscaler scales
-(``autoscaler: cluster-autoscaler``, the default). The pools of Node Auto Provisioning
+(``autoscaler: cluster-autoscaler``, the default); ``acr_name`` is the spec's
+``registry``. The pools of Node Auto Provisioning
 are NodePools instead (:mod:`.nap`); for them only ``var.node_auto_provisioning``
 (switching NAP on) is set here. ``var.cluster_autoscaler`` holds the spec's part of
 the cluster autoscaler's profile, ``null`` when no pool uses it (:func:`cluster_vars`).
@@ -37,6 +38,7 @@ import math
 
 from ..builders.deviceplugin import pool_labels
 from ..contract import SPOT_LABEL, SPOT_VALUE
+from ..spec.boot import READY_MARGIN_SECONDS, slowest_boot
 from ..spec.model import Platform, Pool
 from .autoscaler import TagError, template_tags
 
@@ -89,6 +91,22 @@ def scale_down_unneeded(pools: tuple[Pool, ...]) -> str:
     return f"{max(1, math.ceil(seconds / 60))}m"
 
 
+#: AKS's default ``max_node_provisioning_time``, in seconds
+AKS_MAX_NODE_PROVISIONING_SECONDS = 15 * 60
+
+
+def max_node_provisioning_time(pools: tuple[Pool, ...]) -> str:
+    """The cluster autoscaler's ``max_node_provisioning_time``: how long a new node may
+    take before the scale-up counts as failed. On AKS a GPU node counts as not ready
+    until it advertises ``nvidia.com/gpu`` (the driver installed; on a MIG pool after
+    its reboot), so it must outlast the slowest ``bootTime`` of ``pools`` plus the
+    margin Kueue allows; never below AKS's default 15m. Whole minutes (AKS takes only
+    minutes)."""
+    seconds = max(AKS_MAX_NODE_PROVISIONING_SECONDS,
+                  slowest_boot(pools) + READY_MARGIN_SECONDS)
+    return f"{math.ceil(seconds / 60)}m"
+
+
 def cluster_vars(platform: Platform) -> dict:
     """``node_auto_provisioning`` (a pool uses NAP) and ``cluster_autoscaler`` (the
     spec's part of its profile; ``null`` when every pool uses NAP: then the system pool
@@ -97,13 +115,16 @@ def cluster_vars(platform: Platform) -> dict:
     classic = tuple(p for p in platform.pools if not p.node_auto_provisioning)
     return {
         "node_auto_provisioning": len(classic) < len(platform.pools),
-        "cluster_autoscaler": {"scale_down_unneeded": scale_down_unneeded(classic)}
-        if classic else None,
+        "cluster_autoscaler": {
+            "scale_down_unneeded": scale_down_unneeded(classic),
+            "max_node_provisioning_time": max_node_provisioning_time(classic),
+        } if classic else None,
     }
 
 
 def tfvars(platform: Platform) -> dict:
     """The whole ``pools.auto.tfvars.json`` document."""
-    return {"gpu_pools": {pool.name: pool_vars(pool) for pool in platform.pools
+    return {"acr_name": platform.registry,
+            "gpu_pools": {pool.name: pool_vars(pool) for pool in platform.pools
                           if not pool.node_auto_provisioning},
             **cluster_vars(platform)}

@@ -75,6 +75,7 @@ from traitlets import Dict, Integer, default
 
 from . import queuewaits
 from ..builders.pod import SpawnSettings, merge_traits, spawn_settings
+from ..spec.boot import spawn_patience
 from ..spec.grant import Grant, OptionsRejected
 from ..cull.notice import deadline_env
 from .form import render_form, user_profiles_url
@@ -301,9 +302,8 @@ class GPUSpawner(KubeSpawner):
         self.dns_name = self.dns_name_template.format(namespace=self.namespace,
                                                       name=self.pod_name)
         # JupyterHub reads start_timeout after apply_user_options: a queued server
-        # may wait its profile's queue patience, then start within startTimeout
-        self.start_timeout = (grant.profile.queue_patience_seconds
-                              + grant.profile.start_timeout_seconds)
+        # may wait its profile's queue patience, then a new node, then startTimeout
+        self.start_timeout = spawn_patience(platform, grant.profile)
         self.gpu_grant, self._grant_platform = grant, platform
         granted = {"profile": grant.profile.slug}
         if self.user_options != granted:

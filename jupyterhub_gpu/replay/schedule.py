@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..spec.boot import boot_seconds_for
+from ..spec.gpus import NO_GPU
 from ..spec.quantities import parse_duration
+from ..spec.sharing import MIG
 from .trace import Busy, Job, Session, Trace
 
 #: how often a busy server reports activity to the hub, in trace seconds: the
@@ -24,12 +27,22 @@ from .trace import Busy, Job, Session, Trace
 ACTIVITY_INTERVAL = 300
 #: the demo hub's culler interval (devcluster/demo_config.py), in trace seconds
 CULL_EVERY = 60
+
+
+def _default_boot(pool: dict) -> int:
+    """spec.Pool's default bootTime for the kind of ``pool`` (spec.boot): a GPU pool's
+    nodes wait for their driver, a MIG pool's for their reboot too."""
+    mig = isinstance(pool.get("sharing"), dict) and pool["sharing"].get("mode") == MIG.name
+    return boot_seconds_for(pool.get("gpu") != NO_GPU.name, mig)
+
+
 #: the spec's platform timings a replay scales: (section, field) -> default seconds
-#: when the field is absent (None: the field is optional and absent means "none")
-SCALED_FIELDS = {
+#: when the field is absent, or the function of the item that gives them (None: the
+#: field is optional and absent means "none")
+SCALED_FIELDS: dict[tuple[str, str], Any] = {
     ("", "cpuIdleTimeout"): None,
     ("pools", "consolidateAfter"): 600,  # spec.Pool's defaults
-    ("pools", "bootTime"): 300,
+    ("pools", "bootTime"): _default_boot,
     ("profiles", "idleTimeout"): None,
     ("profiles", "maxAge"): None,
     ("profiles", "queuePatience"): None,
@@ -86,7 +99,8 @@ def scaled_spec(spec: dict[str, Any], factor: float) -> tuple[dict, tuple[Distor
         items = [spec] if not section else spec.get(section) or []
         for item in items:
             name = item.get("name") or item.get("slug") or "spec"
-            _scale_field(item, key, default, factor, f"{key} of {name}", out)
+            _scale_field(item, key, default(item) if callable(default) else default,
+                         factor, f"{key} of {name}", out)
     for profile in spec.get("profiles") or []:
         idle = profile.get("gpuIdle")
         if idle and "window" in idle:

@@ -19,20 +19,23 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping
 
+from . import boot
 from . import quantities as q
 from . import sharing as modes
 from ..contract import (AGENTPOOL_LABEL, BATCH_API_VERSION, GPU_TAINT_KEY, GPU_TAINT_VALUE,
-                        NODEPOOL_LABEL, SPOT_LABEL, SPOT_VALUE)
+                        NODEPOOL_LABEL, SPOT_LABEL, SPOT_VALUE, USER_TAINT_KEY)
 from .gpus import GPU_MODELS, GpuModel
+from .images import ACR_LOGIN_SUFFIX, NOTEBOOK_IMAGE
 from .keys import REQUIRED, default_of, key
 from .profiles import CHECKPOINT_OFF, AnyProfile, Checkpoint, GpuIdle, JobProfile, Profile
-from .readers import (DNS_LABEL, POOL_NAME, or_zero, read_bool, read_choice, read_counts,
+from .readers import (ACR_NAME, DNS_LABEL, POOL_NAME, or_zero, read_bool, read_choice, read_counts,
                       read_duration_or_zero, read_int, read_name, read_names, read_number,
                       read_percent, read_ratio, read_str)
 from .sharing import Parameter, SharingMode
 
 __all__ = ["REQUIRED", "default_of", "CHECKPOINT_OFF", "AnyProfile", "Checkpoint", "GpuIdle",
            "JobProfile", "Profile", "Sharing", "Taint", "GPU_TAINT", "SPOT_TAINT",
+           "USER_TAINT",
            "DaemonsetOverhead", "Autoscaler", "AKS_BOTH_AUTOSCALERS_FEATURE", "Pool", "Team",
            "Priority", "CheckpointStorage", "Monitoring", "Platform"]
 
@@ -78,6 +81,7 @@ class Taint:
 
 GPU_TAINT = Taint(GPU_TAINT_KEY, GPU_TAINT_VALUE)
 SPOT_TAINT = Taint(SPOT_LABEL, SPOT_VALUE)
+USER_TAINT = Taint(USER_TAINT_KEY, "user")  # z2jh's user pods tolerate this value
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,9 @@ class Pool:
     gpu: GpuModel = key("gpu", "string", read_choice(GPU_MODELS, "gpu model"), "GPU model; "
                         "must match the VM size. `none`: a CPU-only pool (a VM size without "
                         "GPUs), whose pods request no GPU and tolerate no GPU taint, and "
-                        "whose quota is counted in nodes.")
+                        "whose quota is counted in nodes. Its nodes carry z2jh's user taint "
+                        f"`{USER_TAINT.key}={USER_TAINT.value}:{USER_TAINT.effect}`, which the "
+                        "notebooks and jobs tolerate and kube-system pods do not.")
     gpus_per_node: int = key("gpusPerNode", "integer", read_int(1), "Required for GPU VM "
                              f"sizes not listed below; {_NO_GPU_POOL}.", words="from vmSize")
     sharing: Sharing = key("sharing", "mapping", None, "How one GPU is shared (see "
@@ -179,10 +185,15 @@ class Pool:
         "Provisioning's). The cluster autoscaler has one `scale_down_unneeded` for all its "
         "pools: the shortest `consolidateAfter` among them, rounded up to whole minutes, at "
         "least 1m (AKS takes no less).", default=600)
-    boot_seconds: int = key("bootTime", "duration or 0", read_duration_or_zero, "How long a "
-                            "new node takes to boot and join, e.g. `4m`; the dev cluster's "
-                            "Karpenter waits this long before a node it adds registers.",
-                            default=300)
+    boot_seconds: int = key(
+        "bootTime", "duration or 0", read_duration_or_zero, "How long a new node takes "
+        "until a pod can start on it, e.g. `12m`: boot and join, on a GPU pool the GPU "
+        "Operator's driver install, on a MIG pool its reboot into MIG mode too (the "
+        "image pull is the profile's `startTimeout`). Kueue's `waitForPodsReady`, the "
+        "hub's wait for a server and the autoscaler's `max_node_provisioning_time` "
+        "follow the slowest pool; the dev cluster's Karpenter waits this long before a "
+        "node it adds registers.", default=None,
+        words=boot.DEFAULT_WORDS)
     daemonset_overhead: DaemonsetOverhead = key(
         "daemonsetOverhead", "mapping", None, "What the daemonsets request on each node (see "
         "`daemonsetOverhead`).", default=DaemonsetOverhead(), words=_OVERHEAD)
@@ -243,8 +254,11 @@ class Pool:
 
     @property
     def taints(self) -> tuple[Taint, ...]:
-        gpu = (GPU_TAINT,) if self.has_gpu else ()
-        return (*gpu, SPOT_TAINT) if self.spot else gpu
+        """A GPU pool's GPU taint, a CPU-only pool's user taint (so that no kube-system
+        pod lands on a node of it and keeps it from scaling down), and a spot pool's
+        spot taint."""
+        kind = GPU_TAINT if self.has_gpu else USER_TAINT
+        return (kind, SPOT_TAINT) if self.spot else (kind,)
 
     @property
     def device_plugin_config(self) -> str:
@@ -367,6 +381,14 @@ class Platform:
         "priorities as notebooks (admin guide, Job profiles).", default=(), words="none")
     jobs_per_user: int = key("jobsPerUser", "integer >= 0", read_int(0), "How many of one "
                              "user's jobs may be queued or running at once.", default=2)
+    registry: str = key(
+        "registry", "string", read_name(ACR_NAME, "an Azure Container Registry name (a-z, "
+                                        "0-9, 5 to 50)"),
+        "The Azure Container Registry's name, e.g. `jupyterhubgpu`; the one place it is "
+        "given: Terraform creates it, the z2jh values run the hub image from it, and a "
+        f"profile without `image` runs the bundle's notebook image from it "
+        f"(`<registry>{ACR_LOGIN_SUFFIX}/{NOTEBOOK_IMAGE}:<version>`).",
+        default="jupyterhubgpu")
     monitoring: Monitoring = key("monitoring", "mapping", None, "Thresholds of the bundle's "
                                  "Prometheus alerts.", default=Monitoring(),
                                  words="the defaults below")

@@ -15,6 +15,8 @@ from typing import Any, Mapping
 import yaml
 
 from . import sharing as modes
+from .boot import default_boot_seconds
+from .images import notebook_image
 from .gpus import NO_GPU, VM_SIZES
 from .jobs import job_profile, job_profiles_on_pools
 from .sharing import Parameter
@@ -96,11 +98,13 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
     spot = s.get("spot")
     price = s.get("pricePerNodeHour")
     consolidate = s.get("consolidateAfter")
-    boot = s.get("bootTime")
+    boot = s.get("bootTime")  # None: by the pool's kind, once its sharing is known
     overhead = read_block(s, "daemonsetOverhead")
     autoscaler = s.get("autoscaler")
     if len(errors) > n_errors:
         return None
+    if boot is None:
+        boot = default_boot_seconds(sharing)
     return Pool(name=name, vm_size=vm_size, gpu=gpu, gpus_per_node=gpus, sharing=sharing,
                 cpus_per_node=cpus, memory_per_node=mem, spot=spot, min_nodes=lo,
                 max_nodes=hi, price_per_node_hour=price,
@@ -133,8 +137,9 @@ def _profile(errors: list[str], data: Any, index: int) -> Profile | None:
 
 
 def _on_pools(errors: list[str], platform: Platform) -> tuple[Profile, ...]:
-    """The profiles with the defaults that depend on their pool's kind: on a CPU-only
-    pool no GPU units (and no GPU-only field) and the spec's ``cpuIdleTimeout``."""
+    """The profiles with the defaults that depend on their pool's kind (on a CPU-only
+    pool no GPU units, no GPU-only field, and the spec's ``cpuIdleTimeout``) or on the
+    spec (the notebook image in its ``registry``)."""
     resolved = []
     for profile in platform.profiles:
         cpu_only, units = units_on_pools(errors, platform, profile, "profile",
@@ -143,7 +148,10 @@ def _on_pools(errors: list[str], platform: Platform) -> tuple[Profile, ...]:
         if idle is None:
             idle = (platform.cpu_idle_timeout_seconds if cpu_only
                     else field_default("profile", "idleTimeout"))
-        resolved.append(dataclasses.replace(profile, units=units, idle_timeout_seconds=idle))
+        image = profile.image or (":".join(notebook_image(platform.registry))
+                                  if platform.registry else None)
+        resolved.append(dataclasses.replace(profile, units=units, idle_timeout_seconds=idle,
+                                            image=image))
     return tuple(resolved)
 
 
@@ -205,6 +213,7 @@ def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
         jobs_per_user=top.get("jobsPerUser"),
         # an unreadable block: its errors are listed, its alerts keep their defaults
         monitoring=read_block(top, "monitoring") or field_default("spec", "monitoring"),
+        registry=top.get("registry"),
     )
     platform = dataclasses.replace(platform, profiles=_on_pools(errors, platform),
                                    job_profiles=job_profiles_on_pools(errors, platform))

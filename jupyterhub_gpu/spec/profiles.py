@@ -93,7 +93,9 @@ class Profile(_OnPools):
                      "must fit one node's allocatable less `daemonsetOverhead`.")
     memory_bytes: int = key("memory", "quantity", q.parse_memory, "Memory guarantee and "
                             "limit, e.g. `96Gi`; must fit the node like `cpu`.")
-    image: str = key("image", "string", read_str, "Notebook image.")
+    image: str = key("image", "string", read_str, "Notebook image, e.g. "
+                     "`myregistry.azurecr.io/lab:2.1`.", default=None,
+                     words="the bundle's notebook image in `registry`")
     priority: str = key("priority", "priority name", read_str, "The Kueue priority of the "
                         "server.")
     idle_timeout_seconds: int = key(

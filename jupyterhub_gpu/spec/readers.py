@@ -14,6 +14,7 @@ from . import quantities as q
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
+ACR_NAME = re.compile(r"^[a-z0-9]{5,50}$")
 
 
 def read_str(v: Any) -> str:

@@ -91,7 +91,8 @@ async def test_queue_patience_withdraws_the_request(spawn, kube, cluster_platfor
 
 async def test_start_timeout_leaves_room_for_queue_patience(spawn):
     spawner = await spawn("ned", ["experimentation"], "t4-shared")
-    assert spawner.start_timeout == 600 + 60  # queuePatience default + startTimeout
+    # queuePatience default + t4dev's bootTime + startTimeout + the margin (spec.boot)
+    assert spawner.start_timeout == 600 + 2 + 60 + 60
 
 
 async def test_cancel_while_queued_removes_pod_and_workload(spawn, kube):

@@ -160,8 +160,8 @@ BROKEN: list[tuple[str, list[Edit], list[str]]] = [
     ("priority without a value", [put("priorities.1.value", DROP)],
      ["priority 'batch': value"]),
     ("profile without a pool", [put("profiles.4.pool", DROP)], ["profile 'cpu': pool"]),
-    ("profile without an image", [put("profiles.0.image", DROP)],
-     ["profile 't4-shared': image"]),
+    ("registry that is no ACR name", [put("registry", "My_Registry")],
+     ["spec: registry"]),
     ("job profile without a slug", [put("jobProfiles.3.slug", DROP)], ["jobProfiles[3]: slug"]),
     ("no teams at all", [put("teams", [])], ["teams"]),
     # wrong types

@@ -80,11 +80,15 @@ def test_kueue_objects_order(platform):
         ["ClusterQueue"] * 3 + ["LocalQueue"] * 3
 
 
-def test_a_cpu_pool_flavor_selects_its_nodes_and_has_no_taint(platform):
+def test_a_cpu_pool_flavor_selects_its_nodes_and_tolerates_only_the_user_taint(platform):
     flavor = kueue.resource_flavor(platform.pool("cpu"))
     assert (flavor["kind"], flavor["metadata"]) == ("ResourceFlavor", {"name": "cpu"})
     assert flavor["spec"]["nodeLabels"] == {"kubernetes.azure.com/agentpool": "cpu"}
-    assert not flavor["spec"]["nodeTaints"] and not flavor["spec"]["tolerations"]
+    assert flavor["spec"]["nodeTaints"] == [
+        {"key": "hub.jupyter.org/dedicated", "value": "user", "effect": "NoSchedule"}]
+    assert flavor["spec"]["tolerations"] == [
+        {"key": "hub.jupyter.org/dedicated", "operator": "Equal", "value": "user",
+         "effect": "NoSchedule"}]
 
 
 def test_device_plugin_configs(platform):

@@ -97,7 +97,8 @@ def test_a_cpu_pool_instance_type_offers_no_gpu(platform):
     it = karpenter.instance_type(platform.pool("cpu"))
     assert it["name"] == "Standard_D8s_v5-cpu"
     assert set(it["resources"]) == {"cpu", "memory", "pods"}
-    assert karpenter.node_pool(platform.pool("cpu"))["spec"]["template"]["spec"]["taints"] == []
+    assert karpenter.node_pool(platform.pool("cpu"))["spec"]["template"]["spec"]["taints"] == [
+        {"key": "hub.jupyter.org/dedicated", "value": "user", "effect": "NoSchedule"}]
 
 
 def test_node_pool_selects_what_the_flavor_and_the_pod_select(platform):

@@ -20,6 +20,7 @@ from jupyterhub_gpu.bundle.autoscaler import LABEL, RESOURCES, TAINT
 from jupyterhub_gpu.devcluster import kueue_setup
 from jupyterhub_gpu.devcluster.build import K8S_VERSION, PINS
 from jupyterhub_gpu.devcluster.layout import Ports
+from jupyterhub_gpu.spec import boot
 from jupyterhub_gpu.spec.gpus import GPU_MODELS
 from jupyterhub_gpu.spec.parse import parse_platform
 from jupyterhub_gpu.spec.quantities import format_duration
@@ -75,7 +76,8 @@ def test_the_hubs_cluster_rbac_reads_nodes_only(platform):
     right; named by the hub's namespace, so two hubs in one cluster do not clash."""
     hub = namespaces.HubRef("hub-ns", "hub-sa")
     objects = namespaces.team_objects(platform, hub)
-    cluster = [o for o in objects if "namespace" not in o["metadata"] and o["kind"] != "Namespace"]
+    cluster = [o for o in objects if "namespace" not in o["metadata"] and o["kind"] != "Namespace"
+               and "user-scheduler" not in o["metadata"]["name"]]  # the next test's
     assert cluster == [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": {"name": "jupyterhub-gpu-hub-hub-ns"},
@@ -150,6 +152,14 @@ def test_pods_ready_timeout_outlasts_the_slowest_boot_and_the_longest_start(exam
     strategy = config["requeuingStrategy"]
     assert strategy["backoffLimitCount"] > 0 and strategy["timestamp"] == "Eviction"
     assert 0 < strategy["backoffBaseSeconds"] < strategy["backoffMaxSeconds"]
+
+
+def test_pods_ready_timeout_covers_a_mig_node_by_default(platform):
+    """Without bootTime in the spec, a MIG pool's node is given its driver install and
+    reboot (15m), so the example's timeout is 15m + 5m + the margin, not 11m."""
+    assert platform.pool("a100mig").boot_seconds == 15 * 60
+    config = kueueconfig.kueue_configuration(platform)["waitForPodsReady"]
+    assert config["timeout"] == format_duration(20 * 60 + kueueconfig.READY_MARGIN_SECONDS)
 
 
 def test_dev_cluster_manages_the_namespaces_the_bundle_labels(platform):
@@ -260,11 +270,14 @@ def test_tfvars_golden(platform):
     assert mig["node_labels"]["nvidia.com/mig.config"] == "all-3g.40gb"
     # two MIG slices, each an nvidia.com/gpu: the tag replaces the VM size's one GPU
     assert mig["autoscaler_tags"][f"{RESOURCES}nvidia.com_gpu"] == "2"
-    # a CPU-only pool: no GPU driver setting, taint, device-plugin label or GPU tag
+    # a CPU-only pool: no GPU driver setting, GPU taint, device-plugin label or GPU
+    # tag; z2jh's user taint, so that no kube-system pod lands there and pins a node
     assert terraform.tfvars(platform)["gpu_pools"]["cpu"] == {
         "vm_size": "Standard_D8s_v5", "gpu": False, "min_count": 0, "max_count": 10,
-        "spot": False, "node_labels": {}, "node_taints": [],
-        "autoscaler_tags": {f"{LABEL}kubernetes.azure.com_agentpool": "cpu"}}
+        "spot": False, "node_labels": {},
+        "node_taints": ["hub.jupyter.org/dedicated=user:NoSchedule"],
+        "autoscaler_tags": {f"{LABEL}kubernetes.azure.com_agentpool": "cpu",
+                            f"{TAINT}hub.jupyter.org_dedicated": "user:NoSchedule"}}
 
 
 def test_tfvars_taints_and_labels_are_what_the_spawner_selects(platform):
@@ -312,10 +325,26 @@ def test_names_the_tags_cannot_carry_are_refused(resources, labels, taints, erro
 
 def test_generated_helm_values_golden(platform):
     assert helm.generated_values(platform) == {
-        "hub": {"allowNamedServers": True, "config": {"OAuthenticator": {
+        # the images in the spec's registry, tagged with this version (spec.images)
+        "hub": {"image": {"name": "jupyterhubgpu.azurecr.io/jupyterhub-gpu-hub",
+                          "tag": "0.1.0.dev0"},
+                "allowNamedServers": True, "config": {"OAuthenticator": {
             "manage_groups": True,
             "allowed_groups": ["data-science", "experimentation", "ml-eng"]}}},
-        "singleuser": {"startTimeout": 1500},  # a100-mig-3g: 20m patience + 5m start
+        # a100-mig-3g: 20m patience + a100mig's 15m boot + 5m start + 1m margin
+        "singleuser": {"startTimeout": 2460, "image": {
+            "name": "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook", "tag": "0.1.0.dev0"}},
+        # a new node pulls the notebook image while its driver installs (bundle.helm)
+        "prePuller": {"continuous": {"enabled": True}, "extraTolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
+             "effect": "NoSchedule"},
+            {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal",
+             "value": "spot", "effect": "NoSchedule"},
+            {"key": "hub.jupyter.org/dedicated", "operator": "Equal", "value": "user",
+             "effect": "NoSchedule"}],
+            "extraImages": {"notebook-0": {
+                "name": "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook",
+                "tag": "0.1.0.dev0"}}},
         "scheduling": {"userScheduler": {"pluginConfig": [{
             "name": "NodeResourcesFit",
             "args": {"scoringStrategy": {"type": "MostAllocated", "resources": [
@@ -324,10 +353,34 @@ def test_generated_helm_values_golden(platform):
     }
 
 
+def test_every_profile_image_is_pre_pulled_on_every_pool(example_spec):
+    example_spec["profiles"][0]["image"] = "registry.example:5000/lab"  # no tag
+    platform = parse_platform(example_spec)
+    pulled = helm.notebook_images(platform)
+    assert {"name": "registry.example:5000/lab", "tag": "latest"} in pulled.values()
+    assert len(pulled) == 2
+    tolerated = {t["key"] for t in helm.pool_tolerations(platform)}
+    assert tolerated == {t.key for p in platform.pools for t in p.taints}
+
+
 def test_start_timeout_is_the_longest_wait(example_spec):
     example_spec["profiles"][0]["queuePatience"] = "1h"
     example_spec["profiles"][0]["startTimeout"] = "10m"
-    assert helm.start_timeout(parse_platform(example_spec)) == 4200
+    # t4-shared: 1h patience + t4dev's 10m boot + 10m start + 1m margin
+    assert helm.start_timeout(parse_platform(example_spec)) == 4860
+
+
+def test_the_hub_waits_for_a_new_node_of_the_profiles_slowest_pool(example_spec):
+    """The spawner's start_timeout (boot.spawn_patience) holds the queue patience, a new
+    node of the profile's slowest pool and its startTimeout: the hub never gives up on
+    a server Kueue's waitForPodsReady still lets start."""
+    example_spec["pools"][3]["bootTime"] = "25m"  # a100, the training profile's fallback
+    platform = parse_platform(example_spec)
+    training = platform.profile("a100-training")  # pools a100spot (10m), a100 (25m)
+    assert boot.spawn_patience(platform, training) == 600 + 25 * 60 + 300 + 60
+    assert boot.spawn_patience(platform, platform.profile("cpu")) == 600 + 300 + 300 + 60
+    timeout = kueueconfig.pods_ready_timeout(platform)
+    assert all(boot.ready_window(platform, p) <= timeout for p in platform.profiles)
 
 
 def test_callers_get_fresh_objects(platform):
@@ -339,3 +392,29 @@ def test_callers_get_fresh_objects(platform):
     assert "patch" not in namespaces.HUB_CLUSTER_RULES[0]["verbs"]
     assert yaml.safe_dump(namespaces.team_objects(platform)) == yaml.safe_dump(
         namespaces.team_objects(platform))
+
+
+def test_the_user_scheduler_gets_what_its_minor_watches_beyond_the_charts_role(platform):
+    """z2jh 4.4.0's user-scheduler ClusterRole is the 1.30 system:kube-scheduler role
+    (templates/scheduling/user-scheduler/rbac.yaml); kube-scheduler 1.35 also watches
+    volume attachments and Dynamic Resource Allocation's objects (kubernetes v1.35
+    plugin/pkg/auth/authorizer/rbac/bootstrappolicy/testdata/cluster-roles.yaml), and
+    the bundle grants exactly those to the user-scheduler's ServiceAccount."""
+    from tests.z2jh_chart import REFERENCE
+
+    from jupyterhub_gpu.bundle import userscheduler
+
+    objects = namespaces.team_objects(platform)
+    role, binding = (o for o in objects if o["metadata"]["name"]
+                     == "jupyterhub-gpu-user-scheduler-jupyterhub")
+    granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"]}
+    assert {("storage.k8s.io", "volumeattachments"), ("resource.k8s.io", "resourceclaims"),
+            ("resource.k8s.io", "resourceslices"), ("resource.k8s.io", "deviceclasses")} <= granted
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "namespace": "jupyterhub",
+                                    "name": userscheduler.SERVICE_ACCOUNT}]
+    rbac = REFERENCE / "chart/jupyterhub/templates/scheduling/user-scheduler/rbac.yaml"
+    if not rbac.is_file():
+        pytest.skip(f"z2jh reference chart not found at {REFERENCE}")
+    chart_role = rbac.read_text()
+    assert all(r not in chart_role for _, r in granted if r != "pods/finalizers")

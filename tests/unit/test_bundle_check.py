@@ -145,6 +145,15 @@ DRIFTS = {
         "['nvidia.com/gpu=present:NoSchedule', 'kubernetes.azure.com/scalesetpriority=spot:"
         "NoSchedule'], found ['nvidia.com/gpu=present:NoSchedule', "
         "'kubernetes.azure.com/scalesetpriority=spot:PreferNoSchedule']"),
+    # cluster-autoscaler's skip-nodes-with-system-pods (on, main.tf): a coredns or
+    # metrics-server replica on an untainted CPU node keeps it up for good
+    "the CPU pool left untainted": (
+        edit_json("config/terraform/pools.auto.tfvars.json",
+                  lambda d: d["gpu_pools"]["cpu"].__setitem__("node_taints", [])),
+        'config/terraform/pools.auto.tfvars.json: gpu_pools["cpu"]: node_taints: expected '
+        "['hub.jupyter.org/dedicated=user:NoSchedule'], found [] (every pool is tainted: a "
+        "kube-system pod on an untainted node keeps it from scaling down "
+        "(skip_nodes_with_system_pods))"),
     "a wrong label in the tfvars": (
         edit_json("config/terraform/pools.auto.tfvars.json", lambda d: d["gpu_pools"]["t4dev"][
             "node_labels"].__setitem__("nvidia.com/device-plugin.config", "timeslicing-8")),
@@ -232,6 +241,28 @@ DRIFTS = {
         """.content.scale_down_delay_after_add: expected '"1m"', found '"10m"' (the pause after """
         "a scale-up is cluster-wide (cluster-autoscaler's isScaleDownInCooldown): any pool's "
         "scale-up would keep every idle GPU node up)"),
+    # a GPU node counts as unready until it advertises nvidia.com/gpu (kubernetes/
+    # autoscaler, processors/customresources/gpu_processor.go): AKS's 15m is shorter
+    # than a MIG node's driver install, reboot and margin
+    "AKS's default node provisioning time kept in main.tf": (
+        replace_text("config/terraform/main.tf", "max_node_provisioning_time = "
+                     "auto_scaler_profile.value.max_node_provisioning_time",
+                     'max_node_provisioning_time = "15m"'),
+        'config/terraform: resource "azurerm_kubernetes_cluster": dynamic "auto_scaler_profile"'
+        ".content.max_node_provisioning_time: expected 'auto_scaler_profile.value."
+        """max_node_provisioning_time', found '"15m"' (a GPU node is not ready before its """
+        "driver (and a MIG node's reboot): the autoscaler must wait for the slowest pool's "
+        "bootTime)"),
+    # Kueue's waitForPodsReady is one timeout for all workloads (Kueue's Configuration,
+    # apis/config/v1beta2 WaitForPodsReady): the example's old 11m is below the MIG
+    # pool's 15m bootTime alone
+    "Kueue's ready timeout below the slowest pool's boot": (
+        edit_yaml("config/kueue-configuration.yaml",
+                  lambda d: d[0]["waitForPodsReady"].update(timeout="11m")),
+        "config/kueue-configuration.yaml: Configuration: waitForPodsReady.timeout: expected "
+        "'21m', found '11m' (one timeout for every workload: it must cover pool 'a100mig''s "
+        "bootTime 15m plus the longest startTimeout, or Kueue deletes notebooks still "
+        "starting on a new node)"),
     "Node Auto Provisioning never switched on": (
         replace_text("config/terraform/main.tf",
                      'mode               = var.node_auto_provisioning ? "Auto" : "Manual"',
@@ -319,9 +350,41 @@ DRIFTS = {
         "expected 'present', found 'missing' (the hub's one node watch needs get, list and "
         "watch on nodes; without them /hub/metrics lacks jupyterhub_gpu_pool_nodes)"),
     "a start timeout shorter than the queue patience": (
-        replace_text("helm-values/generated.yaml", "startTimeout: 1500", "startTimeout: 300"),
+        replace_text("helm-values/generated.yaml", "startTimeout: 2460", "startTimeout: 1500"),
         "helm-values/generated.yaml: z2jh values: singleuser.startTimeout: expected "
-        "'>= 1500', found 300"),
+        "'>= 2460', found 1500"),
+    "the continuous image puller kept off the GPU nodes": (
+        replace_text("helm-values/generated.yaml", "  continuous:\n    enabled: true",
+                     "  continuous:\n    enabled: false"),
+        "helm-values/generated.yaml: z2jh values: prePuller.continuous.enabled: expected "
+        "True, found False (the notebook image is pulled onto a new node while its GPU "
+        "driver installs only if the continuous image puller runs there)"),
+    # Kubernetes' version skew policy: a kube-scheduler at most one minor older than
+    # the API server; z2jh 4.4.0's default is v1.30.14
+    "the chart's own kube-scheduler under a pinned 1.35 cluster": (
+        replace_text("helm-values/values.yaml", 'tag: "v1.35.4"', 'tag: "v1.30.14"'),
+        "helm-values/values.yaml: z2jh values: scheduling.userScheduler.image.tag: expected "
+        "'v1.35.<patch>', found 'v1.30.14' (the user-scheduler is a kube-scheduler: "
+        "Kubernetes' version skew policy wants it on the API server's minor (at most one "
+        "older), and its RBAC is the pinned minor's)"),
+    "the cluster's minor left to AKS": (
+        replace_text("config/terraform/variables.tf", 'default     = "1.35"',
+                     "default     = null"),
+        'config/terraform: variable "kubernetes_version": default: expected \'a minor such as '
+        "1.35', found 'null' (the user-scheduler is a kube-scheduler"),
+    # the registry is named once, in the spec: what derives from it must follow it
+    "the spec's registry changed without regenerating": (
+        replace_text("config/platform.yaml", "registry: jupyterhubgpu", "registry: ourlab2"),
+        "config/terraform/pools.auto.tfvars.json: variables: acr_name: expected 'ourlab2', "
+        "found 'jupyterhubgpu'"),
+    "the hub image from another registry than the spec's": (
+        replace_text("helm-values/generated.yaml",
+                     "name: jupyterhubgpu.azurecr.io/jupyterhub-gpu-hub",
+                     "name: otherregistry.azurecr.io/jupyterhub-gpu-hub"),
+        "helm-values/generated.yaml: z2jh values: hub.image.name: expected "
+        "'jupyterhubgpu.azurecr.io/jupyterhub-gpu-hub', found "
+        "'otherregistry.azurecr.io/jupyterhub-gpu-hub' (the spec's registry names the "
+        "registry once; the hub image is there)"),
     "user placeholders on": (
         replace_text("helm-values/values.yaml", "enabled: false\n    replicas: 0",
                      "enabled: true\n    replicas: 0"),

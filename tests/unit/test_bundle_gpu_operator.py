@@ -86,11 +86,12 @@ def test_the_device_plugin_reads_the_bundles_configs(values, plugin_configs):
 
 
 @pytest.mark.parametrize("path", [("daemonsets",), ("node-feature-discovery", "worker")])
-def test_operator_pods_tolerate_every_pool(values, platform, path):
+def test_operator_pods_tolerate_every_gpu_pool(values, platform, path):
+    """... and no CPU pool: nothing of the operator's has work there."""
     section = values
     for key in path:
         section = section[key]
     for pool in platform.pools:
         for taint in pool.taints:
-            assert tolerates(section["tolerations"], taint.as_dict()), (
+            assert tolerates(section["tolerations"], taint.as_dict()) == pool.has_gpu, (
                 pool.name, taint)

@@ -63,7 +63,7 @@ def test_values_wire_the_spawner_and_keep_gpu_pools_free():
             "configMap": {"name": "jupyterhub-gpu-platform"}} in get(values, "hub.extraVolumes")
     assert get(values, "cull.enabled") is False
     assert get(values, "scheduling.userPlaceholder.enabled") is False
-    assert get(values, "prePuller.continuous.enabled") is False
+    assert get(values, "prePuller.hook.enabled") is False
     assert get(values, "scheduling.userPods.nodeAffinity.matchNodePurpose") == "prefer"
     assert get(values, "hub.image.name") != "quay.io/jupyterhub/k8s-hub"
 
@@ -183,3 +183,17 @@ def test_the_admin_guide_shows_the_homes_the_values_give():
     shown = yaml.safe_load(section.split("```yaml\n")[1].split("```")[0])
     values = _load(REPO / "helm-values" / "values.yaml")
     assert shown["singleuser"]["storage"] == values["singleuser"]["storage"]
+
+
+def test_the_chart_tolerates_the_taint_that_keeps_system_pods_off_cpu_pools(z2jh, platform):
+    """Every pool is tainted, CPU-only pools with z2jh's user taint: kube-system pods
+    do not tolerate it, so none lands on a CPU node and pins it (the cluster
+    autoscaler's skip-nodes-with-system-pods, on in main.tf), while z2jh's user pods
+    and image pullers tolerate it by default (z2jh values.yaml,
+    scheduling.userPods.tolerations)."""
+    from jupyterhub_gpu.spec.model import USER_TAINT
+
+    assert all(pool.taints for pool in platform.pools)
+    cpu = [pool for pool in platform.pools if not pool.has_gpu]
+    assert cpu and all(USER_TAINT in pool.taints for pool in cpu)
+    assert USER_TAINT.toleration() in get(z2jh[1], "scheduling.userPods.tolerations")

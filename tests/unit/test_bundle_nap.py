@@ -50,7 +50,8 @@ def test_classic_pools_are_node_pools_with_min_max_tags_and_the_profile(platform
         assert resources == {r.replace("/", "_"): n
                              for r, n in pool.gpu_resources(pool.units_per_node).items()}
     assert variables["node_auto_provisioning"] is False
-    assert variables["cluster_autoscaler"] == {"scale_down_unneeded": "10m"}
+    assert variables["cluster_autoscaler"] == {"scale_down_unneeded": "10m",
+                                               "max_node_provisioning_time": "16m"}
     assert nap_objects(platform) == []
 
 
@@ -69,7 +70,7 @@ def test_scale_down_unneeded_is_the_shortest_consolidate_after_in_whole_minutes(
     example_spec["pools"][1]["consolidateAfter"] = after
     nap_spec(example_spec, "a100spot")["pools"][2]["consolidateAfter"] = "0s"  # not its own
     variables = tfvars(parse_platform(example_spec))
-    assert variables["cluster_autoscaler"] == {"scale_down_unneeded": unneeded}
+    assert variables["cluster_autoscaler"]["scale_down_unneeded"] == unneeded
 
 
 def test_a_nap_pool_is_a_node_pool_and_node_class_not_an_aks_node_pool(example_spec):
@@ -224,8 +225,8 @@ def test_nap_alone_needs_no_feature_and_no_autoscaler_profile(example_spec):
     platform = parse_platform(nap_spec(example_spec, *every))
     assert not [w for w in check_warnings(platform) if "autoscaler" in w]
     variables = tfvars(platform)
-    assert variables == {"gpu_pools": {}, "node_auto_provisioning": True,
-                         "cluster_autoscaler": None}
+    assert variables == {"acr_name": "jupyterhubgpu", "gpu_pools": {},
+                         "node_auto_provisioning": True, "cluster_autoscaler": None}
     assert sorted(_by_kind(nap_objects(platform), "NodePool")) == sorted(
         p.name for p in platform.pools)
 

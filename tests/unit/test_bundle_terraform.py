@@ -101,6 +101,26 @@ def test_cluster_autoscaler_profile(tf):
     assert profile["expander"] == "least-waste"
 
 
+def test_node_provisioning_time_outlasts_the_slowest_boot(example_spec):
+    """A GPU node counts as unready until it advertises nvidia.com/gpu (kubernetes/
+    autoscaler, cluster-autoscaler/processors/customresources/gpu_processor.go), i.e.
+    until the driver is in and, on a MIG pool, the node has rebooted: the autoscaler's
+    max_node_provisioning_time follows the slowest bootTime, never below AKS's 15m."""
+    from jupyterhub_gpu.bundle.terraform import tfvars
+    from jupyterhub_gpu.spec.parse import parse_platform
+
+    def provisioning() -> str:
+        return tfvars(parse_platform(example_spec))["cluster_autoscaler"][
+            "max_node_provisioning_time"]
+
+    assert provisioning() == "16m"  # a100mig's default 15m and a minute
+    example_spec["pools"][1]["bootTime"] = "40m30s"
+    assert provisioning() == "42m"  # whole minutes, rounded up
+    for pool in example_spec["pools"]:
+        pool["bootTime"] = "2m"
+    assert provisioning() == "15m"
+
+
 def test_upgrades_wait_for_the_maintenance_window(tf):
     """Both automatic upgrades (Kubernetes, node image) drain nodes, which stops the
     notebooks on them: each waits for the weekly window of ``var.maintenance_window``
@@ -197,13 +217,16 @@ def _evaluate(tf: dict, variables: dict, tmp_path: Path) -> dict:
     provisioning = cluster["node_provisioning_profile"][0]
     profile = next(d["auto_scaler_profile"] for d in cluster["dynamic"]
                    if "auto_scaler_profile" in d)
-    unneeded = _expression(profile["content"][0]["scale_down_unneeded"]).replace(
-        "auto_scaler_profile.value", "v")
+    unneeded, provisioning_time = (
+        _expression(profile["content"][0][attr]).replace("auto_scaler_profile.value", "v")
+        for attr in ("scale_down_unneeded", "max_node_provisioning_time"))
     expressions = {
         **{attr: _expression(system[attr]) for attr in
            ("auto_scaling_enabled", "min_count", "max_count", "node_count")},
         **{attr: _expression(provisioning[attr]) for attr in ("mode", "default_node_pools")},
         "scale_down_unneeded": f"[for v in {_expression(profile['for_each'])} : {unneeded}]",
+        "max_node_provisioning_time":
+            f"[for v in {_expression(profile['for_each'])} : {provisioning_time}]",
         "gpu_pools": "keys(var.gpu_pools)",
     }
     body = ", ".join(f'"{name}" = {expr}' for name, expr in expressions.items())
@@ -232,12 +255,14 @@ def test_terraform_scales_the_cluster_as_the_spec_says(tf, example_spec, tmp_pat
     assert evaluate((), "classic") == {
         "auto_scaling_enabled": True, "min_count": 1, "max_count": 3, "node_count": None,
         "mode": "Manual", "default_node_pools": "Auto", "scale_down_unneeded": ["10m"],
+        "max_node_provisioning_time": ["16m"],  # a100mig's 15m bootTime and a minute
         "gpu_pools": ["a100", "a100mig", "a100spot", "cpu", "t4dev"]}
     assert evaluate(("a100spot",), "mixed") == {
         "auto_scaling_enabled": True, "min_count": 1, "max_count": 3, "node_count": None,
         "mode": "Auto", "default_node_pools": "None", "scale_down_unneeded": ["10m"],
+        "max_node_provisioning_time": ["16m"],
         "gpu_pools": ["a100", "a100mig", "cpu", "t4dev"]}
     assert evaluate([p["name"] for p in example_spec["pools"]], "nap") == {
         "auto_scaling_enabled": False, "min_count": None, "max_count": None, "node_count": 1,
-        "mode": "Auto", "default_node_pools": "Auto", "scale_down_unneeded": [],
+        "mode": "Auto", "default_node_pools": "Auto", "scale_down_unneeded": [], "max_node_provisioning_time": [],
         "gpu_pools": []}

@@ -33,7 +33,7 @@ def test_the_chart_shapes_our_values_into_dicts_and_lists():
     image = z2jh_chart.helm_values()["singleuser"]["image"]
     assert ks.image == f"{image['name']}:{image['tag']}"  # the chart joins name and tag
     assert (ks.cpu_guarantee, ks.cpu_limit, ks.mem_guarantee, ks.mem_limit) == (1, 2, "4G", "8G")
-    assert ks.start_timeout == 1500 and ks.namespace == "jupyterhub"
+    assert ks.start_timeout == 2460 and ks.namespace == "jupyterhub"
     assert [t["key"] for t in ks.tolerations] == ["hub.jupyter.org/dedicated",
                                                   "hub.jupyter.org_dedicated"]
     values = z2jh_chart.helm_values()

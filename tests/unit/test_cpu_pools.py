@@ -12,6 +12,7 @@ from jupyterhub_gpu.hub.form import profile_card, render_form
 from jupyterhub_gpu.kueue.lifecycle import wanted
 from jupyterhub_gpu.spec.parse import SpecError, field_default, parse_platform
 from jupyterhub_gpu.hub.render import render_pod
+from jupyterhub_gpu.spec.model import USER_TAINT
 from jupyterhub_gpu.spec.sharing import cpu_only_mode
 
 
@@ -34,7 +35,7 @@ def test_a_cpu_pool_is_the_registry_mode_without_a_gpu(platform):
     assert pool.sharing.mode is cpu_only_mode()
     assert (pool.has_gpu, pool.gpus_per_node, pool.resource_name, pool.kind) == (
         False, 0, "", "CPU")
-    assert pool.gpu_resources(3) == {} and pool.taints == ()
+    assert pool.gpu_resources(3) == {} and pool.taints == (USER_TAINT,)  # no GPU taint
     assert platform.pool("t4dev").gpu_resources(1) == {"nvidia.com/gpu": "1"}
     assert platform.profile("cpu").units == 0
     assert platform.gpu_pools == tuple(p for p in platform.pools if p.name != "cpu")
@@ -127,4 +128,6 @@ def test_the_queue_words_for_a_cpu_server(platform):
     w = wanted(grant)
     assert (w.what, w.gpu, w.pool) == ("a CPU server", "CPU", "cpu")
     settings = spawn_settings(platform, grant, "alice")
-    assert settings.extra_resource_limits == {} and settings.tolerations == []
+    # no GPU toleration; the CPU pool's user taint, which z2jh's user pods tolerate too
+    assert settings.extra_resource_limits == {} and settings.tolerations == [
+        USER_TAINT.toleration()]

@@ -87,3 +87,40 @@ def test_documented_commands_exist():
     command = re.compile(r"(?:`|^\s*(?:\$ |#\s+)?)jupyterhub-gpu ([a-z][a-z-]+)", re.M)
     used = {m.group(1) for page in pages for m in command.finditer(page.read_text())}
     assert used and used <= known, f"documented but not commands: {sorted(used - known)}"
+
+
+def _helm_commands(text: str) -> list[dict]:
+    """The admin guide's `helm install` / `helm upgrade` commands: release, chart,
+    namespace, version and value files, continuation lines joined."""
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            words = line.split()
+            if words[:2] not in (["helm", "install"], ["helm", "upgrade"]):
+                continue
+            args = [w for w in words[2:] if w != "--install"]
+            flags = {words[i]: words[i + 1] for i in range(2, len(words) - 1)
+                     if words[i].startswith("-")}
+            found.append({"release": args[0], "chart": args[1],
+                          "namespace": flags.get("--namespace"), "version": flags.get("--version"),
+                          "files": sorted(words[i + 1] for i in range(len(words) - 1)
+                                          if words[i] in ("-f", "--set-file"))})
+    return found
+
+
+def test_the_upgrade_section_upgrades_each_release_as_it_was_installed():
+    """Each `helm upgrade` of the admin guide's "Upgrading" section names a release the
+    guide installs, with its chart, namespace and value files; and the guide tears the
+    cluster down with Terraform."""
+    guide = (DOCS / "admin-guide.md").read_text()
+    install, upgrade = guide.split("\n## Upgrading\n")
+    upgrade, teardown = upgrade.split("\n## Tearing down\n")
+    installed = {c["release"]: c for c in _helm_commands(install)}
+    upgrades = _helm_commands(upgrade)
+    assert {c["release"] for c in upgrades} == set(installed) - {"jupyterhub"}
+    for command in upgrades:
+        first = installed[command["release"]]
+        assert (command["chart"], command["namespace"], command["files"]) == (
+            first["chart"], first["namespace"], first["files"]), command["release"]
+        assert command["version"] == "<new-version>"
+    assert "terraform -chdir=config/terraform destroy" in teardown

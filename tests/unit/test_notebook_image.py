@@ -134,9 +134,13 @@ def test_its_python_runs_the_prestop_hook_itself(built, tmp_path):
 
 
 def test_the_example_spec_and_values_run_that_image(repo_root):
-    spec = yaml.safe_load((repo_root / "config" / "platform.yaml").read_text())
-    assert {p["image"] for p in spec["profiles"]} == {IMAGE}
-    values = yaml.safe_load((repo_root / "helm-values" / "values.yaml").read_text())
+    """The spec names the registry once; the profiles and the generated values run the
+    image from it (spec.images)."""
+    from jupyterhub_gpu.spec.parse import load_platform
+
+    platform = load_platform(repo_root / "config" / "platform.yaml")
+    assert {p.image for p in platform.profiles} == {IMAGE}
+    values = yaml.safe_load((repo_root / "helm-values" / "generated.yaml").read_text())
     image = values["singleuser"]["image"]
     assert f"{image['name']}:{image['tag']}" == IMAGE
 

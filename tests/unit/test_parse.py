@@ -10,13 +10,14 @@ import pytest
 
 from jupyterhub_gpu.spec.parse import SpecError, load_platform, parse_platform
 from jupyterhub_gpu.spec import sharing
+from jupyterhub_gpu.spec.model import USER_TAINT
 
 
 def test_example_spec_parses(platform):
     assert [p.name for p in platform.pools] == ["t4dev", "a100mig", "a100spot", "a100", "cpu"]
     t4, mig, spot, on_demand, cpu = platform.pools
     assert (cpu.has_gpu, cpu.resource_name, cpu.units_per_node, cpu.taints) == (
-        False, "", 1, ())
+        False, "", 1, (USER_TAINT,))
     assert (t4.sharing.mode, t4.sharing.replicas, t4.units_per_node) == (
         sharing.TIMESLICING, 4, 4)
     assert (mig.sharing.mig_profile, mig.units_per_node, mig.unit_memory_gb) == ("3g.40gb", 2, 40)
@@ -43,10 +44,20 @@ def test_an_unknown_pool_name_is_a_key_error_naming_the_pools(platform):
 
 def test_autoscaling_fields_default_and_accept_zero(example_spec):
     t4 = parse_platform(example_spec).pool("t4dev")
-    assert (t4.consolidate_after_seconds, t4.boot_seconds) == (600, 300)
+    assert (t4.consolidate_after_seconds, t4.boot_seconds) == (600, 600)
     example_spec["pools"][0].update(consolidateAfter="0s", bootTime="1m30s")
     t4 = parse_platform(example_spec).pool("t4dev")
     assert (t4.consolidate_after_seconds, t4.boot_seconds) == (0, 90)
+
+
+def test_boot_time_defaults_by_what_a_new_node_must_do(example_spec):
+    """A GPU node waits for the GPU Operator's driver, a MIG node also for its reboot
+    into MIG mode (spec.boot); a given bootTime wins."""
+    platform = parse_platform(example_spec)
+    assert {p.name: p.boot_seconds for p in platform.pools} == {
+        "t4dev": 600, "a100mig": 900, "a100spot": 600, "a100": 600, "cpu": 300}
+    example_spec["pools"][1]["bootTime"] = "0s"
+    assert parse_platform(example_spec).pool("a100mig").boot_seconds == 0
 
 
 def _mutable_parts(value, path: str = "platform") -> list[str]:
@@ -239,7 +250,7 @@ def test_unknown_top_level_field(example_spec):
     assert info.value.errors == [
         "spec: profile: unknown field; allowed: pools, teams, priorities, profiles, "
         "checkpointStorage, groupIds, cpuIdleTimeout, gpuServersPerUser, jobProfiles, "
-        "jobsPerUser, monitoring"]
+        "jobsPerUser, registry, monitoring"]
 
 
 def test_unreadable_and_unparsable_files(tmp_path):

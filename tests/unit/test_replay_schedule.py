@@ -56,7 +56,9 @@ def test_every_platform_timing_is_divided_by_the_factor():
         (6, 4, 144)
     assert mig.gpu_idle.window_seconds == 6
     assert platform.cpu_idle_timeout_seconds == 48
-    assert {(p.boot_seconds, p.consolidate_after_seconds) for p in platform.pools} == {(1, 2)}
+    # bootTime by kind (spec.boot): 5m CPU, 10m GPU, 15m MIG
+    assert {p.name: (p.boot_seconds, p.consolidate_after_seconds) for p in platform.pools} == {
+        "cpu": (1, 2), "t4dev": (2, 2), "a100spot": (2, 2), "a100": (2, 2), "a100mig": (3, 2)}
     assert platform.job_profile("a100-train").max_run_seconds == 288
     assert distortions == ()  # 300 divides every timing of the example spec
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from jupyterhub_gpu.bundle import reference
 from jupyterhub_gpu.spec.fields import KEYS
+from jupyterhub_gpu.spec.images import notebook_image
 from jupyterhub_gpu.spec.keys import key, keys_of
 from jupyterhub_gpu.spec.parse import SCHEMA, field_default, parse_platform
 from jupyterhub_gpu.spec.quantities import format_duration, parse_duration
@@ -29,7 +30,7 @@ def _minimal(example_spec: dict) -> dict:
     spec["priorities"] = [{k: p[k] for k in ("name", "value")}
                           for p in example_spec["priorities"]]
     spec["profiles"] = [{k: example_spec["profiles"][0][k] for k in (
-        "slug", "displayName", "pool", "cpu", "memory", "image", "priority")}]
+        "slug", "displayName", "pool", "cpu", "memory", "priority")}]
     spec["jobProfiles"] = [{k: example_spec["jobProfiles"][2][k] for k in (
         "slug", "displayName", "pool", "cpu", "memory", "priority")}]
     return spec
@@ -54,11 +55,13 @@ def test_an_absent_field_gets_its_dataclass_default(example_spec):
     platform = parse_platform(_minimal(example_spec))
     parsed = {"team": platform.teams[0], "priority": platform.priorities[0],
               "profile": platform.profiles[0], "jobProfile": platform.job_profiles[0]}
+    # defaults derived from the rest of the spec (their dataclass default is None)
+    derived = {("profile", "image"): ":".join(notebook_image(platform.registry))}
     checked = 0
     for section, item in parsed.items():
         cls, keys = SCHEMA[section]
         for key, attr in keys.items():
-            default = default_of(cls, attr)
+            default = derived.get((section, key), default_of(cls, attr))
             if default is not REQUIRED:
                 assert getattr(item, attr) == default, (section, key)
                 checked += 1

@@ -112,7 +112,8 @@ def test_the_sidecar_container_holds_no_kubernetes_credentials(values, sidecar):
 
 def test_the_sidecar_runs_the_hub_image_as_the_hub_runs(values, sidecar):
     hub = values["hub"]
-    assert sidecar["image"] == f"{hub['image']['name']}:{hub['image']['tag']}"
+    image = yaml.safe_load((VALUES.parent / "generated.yaml").read_text())["hub"]["image"]
+    assert sidecar["image"] == f"{image['name']}:{image['tag']}"
     assert sidecar["ports"] == [{"name": USAGE_SERVICE_NAME, "containerPort": USAGE_PORT}]
     assert {"name": USAGE_SERVICE_NAME, "port": USAGE_PORT,
             "targetPort": USAGE_PORT} in hub["service"]["extraPorts"]
@@ -188,8 +189,9 @@ def test_check_bundle_catches_a_sidecar_on_another_image(platform):
     files = [(name, yaml.safe_load((VALUES.parent / name).read_text()))
              for name in ("values.yaml", "generated.yaml", "auth-azuread.yaml")]
     assert check_helm(platform, files) == []
-    files[0][1]["hub"]["image"]["name"] = "myregistry.azurecr.io/jupyterhub-gpu-hub"
+    (sidecar,) = [c for c in files[0][1]["hub"]["extraContainers"] if c["name"] == "gpu-usage"]
+    sidecar["image"] = "myregistry.azurecr.io/jupyterhub-gpu-hub:0.1.0.dev0"
     (drift,) = check_helm(platform, files)
     assert drift.field.startswith("hub.extraContainers[") and drift.field.endswith("].image")
     assert (drift.file, drift.expected) == (
-        "values.yaml", "myregistry.azurecr.io/jupyterhub-gpu-hub:0.1.0.dev0")
+        "values.yaml", "jupyterhubgpu.azurecr.io/jupyterhub-gpu-hub:0.1.0.dev0")
