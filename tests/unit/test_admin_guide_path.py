@@ -111,3 +111,23 @@ def test_the_job_table_reads_the_queue_label_a_job_carries():
     (row,) = table(shown_job.output)
     submitted = one("jupyterhub-gpu job submit")
     assert submitted.output == [f"{row['NAME']}: queued in {row['QUEUE']}: position 1 of 1"]
+
+
+def test_helm_template_renders_the_objects_the_guide_counts():
+    """The guide's ``helm template`` of step 8 is rendered with the dev cluster's Helm
+    and the reference z2jh 4.4.0 chart, in the guide's install order, with the guide's
+    example of the admin's own values file (tests/z2jh_chart.py)."""
+    from collections import Counter
+
+    from jupyterhub_gpu.devcluster import build
+    from tests import z2jh_chart
+
+    helm = build.binaries()["helm"]
+    if not helm.exists():
+        pytest.skip(f"the dev cluster's Helm is not built ({helm}): `make build`")
+    command = one("helm template")
+    args = command.command.split(" | ")[0].split()
+    assert args[args.index("--namespace") + 1] == z2jh_chart.RELEASE_NAMESPACE
+    assert [a for i, a in enumerate(args) if args[i - 1] == "-f"] == z2jh_chart.install_order()
+    kinds = Counter(o["kind"] for o in z2jh_chart.helm_template(helm))
+    assert command.output == [f"{n:7d} kind: {kind}" for kind, n in sorted(kinds.items())]
