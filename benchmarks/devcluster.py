@@ -39,8 +39,7 @@ def write_bench_spec(directory: Path, room: int) -> Path:
 
 
 def cluster_ports(offset: int) -> ClusterPorts:
-    return ClusterPorts(**{name: port - 12000 + offset
-                           for name, port in ClusterPorts().as_dict().items()})
+    return ClusterPorts.shifted(offset)
 
 
 def prometheus_url(offset: int) -> str:

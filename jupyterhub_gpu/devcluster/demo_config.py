@@ -16,7 +16,8 @@ from jupyterhub_gpu.devcluster.contract import (ENV_DEMO_CHP, ENV_DEMO_CULL_EVER
                                                 ENV_DEMO_HUB_PORT, ENV_DEMO_JOB_RUN_FOR,
                                                 ENV_DEMO_METRICS_TOKEN, ENV_DEMO_PROMETHEUS_URL,
                                                 ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC,
-                                                ENV_DEMO_URL, RUN_FOR_ANNOTATION)
+                                                ENV_DEMO_URL, JOBS_PORT_ABOVE_HUB,
+                                                RUN_FOR_ANNOTATION, USAGE_PORT_ABOVE_HUB)
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
@@ -52,7 +53,7 @@ c.JupyterHub.hub_port = int(os.environ.get(ENV_DEMO_HUB_PORT, "8081"))
 # JUPYTERHUB_GPU_DEMO_JOB_RUN_FOR (the dev cluster's run-for annotation), then succeed.
 from jupyterhub_gpu.jobs.config import add_jobs_service  # noqa: E402
 
-add_jobs_service(c, url=f"http://127.0.0.1:{c.JupyterHub.hub_port + 10}",
+add_jobs_service(c, url=f"http://127.0.0.1:{c.JupyterHub.hub_port + JOBS_PORT_ABOVE_HUB}",
                  job_annotations={RUN_FOR_ANNOTATION: os.environ.get(ENV_DEMO_JOB_RUN_FOR, "60s")})
 
 # The usage page (GPU-hours, costs, queue waits...) on the hub's port + 11, under
@@ -61,7 +62,7 @@ add_jobs_service(c, url=f"http://127.0.0.1:{c.JupyterHub.hub_port + 10}",
 from jupyterhub_gpu.usage.service import add_usage_service  # noqa: E402
 
 c.UsagePage.prometheus_url = os.environ.get(ENV_DEMO_PROMETHEUS_URL, "")
-add_usage_service(c, url=f"http://127.0.0.1:{c.JupyterHub.hub_port + 11}")
+add_usage_service(c, url=f"http://127.0.0.1:{c.JupyterHub.hub_port + USAGE_PORT_ABOVE_HUB}")
 c.ConfigurableHTTPProxy.command = [os.environ[ENV_DEMO_CHP]]
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{}".format(
     os.environ.get(ENV_DEMO_PROXY_API_PORT, "8001"))

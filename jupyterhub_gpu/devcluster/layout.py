@@ -38,6 +38,8 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 OPTIONAL_COMPONENTS = ("user-scheduler",)
 # Ports Karpenter binds on every interface (it takes no bind address).
 ALL_INTERFACES = ("karpenter_metrics", "karpenter_health")
+#: :meth:`Ports.shifted` puts a cluster this far below the default ports, plus its offset
+SHIFTED_BELOW = 12000
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,16 @@ class Ports:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+    @classmethod
+    def shifted(cls, offset: int) -> "Ports":
+        """The defaults moved down by :data:`SHIFTED_BELOW` and up by ``offset``: where
+        the cluster tests, the benchmarks and the replay put a dev cluster, so that it
+        meets neither ``make demo``'s (the defaults) nor, for offsets up to about 12000,
+        the kernel's ephemeral ports (32768-60999), where any outgoing connection may
+        hold a port."""
+        return cls(**{name: port - SHIFTED_BELOW + offset
+                      for name, port in cls().as_dict().items()})
 
     @classmethod
     def from_dict(cls, data: dict) -> "Ports":

@@ -100,7 +100,7 @@ def report_command(args: argparse.Namespace) -> int:
 def _ports(offset: int):
     from ..devcluster.layout import Ports
 
-    return Ports(**{name: port - 12000 + offset for name, port in Ports().as_dict().items()})
+    return Ports.shifted(offset)
 
 
 def _up(spec_path: Path, state: Path, offset: int, trace, factor: float):

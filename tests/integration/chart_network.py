@@ -22,11 +22,9 @@ from pathlib import Path
 
 from .. import z2jh_chart
 from .conftest import PORT_OFFSET
+from .ports import CHART_LOCAL_SPAN, chart_local_port
 
 NAMESPACE = z2jh_chart.RELEASE_NAMESPACE
-#: a Service's target port ``p`` listens here on ``LOCAL_PORT_BASE + p % 1000`` plus the
-#: run's offset (8081 -> 19081, 10101 -> 19101)
-LOCAL_PORT_BASE = 19000
 #: the last ``hub.extraConfig`` entry (it sorts after the values' ``00-...``): a hub
 #: service whose URL names a port of the hub Service listens on the local port the
 #: kubelet's Service variables give that port (:func:`service_env`); on AKS they are equal
@@ -101,8 +99,10 @@ def _targets(objects: list[dict]):
 
 def local_ports(objects: list[dict]) -> PortMap:
     """Every container port a Service targets, on a port of this test run's own."""
-    ports = {p: LOCAL_PORT_BASE + p % 1000 + PORT_OFFSET
-             for _, _, p in _targets(objects) if p is not None}
+    targets = {p for _, _, p in _targets(objects) if p is not None}
+    assert all(p % 1000 < CHART_LOCAL_SPAN for p in targets), \
+        f"a container port outside the run's span (tests/integration/ports.py): {targets}"
+    ports = {p: chart_local_port(p, PORT_OFFSET) for p in targets}
     assert len(set(ports.values())) == len(ports), f"local ports collide: {ports}"
     return PortMap(ports)
 

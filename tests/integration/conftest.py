@@ -8,9 +8,12 @@ Fixtures:
 - ``cluster_spec_path`` / ``cluster_platform``: ``tests/integration/platform.yaml``
   (pools from 0 nodes, small quotas without borrowing) and its parsed Platform.
 - ``cluster`` (session): the dev cluster up with that spec, in a temporary state dir
-  and on ports of its own (the defaults - 12000 + $JUPYTERHUB_GPU_TEST_PORT_OFFSET, so
-  a running ``make demo`` does not collide, and below the kernel's ephemeral range
-  32768-60999, where any outgoing connection may hold a port); ``down`` at the end. Its value is the dict ``devcluster status`` prints.
+  and on ports of its own (the defaults - 12000 + $JUPYTERHUB_GPU_TEST_PORT_OFFSET, plus
+  1200 per pytest-xdist worker index: :mod:`.ports`; so a running ``make demo`` does not
+  collide, and below the kernel's ephemeral range 32768-60999, where any outgoing
+  connection may hold a port); ``down`` at the end. Each xdist worker is a pytest
+  session of its own, with a cluster of its own. Its value is the dict
+  ``devcluster status`` prints.
   It also has the hub's ServiceAccount ``hub`` in namespace ``jupyterhub``, bound
   only by the RBAC we ship plus the z2jh chart's hub Role (:mod:`.hub_rbac`). When
   the z2jh chart is beside the checkout, the cluster runs the chart's user-scheduler
@@ -52,7 +55,7 @@ import pytest
 from jupyterhub_gpu import contract
 from jupyterhub_gpu.devcluster.layout import Ports
 
-from . import hub_rbac
+from . import hub_rbac, ports
 
 if "kubernetes_asyncio" in sys.modules:
     raise pytest.UsageError("run the cluster tier in its own pytest process "
@@ -65,12 +68,15 @@ STATE_DIR = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-cluster-tests-"))
 HUB_KUBECONFIG = STATE_DIR / "hub-kubeconfig"
 os.environ["KUBECONFIG"] = str(HUB_KUBECONFIG)
 # Ports of their own, shifted by JUPYTERHUB_GPU_TEST_PORT_OFFSET (so that two test
-# runs, or a test run and `make demo`, can share a machine). They stay below 32768:
-# above it the kernel hands ports to outgoing connections, and one of those once held
-# a test cluster's port (CI failed with "port 38140 ... is in use").
-PORT_OFFSET = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
-TEST_PORTS = Ports(**{name: port - 12000 + PORT_OFFSET
-                      for name, port in Ports().as_dict().items()})
+# runs, or a test run and `make demo`, can share a machine), and by the pytest-xdist
+# worker's index (each worker brings up a dev cluster of its own: .ports). They stay
+# below 32768: above it the kernel hands ports to outgoing connections, and one of
+# those once held a test cluster's port (CI failed with "port 38140 ... is in use").
+PORT_OFFSET = ports.worker_offset(int(os.environ.get(ports.ENV_OFFSET, "0")),
+                                  os.environ.get("PYTEST_XDIST_WORKER"))
+TEST_PORTS = Ports.shifted(PORT_OFFSET)
+#: the demo hub's ports (test_demo.py and the other tests that start one)
+HUB = ports.hub_ports(PORT_OFFSET)
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 KARPENTER = tuple(contract.KARPENTER_API_VERSION.split("/"))  # (group, version)
 NODEPOOL_LABEL = contract.NODEPOOL_LABEL

@@ -30,11 +30,11 @@ from jupyterhub_gpu.devcluster.layout import Layout
 from jupyterhub_gpu.devcluster.podrunner import PodRunner
 
 from ..faultproxy import FaultProxy, Key
-from .conftest import PORT_OFFSET, STATE_DIR, wait_for
+from .conftest import HUB, STATE_DIR, wait_for
 
 # the demo hub's ports in the cluster tier (as tests/integration/test_demo.py has them)
-URL = f"http://127.0.0.1:{18000 + PORT_OFFSET}"
-PORTS = dict(hub_port=18081 + PORT_OFFSET, proxy_api_port=18001 + PORT_OFFSET)
+URL = HUB.url
+PORTS = HUB.start_args()
 DS, ML = "jhub-data-science", "jhub-ml-eng"
 TEAM_NAMESPACES = (DS, ML)
 #: the log line of a KubeSpawner reflector that stopped retrying (its watch is dead)

@@ -23,7 +23,7 @@ from jupyterhub_gpu.devcluster import demo
 from jupyterhub_gpu.kueue.status import ADMISSION_GATE
 from jupyterhub_gpu.contract import AGENTPOOL_LABEL
 
-from .conftest import KARPENTER, NODEPOOL_LABEL, PORT_OFFSET, wait_for
+from .conftest import HUB, KARPENTER, NODEPOOL_LABEL, wait_for
 from .test_demo import URL, _hub_server, _login_session, _login_when_up, _pod_gone, _xsrf
 from .test_queue_lifecycle import _collect_progress
 
@@ -84,8 +84,7 @@ async def test_the_loop_spawn_node_run_idle_cull_node_gone(cluster, cluster_spec
     demo.ensure_chp(progress=lambda m: None)
     runner = asyncio.create_task(PodRunner(Path(cluster["kubeconfig"]), tmp_path).run())
     hub = await demo.start_hub(cluster_spec_path, hub_kubeconfig, tmp_path, URL,
-                               hub_port=18081 + PORT_OFFSET,
-                               proxy_api_port=18001 + PORT_OFFSET,
+                               **HUB.start_args(),
                                extra_env={"JUPYTERHUB_GPU_DEMO_CULL_EVERY": "3"})
     carol = admin = sampler = None
     gauge: list[tuple[int, int]] = []  # the pool's (ready, not ready), as it changes

@@ -24,12 +24,12 @@ from jupyterhub_gpu.devcluster import demo
 
 from ..configmap import write_configmap
 from . import hub_rbac, hubpod
-from .conftest import PORT_OFFSET, STATE_DIR, wait_for
+from .conftest import HUB, STATE_DIR, wait_for
 
-URL = f"http://127.0.0.1:{18000 + PORT_OFFSET}"
+URL = HUB.url
 
 
-PORTS = dict(hub_port=18081 + PORT_OFFSET, proxy_api_port=18001 + PORT_OFFSET)
+PORTS = HUB.start_args()
 
 
 @contextlib.asynccontextmanager

@@ -19,12 +19,16 @@ import pytest
 from jupyterhub_gpu.devcluster import cluster as devcluster
 from jupyterhub_gpu.devcluster import procs
 from jupyterhub_gpu.devcluster.demo import hub_answers
+from jupyterhub_gpu.devcluster.layout import Ports
 
-from .conftest import PORT_OFFSET, TEST_PORTS, wait_for
+from . import ports
+from .conftest import PORT_OFFSET, wait_for
 from .test_demo import _descendants
 
-SHIFT = 50  # ports of their own: the session's cluster and hub may be running too
-URL = f"http://127.0.0.1:{18000 + SHIFT + PORT_OFFSET}"
+# ports of their own: the session's cluster and hub may be running too
+OFFSET = PORT_OFFSET + ports.SECOND_CLUSTER_SHIFT
+HUB = ports.hub_ports(OFFSET)
+URL = HUB.url
 DEMO = """
 import sys
 from pathlib import Path
@@ -68,12 +72,11 @@ def _running(pids: dict[int, int | None]) -> list[str]:
 @pytest.mark.slow
 async def test_ctrl_c_with_output_into_a_closed_pipe_stops_everything(cluster_spec_path,
                                                                        tmp_path):
-    ports = {k: v + SHIFT for k, v in TEST_PORTS.as_dict().items()}
     state = tmp_path / "state"
     read_end, write_end = os.pipe()
     demo = subprocess.Popen(
-        [sys.executable, "-c", DEMO, str(cluster_spec_path), str(state), URL, repr(ports),
-         str(18081 + SHIFT + PORT_OFFSET), str(18001 + SHIFT + PORT_OFFSET)],
+        [sys.executable, "-c", DEMO, str(cluster_spec_path), str(state), URL,
+         repr(Ports.shifted(OFFSET).as_dict()), str(HUB.hub), str(HUB.proxy_api)],
         stdout=write_end, stderr=write_end, stdin=subprocess.DEVNULL,
         start_new_session=True)  # as `make demo | tee` run in a terminal of its own
     os.close(write_end)

@@ -152,8 +152,7 @@ def test_clusters_on_other_ports_hand_out_other_pod_ips():
     from jupyterhub_gpu.devcluster.layout import Ports
 
     default = Ports()
-    shifted = [Ports(**{n: v - 12000 + offset for n, v in default.as_dict().items()})
-               for offset in range(0, 3100, 100)]
+    shifted = [Ports.shifted(offset) for offset in range(0, 3100, 100)]
     nets = [ipaddress.ip_network(pod_cidr(p), strict=False) for p in [default, *shifted]]
     assert all(n.subnet_of(ipaddress.ip_network("127.0.0.0/8")) for n in nets)
     assert len(set(nets)) == len(nets)
