@@ -11,6 +11,7 @@ notebooks and the cluster, and leaves nothing running.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import secrets
@@ -44,7 +45,8 @@ def chp_command() -> Path:
 
 
 def ensure_chp(progress: Callable[[str], None] = print) -> Path:
-    """Install JupyterHub's proxy (configurable-http-proxy) from npm, once."""
+    """Install JupyterHub's proxy (configurable-http-proxy) from npm, once (one install
+    at a time across processes: the cluster tier's workers may all ask at once)."""
     command = chp_command()
     if command.exists():
         return command
@@ -52,12 +54,15 @@ def ensure_chp(progress: Callable[[str], None] = print) -> Path:
     if npm is None:
         raise build.BuildError("the demo needs `npm` (Node.js 20 or newer) to install "
                                f"configurable-http-proxy {CHP_VERSION}; none is on PATH")
-    progress(f"installing configurable-http-proxy {CHP_VERSION} with npm")
     prefix = command.parents[2]
     prefix.mkdir(parents=True, exist_ok=True)
-    subprocess.run([npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
-                    f"configurable-http-proxy@{CHP_VERSION}"], check=True,
-                   stdout=subprocess.DEVNULL)
+    with open(prefix / "install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not command.exists():
+            progress(f"installing configurable-http-proxy {CHP_VERSION} with npm")
+            subprocess.run([npm, "install", "--prefix", str(prefix), "--no-audit",
+                            "--no-fund", f"configurable-http-proxy@{CHP_VERSION}"],
+                           check=True, stdout=subprocess.DEVNULL)
     return command
 
 
