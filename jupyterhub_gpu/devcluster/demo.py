@@ -11,6 +11,7 @@ notebooks and the cluster, and leaves nothing running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
@@ -33,10 +34,13 @@ from .layout import Layout, Ports, default_state_dir
 from .pki import PkiPaths
 from .podrunner import PodRunner
 from .poolwatch import watch_pools
-from .procs import unfailing
+from .procs import describe, descendants, unfailing
 
 CHP_VERSION = "5.3.0"
 DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
+#: how long the hub has to stop after SIGTERM: its four managed services (each stops on
+#: SIGINT within seconds), its users' servers (their pods deleted) and its proxy
+HUB_STOP_SECONDS = 45
 DEMO_USERS = "alice (data-science), bob (ml-eng), carol (experimentation), dave (two teams)"
 
 
@@ -129,14 +133,34 @@ async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
             start_new_session=True, preexec_fn=interruptible)
 
 
-async def _stop(hub: asyncio.subprocess.Process | None, *tasks: asyncio.Task | None) -> None:
-    if hub is not None and hub.returncode is None:
-        hub.send_signal(signal.SIGTERM)  # the hub stops its servers on the way out
+async def _stop_hub(hub: asyncio.subprocess.Process, progress: Callable[[str], None]) -> bool:
+    """SIGTERM: the hub stops its services (SIGINT, then SIGTERM after 10 s), its users'
+    servers and its proxy, then exits. Whether it did within :data:`HUB_STOP_SECONDS`;
+    if not, what still runs of it is said, then killed."""
+    hub.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(hub.wait(), HUB_STOP_SECONDS)
+        return True
+    except asyncio.TimeoutError:
+        left = [hub.pid, *descendants(hub.pid)]
+        progress(f"JupyterHub did not stop within {HUB_STOP_SECONDS} s of SIGTERM; "
+                 f"killing what still runs: {'; '.join(describe(p) for p in left)}")
+        for pid in reversed(left):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         await hub.wait()
+        return False
+
+
+async def _stop(hub: asyncio.subprocess.Process | None, progress: Callable[[str], None],
+                *tasks: asyncio.Task | None) -> bool:
+    """Stop the hub, then the tasks; whether the hub stopped by itself in time."""
+    stopped = hub is None or hub.returncode is not None or await _stop_hub(hub, progress)
     running = [t for t in tasks if t is not None]
     for task in running:
         task.cancel()
     await asyncio.gather(*running, return_exceptions=True)
+    return stopped
 
 
 async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
@@ -152,7 +176,9 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
     runner, which plays the kubelet, uses ``kubeconfig``; the hub uses
     ``hub_kubeconfig`` if given (e.g. a ServiceAccount's, bound by the bundle's RBAC),
     else the same. ``extra_env`` is added to the hub's environment (e.g. the culler's
-    interval, :data:`~jupyterhub_gpu.devcluster.contract.ENV_DEMO_CULL_EVERY`)."""
+    interval, :data:`~jupyterhub_gpu.devcluster.contract.ENV_DEMO_CULL_EVERY`). Returns 0
+    once stopped by ``stop``; 1 when the hub did not stop within
+    :data:`HUB_STOP_SECONDS` (``progress`` says which of its processes were left)."""
     progress = unfailing(progress)
     if stop is None:
         stop = asyncio.Event()
@@ -171,9 +197,11 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
                            return_when=asyncio.FIRST_COMPLETED)
     finally:
         progress("stopping the hub and the notebooks")
-        await _stop(hub, runner, watcher)
+        stopped = await _stop(hub, progress, runner, watcher)
         if waiter is not None:
             waiter.cancel()
+    if not stopped:
+        return 1
     return 0 if stop.is_set() else (hub.returncode or 1)
 
 

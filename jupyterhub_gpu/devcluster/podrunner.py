@@ -40,6 +40,7 @@ from ..contract import (COMPONENT_LABEL, ENV_RUN_DIR, ENV_SERVICE_URL, JOB_COMPO
                         SINGLEUSER_COMPONENT, USERNAME_KEY)
 from .contract import EXIT_CODE_ANNOTATION
 from .jobprocess import JobProcess, job_process, result_annotation
+from .procs import describe
 
 #: the pods the runner plays the kubelet of: notebooks (KubeSpawner's default
 #: component) and training Jobs' pods
@@ -122,6 +123,8 @@ async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
     try:
         await asyncio.wait_for(proc.wait(), grace)
     except asyncio.TimeoutError:
+        log.warning("%s did not stop within %.0f s of SIGTERM: SIGKILL", describe(proc.pid),
+                    grace)
         _kill(proc.pid, signal.SIGKILL)
         await proc.wait()
 

@@ -77,6 +77,41 @@ def alive(pid: int) -> bool:
     return bool(fields) and fields[0] not in ("Z", "X")
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, children first (JupyterHub starts its services and
+    its proxy in sessions of their own: they are its children all the same)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        fields = _stat_fields(int(stat.parent.name))
+        if fields:
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _ignored_signals(pid: int) -> list[str]:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return []
+    mask = next((int(line.split()[1], 16) for line in status.splitlines()
+                 if line.startswith("SigIgn:")), 0)
+    return [sig.name for sig in (signal.SIGINT, signal.SIGTERM) if mask & (1 << (sig - 1))]
+
+
+def describe(pid: int) -> str:
+    """``pid``, its command line and which of SIGINT and SIGTERM it ignores, for a
+    report of what did not stop."""
+    ignored = _ignored_signals(pid)
+    line = " ".join(cmdline(pid) or ["(gone)"])
+    return f"pid {pid} ({line[:160]})" + (f", ignoring {' and '.join(ignored)}"
+                                           if ignored else "")
+
+
 def is_ours(rec: PidRecord) -> bool:
     argv = cmdline(rec.pid)
     if not alive(rec.pid) or not argv or argv[0] != rec.binary:

@@ -39,14 +39,14 @@ import pytest
 import yaml
 
 from jupyterhub_gpu.cull.service import SERVICE_NAME as CULLER
-from jupyterhub_gpu.devcluster import demo
+from jupyterhub_gpu.devcluster import demo, procs
 from jupyterhub_gpu.hub import resume
 from tests import z2jh_chart
 
 from . import chart_hub, chart_hubapi, hub_image, hub_rbac
 from .audit import AuditLog
 from .conftest import STATE_DIR, TEST_PORTS, wait_for
-from .test_demo import _descendants, _queued
+from .test_demo import _queued
 
 pytestmark = [
     pytest.mark.slow,
@@ -193,7 +193,7 @@ async def test_the_services_run_in_the_hubs_pod_with_the_hubs_environment(chart)
 
 def _services(pod_pid: int) -> dict[str, list[int]] | None:
     found: dict[str, list[int]] = {"culler": [], "resume": []}
-    for pid in _descendants(pod_pid):
+    for pid in procs.descendants(pod_pid):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:

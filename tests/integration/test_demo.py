@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 import yaml
 
-from jupyterhub_gpu.devcluster import demo
+from jupyterhub_gpu.devcluster import demo, procs
 
 from ..configmap import write_configmap
 from . import hub_rbac, hubpod
@@ -37,15 +37,16 @@ async def _serving(cluster, spec: Path, hub_kubeconfig: Path, workdir: Path):
     """The demo's hub (as the hub's ServiceAccount) and pod runner on ``spec``; a
     logged-out session to it."""
     demo.ensure_chp(progress=lambda m: None)
-    stop = asyncio.Event()
+    stop, said = asyncio.Event(), []
     task = asyncio.create_task(demo.serve(spec, Path(cluster["kubeconfig"]), workdir, URL,
-                                          lambda m: None, stop, **PORTS,
+                                          said.append, stop, **PORTS,
                                           hub_kubeconfig=hub_kubeconfig))
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
         await wait_for(lambda: demo.hub_answers(http, URL), timeout=60, what="JupyterHub to answer")
         yield http
     stop.set()
-    assert await asyncio.wait_for(task, 60) == 0
+    # serve() gives the hub HUB_STOP_SECONDS, then says what still ran and kills it
+    assert await asyncio.wait_for(task, demo.HUB_STOP_SECONDS + 45) == 0, said
 
 
 @pytest.fixture
@@ -377,23 +378,6 @@ async def _admitted_unscheduled(kube, pod_name):
     return (pod.metadata.uid, workload["metadata"]["name"]) if workload else None
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (JupyterHub starts its services in new sessions)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 async def _kill_hub_pod(hub) -> None:
     """SIGKILL the hub and its managed services together, as when its pod dies (the
     proxy runs in a pod of its own in z2jh; the restarted hub replaces it)."""
@@ -406,7 +390,7 @@ async def _kill_hub_pod(hub) -> None:
         except OSError:
             return False
 
-    services = [p for p in _descendants(hub.pid) if not is_proxy(p)]
+    services = [p for p in procs.descendants(hub.pid) if not is_proxy(p)]
     hub.kill()
     for pid in services:
         try:

@@ -23,7 +23,6 @@ from jupyterhub_gpu.devcluster.layout import Ports
 
 from . import ports
 from .conftest import PORT_OFFSET, wait_for
-from .test_demo import _descendants
 
 # ports of their own: the session's cluster and hub may be running too
 OFFSET = PORT_OFFSET + ports.SECOND_CLUSTER_SHIFT
@@ -59,7 +58,7 @@ EVERYTHING = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 
 
 def _all_up(pid: int) -> bool:
-    lines = [" ".join(procs.cmdline(p) or []) for p in _descendants(pid)]
+    lines = [" ".join(procs.cmdline(p) or []) for p in procs.descendants(pid)]
     return all(any(name in line for line in lines) for name in EVERYTHING)
 
 
@@ -88,7 +87,7 @@ async def test_ctrl_c_with_output_into_a_closed_pipe_stops_everything(cluster_sp
                            what="the demo's JupyterHub to answer")
         await wait_for(lambda: _all_up(demo.pid), timeout=60,
                        what="the control plane, the hub, its proxy and its services")
-        started = {pid: procs.start_ticks(pid) for pid in _descendants(demo.pid)}
+        started = {pid: procs.start_ticks(pid) for pid in procs.descendants(demo.pid)}
         os.close(read_end)  # tee is gone
         read_end = -1
         demo.send_signal(signal.SIGINT)
@@ -100,7 +99,7 @@ async def test_ctrl_c_with_output_into_a_closed_pipe_stops_everything(cluster_sp
             os.close(read_end)
         # a failed run leaves nothing behind either (the hub and its services run in
         # sessions of their own), or the next run meets its ports taken
-        left = _descendants(demo.pid) if demo.poll() is None else []
+        left = procs.descendants(demo.pid) if demo.poll() is None else []
         if demo.poll() is None:
             demo.kill()
             demo.wait()

@@ -1,0 +1,59 @@
+"""The demo's stop path says which process did not stop: a hub that outlives its
+SIGTERM is reported with what still runs below it (each process's command line and
+the signals it ignores), then killed, and ``serve`` fails instead of hanging."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from jupyterhub_gpu.devcluster import demo, procs
+
+# a "hub" that ignores SIGTERM, with a "service" below it that ignores SIGINT
+STUBBORN = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+subprocess.Popen([sys.executable, "-c",
+                  "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                  "print('up', flush=True); time.sleep(600)"], start_new_session=True)
+# its child says "up" once it ignores SIGINT
+time.sleep(600)
+"""
+
+
+async def _started(code: str) -> asyncio.subprocess.Process:
+    hub = await asyncio.create_subprocess_exec(sys.executable, "-c", code,
+                                               stdout=asyncio.subprocess.PIPE)
+    assert await asyncio.wait_for(hub.stdout.readline(), 60) == b"up\n"
+    return hub
+
+
+async def test_a_hub_that_outlives_its_sigterm_is_reported_with_what_ignores_which_signal(
+        monkeypatch):
+    monkeypatch.setattr(demo, "HUB_STOP_SECONDS", 1)
+    hub = await _started(STUBBORN)
+    (child,) = procs.descendants(hub.pid)
+    said: list[str] = []
+    assert await demo._stop_hub(hub, said.append) is False
+    (report,) = said
+    assert report.startswith("JupyterHub did not stop within 1 s of SIGTERM; killing what "
+                             "still runs: ")
+    assert f"pid {hub.pid} ({sys.executable} -c " in report
+    assert "ignoring SIGTERM" in report
+    assert f"pid {child} ({sys.executable} -c import signal, time" in report
+    assert "ignoring SIGINT" in report
+    assert hub.returncode == -signal.SIGKILL
+    for _ in range(100):
+        if not procs.alive(child):
+            break
+        await asyncio.sleep(0.05)
+    assert not procs.alive(child), "the service below the hub is killed too"
+
+
+async def test_a_hub_that_stops_on_sigterm_is_not_reported():
+    hub = await asyncio.create_subprocess_exec(sys.executable, "-c",
+                                               "import time; time.sleep(600)")
+    said: list[str] = []
+    assert await demo._stop_hub(hub, said.append) is True
+    assert said == [] and hub.returncode == -signal.SIGTERM
