@@ -55,15 +55,24 @@ build: install
 demo: build
 	$(BIN)/jupyterhub-gpu demo --spec $(SPEC)
 
+# Both tiers run on pytest-xdist workers: the unit tier on every core (UNIT_WORKERS), the
+# cluster tier on CLUSTER_WORKERS workers, each bringing up a dev cluster of its own on
+# ports of its own (JUPYTERHUB_GPU_TEST_PORT_OFFSET + 1200 per worker, at most 4 workers:
+# tests/integration/ports.py), a test file at a time, the slowest files first
+# (tests/integration/conftest.py). UNIT_WORKERS=0 / CLUSTER_WORKERS=0: one process.
+UNIT_WORKERS ?= auto
+CLUSTER_WORKERS ?= 2
+
 test-unit: install
-	$(BIN)/python -m pytest tests/unit
+	$(BIN)/python -m pytest tests/unit -n $(UNIT_WORKERS)
 	$(BIN)/jupyterhub-gpu check-bundle
 
 docs: install
 	$(BIN)/sphinx-build -W -b html docs docs/_build/html
 
 test-cluster: build system-packages
-	$(BIN)/python -m pytest tests/integration --durations=50
+	$(BIN)/python -m pytest tests/integration -n $(CLUSTER_WORKERS) --dist loadfile \
+	  --no-loadscope-reorder --durations=50
 
 # Benchmarks against plain KubeSpawner and the stock culler (docs/benchmarks.md): a dev
 # cluster of their own; `bench` rewrites docs/benchmarks.md, `bench-short` (CI) runs
