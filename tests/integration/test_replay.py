@@ -1,8 +1,8 @@
-"""The CI's short replay (issue #17): ten people's Monday morning (four hours of a
-generated week on the cluster tier's spec) replayed 160 times faster against the
-real stack of the session's cluster -- the demo hub with the real culler, the jobs
-service and the usage ledger, Kueue, Karpenter, Prometheus and the fake DCGM
-exporter -- by ``jupyterhub_gpu.replay.run.replay``, as ``jupyterhub-gpu replay run``
+"""The CI's short replay (issue #17): ten people's Monday morning (three hours of a
+generated week on the cluster tier's spec: the same six sessions as from 8 to 12, all
+still open when it ends) replayed 160 times faster against the real stack of the
+session's cluster -- the demo hub with the real culler, the jobs service and the usage
+ledger, Kueue, Karpenter, Prometheus and the fake DCGM exporter -- by ``jupyterhub_gpu.replay.run.replay``, as ``jupyterhub-gpu replay run``
 does. It asserts only the accounting invariants (docs/replay.md): every session the
 hub accepted ends in the ledger with a stop reason, billed node-hours are the nodes'
 lifetimes and every session ran on a billed node, and no server's rows overlap. It
@@ -26,9 +26,9 @@ from jupyterhub_gpu.ledger.store import Kind
 from .conftest import STATE_DIR
 from .test_demo import PORTS, URL
 
-FACTOR = 160  # 4 hours in 90 s
+FACTOR = 160  # 3 hours in 68 s
 MORNING = (datetime(2026, 1, 5, 8, tzinfo=timezone.utc),
-           datetime(2026, 1, 5, 12, tzinfo=timezone.utc))
+           datetime(2026, 1, 5, 11, tzinfo=timezone.utc))
 
 
 @pytest.mark.slow
