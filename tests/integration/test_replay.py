@@ -2,8 +2,8 @@
 generated week on the cluster tier's spec: the same six sessions as from 8 to 12, all
 still open when it ends) replayed 160 times faster against the real stack of the
 session's cluster -- the demo hub with the real culler, the jobs service and the usage
-ledger, Kueue, Karpenter, Prometheus and the fake DCGM exporter -- by ``jupyterhub_gpu.replay.run.replay``, as ``jupyterhub-gpu replay run``
-does. It asserts only the accounting invariants (docs/replay.md): every session the
+ledger, Kueue, Karpenter, Prometheus and the fake DCGM exporter -- by
+``jupyterhub_gpu.replay.run.replay``, as ``jupyterhub-gpu replay run`` does. It asserts only the accounting invariants (docs/replay.md): every session the
 hub accepted ends in the ledger with a stop reason, billed node-hours are the nodes'
 lifetimes and every session ran on a billed node, and no server's rows overlap. It
 makes no timing assertion: what the compression does to waits is the full run's
