@@ -176,15 +176,20 @@ async def test_status_api_reports_the_deadlines(jupyter):
             assert r.status == 403
 
 
-async def test_lab_notice_names_an_unwritable_checkpoint_dir(tmp_path, monkeypatch):
+async def test_lab_notice_names_an_unwritable_checkpoint_dir(monkeypatch):
+    import tempfile
+
     from jupyterhub_gpu.cull.lab_notice import CullNotice
 
-    (tmp_path / "file").write_text("")
-    monkeypatch.setenv("CHECKPOINT_DIR", str(tmp_path / "file" / "checkpoints"))
-    monkeypatch.setenv("JUPYTERHUB_GPU_IDLE_TIMEOUT", "1800")
-    message = await CullNotice("4.0.0")()
+    # a short path: the notice has a length limit, which a long one (a pytest-xdist
+    # worker's tmp_path) would meet, and the message is cut there
+    with tempfile.TemporaryDirectory(prefix="ck-") as short:
+        (Path(short) / "file").write_text("")
+        monkeypatch.setenv("CHECKPOINT_DIR", f"{short}/file/checkpoints")
+        monkeypatch.setenv("JUPYTERHUB_GPU_IDLE_TIMEOUT", "1800")
+        message = await CullNotice("4.0.0")()
     assert message.startswith(f"Checkpoints will fail: checkpoint directory "
-                              f"{tmp_path}/file/checkpoints is not writable")
+                              f"{short}/file/checkpoints is not writable")
     monkeypatch.delenv("JUPYTERHUB_GPU_IDLE_TIMEOUT")
     monkeypatch.delenv("CHECKPOINT_DIR")
     assert await CullNotice("4.0.0")() is None  # not a GPU server: no toast
