@@ -14,6 +14,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from .devcluster.contract import DEMO_URL
+
 DEV_EXTRA = "jupyterhub-gpu[dev]"
 DEV_REQUIREMENTS = ("cryptography", "kubernetes")
 """The modules of the ``dev`` extra (setup.cfg) that :mod:`.devcluster` imports."""
@@ -71,8 +73,8 @@ DEVCLUSTER_ACTIONS: tuple[tuple[str, str, str, Arguments], ...] = (
 DEMO_ARGUMENTS: Arguments = (
     (("--spec",), {"default": DEFAULT_SPEC, "metavar": "SPEC",
                    "help": f"platform spec (default: {DEFAULT_SPEC})"}),
-    (("--url",), {"default": "http://127.0.0.1:8000",
-                  "help": "where JupyterHub listens (default: http://127.0.0.1:8000)"}),
+    (("--url",), {"default": DEMO_URL,
+                  "help": f"where JupyterHub listens (default: {DEMO_URL})"}),
     (("--state-dir",), {"type": Path, "default": None, "metavar": "DIR",
                         "help": "the dev cluster's state dir (default: as `devcluster up`)"}),
 )
