@@ -49,6 +49,51 @@ def test_validate_lists_every_error(tmp_path, example_spec):
     assert "profile 't4-shared': gpus: 2 shares of pool 't4dev'" in result.stderr
 
 
+def test_validate_names_an_unknown_vm_size_once(tmp_path, example_spec):
+    """Not cpusPerNode, memoryPerNode and gpusPerNode each "is required": one error that
+    names the size, the near known ones and what to set for another size."""
+    example_spec["pools"][0]["vmSize"] = "Standard_NC8as_T4_v4"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(example_spec))
+    result = run("validate", spec)
+    assert result.returncode == 1
+    errors = result.stderr.splitlines()
+    assert errors[0] == f"error: {spec} has 1 error(s):"
+    assert errors[1].startswith(
+        "  - pool 't4dev': vmSize: unknown VM size 'Standard_NC8as_T4_v4' (did you mean "
+        "Standard_NC8as_T4_v3?); known: Standard_D4s_v5, ")
+    assert errors[1].endswith("; for another size set cpusPerNode, memoryPerNode, gpusPerNode")
+    assert len(errors) == 2
+    del example_spec["pools"][4]["maxNodes"]  # the CPU pool: no gpusPerNode to set
+    example_spec["pools"][4].update(vmSize="Standard_D8s_v6", maxNode=3, cpusPerNode=8)
+    spec.write_text(yaml.safe_dump(example_spec))
+    errors = run("validate", spec).stderr.splitlines()
+    assert errors[0] == f"error: {spec} has 3 error(s):"
+    assert errors[2].startswith("  - pool 'cpu': maxNode: unknown field (did you mean "
+                                "maxNodes?); allowed: name, vmSize, ")
+    assert errors[3].startswith("  - pool 'cpu': vmSize: unknown VM size 'Standard_D8s_v6' "
+                                "(did you mean Standard_D8s_v5?)")
+    assert errors[3].endswith("; for another size set memoryPerNode")
+
+
+def test_validate_an_empty_file_or_bad_yaml_names_the_file_once(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("")
+    result = run("validate", spec)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (
+        f"error: {spec} has 1 error(s):\n  - the file is empty (or only comments): a spec "
+        "is a mapping with at least pools, teams, priorities, profiles (every field: "
+        "docs/reference/spec.md)\n")
+    spec.write_text("pools:\n  - name: t4dev\n    vmSize: [\n")
+    result = run("validate", spec)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: {spec} has 1 error(s):\n  - line 4, column 1: not valid YAML: expected the "
+        "node content, but found '<stream end>' (while parsing a flow node at line 4, "
+        "column 1)\n")
+
+
 def test_render_prints_the_pod(example_spec_path, tmp_path):
     result = run("render", example_spec_path, "--user", "alice", "--groups", "data-science",
                  "--profile", "a100-mig-3g")
