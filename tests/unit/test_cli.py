@@ -143,14 +143,14 @@ def test_manifests_prints_the_objects_of_the_committed_bundle(repo_root, only):
 @pytest.mark.parametrize("command", [["devcluster", "status"], ["devcluster", "build"],
                                      ["demo"]])
 def test_dev_commands_without_the_dev_extra_name_it(command):
-    """Without the dev extra's modules (made unimportable here, as when the extra is not
+    """Without the devcluster extra's modules (made unimportable here, as when the extra is not
     installed) the dev cluster's commands say what to install, and nothing else runs."""
     code = ("import sys\nsys.modules['kubernetes'] = None\n"
             "from jupyterhub_gpu.cli import main\nsys.exit(main(sys.argv[1:]))")
     result = subprocess.run([sys.executable, "-c", code, *command],
                             capture_output=True, text=True)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "pip install jupyterhub-gpu[dev]" in result.stderr
+    assert "pip install jupyterhub-gpu[devcluster]" in result.stderr
     assert "kubernetes not installed" in result.stderr
     assert result.stdout == ""
 
