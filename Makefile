@@ -10,10 +10,10 @@ VENV ?= .venv
 SPEC ?= config/platform.yaml
 BIN := $(VENV)/bin
 
-.PHONY: install build demo test test-unit test-cluster docs clean labextension system-packages \
+.PHONY: install build demo lint test test-unit test-cluster docs clean labextension system-packages \
 	bench bench-short bench-build replay
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+$(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[test,demo,docs]"
@@ -55,7 +55,11 @@ build: install
 demo: build
 	$(BIN)/jupyterhub-gpu demo --spec $(SPEC)
 
-test-unit: install
+# ruff (the test extra; pyproject.toml's [tool.ruff]): pyflakes and pycodestyle's errors
+lint: install
+	$(BIN)/ruff check .
+
+test-unit: install lint
 	$(BIN)/python -m pytest tests/unit
 	$(BIN)/jupyterhub-gpu check-bundle
 

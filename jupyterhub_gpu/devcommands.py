@@ -1,7 +1,7 @@
 """The ``devcluster`` and ``demo`` commands of ``jupyterhub-gpu``: their parsers only.
 
 What they run is :mod:`jupyterhub_gpu.devcluster`, which needs the ``dev`` extra
-(``pip install jupyterhub-gpu[dev]``: ``cryptography`` for the control plane's
+(``pip install jupyterhub-gpu[devcluster]``: ``cryptography`` for the control plane's
 certificates, the ``kubernetes`` client that sets the cluster up). It is imported
 when one of these commands runs, never when the CLI starts or a hub loads
 GPUSpawner; without the extra the command says what to install.
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from .devcluster.contract import DEMO_URL
 
-DEV_EXTRA = "jupyterhub-gpu[dev]"
+DEV_EXTRA = "jupyterhub-gpu[devcluster]"
 DEV_REQUIREMENTS = ("cryptography", "kubernetes")
-"""The modules of the ``dev`` extra (setup.cfg) that :mod:`.devcluster` imports."""
+"""The modules of the ``devcluster`` extra (pyproject.toml) that :mod:`.devcluster` imports."""
 DEFAULT_SPEC = "config/platform.yaml"
 STATE_DIR_HELP = ("where the cluster keeps logs, pids, certs, etcd data and its kubeconfig "
                   "(default: $XDG_STATE_HOME/jupyterhub-gpu/devcluster, or "
@@ -91,7 +91,7 @@ def _run(action: str):
     def func(args: argparse.Namespace) -> int:
         missing = missing_dev_requirements()
         if missing:
-            print(f"error: `jupyterhub-gpu {args.command}` needs the dev extra "
+            print(f"error: `jupyterhub-gpu {args.command}` needs the devcluster extra "
                   f"({', '.join(missing)} not installed): pip install {DEV_EXTRA}",
                   file=sys.stderr)
             return 1
@@ -114,11 +114,11 @@ def add_dev_parsers(subparsers: argparse._SubParsersAction) -> None:
         "devcluster", help="run a local GPU dev cluster (kwok fake nodes, Kueue, Karpenter)",
         description="A local Kubernetes control plane with fake GPU nodes that Karpenter "
         "adds and removes, and Kueue, run as plain processes on 127.0.0.1 from binaries "
-        f"built with `go`. Needs the dev extra: pip install {DEV_EXTRA}.")
+        f"built with `go`. Needs the devcluster extra: pip install {DEV_EXTRA}.")
     sub = parser.add_subparsers(dest="devcluster_command", required=True, metavar="ACTION")
     for name, help, description, arguments in DEVCLUSTER_ACTIONS:
         _add(sub, name, help, description, arguments, name)
     _add(subparsers, "demo", "run the local GPU hub (dev cluster + JupyterHub)",
          "Build the control plane if needed, start the dev cluster with SPEC's pools and "
          "queues, and run JupyterHub with GPUSpawner on URL. Ctrl-C stops everything. "
-         f"Needs the dev extra: pip install {DEV_EXTRA}.", DEMO_ARGUMENTS, "demo")
+         f"Needs the devcluster extra: pip install {DEV_EXTRA}.", DEMO_ARGUMENTS, "demo")
