@@ -6,6 +6,9 @@ version inside a small generated wrapper module (``go.mod`` and, for etcd, a
 a hash of its pin, the Go version and the build recipe, so changing or adding one
 pin rebuilds only that binary. The CRDs a component ships (Kueue's, Karpenter's)
 are copied from its module next to its binary.  Nothing prebuilt is downloaded.
+Before compiling, :func:`check_go` compares the local ``go`` with the ``go`` lines of
+the pinned modules' go.mod files (:mod:`.gomod`), so that a too old Go stops the build
+before its first binary, naming the modules that need more.
 
 Run ``python -m jupyterhub_gpu.devcluster.build`` to build (a cold build takes
 tens of minutes on two cores); ``--with=prometheus-operator`` adds an opt-in binary
@@ -73,12 +76,21 @@ class Pin:
     wrap_main: bool = False
     # Directories of the module whose CRD YAMLs are copied next to the binary.
     crd_dirs: tuple[str, ...] = ()
+    # Go build tags (``go build -tags``); part of the pin, so of the binary's cache key.
+    tags: tuple[str, ...] = ()
 
 
 # Kueue v0.17.0 requires k8s.io/* v0.35.3, so the control plane is 1.35.
 K8S_VERSION = "v1.35.4"
 PROMETHEUS_VERSION = "v0.316.0"
 HELM_VERSION = "v4.3.2"
+# Prometheus' service discoveries are plugins (upstream ``plugins/plugin_*.go``, each
+# ``//go:build !remove_all_sd || enable_<name>_sd``); file, http and static ones are
+# always in (``plugins/minimum.go``). The dev cluster's configs use file_sd and static
+# targets (devcluster.prometheus) and, from the Prometheus Operator's config, the
+# kubernetes one (devcluster.promoperator); the cloud ones (AWS, Azure, GCE...) and
+# their SDKs were most of its cold build.
+PROMETHEUS_TAGS = ("remove_all_sd", "enable_kubernetes_sd")
 PINS: Mapping[str, Pin] = MappingProxyType(
     {
         "etcd": Pin("go.etcd.io/etcd/server/v3", "v3.6.16", "go.etcd.io/etcd/server/v3/etcdmain", True),
@@ -96,10 +108,11 @@ PINS: Mapping[str, Pin] = MappingProxyType(
                               crd_dirs=("kwok/charts/crds", "kwok/apis/crds")),
         # Prometheus v3.x is published as module version v0.3XX.0 (v0.316.0 = 3.16.0).
         # Built without the `builtinassets` tag: no web UI, the HTTP API is all we need.
+        # PROMETHEUS_TAGS: of the service discoveries, only those the dev cluster uses.
         "prometheus": Pin("github.com/prometheus/prometheus", PROMETHEUS_VERSION,
-                          "github.com/prometheus/prometheus/cmd/prometheus"),
+                          "github.com/prometheus/prometheus/cmd/prometheus", tags=PROMETHEUS_TAGS),
         "promtool": Pin("github.com/prometheus/prometheus", PROMETHEUS_VERSION,
-                        "github.com/prometheus/prometheus/cmd/promtool"),
+                        "github.com/prometheus/prometheus/cmd/promtool", tags=PROMETHEUS_TAGS),
         # Not cluster components: the NetworkPolicy evaluator of the truth-table test
         # (tests/integration/test_network_policies.py) and Helm, which renders the z2jh
         # chart for it.
@@ -225,7 +238,10 @@ def check_go(pins: Mapping[str, Pin] = PINS) -> str:
 
 def bin_dir(name: str) -> Path:
     """Directory of one binary, keyed by its pin, the Go version and the build recipe."""
-    key = json.dumps([RECIPE, _go_version(), asdict(pin(name))], sort_keys=True)
+    fields = asdict(pin(name))
+    if not fields["tags"]:
+        del fields["tags"]  # so that binaries built before pins had tags keep their key
+    key = json.dumps([RECIPE, _go_version(), fields], sort_keys=True)
     return cache_root() / "bin" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
@@ -349,7 +365,9 @@ def _go_build(name: str, pin: Pin, wrapper: Path, info: Mapping[str, str]) -> Pa
     partial = target.with_name(f".{name}.partial-{os.getpid()}")
     ldflags = " ".join(["-s", "-w", *(f"-X {k}={v}" for k, v in _stamps(pin, _build_date(info)).items())])
     package = "." if pin.wrap_main else pin.package
-    cmd = [_go_exe(), "build", "-p", GO_PARALLELISM, "-trimpath", "-ldflags", ldflags, "-o", str(partial), package]
+    tags = ["-tags", ",".join(pin.tags)] if pin.tags else []
+    cmd = [_go_exe(), "build", "-p", GO_PARALLELISM, "-trimpath", *tags, "-ldflags", ldflags,
+           "-o", str(partial), package]
     log = cache_root() / "build-logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:

@@ -123,6 +123,25 @@ def test_a_new_pin_rebuilds_only_its_own_binary(monkeypatch):
         k: v for k, v in before.items() if k != "karpenter-kwok"}
 
 
+def test_other_build_tags_rebuild_the_binary(monkeypatch):
+    """Build tags are part of a pin, so of its binary's cache key: a binary built with
+    other tags is never taken for the one wanted."""
+    import dataclasses
+
+    from jupyterhub_gpu.devcluster import build
+
+    if not shutil.which("go"):
+        pytest.skip("no `go` on PATH")
+    before = build.binaries()
+    pins = dict(build.PINS)
+    pins["promtool"] = dataclasses.replace(pins["promtool"], tags=())
+    monkeypatch.setattr(build, "PINS", pins)
+    after = build.binaries()
+    assert after["promtool"] != before["promtool"]
+    assert {k: v for k, v in after.items() if k != "promtool"} == {
+        k: v for k, v in before.items() if k != "promtool"}
+
+
 def test_clusters_on_other_ports_hand_out_other_pod_ips():
     """A demo (default ports) and test runs (shifted by JUPYTERHUB_GPU_TEST_PORT_OFFSET,
     in hundreds, up to 3000) on one machine: a pod IP of one must never be a pod IP of another, or
