@@ -20,12 +20,13 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # checkov (the IaC scan the Terraform tests run) pins packages that clash with
-# JupyterHub's, so it lives in a venv of its own.
+# JupyterHub's, so it lives in a venv of its own, made only for the unit tests
+# (tests/unit/test_bundle_terraform.py): `install`, `build` and `demo` skip it.
 .venv-checkov/bin/checkov:
 	$(PYTHON) -m venv .venv-checkov
 	.venv-checkov/bin/pip install --quiet checkov
 
-install: $(VENV)/.installed .venv-checkov/bin/checkov
+install: $(VENV)/.installed
 
 # Debian's Chromium and its WebDriver, for the browser tests (tests/integration/
 # test_browser.py), and PostgreSQL, for the usage ledger's tests (tests/postgres.py).
@@ -59,7 +60,7 @@ demo: build
 lint: install
 	$(BIN)/ruff check .
 
-test-unit: install lint
+test-unit: install lint .venv-checkov/bin/checkov
 	$(BIN)/python -m pytest tests/unit
 	$(BIN)/jupyterhub-gpu check-bundle
 
@@ -73,8 +74,8 @@ test-cluster: build system-packages
 # cluster of their own; `bench` rewrites docs/benchmarks.md, `bench-short` (CI) runs
 # every benchmark with tiny numbers and fails only if one crashes (BENCH_ARGS: more
 # arguments for `bench`, e.g. BENCH_ARGS='--note "..."'). They need the
-# project's venv and the cluster's binaries, not the IaC scanner's venv (`install`).
-bench-build: $(VENV)/.installed
+# project's venv and the cluster's binaries, not the IaC scanner's venv.
+bench-build: install
 	$(BIN)/jupyterhub-gpu devcluster build
 
 bench: bench-build
