@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import sys
-import textwrap
 
 import pytest
 
