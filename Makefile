@@ -10,22 +10,23 @@ VENV ?= .venv
 SPEC ?= config/platform.yaml
 BIN := $(VENV)/bin
 
-.PHONY: install build demo test test-unit test-cluster docs clean labextension system-packages \
+.PHONY: install build demo lint test test-unit test-cluster docs clean labextension system-packages \
 	bench bench-short bench-build replay
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+$(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[test,demo,docs]"
 	touch $@
 
 # checkov (the IaC scan the Terraform tests run) pins packages that clash with
-# JupyterHub's, so it lives in a venv of its own.
+# JupyterHub's, so it lives in a venv of its own, made only for the unit tests
+# (tests/unit/test_bundle_terraform.py): `install`, `build` and `demo` skip it.
 .venv-checkov/bin/checkov:
 	$(PYTHON) -m venv .venv-checkov
 	.venv-checkov/bin/pip install --quiet checkov
 
-install: $(VENV)/.installed .venv-checkov/bin/checkov
+install: $(VENV)/.installed
 
 # Debian's Chromium and its WebDriver, for the browser tests (tests/integration/
 # test_browser.py), and PostgreSQL, for the usage ledger's tests (tests/postgres.py).
@@ -55,6 +56,10 @@ build: install
 demo: build
 	$(BIN)/jupyterhub-gpu demo --spec $(SPEC)
 
+# ruff (the test extra; pyproject.toml's [tool.ruff]): pyflakes and pycodestyle's errors
+lint: install
+	$(BIN)/ruff check .
+
 # Both tiers run on pytest-xdist workers: the unit tier on every core (UNIT_WORKERS), the
 # cluster tier on CLUSTER_WORKERS workers, each bringing up a dev cluster of its own on
 # ports of its own (JUPYTERHUB_GPU_TEST_PORT_OFFSET + 1200 per worker, at most 4 workers:
@@ -63,7 +68,7 @@ demo: build
 UNIT_WORKERS ?= auto
 CLUSTER_WORKERS ?= 2
 
-test-unit: install
+test-unit: install lint .venv-checkov/bin/checkov
 	$(BIN)/python -m pytest tests/unit -n $(UNIT_WORKERS)
 	$(BIN)/jupyterhub-gpu check-bundle
 
@@ -78,8 +83,8 @@ test-cluster: build system-packages
 # cluster of their own; `bench` rewrites docs/benchmarks.md, `bench-short` (CI) runs
 # every benchmark with tiny numbers and fails only if one crashes (BENCH_ARGS: more
 # arguments for `bench`, e.g. BENCH_ARGS='--note "..."'). They need the
-# project's venv and the cluster's binaries, not the IaC scanner's venv (`install`).
-bench-build: $(VENV)/.installed
+# project's venv and the cluster's binaries, not the IaC scanner's venv.
+bench-build: install
 	$(BIN)/jupyterhub-gpu devcluster build
 
 bench: bench-build

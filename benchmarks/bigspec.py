@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from jupyterhub_gpu.spec.images import NOTEBOOK_IMAGE, image_name, package_version
+
 from .report import Row
 from .stats import percentile
 
@@ -27,7 +29,7 @@ SHAPES = (
     ("Standard_D8s_v5", "none", None, 0, 2, "8Gi"),
 )
 FIFTY_GROUP = "fifty"  # the group of the user allowed 50 profiles
-IMAGE = "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:0.1.0.dev0"
+IMAGE = f"{image_name('jupyterhubgpu', NOTEBOOK_IMAGE)}:{package_version()}"
 
 
 def _pool(i: int) -> dict[str, Any]:

@@ -12,25 +12,25 @@
 # With a stock image the pods still stop normally, but without the last checkpoint;
 # the hub then logs once per image that checkpoint-on-stop is unavailable.
 #
-# Build it from the repository root (the context must hold setup.cfg and the
+# Build it from the repository root (the context must hold pyproject.toml and the
 # package), in Azure with the registry config/terraform creates:
 #
-#   az acr build --registry jupyterhubgpu --image jupyterhub-gpu-notebook:0.1.0.dev0 \
+#   VERSION=$(jupyterhub-gpu --version | cut -d' ' -f2)   # this package's version
+#   az acr build --registry jupyterhubgpu --image jupyterhub-gpu-notebook:$VERSION \
 #     --file config/notebook.Dockerfile .
 #
 # or locally: docker build --file config/notebook.Dockerfile \
-#     --tag jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:0.1.0.dev0 .
+#     --tag jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:$VERSION .
 #
 # config/platform.yaml's profiles run it as
-# jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:0.1.0.dev0 (tag = this package's
-# version). Add your team's packages in a Dockerfile FROM this image.
+# jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:<this package's version>. Add your team's packages in a Dockerfile FROM this image.
 #
 # checkov:skip=CKV_DOCKER_2:The notebook runs under Kubernetes, where KubeSpawner and the hub watch the server (a Docker HEALTHCHECK is not used).
 FROM quay.io/jupyter/pytorch-notebook:cuda12-python-3.12
 
 # The base runs as jovyan (NB_UID), who owns ${CONDA_DIR}: pip installs there as is.
 ARG SRC=/tmp/jupyterhub-gpu
-COPY --chown=${NB_UID}:${NB_GID} setup.cfg pyproject.toml README.md ${SRC}/
+COPY --chown=${NB_UID}:${NB_GID} pyproject.toml README.md LICENSE ${SRC}/
 COPY --chown=${NB_UID}:${NB_GID} jupyterhub_gpu ${SRC}/jupyterhub_gpu
 # --no-deps keeps the image's own JupyterHub, Jupyter Server and JupyterLab as they
 # are: the pod side needs only them, the standard library and PyYAML. The build

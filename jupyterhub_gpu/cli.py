@@ -9,13 +9,13 @@ from importlib import metadata
 
 import yaml
 
-from .builders.deviceplugin import config_map
+from .builders.deviceplugin import NAMESPACE as DEVICE_PLUGIN_NAMESPACE, config_map
 from .builders.kueue import kueue_objects
 from .spec.grant import OptionsRejected
 from .bundle.cli import add_bundle_parsers
 from .contract import KUEUE_API_VERSION
 from .devcommands import add_dev_parsers
-from .jobs.cli import add_job_parser, split_script_args
+from .jobs.cli import Exit, add_job_parser, split_script_args
 from .spec.parse import SpecError, load_platform
 from .replay.cli import add_replay_parsers
 from .usage.cli import add_usage_parsers
@@ -64,7 +64,10 @@ def _manifests(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jupyterhub-gpu",
-        description="Shared, queued GPUs for JupyterHub: check and render a GPU platform spec.")
+        description="Shared, queued GPUs for JupyterHub: check and render a GPU platform spec.",
+        epilog=f"Exit status: {Exit.OK} done; {Exit.REFUSED} an error, printed (an invalid "
+        f"spec, a difference in the bundle...); {Exit.USAGE} a wrong command line. `job` "
+        "has statuses of its own: see its --help.")
     parser.add_argument("--version", action="version",
                         version=f"%(prog)s {metadata.version('jupyterhub-gpu')}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -91,8 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description=f"Print the Kueue objects ({KUEUE_API_VERSION}) and "
                        "the NVIDIA device-plugin ConfigMap built from SPEC, as YAML.")
     p.add_argument("spec", metavar="SPEC", help="path of the platform spec (YAML)")
-    p.add_argument("--device-plugin-namespace", default="gpu-operator",
-                   help="namespace of the device-plugin ConfigMap (default: gpu-operator)")
+    p.add_argument("--device-plugin-namespace", default=DEVICE_PLUGIN_NAMESPACE,
+                   help="namespace of the device-plugin ConfigMap (default: "
+                   f"{DEVICE_PLUGIN_NAMESPACE})")
     p.add_argument("--only", choices=("kueue", "device-plugin"),
                    help="print only the Kueue objects or only the device-plugin ConfigMap")
     p.set_defaults(func=_manifests)

@@ -1,6 +1,6 @@
 """The files pip installs outside the package, into the notebook image's prefix.
 
-setup.cfg's ``[options.data_files]`` lists them for pip; this module lists the same
+pyproject.toml's ``[tool.setuptools.data-files]`` lists them for pip; this module lists the same
 (``tests/unit/test_packaging.py`` checks that the two and the wheel agree) for the
 dev cluster's pod runner, which runs the notebooks from an editable install, where
 pip installs none of them: :func:`lay_out` links them into a prefix of its own.

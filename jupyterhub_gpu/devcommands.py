@@ -1,7 +1,7 @@
 """The ``devcluster`` and ``demo`` commands of ``jupyterhub-gpu``: their parsers only.
 
 What they run is :mod:`jupyterhub_gpu.devcluster`, which needs the ``dev`` extra
-(``pip install jupyterhub-gpu[dev]``: ``cryptography`` for the control plane's
+(``pip install jupyterhub-gpu[devcluster]``: ``cryptography`` for the control plane's
 certificates, the ``kubernetes`` client that sets the cluster up). It is imported
 when one of these commands runs, never when the CLI starts or a hub loads
 GPUSpawner; without the extra the command says what to install.
@@ -14,9 +14,11 @@ import importlib.util
 import sys
 from pathlib import Path
 
-DEV_EXTRA = "jupyterhub-gpu[dev]"
+from .devcluster.contract import DEMO_URL
+
+DEV_EXTRA = "jupyterhub-gpu[devcluster]"
 DEV_REQUIREMENTS = ("cryptography", "kubernetes")
-"""The modules of the ``dev`` extra (setup.cfg) that :mod:`.devcluster` imports."""
+"""The modules of the ``devcluster`` extra (pyproject.toml) that :mod:`.devcluster` imports."""
 DEFAULT_SPEC = "config/platform.yaml"
 STATE_DIR_HELP = ("where the cluster keeps logs, pids, certs, etcd data and its kubeconfig "
                   "(default: $XDG_STATE_HOME/jupyterhub-gpu/devcluster, or "
@@ -71,8 +73,8 @@ DEVCLUSTER_ACTIONS: tuple[tuple[str, str, str, Arguments], ...] = (
 DEMO_ARGUMENTS: Arguments = (
     (("--spec",), {"default": DEFAULT_SPEC, "metavar": "SPEC",
                    "help": f"platform spec (default: {DEFAULT_SPEC})"}),
-    (("--url",), {"default": "http://127.0.0.1:8000",
-                  "help": "where JupyterHub listens (default: http://127.0.0.1:8000)"}),
+    (("--url",), {"default": DEMO_URL,
+                  "help": f"where JupyterHub listens (default: {DEMO_URL})"}),
     (("--state-dir",), {"type": Path, "default": None, "metavar": "DIR",
                         "help": "the dev cluster's state dir (default: as `devcluster up`)"}),
 )
@@ -89,7 +91,7 @@ def _run(action: str):
     def func(args: argparse.Namespace) -> int:
         missing = missing_dev_requirements()
         if missing:
-            print(f"error: `jupyterhub-gpu {args.command}` needs the dev extra "
+            print(f"error: `jupyterhub-gpu {args.command}` needs the devcluster extra "
                   f"({', '.join(missing)} not installed): pip install {DEV_EXTRA}",
                   file=sys.stderr)
             return 1
@@ -112,11 +114,11 @@ def add_dev_parsers(subparsers: argparse._SubParsersAction) -> None:
         "devcluster", help="run a local GPU dev cluster (kwok fake nodes, Kueue, Karpenter)",
         description="A local Kubernetes control plane with fake GPU nodes that Karpenter "
         "adds and removes, and Kueue, run as plain processes on 127.0.0.1 from binaries "
-        f"built with `go`. Needs the dev extra: pip install {DEV_EXTRA}.")
+        f"built with `go`. Needs the devcluster extra: pip install {DEV_EXTRA}.")
     sub = parser.add_subparsers(dest="devcluster_command", required=True, metavar="ACTION")
     for name, help, description, arguments in DEVCLUSTER_ACTIONS:
         _add(sub, name, help, description, arguments, name)
     _add(subparsers, "demo", "run the local GPU hub (dev cluster + JupyterHub)",
          "Build the control plane if needed, start the dev cluster with SPEC's pools and "
          "queues, and run JupyterHub with GPUSpawner on URL. Ctrl-C stops everything. "
-         f"Needs the dev extra: pip install {DEV_EXTRA}.", DEMO_ARGUMENTS, "demo")
+         f"Needs the devcluster extra: pip install {DEV_EXTRA}.", DEMO_ARGUMENTS, "demo")

@@ -79,7 +79,12 @@ def node_labels(pool: Pool) -> dict[str, str]:
     return labels
 
 
-def config_map(platform: Platform, namespace: str = "gpu-operator") -> dict:
+#: The namespace of the device-plugin ConfigMap: the GPU Operator's, which the bundle's
+#: GPU Operator values install into.
+NAMESPACE = "gpu-operator"
+
+
+def config_map(platform: Platform, namespace: str = NAMESPACE) -> dict:
     """One ConfigMap holding every pool's config, keyed by config name."""
     data = {p.device_plugin_config: yaml.safe_dump(plugin_config(p), sort_keys=False)
             for p in platform.gpu_pools}

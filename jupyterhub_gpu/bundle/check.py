@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from ..spec.allocatable import MAX_PODS
-from ..builders.deviceplugin import config_map
+from ..builders.deviceplugin import NAMESPACE as DEVICE_PLUGIN_NAMESPACE, config_map
 from ..builders.kueue import kueue_objects
 from ..builders.preemption import ignored_fields, model_of
 from ..contract import (GPU_RESOURCE, MANAGED_LABEL, MIG_CONFIG_LABEL, MIG_RESOURCE_PREFIX,
@@ -157,7 +157,7 @@ def advertised_resource(config: Any, pool: Pool) -> str:
 
 def check_device_plugin(platform: Platform, file: str, docs: list) -> list[Drift]:
     found = next((d for d in docs if isinstance(d, dict) and d.get("kind") == "ConfigMap"), {})
-    namespace = (found.get("metadata") or {}).get("namespace", "gpu-operator")
+    namespace = (found.get("metadata") or {}).get("namespace", DEVICE_PLUGIN_NAMESPACE)
     expected = config_map(platform, namespace)
     drifts = compare_objects(file, [expected], [found] if found else [])
     data = found.get("data") or {}

@@ -49,9 +49,11 @@ def get(values: Any, path: str, default: Any = MISSING) -> Any:
 
 
 def source(files: Values, path: str) -> str:
-    """The last file that sets ``path`` (or the last file, if none does)."""
+    """The last file that sets ``path``; if none does, the first: the admin's base
+    values, which the later files (the generated ones) override, and where a setting
+    the spec does not make belongs."""
     return next((name for name, v in reversed(files) if get(v, path) is not MISSING),
-                files[-1][0] if files else "helm values")
+                files[0][0] if files else "helm values")
 
 
 def _drift(files: Values, path: str, expected: Any, found: Any, hint: str,

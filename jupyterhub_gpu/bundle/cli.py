@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
-from ..spec.parse import load_platform
+from ..spec.parse import load_platform, yaml_problem
 from .check import (Bundle, check_device_plugin, check_gpu_operator, check_kueue,
                     check_kueue_configuration, check_node_auto_provisioning,
                     check_prometheus_rules, check_grafana_dashboard, check_service_monitors,
@@ -24,15 +25,27 @@ from .check import (Bundle, check_device_plugin, check_gpu_operator, check_kueue
 from .checkhelm import check_helm, check_scheduler_minor
 from .checkprometheus import check_prometheus_urls
 from .diff import Drift
-from .files import (GENERATED, GPU_OPERATOR_VALUES, GRAFANA_DASHBOARD, HELM_GENERATED,
-                    KUEUE_CONFIGURATION, NODE_AUTO_PROVISIONING, PROMETHEUS_RULES,
-                    SERVICE_MONITORS, TEAM_NAMESPACES, render_file, render_files, write_files)
+from .files import (DEVICE_PLUGIN, GENERATED, GPU_OPERATOR_VALUES, GRAFANA_DASHBOARD,
+                    HELM_GENERATED, KUEUE, KUEUE_CONFIGURATION, NODE_AUTO_PROVISIONING,
+                    PROMETHEUS_RULES, SERVICE_MONITORS, TEAM_NAMESPACES, TERRAFORM_POOLS,
+                    regenerate_commands, render_file, render_files, write_files)
 from .monitoring import prometheus_url
 from .namespaces import HubRef
 from .terraform import BundleError
 
 DEFAULT_SPEC = "config/platform.yaml"
 DEFAULT_HELM = ["helm-values/values.yaml", HELM_GENERATED]
+TERRAFORM_DIR = os.path.dirname(TERRAFORM_POOLS)
+#: check-bundle's option (its dest) naming each generated file it reads, by name in
+#: GENERATED (terraform-pools lies in --terraform; helm-values among --helm-values)
+GENERATED_OPTIONS = {"kueue": "kueue", "device-plugin": "device_plugin",
+                     "kueue-configuration": "kueue_configuration",
+                     "team-namespaces": "team_namespaces",
+                     "gpu-operator-values": "gpu_operator_values",
+                     "node-auto-provisioning": "node_auto_provisioning",
+                     "prometheus-rules": "prometheus_rules",
+                     "service-monitors": "service_monitors",
+                     "grafana-dashboard": "grafana_dashboard"}
 
 
 class _Unreadable(Exception):
@@ -41,27 +54,33 @@ class _Unreadable(Exception):
         self.drift = drift
 
 
-def _read(path: str, parse: Callable[[str], Any]) -> tuple[str, Any]:
+def _read(path: str, parse: Callable[[str], Any], text: str | None = None) -> tuple[str, Any]:
     try:
-        return path, parse(Path(path).read_text())
+        return path, parse(Path(path).read_text() if text is None else text)
     except OSError as e:
         raise _Unreadable(Drift(path, "(file)", "(file)", "readable",
                                 e.strerror or str(e))) from e
-    except (yaml.YAMLError, json.JSONDecodeError) as e:
+    except yaml.YAMLError as e:
         raise _Unreadable(Drift(path, "(file)", "(syntax)", "valid YAML/JSON",
-                                str(e).splitlines()[0])) from e
+                                yaml_problem(e))) from e
+    except json.JSONDecodeError as e:
+        raise _Unreadable(Drift(path, "(file)", "(syntax)", "valid YAML/JSON",
+                                f"not valid JSON: {e}")) from e
 
 
 def _yaml_docs(text: str) -> list:
     return [d for d in yaml.safe_load_all(text) if d is not None]
 
 
-def _load(args: argparse.Namespace, problems: list[Drift]) -> Bundle:
+def _load(args: argparse.Namespace, problems: list[Drift],
+          texts: dict[str, str] | None = None) -> Bundle:
+    """The files ``args`` name, parsed; ``texts``: what to read instead of the file at
+    a path."""
     def read(path: str | None, parse: Callable[[str], Any]) -> Any:
         if path is None:
             return None
         try:
-            return _read(path, parse)
+            return _read(path, parse, (texts or {}).get(path))
         except _Unreadable as e:
             problems.append(e.drift)
             return None
@@ -78,7 +97,7 @@ def _load(args: argparse.Namespace, problems: list[Drift]) -> Bundle:
         device_plugin=read(args.device_plugin, _yaml_docs),
         kueue_configuration=read(args.kueue_configuration, _yaml_docs),
         team_namespaces=read(args.team_namespaces, _yaml_docs),
-        terraform_vars=read(str(tf_dir / "pools.auto.tfvars.json"), json.loads)
+        terraform_vars=read(str(tf_dir / os.path.basename(TERRAFORM_POOLS)), json.loads)
         if tf_dir else None,
         terraform_tf=tf_text,
         gpu_operator=read(args.gpu_operator_values, yaml.safe_load),
@@ -133,12 +152,56 @@ def run_checks(platform, bundle: Bundle, hub: HubRef) -> list[Drift]:
     return drifts
 
 
+def _generated_paths(args: argparse.Namespace) -> dict[str, str]:
+    """Each generated file check-bundle reads: its path as given -> its name in
+    GENERATED."""
+    paths = {getattr(args, dest): name for name, dest in GENERATED_OPTIONS.items()
+             if getattr(args, dest)}
+    if args.terraform:
+        paths[str(Path(args.terraform) / os.path.basename(TERRAFORM_POOLS))] = "terraform-pools"
+    paths.update({p: "helm-values" for p in args.helm_values or []
+                  if os.path.normpath(p) == HELM_GENERATED})
+    return paths
+
+
+def fixes(args: argparse.Namespace, platform, drifts: list[Drift], hub: HubRef) -> list[str]:
+    """What fixes ``drifts``: the command that rewrites the generated files that are
+    not what ``bundle`` writes, and the differences that would remain after it (found
+    by checking the bundle again with those files as ``bundle`` writes them)."""
+    generated = _generated_paths(args)
+    stale: dict[str, str] = {}
+    for path, name in generated.items():
+        text = render_file(platform, name, args.spec, hub)
+        try:
+            current = Path(path).read_text() == text
+        except OSError:
+            current = False
+        if not current:
+            stale[path] = text
+    if not stale:
+        return [f"No generated file differs from what the spec gives: edit "
+                f"{', '.join(dict.fromkeys(d.file for d in drifts))} as each difference "
+                "says, or change the spec."]
+    problems: list[Drift] = []
+    regenerated = _load(args, problems, stale)
+    remaining = problems + run_checks(platform, regenerated, hub)
+    names = {path: generated[path] for path in stale}
+    lines = [f"To regenerate {', '.join(stale)} from the spec, run:",
+             *(f"  {c}" for c in regenerate_commands(args.spec, names, hub.namespace))]
+    if remaining:
+        lines.append(f"That leaves {len(remaining)} difference(s), in "
+                     f"{', '.join(dict.fromkeys(d.file for d in remaining))}: edit the "
+                     "hand-written file(s) as each difference says, or change the spec.")
+    return lines
+
+
 def _check_bundle(args: argparse.Namespace) -> int:
     platform = load_platform(args.spec)
     problems: list[Drift] = []
     bundle = _load(args, problems)
+    hub = HubRef(args.hub_namespace)
     try:
-        drifts = problems + run_checks(platform, bundle, HubRef(args.hub_namespace))
+        drifts = problems + run_checks(platform, bundle, hub)
     except BundleError as e:
         print(f"error: {args.spec}: {e}", file=sys.stderr)
         return 1
@@ -147,6 +210,7 @@ def _check_bundle(args: argparse.Namespace) -> int:
               f"bundle (expected: what the spec implies; found: what the file holds):")
         for drift in drifts:
             print(f"  - {drift}")
+        print("\n".join(fixes(args, platform, drifts, hub)))
         return 1
     checked = sum(x is not None for x in (bundle.kueue, bundle.device_plugin,
                                           bundle.kueue_configuration, bundle.team_namespaces,
@@ -176,8 +240,9 @@ def _bundle(args: argparse.Namespace) -> int:
 
 
 def _hub_namespace(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--hub-namespace", default="jupyterhub", metavar="NS",
-                   help="namespace of the z2jh Helm release (default: jupyterhub)")
+    default = HubRef().namespace
+    p.add_argument("--hub-namespace", default=default, metavar="NS",
+                   help=f"namespace of the z2jh Helm release (default: {default})")
 
 
 def _add_bundle(sub: argparse._SubParsersAction) -> None:
@@ -204,17 +269,18 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
                        "Grafana dashboard "
                        "with what SPEC implies: same pools, labels, taints, resource names, "
                        "queues and owners of driver and MIG layout. Prints every "
-                       "difference (file, object, field) and exits 1 on any.")
+                       "difference (file, object, field) and exits 1 on any, with the command "
+                       "that regenerates the stale generated files.")
     p.add_argument("--spec", default=DEFAULT_SPEC, help=f"(default: {DEFAULT_SPEC})")
     p.add_argument("--helm-values", nargs="*", default=DEFAULT_HELM, metavar="FILE",
                    help="z2jh values files in `helm -f` order (default: "
                    f"{' '.join(DEFAULT_HELM)}); give none to skip")
-    p.add_argument("--terraform", default="config/terraform", metavar="DIR",
-                   help="Terraform directory (default: config/terraform)")
-    p.add_argument("--kueue", default="config/kueue.yaml", metavar="FILE",
-                   help="Kueue objects (default: config/kueue.yaml)")
-    p.add_argument("--device-plugin", default="config/device-plugin.yaml", metavar="FILE",
-                   help="device-plugin ConfigMap (default: config/device-plugin.yaml)")
+    p.add_argument("--terraform", default=TERRAFORM_DIR, metavar="DIR",
+                   help=f"Terraform directory (default: {TERRAFORM_DIR})")
+    p.add_argument("--kueue", default=KUEUE, metavar="FILE",
+                   help=f"Kueue objects (default: {KUEUE})")
+    p.add_argument("--device-plugin", default=DEVICE_PLUGIN, metavar="FILE",
+                   help=f"device-plugin ConfigMap (default: {DEVICE_PLUGIN})")
     p.add_argument("--kueue-configuration", default=KUEUE_CONFIGURATION, metavar="FILE",
                    help=f"Kueue's Configuration (default: {KUEUE_CONFIGURATION})")
     p.add_argument("--team-namespaces", default=TEAM_NAMESPACES, metavar="FILE",

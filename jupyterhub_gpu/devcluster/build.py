@@ -6,6 +6,9 @@ version inside a small generated wrapper module (``go.mod`` and, for etcd, a
 a hash of its pin, the Go version and the build recipe, so changing or adding one
 pin rebuilds only that binary. The CRDs a component ships (Kueue's, Karpenter's)
 are copied from its module next to its binary.  Nothing prebuilt is downloaded.
+Before compiling, :func:`check_go` compares the local ``go`` with the ``go`` lines of
+the pinned modules' go.mod files (:mod:`.gomod`), so that a too old Go stops the build
+before its first binary, naming the modules that need more.
 
 Run ``python -m jupyterhub_gpu.devcluster.build`` to build (a cold build takes
 tens of minutes on two cores); ``--with=prometheus-operator`` adds an opt-in binary
@@ -30,6 +33,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from .contract import ENV_CACHE
+from .gomod import GoMod, GoVersionError, parse_gomod, shortfall_message, shortfalls
 from .layout import log_tail
 
 __all__ = [
@@ -42,6 +46,7 @@ __all__ = [
     "build",
     "cache_root",
     "check_go",
+    "declared_go",
     "is_built",
     "opt_in_binary",
     "pin",
@@ -49,8 +54,6 @@ __all__ = [
     "kueue_crd_dir",
 ]
 
-# Oldest Go accepted: kwok v0.8.0 and etcd server v3.6.16 declare `go 1.26.0`.
-MIN_GO = "1.26"
 # Bump when the way binaries are built changes (ldflags, wrapper layout...).
 RECIPE = "1"
 GO_PARALLELISM = "2"
@@ -73,12 +76,21 @@ class Pin:
     wrap_main: bool = False
     # Directories of the module whose CRD YAMLs are copied next to the binary.
     crd_dirs: tuple[str, ...] = ()
+    # Go build tags (``go build -tags``); part of the pin, so of the binary's cache key.
+    tags: tuple[str, ...] = ()
 
 
 # Kueue v0.17.0 requires k8s.io/* v0.35.3, so the control plane is 1.35.
 K8S_VERSION = "v1.35.4"
 PROMETHEUS_VERSION = "v0.316.0"
 HELM_VERSION = "v4.3.2"
+# Prometheus' service discoveries are plugins (upstream ``plugins/plugin_*.go``, each
+# ``//go:build !remove_all_sd || enable_<name>_sd``); file, http and static ones are
+# always in (``plugins/minimum.go``). The dev cluster's configs use file_sd and static
+# targets (devcluster.prometheus) and, from the Prometheus Operator's config, the
+# kubernetes one (devcluster.promoperator); the cloud ones (AWS, Azure, GCE...) and
+# their SDKs were most of its cold build.
+PROMETHEUS_TAGS = ("remove_all_sd", "enable_kubernetes_sd")
 PINS: Mapping[str, Pin] = MappingProxyType(
     {
         "etcd": Pin("go.etcd.io/etcd/server/v3", "v3.6.16", "go.etcd.io/etcd/server/v3/etcdmain", True),
@@ -96,10 +108,11 @@ PINS: Mapping[str, Pin] = MappingProxyType(
                               crd_dirs=("kwok/charts/crds", "kwok/apis/crds")),
         # Prometheus v3.x is published as module version v0.3XX.0 (v0.316.0 = 3.16.0).
         # Built without the `builtinassets` tag: no web UI, the HTTP API is all we need.
+        # PROMETHEUS_TAGS: of the service discoveries, only those the dev cluster uses.
         "prometheus": Pin("github.com/prometheus/prometheus", PROMETHEUS_VERSION,
-                          "github.com/prometheus/prometheus/cmd/prometheus"),
+                          "github.com/prometheus/prometheus/cmd/prometheus", tags=PROMETHEUS_TAGS),
         "promtool": Pin("github.com/prometheus/prometheus", PROMETHEUS_VERSION,
-                        "github.com/prometheus/prometheus/cmd/promtool"),
+                        "github.com/prometheus/prometheus/cmd/promtool", tags=PROMETHEUS_TAGS),
         # Not cluster components: the NetworkPolicy evaluator of the truth-table test
         # (tests/integration/test_network_policies.py) and Helm, which renders the z2jh
         # chart for it.
@@ -145,7 +158,8 @@ def _go_exe() -> str:
         return found
     if Path("/usr/local/go/bin/go").is_file():
         return "/usr/local/go/bin/go"
-    raise BuildError(f"the `go` toolchain (>= {MIN_GO}) is needed to build the dev cluster but was not found on PATH")
+    raise BuildError("the `go` toolchain is needed to build the dev cluster but is neither on PATH "
+                     "nor /usr/local/go/bin/go (the release needed: README, \"The two commands\")")
 
 
 def _go_env() -> dict[str, str]:
@@ -166,13 +180,6 @@ def _run_go(args: list[str], cwd: Path) -> str:
     return proc.stdout
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
-    if not match:
-        raise BuildError(f"cannot parse Go version {text!r}")
-    return tuple(int(part or 0) for part in match.groups())
-
-
 @functools.lru_cache(maxsize=1)
 def _go_version() -> str:
     root = cache_root()
@@ -180,19 +187,61 @@ def _go_version() -> str:
     return _run_go(["env", "GOVERSION"], root).strip()
 
 
-def check_go(min_version: str = MIN_GO) -> str:
-    """Return the Go version (e.g. ``go1.26.8``); raise BuildError if go is missing or older than min_version."""
+def _json_stream(text: str) -> list[dict]:
+    """The JSON objects ``go list -json`` prints one after another."""
+    decoder, objects, index = json.JSONDecoder(), [], 0
+    while text[index:].strip():
+        index += len(text[index:]) - len(text[index:].lstrip())
+        entry, index = decoder.raw_decode(text, index)
+        objects.append(entry)
+    return objects
+
+
+def _module(pin: Pin) -> str:
+    return f"{pin.module}@{pin.version}"
+
+
+def declared_go(pins: Mapping[str, Pin]) -> dict[str, GoMod]:
+    """The go.mod of each pinned module (``path@version`` -> its go and toolchain lines):
+    only the .mod files, fetched from GOPROXY by ``go list -m`` (or read from the module
+    cache), before any module's source is downloaded."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    args = ["list", "-m", "-json", *sorted({_module(p) for p in pins.values()})]
+    try:
+        entries = {f"{e['Path']}@{e['Version']}": e["GoMod"] for e in _json_stream(_run_go(args, root))}
+    except (ValueError, KeyError) as exc:
+        raise BuildError(f"cannot read the output of `go {' '.join(args)}`: {exc}") from exc
+    declared = {}
+    for module, gomod in entries.items():
+        try:
+            declared[module] = parse_gomod(Path(gomod).read_text())
+        except (OSError, GoVersionError) as exc:
+            raise BuildError(f"the go.mod of {module} ({gomod}): {exc}") from exc
+    return declared
+
+
+def check_go(pins: Mapping[str, Pin] = PINS) -> str:
+    """Return the Go version (e.g. ``go1.26.8``); raise BuildError if go is missing or
+    older than a go line of the pinned modules' go.mod files, naming each such module."""
     version = _go_version()
-    if _version_tuple(version) < _version_tuple(min_version):
-        raise BuildError(
-            f"Go >= {min_version} is needed to build the dev cluster (kwok/etcd require it); found {version}"
-        )
+    built_from = {_module(p): tuple(n for n, q in pins.items() if _module(q) == _module(p))
+                  for p in pins.values()}
+    try:
+        short = shortfalls(version, declared_go(pins), built_from)
+    except GoVersionError as exc:
+        raise BuildError(f"cannot compare `go env GOVERSION` with the pins' go.mod: {exc}") from exc
+    if short:
+        raise BuildError(shortfall_message(version, short))
     return version
 
 
 def bin_dir(name: str) -> Path:
     """Directory of one binary, keyed by its pin, the Go version and the build recipe."""
-    key = json.dumps([RECIPE, _go_version(), asdict(pin(name))], sort_keys=True)
+    fields = asdict(pin(name))
+    if not fields["tags"]:
+        del fields["tags"]  # so that binaries built before pins had tags keep their key
+    key = json.dumps([RECIPE, _go_version(), fields], sort_keys=True)
     return cache_root() / "bin" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
@@ -245,12 +294,11 @@ def _staging_replaces(gomod: str, version: str) -> list[str]:
 
 
 def _wrapper_gomod(name: str, pin: Pin, upstream_gomod: str) -> str:
-    match = re.search(r"^go\s+(\S+)", upstream_gomod, flags=re.M)
     lines = [
         "// Generated by jupyterhub_gpu.devcluster.build; do not edit.",
         f"module devcluster.invalid/{name if pin.wrap_main else pin.module.replace('/', '_')}",
         "",
-        f"go {match.group(1) if match else MIN_GO}",
+        f"go {parse_gomod(upstream_gomod).go}",
         "",
         f"require {pin.module} {pin.version}",
     ]
@@ -317,7 +365,9 @@ def _go_build(name: str, pin: Pin, wrapper: Path, info: Mapping[str, str]) -> Pa
     partial = target.with_name(f".{name}.partial-{os.getpid()}")
     ldflags = " ".join(["-s", "-w", *(f"-X {k}={v}" for k, v in _stamps(pin, _build_date(info)).items())])
     package = "." if pin.wrap_main else pin.package
-    cmd = [_go_exe(), "build", "-p", GO_PARALLELISM, "-trimpath", "-ldflags", ldflags, "-o", str(partial), package]
+    tags = ["-tags", ",".join(pin.tags)] if pin.tags else []
+    cmd = [_go_exe(), "build", "-p", GO_PARALLELISM, "-trimpath", *tags, "-ldflags", ldflags,
+           "-o", str(partial), package]
     log = cache_root() / "build-logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
@@ -379,9 +429,11 @@ def build(progress: Callable[[str], None] = print, force: bool = False,
     if unknown:
         raise BuildError(f"no opt-in binary {', '.join(unknown)}; "
                          f"there are: {', '.join(OPT_IN_PINS)}")
-    version = check_go()
-    progress(f"building dev-cluster binaries with {version} into {cache_root() / 'bin'}")
     wanted = {**PINS, **{name: OPT_IN_PINS[name] for name in opt_in}}
+    # Only the go.mod of a binary to compile counts (nothing is fetched when all are built).
+    to_compile = {name: p for name, p in wanted.items() if force or not (bin_dir(name) / name).is_file()}
+    version = check_go(to_compile) if to_compile else _go_version()
+    progress(f"building dev-cluster binaries with {version} into {cache_root() / 'bin'}")
     with (cache_root() / "build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if force:

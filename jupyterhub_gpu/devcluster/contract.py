@@ -29,6 +29,25 @@ EXIT_CODE_ANNOTATION = PREFIX + "exit-code"
 #: (:mod:`jupyterhub_gpu.devcluster.dcgm`); a pod without it has no series
 FAKE_DCGM_ANNOTATION = PREFIX + "fake-dcgm"
 
+# -- the demo's users ------------------------------------------------------------------
+
+#: every demo user's password (the demo hub's DummyAuthenticator; README, "Try it")
+DEMO_PASSWORD = "gpu-demo"
+#: the demo's JupyterHub groups and their users; the example spec's teams name the groups
+DEMO_GROUPS = {
+    "data-science": ("alice", "dave"),
+    "ml-eng": ("bob", "dave"),
+    "experimentation": ("carol",),
+    # a team lead (a spec's teams[].leadGroups names it): sees the team on the usage page
+    "data-science-leads": ("erin",),
+}
+#: the demo hub's admin user
+DEMO_ADMIN = "admin"
+#: where the demo's JupyterHub listens, and its hub and proxy-API ports (README, "Try it")
+DEMO_URL = "http://127.0.0.1:8000"
+DEMO_HUB_PORT = 8081
+DEMO_PROXY_API_PORT = 8001
+
 # -- the demo and the dev cluster's environment -----------------------------------------
 
 ENV_CACHE = ENV_PREFIX + "CACHE"  # where the dev cluster's binaries are cached

@@ -25,7 +25,8 @@ from typing import Callable, Coroutine
 
 import aiohttp
 
-from .contract import (ENV_DEMO_CHP, ENV_DEMO_HUB_PORT, ENV_DEMO_METRICS_TOKEN,
+from .contract import (DEMO_ADMIN, DEMO_GROUPS, DEMO_HUB_PORT, DEMO_PASSWORD,
+                        DEMO_PROXY_API_PORT, ENV_DEMO_CHP, ENV_DEMO_HUB_PORT, ENV_DEMO_METRICS_TOKEN,
                         ENV_DEMO_PROMETHEUS_URL, ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC,
                         ENV_DEMO_URL)
 from . import build, prometheus
@@ -41,7 +42,16 @@ DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
 #: how long the hub has to stop after SIGTERM: its four managed services (each stops on
 #: SIGINT within seconds), its users' servers (their pods deleted) and its proxy
 HUB_STOP_SECONDS = 45
-DEMO_USERS = "alice (data-science), bob (ml-eng), carol (experimentation), dave (two teams)"
+
+
+def demo_login() -> str:
+    """Who can log in to the demo hub, and with which password (printed when it starts)."""
+    groups: dict[str, list[str]] = {}
+    for group, users in DEMO_GROUPS.items():
+        for user in users:
+            groups.setdefault(user, []).append(group)
+    names = ", ".join(f"{user} ({', '.join(g)})" for user, g in groups.items())
+    return f"log in as {names} or {DEMO_ADMIN} (admin); password: {DEMO_PASSWORD}"
 
 
 def chp_command() -> Path:
@@ -70,8 +80,8 @@ def ensure_chp(progress: Callable[[str], None] = print) -> Path:
     return command
 
 
-def hub_env(spec: Path, kubeconfig: Path | None, url: str, hub_port: int = 8081,
-            proxy_api_port: int = 8001) -> dict[str, str]:
+def hub_env(spec: Path, kubeconfig: Path | None, url: str, hub_port: int = DEMO_HUB_PORT,
+            proxy_api_port: int = DEMO_PROXY_API_PORT) -> dict[str, str]:
     """The environment ``demo_config.py`` reads. With no ``kubeconfig`` there is no
     KUBECONFIG at all: the hub then uses the in-cluster config, as in its pod."""
     env = {**os.environ, ENV_DEMO_SPEC: str(spec.absolute()), ENV_DEMO_CHP: str(chp_command()),
@@ -116,7 +126,7 @@ async def hub_answers(http: aiohttp.ClientSession, url: str) -> bool:
 
 
 async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
-                    hub_port: int = 8081, proxy_api_port: int = 8001,
+                    hub_port: int = DEMO_HUB_PORT, proxy_api_port: int = DEMO_PROXY_API_PORT,
                     extra_env: dict[str, str] | None = None,
                     cluster: Layout | None = None) -> asyncio.subprocess.Process:
     """Start JupyterHub (demo config) in ``workdir``; its log is ``workdir/hub.log``.
@@ -165,7 +175,7 @@ async def _stop(hub: asyncio.subprocess.Process | None, progress: Callable[[str]
 
 async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
                 progress: Callable[[str], None] = print, stop: asyncio.Event | None = None,
-                hub_port: int = 8081, proxy_api_port: int = 8001,
+                hub_port: int = DEMO_HUB_PORT, proxy_api_port: int = DEMO_PROXY_API_PORT,
                 hub_kubeconfig: Path | None = None,
                 watch: Callable[[], Coroutine] | None = None,
                 cluster: Layout | None = None,
@@ -191,7 +201,7 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
         hub = await start_hub(spec, hub_kubeconfig or kubeconfig, workdir, url, hub_port,
                               proxy_api_port, extra_env=extra_env, cluster=cluster)
         progress(f"JupyterHub is starting on {url} (log: {workdir / 'hub.log'})\n"
-                 f"  log in as {DEMO_USERS}; password: gpu-demo\n  Ctrl-C stops everything.")
+                 f"  {demo_login()}\n  Ctrl-C stops everything.")
         waiter = asyncio.create_task(stop.wait())
         await asyncio.wait([waiter, asyncio.create_task(hub.wait()), runner],
                            return_when=asyncio.FIRST_COMPLETED)
@@ -207,7 +217,7 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
 
 def run_demo(spec: Path, state_dir: Path | None, url: str,
              progress: Callable[[str], None] = print, ports: Ports | None = None,
-             hub_port: int = 8081, proxy_api_port: int = 8001) -> int:
+             hub_port: int = DEMO_HUB_PORT, proxy_api_port: int = DEMO_PROXY_API_PORT) -> int:
     """Build if needed, bring the cluster up (on ``ports``, default: the dev cluster's),
     serve until Ctrl-C, bring it down. Output that cannot be written (a closed pipe)
     is dropped: it never keeps anything from being stopped."""

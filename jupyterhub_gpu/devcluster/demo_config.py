@@ -12,7 +12,9 @@ from the environment.
 import os
 
 from jupyterhub_gpu import configure_hub
-from jupyterhub_gpu.devcluster.contract import (ENV_DEMO_CHP, ENV_DEMO_CULL_EVERY,
+from jupyterhub_gpu.devcluster.contract import (DEMO_ADMIN, DEMO_GROUPS, DEMO_HUB_PORT,
+                                                DEMO_PASSWORD, DEMO_PROXY_API_PORT, DEMO_URL,
+                                                ENV_DEMO_CHP, ENV_DEMO_CULL_EVERY,
                                                 ENV_DEMO_HUB_PORT, ENV_DEMO_JOB_RUN_FOR,
                                                 ENV_DEMO_METRICS_TOKEN, ENV_DEMO_PROMETHEUS_URL,
                                                 ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC,
@@ -44,9 +46,9 @@ if os.environ.get(ENV_DEMO_METRICS_TOKEN):
 # As the Helm values do (hub.allowNamedServers): a CPU server beside a GPU server.
 c.JupyterHub.allow_named_servers = True
 
-c.JupyterHub.bind_url = os.environ.get(ENV_DEMO_URL, "http://127.0.0.1:8000")
+c.JupyterHub.bind_url = os.environ.get(ENV_DEMO_URL, DEMO_URL)
 c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = int(os.environ.get(ENV_DEMO_HUB_PORT, "8081"))
+c.JupyterHub.hub_port = int(os.environ.get(ENV_DEMO_HUB_PORT, DEMO_HUB_PORT))
 
 # Training jobs from a notebook (`jupyterhub-gpu job submit ...`): the gpu-jobs service,
 # on the hub's port + 10. kwok has no kubelet to run a script: a job's pods "run" for
@@ -65,22 +67,15 @@ c.UsagePage.prometheus_url = os.environ.get(ENV_DEMO_PROMETHEUS_URL, "")
 add_usage_service(c, url=f"http://127.0.0.1:{c.JupyterHub.hub_port + USAGE_PORT_ABOVE_HUB}")
 c.ConfigurableHTTPProxy.command = [os.environ[ENV_DEMO_CHP]]
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{}".format(
-    os.environ.get(ENV_DEMO_PROXY_API_PORT, "8001"))
+    os.environ.get(ENV_DEMO_PROXY_API_PORT, DEMO_PROXY_API_PORT))
 
-# Demo users: log in with any of these names and the password "gpu-demo".
+# Demo users: log in with any of these names and the demo password.
 c.JupyterHub.authenticator_class = "dummy"
-c.DummyAuthenticator.password = "gpu-demo"
-DEMO_GROUPS = {
-    "data-science": ["alice", "dave"],
-    "ml-eng": ["bob", "dave"],
-    "experimentation": ["carol"],
-    # a team lead (a spec's teams[].leadGroups names it): sees the team on the usage page
-    "data-science-leads": ["erin"],
-}
-c.JupyterHub.load_groups = {g: {"users": users} for g, users in DEMO_GROUPS.items()}
+c.DummyAuthenticator.password = DEMO_PASSWORD
+c.JupyterHub.load_groups = {g: {"users": list(users)} for g, users in DEMO_GROUPS.items()}
 c.Authenticator.allowed_users = {u for users in DEMO_GROUPS.values() for u in users}
-c.Authenticator.admin_users = {"admin"}
-c.Authenticator.allowed_users.add("admin")
+c.Authenticator.admin_users = {DEMO_ADMIN}
+c.Authenticator.allowed_users.add(DEMO_ADMIN)
 
 # kwok pods start at once; the pod runner then starts jupyterhub-singleuser
 c.GPUSpawner.http_timeout = 60

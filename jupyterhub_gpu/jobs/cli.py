@@ -13,8 +13,10 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import urllib.error
 import urllib.request
+from enum import IntEnum
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -22,10 +24,44 @@ from urllib.parse import quote
 from ..contract import ENV_API_TOKEN, ENV_JOBS_URL, JOBS_API_PATH, JOBS_SERVICE_NAME
 
 
+class Exit(IntEnum):
+    """The exit statuses of ``jupyterhub-gpu job`` (``job --help`` lists them, with
+    :data:`EXIT_MEANINGS`)."""
+
+    OK = 0
+    REFUSED = 1
+    USAGE = 2  # argparse's own, for a wrong command line
+    UNREACHABLE = 3
+    SERVICE_ERROR = 4
+    NOT_SET_UP = 5
+
+
+EXIT_MEANINGS = {
+    Exit.OK: "done",
+    Exit.REFUSED: "refused, saying why: by the jobs service (HTTP 4xx: no such job, a "
+                  "profile not yours, over your job limit, no server running) or before "
+                  "asking it (a script outside your home)",
+    Exit.USAGE: "the command line is wrong (a missing or unknown argument)",
+    Exit.UNREACHABLE: "the jobs service cannot be reached (the hub or its service is down, "
+                      "or the network): try again later",
+    Exit.SERVICE_ERROR: "the jobs service could not do it (HTTP 5xx, saying why: it cannot "
+                        "read the cluster yet, the cluster serves no logs)",
+    Exit.NOT_SET_UP: f"not run where a server's environment is: ${ENV_JOBS_URL} (and no "
+                     f"--url) or ${ENV_API_TOKEN} is not set",
+}
+
+
+def exit_epilog() -> str:
+    """The exit statuses, as ``--help`` ends."""
+    return "exit status:\n" + "\n".join(
+        textwrap.fill(what, 79, initial_indent=f"  {int(code)}  ", subsequent_indent=" " * 5)
+        for code, what in EXIT_MEANINGS.items())
+
+
 class JobCommandError(Exception):
     """What went wrong, in words, and the exit status."""
 
-    def __init__(self, message: str, status: int = 1):
+    def __init__(self, message: str, status: Exit = Exit.REFUSED):
         super().__init__(message)
         self.status = status
 
@@ -47,10 +83,12 @@ class Client:
         if not url:
             raise JobCommandError(f"${ENV_JOBS_URL} is not set: run this in a terminal of "
                                   "your JupyterHub server (the hub sets it when it runs the "
-                                  f"{JOBS_SERVICE_NAME} service), or pass --url.")
+                                  f"{JOBS_SERVICE_NAME} service), or pass --url.",
+                                  Exit.NOT_SET_UP)
         if not token:
             raise JobCommandError(f"${ENV_API_TOKEN} is not set: run this in a terminal of "
-                                  "your JupyterHub server, or set it to an API token of yours.")
+                                  "your JupyterHub server, or set it to an API token of yours.",
+                                  Exit.NOT_SET_UP)
         self.base = url.rstrip("/") + "/" + JOBS_API_PATH
         self.token = token
 
@@ -63,10 +101,11 @@ class Client:
         try:
             return urllib.request.urlopen(request)
         except urllib.error.HTTPError as e:
-            raise JobCommandError(f"{_said(e)} (HTTP {e.code})") from None
+            raise JobCommandError(f"{_said(e)} (HTTP {e.code})", Exit.SERVICE_ERROR
+                                  if e.code >= 500 else Exit.REFUSED) from None
         except urllib.error.URLError as e:
             raise JobCommandError(f"cannot reach the jobs service at {self.base}: "
-                                  f"{e.reason}", 2) from None
+                                  f"{e.reason}", Exit.UNREACHABLE) from None
 
     def call(self, method: str, path: str = "", body: Any = None) -> Any:
         with self.open(method, path, body) as response:
@@ -86,19 +125,19 @@ def _submit(client: Client, args: argparse.Namespace) -> int:
     job = client.call("POST", "", {"profile": args.profile, "script": script,
                                    "args": list(args.args)})
     print(f"{job['name']}: {job['status']}")
-    return 0
+    return Exit.OK
 
 
 def _list(client: Client, args: argparse.Namespace) -> int:
     jobs = client.call("GET")["jobs"]
     if not jobs:
         print("You have no jobs.")
-        return 0
+        return Exit.OK
     width = max(len(j["name"]) for j in jobs)
     pwidth = max(len(j["profile"] or "") for j in jobs)
     for j in jobs:
         print(f"{j['name']:<{width}}  {j['profile'] or '':<{pwidth}}  {j['status']}")
-    return 0
+    return Exit.OK
 
 
 def _status(client: Client, args: argparse.Namespace) -> int:
@@ -106,7 +145,7 @@ def _status(client: Client, args: argparse.Namespace) -> int:
     for key in ("name", "profile", "status", "namespace", "created", "image"):
         print(f"{key + ':':<11}{job[key]}")
     print(f"{'command:':<11}{' '.join(job['command'] or [])}")
-    return 0
+    return Exit.OK
 
 
 def _logs(client: Client, args: argparse.Namespace) -> int:
@@ -114,13 +153,13 @@ def _logs(client: Client, args: argparse.Namespace) -> int:
         while chunk := response.read1(65536):
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
-    return 0
+    return Exit.OK
 
 
 def _cancel(client: Client, args: argparse.Namespace) -> int:
     job = client.call("DELETE", "/" + quote(args.name, safe=""))
     print(f"{job['name']}: {job['status']}")
-    return 0
+    return Exit.OK
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -142,25 +181,30 @@ def split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def add_job_parser(sub: Any) -> None:
     """``job`` and its subcommands, under the ``jupyterhub-gpu`` command."""
+    epilog = {"epilog": exit_epilog(), "formatter_class": argparse.RawDescriptionHelpFormatter}
     p = sub.add_parser("job", help="submit and follow training jobs (from a notebook)",
-                       description=f"Training jobs on your team's GPU queue, through the "
-                       f"hub's {JOBS_SERVICE_NAME} service, with your server's token.")
+                       description=textwrap.fill(
+                           f"Training jobs on your team's GPU queue, through the hub's "
+                           f"{JOBS_SERVICE_NAME} service, with your server's token.", 79),
+                       **epilog)
     p.add_argument("--url", default=os.environ.get(ENV_JOBS_URL),
                    help=f"the jobs service (default: ${ENV_JOBS_URL})")
     p.set_defaults(func=_run)
     jobs = p.add_subparsers(dest="job_command", required=True, metavar="SUBCOMMAND")
     s = jobs.add_parser("submit", help="run SCRIPT as a job: python SCRIPT ARGS...",
-                        description="Queue `python SCRIPT ARGS...` as a job of PROFILE, in "
-                        "your server's image, in SCRIPT's directory of your home. "
-                        "Put the script's own options after `--`.")
+                        description=textwrap.fill(
+                            "Queue `python SCRIPT ARGS...` as a job of PROFILE, in your "
+                            "server's image, in SCRIPT's directory of your home. Put the "
+                            "script's own options after `--`.", 79), **epilog)
     s.add_argument("script", metavar="SCRIPT", help="a Python file in your home directory")
     s.add_argument("--profile", required=True, help="a job profile's slug")
     s.add_argument("args", nargs="*", metavar="ARGS", help="the script's arguments")
     s.set_defaults(job_func=_submit)
-    jobs.add_parser("list", help="your jobs and their status").set_defaults(job_func=_list)
+    jobs.add_parser("list", help="your jobs and their status",
+                    **epilog).set_defaults(job_func=_list)
     for name, func, what in (("status", _status, "a job's status"),
                              ("logs", _logs, "a job's log, followed while it runs"),
                              ("cancel", _cancel, "stop a job and remove it")):
-        q = jobs.add_parser(name, help=what)
+        q = jobs.add_parser(name, help=what, **epilog)
         q.add_argument("name", metavar="NAME", help="the job's name (see `job list`)")
         q.set_defaults(job_func=func)

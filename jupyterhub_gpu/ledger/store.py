@@ -187,12 +187,38 @@ def _insert_if_absent(conn: sa.Connection, values: dict) -> bool:
         return False
 
 
+#: The package's extra that installs the PostgreSQL driver the docs name (psycopg 3).
+POSTGRESQL_EXTRA = "postgresql"
+
+
+class LedgerError(Exception):
+    """The ledger cannot be opened, in words (no traceback needed)."""
+
+
+def _missing_driver(url: str, error: ImportError) -> str:
+    driver = sa.engine.make_url(url).drivername
+    module = error.name or "its driver"
+    if module == "psycopg":  # postgresql+psycopg:// (and postgresql:// on SQLAlchemy 2.1)
+        how = f"pip install 'jupyterhub-gpu[{POSTGRESQL_EXTRA}]'"
+    elif driver.startswith("postgresql"):
+        how = (f"install {module}, or use postgresql+psycopg:// with pip install "
+               f"'jupyterhub-gpu[{POSTGRESQL_EXTRA}]'")
+    else:
+        how = f"install {module}"
+    return (f"the usage ledger's URL ({driver}://...) needs the Python module {module}, "
+            f"which is not installed: {how}")
+
+
 def create_engine(url: str) -> sa.Engine:
     """The ledger's engine; SQLite waits for another writer's lock (the hub and the
-    jobs service share the file) instead of failing at once."""
-    if url.startswith("sqlite"):
-        return sa.create_engine(url, connect_args={"timeout": 30})
-    return sa.create_engine(url, pool_pre_ping=True)
+    jobs service share the file) instead of failing at once. :class:`LedgerError` when
+    the URL's database driver is not installed."""
+    try:
+        if url.startswith("sqlite"):
+            return sa.create_engine(url, connect_args={"timeout": 30})
+        return sa.create_engine(url, pool_pre_ping=True)
+    except ImportError as e:
+        raise LedgerError(_missing_driver(url, e)) from e
 
 
 class Ledger:

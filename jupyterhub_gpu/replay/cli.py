@@ -11,11 +11,23 @@ from datetime import date
 DEFAULT_SPEC = "config/platform.yaml"
 
 
+#: The option of ``replay generate`` that sets each field of GeneratorConfig.
+OPTIONS = {"team_size": "--team", "week_start": "--week"}
+
+
 def _config(args: argparse.Namespace):
+    """The generator's configuration; a ValueError names the option, not the field."""
     from .generate import GeneratorConfig
 
-    return GeneratorConfig(team_size=args.team, seed=args.seed,
-                           week_start=date.fromisoformat(args.week))
+    try:
+        week = date.fromisoformat(args.week)
+    except ValueError:
+        raise ValueError(f"--week must be a date (YYYY-MM-DD), got {args.week!r}") from None
+    try:
+        return GeneratorConfig(team_size=args.team, seed=args.seed, week_start=week)
+    except ValueError as e:
+        field, _, rest = str(e).partition(" ")
+        raise ValueError(f"{OPTIONS[field]} {rest}" if field in OPTIONS else str(e)) from None
 
 
 def _generate(args: argparse.Namespace) -> int:

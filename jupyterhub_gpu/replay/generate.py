@@ -54,9 +54,10 @@ class GeneratorConfig:
 
     def __post_init__(self):
         if not 1 <= self.team_size <= 500:
-            raise ValueError(f"team_size {self.team_size} is not from 1 to 500")
+            raise ValueError(f"team_size must be from 1 to 500, got {self.team_size}")
         if self.week_start.weekday() != 0:
-            raise ValueError(f"week_start {self.week_start} is not a Monday")
+            raise ValueError(f"week_start must be a Monday, got {self.week_start} "
+                             f"({self.week_start:%A})")
         if not 1 <= self.working_days <= 7:
             raise ValueError(f"working_days {self.working_days} is not from 1 to 7")
         for name in ("day_off_probability", "notebook_day_probability",

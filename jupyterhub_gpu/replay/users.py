@@ -16,12 +16,11 @@ from typing import Callable
 import aiohttp
 
 from ..contract import DCGM_GPU_UTIL, JOBS_SERVICE_NAME
+from ..devcluster.contract import DEMO_ADMIN as ADMIN, DEMO_PASSWORD
 from .schedule import Action
 
 log = logging.getLogger("jupyterhub_gpu.replay")
 
-ADMIN = "admin"  # the demo hub's admin user (devcluster/demo_config.py)
-DEMO_PASSWORD = "gpu-demo"
 #: how long a stop waits for a pending spawn to settle before giving up (wall seconds)
 STOP_PATIENCE = 120
 TOKEN_SECONDS = 7 * 24 * 3600

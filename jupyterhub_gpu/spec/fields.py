@@ -10,6 +10,7 @@ every problem, naming the item and the field, into a shared list of errors.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Callable, Mapping
 
 from .gpus import NO_GPU
@@ -60,6 +61,14 @@ class SpecError(ValueError):
         super().__init__(f"{source} has {len(self.errors)} error(s):\n{lines}")
 
 
+def unknown_field(key: Any, allowed: tuple[str, ...]) -> str:
+    """What an unknown field's error says: the closest allowed field, if one is close,
+    then all of them."""
+    close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.8)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown field{hint}; allowed: {', '.join(allowed)}"
+
+
 class Section:
     """Typed reads of one mapping; problems go to ``errors`` prefixed by ``label``."""
 
@@ -72,7 +81,7 @@ class Section:
             self.fail(None, f"must be a mapping, got {type(data).__name__}")
         allowed, removed = FIELDS[section], REMOVED.get(section, {})
         for key in sorted(set(self.data) - set(allowed), key=str):
-            self.fail(key, removed.get(key) or f"unknown field; allowed: {', '.join(allowed)}")
+            self.fail(key, removed.get(key) or unknown_field(key, allowed))
 
     def fail(self, key: str | None, message: str) -> None:
         self.errors.append(f"{self.label}: {key}: {message}" if key else f"{self.label}: {message}")

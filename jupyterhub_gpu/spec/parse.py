@@ -7,6 +7,7 @@ field, and all of them are raised together as one :class:`SpecError`.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from pathlib import Path
 from types import MappingProxyType
@@ -21,13 +22,17 @@ from .gpus import NO_GPU, VM_SIZES
 from .jobs import job_profile, job_profiles_on_pools
 from .sharing import Parameter
 from .model import Platform, Pool, Profile, Sharing
-from .fields import (FIELDS, REMOVED, REQUIRED, SCHEMA, Section, SpecError, field_default,
+from .fields import (FIELDS, REMOVED, SCHEMA, Section, SpecError, field_default,
                      list_entry, profile_fields, read_block, read_entry, read_items,
                      units_on_pools)
-from .validate import check_platform
+from .validate import REQUIRED_SECTIONS, check_platform
 
 __all__ = ["FIELDS", "REMOVED", "SCHEMA", "SpecError", "field_default", "load_platform",
            "parse_platform", "parse_platform_text"]
+
+#: The one error of an empty spec.
+EMPTY = (f"the file is empty (or only comments): a spec is a mapping with at least "
+         f"{', '.join(REQUIRED_SECTIONS)} (every field: docs/reference/spec.md)")
 
 #: What an error adds when a sharing mode's parameter is missing.
 _PARAMETER_HINTS: dict[Parameter, str] = {Parameter.MIG_PROFILE: "",
@@ -70,12 +75,29 @@ def _pool_gpu(s: Section, vm: Any, gpu: Any) -> tuple[int | None, Sharing | None
             if s.given(key):
                 s.fail(key, f"a pool with gpu: {NO_GPU.name} has no GPU; remove {key}")
         return 0, Sharing(modes.cpu_only_mode())
-    gpus = s.get("gpusPerNode", vm.gpus if vm is not None else REQUIRED)
+    gpus = s.get("gpusPerNode", vm.gpus if vm is not None else None)  # as cpusPerNode
     sharing = s.get("sharing", parse=lambda data: _sharing(s.errors, s.label, data, gpu))
     if sharing is not None and not sharing.mode.gpu:
         s.fail("sharing", f"mode {sharing.mode} is for pools with gpu: {NO_GPU.name}; "
                f"choose a GPU sharing mode")
     return gpus, sharing
+
+
+#: What a pool of a VM size the project does not know must say itself.
+VM_FIELDS = ("cpusPerNode", "memoryPerNode", "gpusPerNode")
+
+
+def _unknown_vm_size(s: Section, vm_size: Any, gpu: Any) -> None:
+    """One error for a VM size not in :data:`VM_SIZES` whose pool does not give what
+    the size would have: the size, the nearest known ones and the fields to set."""
+    needed = [f for f in VM_FIELDS if not s.given(f)
+              and (f != "gpusPerNode" or gpu is not NO_GPU)]
+    if not isinstance(vm_size, str) or not needed:
+        return
+    close = difflib.get_close_matches(vm_size, VM_SIZES, n=1, cutoff=0.8)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    s.fail("vmSize", f"unknown VM size {vm_size!r}{hint}; known: {', '.join(VM_SIZES)}; "
+           f"for another size set {', '.join(needed)}")
 
 
 def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
@@ -85,8 +107,12 @@ def _pool(errors: list[str], data: Any, index: int) -> Pool | None:
     vm = VM_SIZES.get(vm_size or "")
     gpu = s.get("gpu")
     known = vm is not None
-    cpus = s.get("cpusPerNode", vm.cpus if known else REQUIRED)
-    mem = s.get("memoryPerNode", vm.memory_gib * 2**30 if known else REQUIRED)
+    if not known:
+        _unknown_vm_size(s, vm_size, gpu)
+    # without a known size, vmSize's one error (required, invalid or unknown) says
+    # what is missing, not each field
+    cpus = s.get("cpusPerNode", vm.cpus if known else None)
+    mem = s.get("memoryPerNode", vm.memory_gib * 2**30 if known else None)
     if known and gpu is not None and vm.gpu != gpu.name:
         carries = vm.gpu if vm.gpus else "no GPU"
         s.fail("gpu", f"{vm_size} carries {carries}, not {gpu.name}")
@@ -198,6 +224,9 @@ def _declared(data: Mapping) -> dict[str, set[str] | None]:
 
 def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
     """Turn the YAML-loaded spec into a :class:`Platform` or raise :class:`SpecError`."""
+    if not isinstance(data, Mapping):  # its one error: no section can be read
+        raise SpecError([f"spec: must be a mapping of {', '.join(REQUIRED_SECTIONS)} ..., "
+                         f"got {type(data).__name__}"], source)
     errors: list[str] = []
     top = Section(errors, "spec", data, "spec")
     platform = Platform(
@@ -223,12 +252,27 @@ def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
     return platform
 
 
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML error in one line, where it is by line and column (from 1), as an editor
+    counts them."""
+    mark = getattr(error, "problem_mark", None)
+    if mark is None:
+        return f"not valid YAML: {error}"
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    context, where = getattr(error, "context", None), getattr(error, "context_mark", None)
+    since = (f" ({context} at line {where.line + 1}, column {where.column + 1})"
+             if context and where else "")
+    return f"line {mark.line + 1}, column {mark.column + 1}: not valid YAML: {problem}{since}"
+
+
 def parse_platform_text(text: str | bytes, source: str) -> Platform:
     """Parse a spec's YAML text; ``source`` (e.g. its file) names it in the errors."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise SpecError([f"not valid YAML: {e}"], source) from e
+        raise SpecError([yaml_problem(e)], source) from e
+    if data is None:
+        raise SpecError([EMPTY], source)
     return parse_platform(data, source=source)
 
 

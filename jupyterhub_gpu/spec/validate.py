@@ -238,14 +238,17 @@ def _group_refs(platform: Platform, declared: set[str]) -> Iterator[str]:
                        f"can carry it; known: {', '.join(sorted(declared))}")
 
 
+#: The sections every spec has, each with at least one item.
+REQUIRED_SECTIONS = ("pools", "teams", "priorities", "profiles")
+
+
 def check_platform(platform: Platform, declared: dict[str, set[str] | None]) -> list[str]:
     """All cross-field problems of ``platform`` (empty when it is consistent).
     ``declared``: the names each section declares, valid or not, None when it is
     unreadable (:func:`jupyterhub_gpu.spec.parse.parse_platform`)."""
     errors: list[str] = []
-    for kind, items in (("pools", platform.pools), ("teams", platform.teams),
-                        ("priorities", platform.priorities), ("profiles", platform.profiles)):
-        if not items and declared[kind] == set():
+    for kind in REQUIRED_SECTIONS:  # each a field of Platform of the same name
+        if not getattr(platform, kind) and declared[kind] == set():
             errors.append(f"{kind}: at least one is required")
     errors += _duplicates("pool", [p.name for p in platform.pools])
     errors += _duplicates("team", [t.name for t in platform.teams])

@@ -29,8 +29,9 @@ def _url(args: argparse.Namespace) -> str:
 
 def _upgrade(args: argparse.Namespace) -> int:
     from ..ledger import migrate
+    from ..ledger.store import create_engine
 
-    engine = sa.create_engine(_url(args))
+    engine = create_engine(_url(args))
     try:
         before = migrate.current(engine)
         after = migrate.upgrade(engine)
@@ -77,9 +78,12 @@ def _shown(url: str) -> str:
 
 def _guarded(func):
     def run(args: argparse.Namespace) -> int:
+        from ..ledger.store import LedgerError  # loaded when a usage command runs
+
         try:
             return func(args)
-        except (sa.exc.ArgumentError, sa.exc.OperationalError, sa.exc.NoSuchModuleError) as e:
+        except (sa.exc.ArgumentError, sa.exc.OperationalError, sa.exc.NoSuchModuleError,
+                LedgerError) as e:
             print(f"error: cannot open the usage ledger at {_shown(_url(args))!r}: "
                   f"{str(e).splitlines()[0]}", file=sys.stderr)
             return 1

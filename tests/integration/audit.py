@@ -13,7 +13,6 @@ API server answered before it is too.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path

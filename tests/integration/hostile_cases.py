@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 JOBS, USAGE, HUB = "jobs", "usage", "hub"  # /services/gpu-jobs/, /services/gpu-usage/, /hub/
 BAD = frozenset({400})

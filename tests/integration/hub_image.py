@@ -18,7 +18,7 @@ lines played into a staging directory and its ``pip install`` ``RUN`` line run a
 written, with that directory in place of the image's. It is cached under the dev
 cluster's cache (``~/.cache/jupyterhub-gpu/hub-image/<key>``), keyed by the hash of
 everything that decides its contents: the requirements, both Dockerfiles, our
-``setup.cfg`` and ``pyproject.toml`` and the interpreter's version. The package's own
+``pyproject.toml`` and the interpreter's version. The package's own
 code is not in the key: the hub started with this venv puts the checkout first on
 ``PYTHONPATH`` (:mod:`.chart_hub`), so the installed copy gives only the metadata
 (entry points, the dependencies resolved against the pins).
@@ -61,8 +61,7 @@ REQUIREMENTS = IMAGE_DIR / "requirements.txt"
 BASE_DOCKERFILE = IMAGE_DIR / "Dockerfile"
 OUR_DOCKERFILE = REPO / "config" / "Dockerfile"
 #: what decides the venv's contents (besides the interpreter's version)
-KEYED = (REQUIREMENTS, BASE_DOCKERFILE, OUR_DOCKERFILE, REPO / "setup.cfg",
-         REPO / "pyproject.toml")
+KEYED = (REQUIREMENTS, BASE_DOCKERFILE, OUR_DOCKERFILE, REPO / "pyproject.toml")
 INFO = "hub-image.json"  # in the venv: the interpreter, the build time, what pip changed
 
 

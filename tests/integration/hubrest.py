@@ -9,6 +9,7 @@ import json
 
 import aiohttp
 
+from jupyterhub_gpu.devcluster.contract import DEMO_PASSWORD
 from .test_demo import URL, _serving, _xsrf
 
 API = f"{URL}/hub/api"
@@ -43,7 +44,7 @@ async def _admin_token(http) -> str:
         pass
     xsrf = next(c.value for c in http.cookie_jar if c.key == "_xsrf")
     async with http.post(f"{URL}/hub/login", allow_redirects=False,
-                         data={"username": ADMIN, "password": "gpu-demo", "_xsrf": xsrf}) as r:
+                         data={"username": ADMIN, "password": DEMO_PASSWORD, "_xsrf": xsrf}) as r:
         assert r.status == 302, await r.text()
     async with http.post(f"{API}/users/{ADMIN}/tokens", json={"expires_in": 3600},
                          headers={"X-XSRFToken": _xsrf(http)}) as r:

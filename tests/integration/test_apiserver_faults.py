@@ -29,6 +29,7 @@ from jupyterhub_gpu.devcluster import demo
 from jupyterhub_gpu.devcluster.layout import Layout
 from jupyterhub_gpu.devcluster.podrunner import PodRunner
 
+from jupyterhub_gpu.devcluster.contract import DEMO_PASSWORD
 from ..faultproxy import FaultProxy, Key
 from .conftest import HUB, STATE_DIR, wait_for
 
@@ -109,7 +110,7 @@ async def _admin_session() -> aiohttp.ClientSession:
     async with http.get(f"{URL}/hub/login"):
         pass
     async with http.post(f"{URL}/hub/login", data={
-            "username": "admin", "password": "gpu-demo", "_xsrf": _xsrf(http)}) as r:
+            "username": "admin", "password": DEMO_PASSWORD, "_xsrf": _xsrf(http)}) as r:
         assert r.status == 200, await r.text()
     return http
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 
+from jupyterhub_gpu.devcluster.contract import DEMO_PASSWORD
 from .conftest import wait_for
 from .test_demo import URL, hub  # noqa: F401 - hub is a fixture
 
@@ -28,7 +29,7 @@ def _log_in(browser, user: str = USER) -> None:
     driver.get(f"{URL}/hub/login")
     browser.wait(lambda: browser.css("#username_input"), what="the login form")
     driver.find_element(By.ID, "username_input").send_keys(user)
-    driver.find_element(By.ID, "password_input").send_keys("gpu-demo")
+    driver.find_element(By.ID, "password_input").send_keys(DEMO_PASSWORD)
     browser.shot("login")
     driver.find_element(By.ID, "login_submit").click()
     browser.wait(lambda: driver.current_url.endswith("/hub/spawn"), what="the spawn form")

@@ -22,6 +22,7 @@ import yaml
 
 from jupyterhub_gpu.devcluster import demo, procs
 
+from jupyterhub_gpu.devcluster.contract import DEMO_PASSWORD
 from ..configmap import write_configmap
 from . import hub_rbac, hubpod
 from .conftest import HUB, STATE_DIR, wait_for
@@ -76,7 +77,7 @@ async def _login(http, user):
     async with http.get(f"{URL}/hub/login"):
         pass
     xsrf = _xsrf(http)
-    async with http.post(f"{URL}/hub/login", data={"username": user, "password": "gpu-demo",
+    async with http.post(f"{URL}/hub/login", data={"username": user, "password": DEMO_PASSWORD,
                                                   "_xsrf": xsrf}) as r:
         assert r.status == 200 and str(r.url).endswith("/hub/spawn"), r.url
         return await r.text()

@@ -3,7 +3,6 @@ when the spot quota is used up (t4-fallback in platform.yaml: one GPU of each)."
 
 from __future__ import annotations
 
-from jupyterhub_gpu.hub import metrics
 from jupyterhub_gpu.contract import (AGENTPOOL_LABEL, ENV_MODEL, ENV_POOL, ENV_PREEMPTIBLE,
                                      GPU_TAINT_KEY, POOL_ANNOTATION, POOL_GATE, SPOT_LABEL)
 from jupyterhub_gpu.devcluster.podrunner import server_process

@@ -3,7 +3,7 @@ builds it on the z2jh 4.4.0 hub image) keeps every pin of the image's
 ``images/hub/requirements.txt`` that our package's requirements allow, and changes
 only those they forbid: what the Dockerfile's comment says ("only-if-needed keeps
 them"), and what makes the chart tests' image-pins hub the hub an admin runs. If our
-``setup.cfg`` ever required a JupyterHub or KubeSpawner the image does not pin, the
+``pyproject.toml`` ever required a JupyterHub or KubeSpawner the image does not pin, the
 admin's hub would not run the versions the image was tested with: this test names it.
 
 It needs no cluster: it builds (or reuses) the venv the chart tests' hubs run in."""

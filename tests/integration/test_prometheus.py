@@ -79,6 +79,31 @@ def test_promtool_accepts_the_bundles_rules(tmp_path):
     assert f"SUCCESS: {count} rules found" in checked.stdout, checked.stdout
 
 
+def test_promtool_reads_the_service_discoveries_the_dev_cluster_uses(tmp_path):
+    """Prometheus and promtool are built with only the service discoveries the dev
+    cluster uses (build.PROMETHEUS_TAGS): its own config's file_sd and static targets
+    and the Prometheus Operator's kubernetes_sd (devcluster.promoperator). promtool,
+    built with the same tags, reads such a config, and refuses a cloud SD left out."""
+    assert build.PINS["promtool"].tags == build.PINS["prometheus"].tags
+    promtool = str(build.binaries()["promtool"])
+    layout = Layout(tmp_path)
+    (tmp_path / "kubeconfig").write_text("")
+    config = prometheus.config(layout, TEST_PORTS)
+    config["rule_files"] = []
+    config["scrape_configs"].append({"job_name": "operator-pods", "kubernetes_sd_configs": [
+        {"role": "pod", "kubeconfig_file": str(tmp_path / "kubeconfig")}]})
+    for name, body in [("ours.yml", config), ("ec2.yml", {"scrape_configs": [
+            {"job_name": "cloud", "ec2_sd_configs": [{"region": "eu-west-1"}]}]})]:
+        (tmp_path / name).write_text(yaml.safe_dump(body))
+    ours = subprocess.run([promtool, "check", "config", "--syntax-only", "ours.yml"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert ours.returncode == 0, ours.stdout + ours.stderr
+    cloud = subprocess.run([promtool, "check", "config", "--syntax-only", "ec2.yml"],
+                           cwd=tmp_path, capture_output=True, text=True)
+    assert cloud.returncode == 1
+    assert "field ec2_sd_configs not found" in cloud.stdout + cloud.stderr
+
+
 async def _query(http, expr: str) -> list[dict]:
     async with http.post(f"{PROM}/api/v1/query", data={"query": expr}) as r:
         body = await r.json()

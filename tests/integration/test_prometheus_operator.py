@@ -52,7 +52,7 @@ from jupyterhub_gpu.builders.nodes import fake_node
 from jupyterhub_gpu.bundle.monitoring import KPS_RELEASE
 from jupyterhub_gpu.contract import COMPONENT_LABEL
 from jupyterhub_gpu.devcluster import bootstrap, build, endpointsd, pki, promoperator as po
-from jupyterhub_gpu.devcluster.layout import HOST, Layout
+from jupyterhub_gpu.devcluster.layout import HOST
 from tests import z2jh_chart
 
 from . import hub_rbac

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from jupyterhub_gpu.contract import USAGE_CSV_PATH, USAGE_SERVICE_NAME
 from jupyterhub_gpu.ledger.store import Kind, Ledger, StopReason, Usage
 
+from jupyterhub_gpu.devcluster.contract import DEMO_PASSWORD
 from .test_demo import URL, hub  # noqa: F401 - hub is a fixture
 
 PAGE = f"{URL}/services/{USAGE_SERVICE_NAME}/"
@@ -96,7 +97,7 @@ def _log_in(browser, user: str) -> None:
     driver.get(f"{URL}/hub/login")
     browser.wait(lambda: browser.css("#username_input"), what="the login form")
     driver.find_element(By.ID, "username_input").send_keys(user)
-    driver.find_element(By.ID, "password_input").send_keys("gpu-demo")
+    driver.find_element(By.ID, "password_input").send_keys(DEMO_PASSWORD)
     driver.find_element(By.ID, "login_submit").click()
     browser.wait(lambda: "/hub/login" not in driver.current_url, what=f"{user} logged in")
 

@@ -10,16 +10,19 @@ from dataclasses import asdict, replace
 
 import pytest
 
+from jupyterhub_gpu.spec.images import package_version
 from jupyterhub_gpu.builders.pod import SpawnSettings, merge_traits, spawn_settings
 from jupyterhub_gpu.spec.grant import OptionsRejected, UserRef, authorize
 from jupyterhub_gpu.checkpoint import PRESTOP_COMMAND
 from tests import z2jh_chart
 
+VERSION = package_version()  # the image tag: pyproject.toml's version, installed
+
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
                   "effect": "NoSchedule"}
 SPOT_TOLERATION = {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal",
                    "value": "spot", "effect": "NoSchedule"}
-IMAGE = "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:0.1.0.dev0"  # config/notebook.Dockerfile
+IMAGE = f"jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:{VERSION}"  # config/notebook.Dockerfile
 PRESTOP = {"preStop": {"exec": {"command": list(PRESTOP_COMMAND)}}}
 
 

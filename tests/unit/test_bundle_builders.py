@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from jupyterhub_gpu.spec.images import package_version
 from jupyterhub_gpu.builders.deviceplugin import pool_labels
 from jupyterhub_gpu.bundle import autoscaler, helm, kueueconfig, namespaces, terraform
 from jupyterhub_gpu.bundle.autoscaler import LABEL, RESOURCES, TAINT
@@ -25,6 +26,8 @@ from jupyterhub_gpu.spec.gpus import GPU_MODELS
 from jupyterhub_gpu.spec.parse import parse_platform
 from jupyterhub_gpu.spec.quantities import format_duration
 from jupyterhub_gpu.spec.model import Taint
+
+VERSION = package_version()  # the image tag: pyproject.toml's version, installed
 
 SCHEMA_VERSION = K8S_VERSION.lstrip("v").rsplit(".", 1)[0]
 READ = ["get", "list", "watch"]
@@ -327,13 +330,13 @@ def test_generated_helm_values_golden(platform):
     assert helm.generated_values(platform) == {
         # the images in the spec's registry, tagged with this version (spec.images)
         "hub": {"image": {"name": "jupyterhubgpu.azurecr.io/jupyterhub-gpu-hub",
-                          "tag": "0.1.0.dev0"},
+                          "tag": VERSION},
                 "allowNamedServers": True, "config": {"OAuthenticator": {
             "manage_groups": True,
             "allowed_groups": ["data-science", "experimentation", "ml-eng"]}}},
         # a100-mig-3g: 20m patience + a100mig's 15m boot + 5m start + 1m margin
         "singleuser": {"startTimeout": 2460, "image": {
-            "name": "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook", "tag": "0.1.0.dev0"}},
+            "name": "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook", "tag": VERSION}},
         # a new node pulls the notebook image while its driver installs (bundle.helm)
         "prePuller": {"continuous": {"enabled": True}, "extraTolerations": [
             {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
@@ -344,7 +347,7 @@ def test_generated_helm_values_golden(platform):
              "effect": "NoSchedule"}],
             "extraImages": {"notebook-0": {
                 "name": "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook",
-                "tag": "0.1.0.dev0"}}},
+                "tag": VERSION}}},
         "scheduling": {"userScheduler": {"pluginConfig": [{
             "name": "NodeResourcesFit",
             "args": {"scoringStrategy": {"type": "MostAllocated", "resources": [

@@ -13,6 +13,8 @@ from typing import Callable
 import pytest
 import yaml
 
+from jupyterhub_gpu.bundle.files import GENERATED
+
 CLI = [sys.executable, "-m", "jupyterhub_gpu.cli", "check-bundle"]
 BUNDLE = ["config/platform.yaml", "config/kueue.yaml", "config/device-plugin.yaml",
           "config/kueue-configuration.yaml", "config/team-namespaces.yaml",
@@ -20,6 +22,7 @@ BUNDLE = ["config/platform.yaml", "config/kueue.yaml", "config/device-plugin.yam
           "config/prometheus-rules.yaml", "config/service-monitors.yaml",
           "config/grafana-dashboard.json",
           "config/terraform", "helm-values"]
+GENERATED_PATHS = {path for path, _ in GENERATED.values()}
 TAG = "k8s.io_cluster-autoscaler_node-template_"
 OWNER = ("the GPU Operator's MIG manager owns the MIG layout (nvidia.com/mig.config); "
          "AKS must not partition too")
@@ -420,7 +423,7 @@ DRIFTS = {
         "profile's idleTimeout or maxAge)"),
     "the chart's consecutiveFailureLimit back": (
         replace_text("helm-values/values.yaml", "  consecutiveFailureLimit: 0\n", ""),
-        "helm-values/generated.yaml: z2jh values: hub.consecutiveFailureLimit: expected 0, "
+        "helm-values/values.yaml: z2jh values: hub.consecutiveFailureLimit: expected 0, "
         "found \"5 (the chart's default)\" (queue-patience timeouts, refusals while Kueue is unavailable and "
         "waitForPodsReady deletions are failed spawns: under a busy queue the hub would exit)"),
     "homes on a ReadWriteOnce Azure Disk": (
@@ -432,7 +435,7 @@ DRIFTS = {
         "user on another node than the notebook's would wait in Multi-Attach error)"),
     "the chart's home access mode back": (
         replace_text("helm-values/values.yaml", "      storageAccessModes: [ReadWriteMany]\n", ""),
-        "helm-values/generated.yaml: z2jh values: singleuser.storage.dynamic.storageAccessModes: "
+        "helm-values/values.yaml: z2jh values: singleuser.storage.dynamic.storageAccessModes: "
         "expected ['ReadWriteMany'], found \"['ReadWriteOnce'] (the chart's default)\""),
     "an Azure Disk home class": (
         replace_text("helm-values/values.yaml", "storageClass: azurefile-csi-premium",
@@ -448,7 +451,7 @@ DRIFTS = {
         "its disk on KubeSpawner 7.0.0 or 7.1)"),
     "KubeSpawner's per-server home name back": (
         replace_text("helm-values/values.yaml", "      pvcNameTemplate: claim-{username}\n", ""),
-        "helm-values/generated.yaml: z2jh values: singleuser.storage.dynamic.pvcNameTemplate: "
+        "helm-values/values.yaml: z2jh values: singleuser.storage.dynamic.pvcNameTemplate: "
         "expected 'claim-{username}', found \"claim-{user_server} (KubeSpawner's default)\""),
     "the hub's metrics token renamed": (
         replace_text("config/service-monitors.yaml", "hub.services.prometheus.apiToken",
@@ -498,6 +501,14 @@ def test_drift_is_caught(bundle, case):
     assert result.stdout.startswith("check-bundle: ")
     assert "difference(s) between config/platform.yaml and the bundle" in result.stdout
     assert f"  - {message}" in result.stdout, result.stdout
+    # what fixes it (tests/unit/test_bundle_fix.py runs the command and proves it does)
+    file = message.split(": ")[0]
+    if file in GENERATED_PATHS:
+        assert "\n  jupyterhub-gpu bundle config/platform.yaml --write\n" in result.stdout
+    else:
+        assert result.stdout.endswith(
+            f"No generated file differs from what the spec gives: edit {file} as each "
+            "difference says, or change the spec.\n"), result.stdout
 
 
 def test_the_prometheus_url_may_take_any_form_of_the_services_name_or_be_given(bundle):

@@ -4,7 +4,6 @@ wire the spec and let GPU pools scale to zero."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import jsonschema
 import pytest

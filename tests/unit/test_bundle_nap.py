@@ -240,12 +240,8 @@ def nap_bundle(repo_root, tmp_path, example_spec) -> Path:
     (tmp_path / "config").mkdir()
     (tmp_path / "config/platform.yaml").write_text(
         yaml.safe_dump(nap_spec(example_spec, "a100spot")))
-    run = lambda *args: subprocess.run([*CLI, *args], capture_output=True, text=True,  # noqa: E731
-                                       cwd=tmp_path, check=True).stdout
-    run("bundle", "config/platform.yaml", "--write")
-    for name in ("kueue", "device-plugin"):
-        (tmp_path / f"config/{name}.yaml").write_text(
-            run("manifests", "config/platform.yaml", "--only", name))
+    subprocess.run([*CLI, "bundle", "config/platform.yaml", "--write"], capture_output=True,
+                   cwd=tmp_path, check=True)
     for tf in (repo_root / "config/terraform").glob("*.tf"):
         shutil.copy(tf, tmp_path / "config/terraform")
     shutil.copy(repo_root / "helm-values/values.yaml", tmp_path / "helm-values")

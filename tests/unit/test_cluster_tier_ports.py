@@ -6,15 +6,17 @@ one pod IP, and every port stays below the kernel's ephemeral range."""
 from __future__ import annotations
 
 import ipaddress
+from urllib.parse import urlsplit
 
 import pytest
 
 from jupyterhub_gpu.devcluster.components import pod_cidr
+from jupyterhub_gpu.devcluster.contract import DEMO_HUB_PORT, DEMO_PROXY_API_PORT, DEMO_URL
 from jupyterhub_gpu.devcluster.layout import Ports
 from tests.integration import ports
 
-DEMO = Ports()  # `make demo`: the default ports, its hub on 8000/8001/8081 (+10, +11)
-DEMO_HUB = ports.HubPorts(8000, 8081, 8001)
+DEMO = Ports()  # `make demo`: the default ports, and its hub's
+DEMO_HUB = ports.HubPorts(urlsplit(DEMO_URL).port, DEMO_HUB_PORT, DEMO_PROXY_API_PORT)
 EPHEMERAL_FROM = 32768  # net.ipv4.ip_local_port_range's default start
 BASES = (0, ports.SECOND_RUN_OFFSET)
 

@@ -3,7 +3,7 @@ its build context leaves out what builds and tests write."""
 
 from __future__ import annotations
 
-import configparser
+import tomllib
 import fnmatch
 import re
 from pathlib import Path
@@ -19,9 +19,9 @@ def _extras_installed() -> set[str]:
 
 
 def _extras_declared() -> dict[str, str]:
-    setup = configparser.ConfigParser()
-    setup.read(REPO / "setup.cfg")
-    return dict(setup["options.extras_require"])
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return {name: "\n".join(reqs)
+            for name, reqs in project["optional-dependencies"].items()}
 
 
 def test_the_hub_image_has_the_culler_and_the_ledgers_postgresql_driver():
@@ -66,4 +66,5 @@ def test_the_build_context_leaves_out_everything_git_ignores():
         path = examples.get(pattern, pattern.rstrip("/").replace("*", "x") + "/file")
         assert _ignored(docker, path), f".dockerignore lets {path} (.gitignore: {pattern}) in"
     assert not _ignored(docker, "jupyterhub_gpu/hub/spawner.py")
-    assert not _ignored(docker, "setup.cfg")
+    for path in ("pyproject.toml", "README.md", "LICENSE"):  # what pip builds from
+        assert not _ignored(docker, path)

@@ -1,5 +1,5 @@
 """What a hub loads: ``import jupyterhub_gpu.hub.spawner`` (the ``gpu`` spawner entry
-point) brings in nothing of the dev cluster, nor the dev extra's requirements."""
+point) brings in nothing of the dev cluster, nor the devcluster extra's requirements."""
 
 from __future__ import annotations
 

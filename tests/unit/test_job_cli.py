@@ -24,6 +24,7 @@ from jupyterhub_gpu.contract import (COMPONENT_LABEL, ENV_API_TOKEN, ENV_JOBS_UR
                                      JOB_COMPONENT, JOB_PROFILE_LABEL, JOB_UID_LABEL,
                                      JOBS_ACCESS_SCOPE, SINGLEUSER_COMPONENT, USERNAME_KEY)
 from jupyterhub_gpu.jobs.cluster import Watches
+from jupyterhub_gpu.jobs.cli import EXIT_MEANINGS, Exit
 from jupyterhub_gpu.jobs.config import service_url
 from jupyterhub_gpu.jobs.service import Jobs, make_app
 
@@ -160,7 +161,8 @@ def test_status_of_a_job(service, capsys):
 def test_another_users_job_is_not_there(service, capsys):
     for command in ("status", "cancel", "logs"):
         code, _, err = _run(capsys, command, "job-carol-1")
-        assert code == 1 and err == "error: You have no job 'job-carol-1'. (HTTP 404)\n"
+        assert code == Exit.REFUSED == 1
+        assert err == "error: You have no job 'job-carol-1'. (HTTP 404)\n"
 
 
 def test_refusals_say_why_and_are_logged(service, capsys, caplog, monkeypatch):
@@ -205,13 +207,51 @@ def test_a_token_without_the_scope_or_no_token(service, capsys, monkeypatch):
     assert code == 1 and "does not know this token" in err and "(HTTP 403)" in err
     monkeypatch.delenv(ENV_API_TOKEN)
     code, _, err = _run(capsys, "list")
-    assert code == 1 and "JUPYTERHUB_API_TOKEN is not set" in err
+    assert code == Exit.NOT_SET_UP == 5 and "JUPYTERHUB_API_TOKEN is not set" in err
 
 
 def test_no_service_url(capsys, monkeypatch):
     monkeypatch.delenv(ENV_JOBS_URL, raising=False)
     code, _, err = _run(capsys, "list")
-    assert code == 1 and "JUPYTERHUB_GPU_JOBS_URL is not set" in err
+    assert code == Exit.NOT_SET_UP == 5 and "JUPYTERHUB_GPU_JOBS_URL is not set" in err
+
+
+def test_a_service_that_cannot_be_reached_is_not_a_usage_error(capsys, monkeypatch):
+    """Nothing listens on the port: exit 3, not argparse's 2."""
+    (sock,) = bind_sockets(0, "127.0.0.1", family=2)
+    port = sock.getsockname()[1]
+    sock.close()
+    monkeypatch.setenv(ENV_API_TOKEN, "bob-token")
+    code, _, err = _run(capsys, "--url", service_url(f"http://127.0.0.1:{port}"), "list")
+    assert code == Exit.UNREACHABLE == 3
+    assert err.startswith("error: cannot reach the jobs service at http://127.0.0.1:")
+
+
+def test_a_wrong_command_line_is_exit_2(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["job", "submit", "train.py"])  # no --profile
+    assert exited.value.code == Exit.USAGE == 2
+    assert "the following arguments are required: --profile" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [[], ["submit"], ["list"], ["status"], ["logs"],
+                                     ["cancel"]])
+def test_help_lists_every_exit_status(capsys, command):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["job", *command, "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    listed = out[out.index("\nexit status:\n"):].splitlines()[2:]
+    assert [line[:5] for line in listed if not line.startswith("     ")] == [
+        f"  {int(code)}  " for code in Exit]
+    assert " ".join(line.strip() for line in listed) == " ".join(
+        f"{int(code)}  {what}" for code, what in EXIT_MEANINGS.items())
+
+
+def test_the_user_guide_lists_the_exit_statuses_as_help_does(repo_root):
+    guide = (repo_root / "docs/user-guide.md").read_text()
+    table = guide[guide.index("| exit status | meaning |"):].split("\n\n")[0].splitlines()[2:]
+    assert table == [f"| {int(code)} | {what} |" for code, what in EXIT_MEANINGS.items()]
 
 
 def test_the_scripts_own_options_after_the_separator():
@@ -225,4 +265,5 @@ def test_the_scripts_own_options_after_the_separator():
 def test_before_the_watches_run_the_service_says_so(service, capsys):
     service.jobs.watches.ready = False  # e.g. the hub's Role does not let it list Workloads yet
     code, _, err = _run(capsys, "list")
-    assert code == 1 and "cannot read the cluster yet" in err and "(HTTP 503)" in err
+    assert code == Exit.SERVICE_ERROR == 4
+    assert "cannot read the cluster yet" in err and "(HTTP 503)" in err

@@ -6,7 +6,7 @@ is not run by the tests.)"""
 
 from __future__ import annotations
 
-import configparser
+import tomllib
 import json
 import re
 import shlex
@@ -23,9 +23,8 @@ from jupyterhub_gpu import checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "config" / "notebook.Dockerfile"
-VERSION = configparser.ConfigParser()
-VERSION.read(REPO / "setup.cfg")
-VERSION = VERSION["metadata"]["version"]
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+VERSION = PROJECT["version"]
 IMAGE = f"jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:{VERSION}"
 
 
@@ -91,10 +90,8 @@ def test_the_dockerfile_starts_from_a_pinned_jupyter_stack_and_copies_what_pip_n
     assert base.startswith("quay.io/jupyter/") and ":" in base and not base.endswith(":latest")
     copied = {s for op, args in steps if op == "COPY"
               for s in shlex.split(args)[:-1] if not s.startswith("--")}
-    setup = configparser.ConfigParser()
-    setup.read(REPO / "setup.cfg")
-    readme = setup["metadata"]["long_description"].removeprefix("file:").strip()
-    assert copied == {"setup.cfg", "pyproject.toml", readme, "jupyterhub_gpu"}
+    assert copied == {"pyproject.toml", PROJECT["readme"], *PROJECT["license-files"],
+                      "jupyterhub_gpu"}
     assert steps[-1] == ("USER", "${NB_UID}")
 
 
@@ -146,8 +143,15 @@ def test_the_example_spec_and_values_run_that_image(repo_root):
 
 
 def test_the_admin_guide_builds_and_pushes_that_image(repo_root):
+    """Tagged with the version the guide's own command prints (run here)."""
     guide = (repo_root / "docs" / "admin-guide.md").read_text()
     name, tag = IMAGE.split("/", 1)[1].split(":")
-    assert (f"az acr build --registry jupyterhubgpu --image {name}:{tag} "
+    line = "VERSION=$(jupyterhub-gpu --version | cut -d' ' -f2)\n"
+    assert line in guide
+    script = line.replace("jupyterhub-gpu", f"{shlex.quote(sys.executable)} -m jupyterhub_gpu")
+    printed = subprocess.run(["bash", "-c", script + 'printf %s "$VERSION"'],
+                             capture_output=True, text=True, check=True).stdout
+    assert printed == tag
+    assert (f"az acr build --registry jupyterhubgpu --image {name}:$VERSION "
             f"--file config/notebook.Dockerfile ." in guide)
     assert "`docker build` is not run" in guide

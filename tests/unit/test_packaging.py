@@ -1,16 +1,16 @@
-"""Every third-party module the package imports is declared in setup.cfg, not just
-installed as some other package's dependency: in install_requires, or in the ``dev``
-extra where only the dev cluster (``jupyterhub_gpu/devcluster/``) imports it. The
+"""Every third-party module the package imports is declared in pyproject.toml, not just
+installed as some other package's dependency: in its dependencies, or in the
+``devcluster`` extra where only the dev cluster (``jupyterhub_gpu/devcluster/``) imports it. The
 runtime requirements carry nothing that only the dev cluster needs."""
 
 from __future__ import annotations
 
 import ast
-import configparser
 import json
 import re
 import importlib.metadata
 import sys
+import tomllib
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -51,11 +51,16 @@ def _imported_modules(package_dir) -> dict[str, set[str]]:
     return found
 
 
-def _declared(repo_root, section: str, key: str) -> set[str]:
-    cfg = configparser.ConfigParser()
-    cfg.read(repo_root / "setup.cfg")
-    lines = cfg[section][key].strip().splitlines()
-    return {canonicalize_name(Requirement(line).name) for line in lines if line.strip()}
+def _project(repo_root) -> dict:
+    return tomllib.loads((repo_root / "pyproject.toml").read_text())["project"]
+
+
+def _declared(repo_root, extra: str | None = None) -> set[str]:
+    """The distributions of the runtime dependencies, or of ``extra``."""
+    project = _project(repo_root)
+    lines = (project["dependencies"] if extra is None
+             else project["optional-dependencies"][extra])
+    return {canonicalize_name(Requirement(line).name) for line in lines}
 
 
 def _third_party(repo_root) -> dict[str, tuple[set[str], set[str]]]:
@@ -77,10 +82,9 @@ def _dev_only(files: set[str]) -> bool:
 
 
 def test_every_imported_distribution_is_declared(repo_root):
-    runtime = _declared(repo_root, "options", "install_requires")
-    dev = _declared(repo_root, "options.extras_require", "dev")
-    extra = {module: _declared(repo_root, "options.extras_require", name)
-             for module, name in OPTIONAL.items()}
+    runtime = _declared(repo_root)
+    dev = _declared(repo_root, "devcluster")
+    extra = {module: _declared(repo_root, name) for module, name in OPTIONAL.items()}
     missing = {module: sorted(files) for module, (dists, files) in _third_party(repo_root).items()
                if not dists & (extra.get(module)
                                or (dev if _dev_only(files) else runtime))}
@@ -89,7 +93,7 @@ def test_every_imported_distribution_is_declared(repo_root):
 
 
 def test_the_runtime_requirements_carry_nothing_only_the_dev_cluster_needs(repo_root):
-    runtime = _declared(repo_root, "options", "install_requires")
+    runtime = _declared(repo_root)
     dev_only = {d for dists, files in _third_party(repo_root).values() if _dev_only(files)
                 for d in dists}
     assert "cryptography" in dev_only  # devcluster/pki.py
@@ -99,13 +103,11 @@ def test_the_runtime_requirements_carry_nothing_only_the_dev_cluster_needs(repo_
 
 # -- the files pip installs outside the package: Jupyter config, the labextension -----
 
-def test_setup_cfg_installs_the_data_files_the_dev_cluster_lays_out(repo_root):
+def test_pyproject_installs_the_data_files_the_dev_cluster_lays_out(repo_root):
     from jupyterhub_gpu import datafiles
 
-    cfg = configparser.ConfigParser()
-    cfg.read(repo_root / "setup.cfg")
-    declared = {target.strip(): tuple(line.strip() for line in files.strip().splitlines())
-                for target, files in cfg["options.data_files"].items()}
+    setuptools = tomllib.loads((repo_root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    declared = {target: tuple(files) for target, files in setuptools["data-files"].items()}
     assert declared == {target: tuple(f"jupyterhub_gpu/{p}" for p in patterns)
                         for target, patterns in datafiles.DATA_FILES.items()}
     assert all(datafiles.files().values()), "every pattern matches a file"

@@ -118,10 +118,21 @@ BAD_SPECS = [
     ("pools.0.name", "T4-Dev",
      "pool 'T4-Dev': name: 'T4-Dev' is not an AKS pool name (a-z then a-z0-9, at most 12)"),
     ("pools.0.minNodes", 7, "pool 't4dev': minNodes: 7 is above maxNodes 5"),
-    ("pools.0.vmSize", "Standard_Unknown",
-     "pool 't4dev': gpusPerNode: is required"),
+    ("pools.0.vmSize", "Standard_NC8as_T4_v4",
+     "pool 't4dev': vmSize: unknown VM size 'Standard_NC8as_T4_v4' (did you mean "
+     "Standard_NC8as_T4_v3?); known: Standard_D4s_v5, Standard_D8s_v5, Standard_D16s_v5, "
+     "Standard_E8s_v5, Standard_E16s_v5, Standard_NC4as_T4_v3, Standard_NC8as_T4_v3, "
+     "Standard_NC16as_T4_v3, Standard_NC64as_T4_v3, Standard_NV36ads_A10_v5, "
+     "Standard_NV72ads_A10_v5, Standard_NC24ads_A100_v4, Standard_NC48ads_A100_v4, "
+     "Standard_NC96ads_A100_v4, Standard_ND96asr_v4, Standard_ND96amsr_A100_v4, "
+     "Standard_ND96isr_H100_v5, Standard_ND96isr_H200_v5; for another size set "
+     "cpusPerNode, memoryPerNode, gpusPerNode"),
     ("pools.0.pricePerNodeHour", "cheap",
      "pool 't4dev': pricePerNodeHour: must be a number >= 0, got 'cheap'"),
+    ("pools.0.maxNode", 5,
+     "pool 't4dev': maxNode: unknown field (did you mean maxNodes?); allowed: name, vmSize,"
+     " gpu, gpusPerNode, sharing, spot, minNodes, maxNodes, pricePerNodeHour, cpusPerNode,"
+     " memoryPerNode, consolidateAfter, bootTime, daemonsetOverhead, autoscaler"),
     ("pools.0.colour", "blue",
      "pool 't4dev': colour: unknown field; allowed: name, vmSize, gpu, gpusPerNode, sharing,"
      " spot, minNodes, maxNodes, pricePerNodeHour, cpusPerNode, memoryPerNode,"
@@ -240,7 +251,8 @@ def test_empty_and_non_mapping_specs():
                                  for k in ("pools", "teams", "priorities", "profiles")]
     with pytest.raises(SpecError) as info:
         parse_platform(["not", "a", "mapping"])
-    assert info.value.errors[0] == "spec: must be a mapping, got list"
+    assert info.value.errors == [
+        "spec: must be a mapping of pools, teams, priorities, profiles ..., got list"]
 
 
 def test_unknown_top_level_field(example_spec):
@@ -248,7 +260,8 @@ def test_unknown_top_level_field(example_spec):
     with pytest.raises(SpecError) as info:
         parse_platform(example_spec)
     assert info.value.errors == [
-        "spec: profile: unknown field; allowed: pools, teams, priorities, profiles, "
+        "spec: profile: unknown field (did you mean profiles?); allowed: pools, teams, "
+        "priorities, profiles, "
         "checkpointStorage, groupIds, cpuIdleTimeout, gpuServersPerUser, jobProfiles, "
         "jobsPerUser, registry, monitoring"]
 
@@ -257,9 +270,24 @@ def test_unreadable_and_unparsable_files(tmp_path):
     with pytest.raises(SpecError, match="cannot read the file: No such file"):
         load_platform(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
-    bad.write_text("pools: [\n")
-    with pytest.raises(SpecError, match="(?s)bad.yaml has 1 error.*not valid YAML"):
+    bad.write_text("pools:\n  - name: x\n   vmSize: y\n")
+    with pytest.raises(SpecError) as info:
         load_platform(bad)
+    assert str(info.value) == (
+        f"{bad} has 1 error(s):\n  - line 3, column 4: not valid YAML: expected <block end>, "
+        "but found '<block mapping start>' (while parsing a block collection at line 2, "
+        "column 3)")
+
+
+def test_an_empty_file_is_one_error(tmp_path):
+    for text in ("", "# only a comment\n"):
+        empty = tmp_path / "empty.yaml"
+        empty.write_text(text)
+        with pytest.raises(SpecError) as info:
+            load_platform(empty)
+        assert info.value.errors == [
+            "the file is empty (or only comments): a spec is a mapping with at least pools, "
+            "teams, priorities, profiles (every field: docs/reference/spec.md)"]
 
 
 def test_vm_size_outside_table_needs_explicit_sizes(example_spec):

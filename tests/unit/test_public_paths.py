@@ -7,7 +7,7 @@ files enable, and the service helpers the Helm values import."""
 from __future__ import annotations
 
 import ast
-import configparser
+import tomllib
 import importlib
 import json
 import subprocess
@@ -37,10 +37,8 @@ def resolve(value: str):
 
 
 def _declared_spawners() -> dict[str, str]:
-    parser = configparser.ConfigParser()
-    parser.read(REPO / "setup.cfg")
-    lines = parser["options.entry_points"][SPAWNER_GROUP].strip().splitlines()
-    return dict((part.strip() for part in line.split("=", 1)) for line in lines)
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return dict(project["entry-points"][SPAWNER_GROUP])
 
 
 def test_the_gpu_entry_point_is_gpuspawner():
@@ -49,7 +47,7 @@ def test_the_gpu_entry_point_is_gpuspawner():
     from jupyterhub_gpu.spawner import GPUSpawner
 
     declared = _declared_spawners()
-    assert resolve(declared["gpu"]) is GPUSpawner, "setup.cfg's entry point"
+    assert resolve(declared["gpu"]) is GPUSpawner, "pyproject.toml's entry point"
     (installed,) = [ep for ep in entry_points(group=SPAWNER_GROUP) if ep.name == "gpu"]
     assert resolve(installed.value) is GPUSpawner, "the installed entry point"
     assert issubclass(GPUSpawner, KubeSpawner)

@@ -90,7 +90,18 @@ def test_baseline_names_the_bad_line_of_a_trace(week, example_spec_path, tmp_pat
 def test_generate_refuses_a_week_that_does_not_start_on_monday(example_spec_path):
     result = run("generate", "--spec", example_spec_path, "--week", "2026-01-06")
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr == "error: week_start 2026-01-06 is not a Monday\n"
+    assert result.stderr == "error: --week must be a Monday, got 2026-01-06 (Tuesday)\n"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--team", 0], "--team must be from 1 to 500, got 0"),
+    (["--team", 501], "--team must be from 1 to 500, got 501"),
+    (["--week", "next monday"], "--week must be a date (YYYY-MM-DD), got 'next monday'"),
+])
+def test_generate_names_the_option_it_refuses(example_spec_path, args, message):
+    result = run("generate", "--spec", example_spec_path, *args)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == f"error: {message}\n"
 
 
 def test_the_replay_commands_load_neither_matplotlib_nor_the_ledger_until_run():

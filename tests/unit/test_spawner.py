@@ -15,11 +15,14 @@ from kubespawner.spawner import PodReflector
 from tornado import web
 from traitlets.config import Config
 
+from jupyterhub_gpu.spec.images import package_version
 from jupyterhub_gpu import SpecError, configure_hub
 from jupyterhub_gpu import checkpoint
 from jupyterhub_gpu.watches.reflectors import RecordingPodReflector
 from jupyterhub_gpu.hub.spawner import (PLATFORM_POLL_SECONDS, POD_REQUEST_RETRY_SECONDS,
                                         POD_REQUEST_TIMEOUT_SECONDS, GPUSpawner)
+
+VERSION = package_version()  # the image tag: pyproject.toml's version, installed
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
                   "effect": "NoSchedule"}
@@ -169,7 +172,7 @@ async def test_admin_config_is_the_base_profiles_merge_into(make_spawner):
     assert spawner.environment["ORG"] == "contoso"
     assert spawner.environment["JUPYTERHUB_GPU_TEAM"] == "ml-eng"
     assert spawner.tolerations == [{"key": "team", "operator": "Exists"}, GPU_TOLERATION]
-    assert spawner.image == "jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:0.1.0.dev0"
+    assert spawner.image == f"jupyterhubgpu.azurecr.io/jupyterhub-gpu-notebook:{VERSION}"
     assert spawner.extra_labels["cost-center"] == "42"
     assert spawner.namespace == "jhub-ml-eng"
     assert spawner.dns_name.endswith(".jhub-ml-eng.svc.cluster.local")

@@ -60,10 +60,10 @@ def test_an_absent_field_gets_its_dataclass_default(example_spec):
     checked = 0
     for section, item in parsed.items():
         cls, keys = SCHEMA[section]
-        for key, attr in keys.items():
-            default = derived.get((section, key), default_of(cls, attr))
+        for yaml_key, attr in keys.items():
+            default = derived.get((section, yaml_key), default_of(cls, attr))
             if default is not REQUIRED:
-                assert getattr(item, attr) == default, (section, key)
+                assert getattr(item, attr) == default, (section, yaml_key)
                 checked += 1
     assert checked >= 20
     assert platform.checkpoint_storage is field_default("spec", "checkpointStorage") is None

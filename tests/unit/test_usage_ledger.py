@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
@@ -352,6 +353,32 @@ def test_the_cli_says_what_is_wrong_with_a_url(capsys):
     assert "s3cret" not in error
     assert main(["usage", "export", "--db-url", "no-such-url"]) == 1
     assert "Could not parse" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("url,fix", [
+    ("postgresql+psycopg://hub:s3cret@db/jupyterhub",
+     "needs the Python module psycopg, which is not installed: pip install "
+     "'jupyterhub-gpu[postgresql]'"),
+    ("postgresql+psycopg2://hub:s3cret@db/jupyterhub",
+     "needs the Python module psycopg2, which is not installed: install psycopg2, or use "
+     "postgresql+psycopg:// with pip install 'jupyterhub-gpu[postgresql]'"),
+])
+def test_a_postgresql_url_without_its_driver_names_what_to_install(monkeypatch, capsys,
+                                                                   url, fix):
+    """As where the [postgresql] extra is not installed: no traceback, the extra named."""
+    from jupyterhub_gpu.cli import main
+    from jupyterhub_gpu.ledger.store import LedgerError
+
+    for module in ("psycopg", "psycopg2"):
+        monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
+    with pytest.raises(LedgerError) as error:
+        Ledger(url)
+    assert fix in str(error.value) and "s3cret" not in str(error.value)
+    for command in ("upgrade", "export"):
+        assert main(["usage", command, "--db-url", url]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: cannot open the usage ledger at 'postgresql")
+        assert err.endswith(f"{fix}\n") and "Traceback" not in err and "s3cret" not in err
 
 
 def test_a_pod_gone_while_the_hub_was_down_is_closed(ledger, platform):

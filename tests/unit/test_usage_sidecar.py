@@ -24,6 +24,7 @@ import pytest
 import yaml
 from traitlets.config import Config
 
+from jupyterhub_gpu.spec.images import package_version
 from jupyterhub_gpu.contract import USAGE_PORT
 from jupyterhub_gpu.contract import (ENV_PROMETHEUS_URL, USAGE_ACCESS_SCOPE,
                                      USAGE_SERVICE_NAME)
@@ -31,6 +32,8 @@ from jupyterhub_gpu.usage.service import add_usage_service, sidecar_service
 
 from .. import z2jh_chart
 from .chart_values import get_config, z2jh  # noqa: F401 (fixtures)
+
+VERSION = package_version()  # the image tag: pyproject.toml's version, installed
 
 VALUES = z2jh_chart.REPO / "helm-values" / "values.yaml"
 Z2JH_VALUES = z2jh_chart.DEFAULT_VALUES
@@ -190,8 +193,8 @@ def test_check_bundle_catches_a_sidecar_on_another_image(platform):
              for name in ("values.yaml", "generated.yaml", "auth-azuread.yaml")]
     assert check_helm(platform, files) == []
     (sidecar,) = [c for c in files[0][1]["hub"]["extraContainers"] if c["name"] == "gpu-usage"]
-    sidecar["image"] = "myregistry.azurecr.io/jupyterhub-gpu-hub:0.1.0.dev0"
+    sidecar["image"] = f"myregistry.azurecr.io/jupyterhub-gpu-hub:{VERSION}"
     (drift,) = check_helm(platform, files)
     assert drift.field.startswith("hub.extraContainers[") and drift.field.endswith("].image")
     assert (drift.file, drift.expected) == (
-        "values.yaml", "jupyterhubgpu.azurecr.io/jupyterhub-gpu-hub:0.1.0.dev0")
+        "values.yaml", f"jupyterhubgpu.azurecr.io/jupyterhub-gpu-hub:{VERSION}")
