@@ -108,8 +108,10 @@ replay: build
 	  --compress $(REPLAY_COMPRESS) --state-dir $(REPLAY_DIR) --plot $(REPLAY_DIR)/week.png \
 	  $(REPLAY_ARGS)
 
-# Two pytest processes: each tier loads its own kubeconfig (see tests/conftest.py).
-test: test-unit test-cluster
+# Two pytest processes: each tier loads its own kubeconfig (see tests/conftest.py). The
+# binaries first, so that the unit tests that read them (Kueue's CRDs, Helm) run on a
+# fresh machine too instead of skipping.
+test: build test-unit test-cluster
 
 clean:
 	rm -rf $(VENV) .venv-checkov .pytest_cache .hypothesis docs/_build

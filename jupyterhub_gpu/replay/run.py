@@ -24,7 +24,7 @@ import aiohttp
 import yaml
 
 from ..contract import AGENTPOOL_LABEL, NODEPOOL_LABEL, PROFILE_LABEL, USERNAME_KEY
-from ..devcluster.contract import (ENV_DEMO_CULL_EVERY, ENV_DEMO_JOB_RUN_FOR,
+from ..devcluster.contract import (DEMO_URL, ENV_DEMO_CULL_EVERY, ENV_DEMO_JOB_RUN_FOR,
                                    FAKE_DCGM_ANNOTATION)
 from ..devcluster import demo
 from ..devcluster.kube import AdminClient, KubeErrors
@@ -55,7 +55,7 @@ class Stack:
     layout: Layout  # the dev cluster's state directory
     server: str  # its API server
     hub_kubeconfig: Path  # the identity the hub uses
-    url: str = "http://127.0.0.1:8000"
+    url: str = DEMO_URL
     hub_port: int = 8081
     proxy_api_port: int = 8001
 
