@@ -18,6 +18,7 @@ from jupyterhub_gpu.contract import (AGENTPOOL_LABEL, AZURE_DISK_CLASS, AZURE_FI
                                      HOSTNAME_LABEL)
 from jupyterhub_gpu.devcluster.contract import VOLUMES_ATTACHED_ANNOTATION
 from jupyterhub_gpu.devcluster.storage import DISK_DRIVER, SELECTED_NODE, unique_volume_name
+from jupyterhub_gpu.spec.model import USER_TAINT
 
 from .conftest import wait_for
 
@@ -27,7 +28,8 @@ POOL = "cpu"
 
 def _pod(name: str, claim: str, apart_from: str) -> dict:
     """A pod of pool cpu mounting ``claim``, never on a node with a pod labelled
-    ``apart_from``."""
+    ``apart_from``; it tolerates the CPU pool's taint (z2jh's user taint) as a user pod
+    does."""
     term = {"labelSelector": {"matchLabels": {"storage-test": apart_from}},
             "topologyKey": HOSTNAME_LABEL}
     return {"apiVersion": "v1", "kind": "Pod",
@@ -35,6 +37,7 @@ def _pod(name: str, claim: str, apart_from: str) -> dict:
             "spec": {"nodeSelector": {AGENTPOOL_LABEL: POOL},
                      "affinity": {"podAntiAffinity": {
                          "requiredDuringSchedulingIgnoredDuringExecution": [term]}},
+                     "tolerations": [USER_TAINT.toleration()],
                      "terminationGracePeriodSeconds": 0,
                      "containers": [{"name": "main", "image": "jupyter/minimal",
                                      "resources": {"requests": {"cpu": "100m"}},
