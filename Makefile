@@ -3,7 +3,7 @@
 #   make test   unit tests, then the cluster tests against the real local control plane
 #   make replay a 20-person team's generated week replayed on the real stack (~35 min;
 #               docs/outcome.md), beside one GPU VM per person
-# Go binaries and the proxy are cached in ~/.cache/jupyterhub-gpu/ (first build: ~8 min).
+# Go binaries and the proxy are cached in ~/.cache/jupyterhub-gpu/ (first build: ~31 min on 2 cores).
 
 PYTHON ?= python3
 VENV ?= .venv
