@@ -11,8 +11,11 @@ import sys
 from jupyterhub_gpu.devcluster import demo, procs
 
 # a "hub" that ignores SIGTERM, with a "service" below it that ignores SIGINT
+# (SIGINT back to its default first: a shell's background job, as CI runs the tests,
+# starts with it ignored, and a child inherits that)
 STUBBORN = """
 import signal, subprocess, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 subprocess.Popen([sys.executable, "-c",
                   "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
