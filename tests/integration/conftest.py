@@ -110,6 +110,8 @@ SLOWEST_FIRST = (  # a 2-worker run of 2026-12-07, in seconds of its 60 slowest 
 def pytest_collection_modifyitems(items):
     for item in items:
         item.add_marker(pytest.mark.cluster)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # one process: the files in their own (alphabetical) order
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     # a stable sort by file: each file's tests stay together and in their order
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
