@@ -25,9 +25,7 @@ from .check import (Bundle, check_device_plugin, check_gpu_operator, check_kueue
 from .checkhelm import check_helm, check_scheduler_minor
 from .checkprometheus import check_prometheus_urls
 from .diff import Drift
-from .files import (DEVICE_PLUGIN, GENERATED, GPU_OPERATOR_VALUES, GRAFANA_DASHBOARD,
-                    HELM_GENERATED, KUEUE, KUEUE_CONFIGURATION, NODE_AUTO_PROVISIONING,
-                    PROMETHEUS_RULES, SERVICE_MONITORS, TEAM_NAMESPACES, TERRAFORM_POOLS,
+from .files import (GENERATED, HELM_GENERATED, TERRAFORM_POOLS,
                     regenerate_commands, render_file, render_files, write_files)
 from .monitoring import prometheus_url
 from .namespaces import HubRef
@@ -36,16 +34,14 @@ from .terraform import BundleError
 DEFAULT_SPEC = "config/platform.yaml"
 DEFAULT_HELM = ["helm-values/values.yaml", HELM_GENERATED]
 TERRAFORM_DIR = os.path.dirname(TERRAFORM_POOLS)
-#: check-bundle's option (its dest) naming each generated file it reads, by name in
-#: GENERATED (terraform-pools lies in --terraform; helm-values among --helm-values)
-GENERATED_OPTIONS = {"kueue": "kueue", "device-plugin": "device_plugin",
-                     "kueue-configuration": "kueue_configuration",
-                     "team-namespaces": "team_namespaces",
-                     "gpu-operator-values": "gpu_operator_values",
-                     "node-auto-provisioning": "node_auto_provisioning",
-                     "prometheus-rules": "prometheus_rules",
-                     "service-monitors": "service_monitors",
-                     "grafana-dashboard": "grafana_dashboard"}
+#: the generated files check-bundle reads through other options (--terraform's directory,
+#: among --helm-values); each other one in GENERATED has an option of its own, --<name>
+READ_ELSEWHERE = ("terraform-pools", "helm-values")
+
+
+def _dest(name: str) -> str:
+    """The argparse dest of the check-bundle option of a generated file."""
+    return name.replace("-", "_")
 
 
 class _Unreadable(Exception):
@@ -155,8 +151,8 @@ def run_checks(platform, bundle: Bundle, hub: HubRef) -> list[Drift]:
 def _generated_paths(args: argparse.Namespace) -> dict[str, str]:
     """Each generated file check-bundle reads: its path as given -> its name in
     GENERATED."""
-    paths = {getattr(args, dest): name for name, dest in GENERATED_OPTIONS.items()
-             if getattr(args, dest)}
+    paths = {getattr(args, _dest(name)): name for name in GENERATED
+             if name not in READ_ELSEWHERE and getattr(args, _dest(name))}
     if args.terraform:
         paths[str(Path(args.terraform) / os.path.basename(TERRAFORM_POOLS))] = "terraform-pools"
     paths.update({p: "helm-values" for p in args.helm_values or []
@@ -277,25 +273,10 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
                    f"{' '.join(DEFAULT_HELM)}); give none to skip")
     p.add_argument("--terraform", default=TERRAFORM_DIR, metavar="DIR",
                    help=f"Terraform directory (default: {TERRAFORM_DIR})")
-    p.add_argument("--kueue", default=KUEUE, metavar="FILE",
-                   help=f"Kueue objects (default: {KUEUE})")
-    p.add_argument("--device-plugin", default=DEVICE_PLUGIN, metavar="FILE",
-                   help=f"device-plugin ConfigMap (default: {DEVICE_PLUGIN})")
-    p.add_argument("--kueue-configuration", default=KUEUE_CONFIGURATION, metavar="FILE",
-                   help=f"Kueue's Configuration (default: {KUEUE_CONFIGURATION})")
-    p.add_argument("--team-namespaces", default=TEAM_NAMESPACES, metavar="FILE",
-                   help=f"team namespaces and the hub's RBAC (default: {TEAM_NAMESPACES})")
-    p.add_argument("--gpu-operator-values", default=GPU_OPERATOR_VALUES, metavar="FILE",
-                   help=f"the GPU Operator's Helm values (default: {GPU_OPERATOR_VALUES})")
-    p.add_argument("--node-auto-provisioning", default=NODE_AUTO_PROVISIONING, metavar="FILE",
-                   help="Node Auto Provisioning's NodePools and AKSNodeClasses (default: "
-                   f"{NODE_AUTO_PROVISIONING})")
-    p.add_argument("--prometheus-rules", default=PROMETHEUS_RULES, metavar="FILE",
-                   help=f"the PrometheusRule (default: {PROMETHEUS_RULES})")
-    p.add_argument("--service-monitors", default=SERVICE_MONITORS, metavar="FILE",
-                   help=f"the hub's and Kueue's ServiceMonitors (default: {SERVICE_MONITORS})")
-    p.add_argument("--grafana-dashboard", default=GRAFANA_DASHBOARD, metavar="FILE",
-                   help=f"the Grafana dashboard (default: {GRAFANA_DASHBOARD})")
+    for name, (path, what) in GENERATED.items():
+        if name not in READ_ELSEWHERE:
+            p.add_argument(f"--{name}", default=path, metavar="FILE",
+                           help=f"{what} (default: {path})")
     p.add_argument("--prometheus-url", metavar="URL",
                    help="the Prometheus the Helm values' URLs must reach (default: the "
                    f"admin guide's kube-prometheus-stack, {prometheus_url()})")
