@@ -15,7 +15,7 @@ from jupyterhub_gpu.spec.parse import load_platform
 
 from .test_usage_sidecar import z2jh_services
 
-from .chart_values import INSTALL_ORDER, REFERENCE, REPO, VALUES, _load, get_config, z2jh  # noqa: F401 (fixtures)
+from .chart_values import INSTALL_ORDER, REPO, VALUES, _load
 
 
 def _errors(z2jh, *files: dict) -> list[str]:

@@ -21,7 +21,7 @@ from jupyterhub_gpu.contract import JOB_PROFILE_LABEL
 from jupyterhub_gpu.jobs import cluster, service as jobs_service
 from jupyterhub_gpu.jobs.request import MAX_BODY_BYTES
 
-from .test_job_cli import NS, service  # noqa: F401 - service is a fixture
+from .test_job_cli import NS
 
 GOOD = {"profile": "a100-train", "script": "train.py"}
 
@@ -36,11 +36,11 @@ def _call(url: str, method: str = "GET", body: bytes | None = None,
         return e.code, e.read().decode(), dict(e.headers)
 
 
-def _api(service, path: str = "") -> str:  # noqa: F811
+def _api(service, path: str = "") -> str:
     return service.url + "api/jobs" + path
 
 
-def _oauth_cookie(service, token: str) -> str:  # noqa: F811
+def _oauth_cookie(service, token: str) -> str:
     """The cookie HubOAuth sets after a browser's OAuth login (its signed token)."""
     value = web.create_signed_value(service.app.settings["cookie_secret"],
                                     service.auth.cookie_name, token).decode()
@@ -67,7 +67,7 @@ def kube(monkeypatch):
     return made
 
 
-def test_a_cookie_never_stands_in_for_an_unknown_token(service, kube):  # noqa: F811
+def test_a_cookie_never_stands_in_for_an_unknown_token(service, kube):
     """A same-origin page (another user's server) sends the victim's OAuth cookie with
     ``Authorization: token x``: refused, on every method, and nothing is written."""
     carol = {"Cookie": _oauth_cookie(service, "carol-token"), "Sec-Fetch-Mode": "cors",
@@ -83,7 +83,7 @@ def test_a_cookie_never_stands_in_for_an_unknown_token(service, kube):  # noqa: 
     assert kube == []
 
 
-def test_a_browsers_write_needs_the_xsrf_token_a_page_view_gave_it(service, kube):  # noqa: F811
+def test_a_browsers_write_needs_the_xsrf_token_a_page_view_gave_it(service, kube):
     cookie = _oauth_cookie(service, "dave-token")
     write = {"Cookie": cookie, "Sec-Fetch-Mode": "cors", "Sec-Fetch-Site": "same-origin",
              "Content-Type": "application/json"}
@@ -100,7 +100,7 @@ def test_a_browsers_write_needs_the_xsrf_token_a_page_view_gave_it(service, kube
     assert len(kube) == 1
 
 
-def test_a_valid_token_needs_no_xsrf(service, kube):  # noqa: F811
+def test_a_valid_token_needs_no_xsrf(service, kube):
     headers = {"Authorization": "token dave-token", "Cookie": _oauth_cookie(service, "carol-token"),
                "Content-Type": "application/json"}
     status, text, _ = _call(_api(service), "POST", json.dumps(GOOD).encode(), headers)
@@ -108,13 +108,13 @@ def test_a_valid_token_needs_no_xsrf(service, kube):  # noqa: F811
         "hub.jupyter.org/username": "dave"}, text
 
 
-def _submit(service, body) -> tuple[int, dict]:  # noqa: F811
+def _submit(service, body) -> tuple[int, dict]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     status, text, _ = _call(_api(service), "POST", data, {"Authorization": "token dave-token"})
     return status, json.loads(text)
 
 
-def test_the_limit_holds_while_the_job_watch_lags(service, kube):  # noqa: F811
+def test_the_limit_holds_while_the_job_watch_lags(service, kube):
     """The watch has not shown the Jobs just created (for longer than the service waits
     for it): the limit (2) still counts them; once the watch shows them they are
     counted once, and once they finish, no more."""
@@ -134,7 +134,7 @@ def test_the_limit_holds_while_the_job_watch_lags(service, kube):  # noqa: F811
     assert _submit(service, GOOD)[0] == 201
 
 
-def test_the_request_body_is_bounded(service, kube):  # noqa: F811
+def test_the_request_body_is_bounded(service, kube):
     big = {**GOOD, "args": ["x" * MAX_BODY_BYTES]}
     status, said = _submit(service, big)
     assert status == 413 and f"at most {MAX_BODY_BYTES} bytes" in said["error"]
@@ -145,7 +145,7 @@ def test_the_request_body_is_bounded(service, kube):  # noqa: F811
         assert status == 400 and "must be a JSON object" in said["error"], body[:20]
 
 
-def test_log_lines_escape_user_input_and_hold_no_argument(service, kube, caplog):  # noqa: F811
+def test_log_lines_escape_user_input_and_hold_no_argument(service, kube, caplog):
     caplog.set_level(logging.INFO, "jupyterhub_gpu.jobs")
     _call(_api(service), "POST", json.dumps({**GOOD, "profile": "x\n[I] forged"}).encode(),
           {"Authorization": "token mallory-token"})
@@ -169,7 +169,7 @@ def _stand_in_kubelet(monkeypatch, chunks: int, size: int, pause: float = 0.0) -
     monkeypatch.setattr(cluster, "log_chunks", log_chunks)
 
 
-def test_a_followed_log_stops_at_its_size_limit_and_says_so(service, monkeypatch):  # noqa: F811
+def test_a_followed_log_stops_at_its_size_limit_and_says_so(service, monkeypatch):
     _stand_in_kubelet(monkeypatch, chunks=20, size=2**20)
     status, text, _ = _call(_api(service, "/job-bob-run/logs"),
                             headers={"Authorization": "token bob-token"})
@@ -179,7 +179,7 @@ def test_a_followed_log_stops_at_its_size_limit_and_says_so(service, monkeypatch
                            "bytes"), note
 
 
-def test_a_followed_log_stops_at_its_time_limit_and_says_so(service, monkeypatch):  # noqa: F811
+def test_a_followed_log_stops_at_its_time_limit_and_says_so(service, monkeypatch):
     monkeypatch.setattr(jobs_service, "MAX_LOG_SECONDS", 1.0)
     _stand_in_kubelet(monkeypatch, chunks=400, size=10, pause=0.05)
     status, text, _ = _call(_api(service, "/job-bob-run/logs"),
@@ -189,14 +189,14 @@ def test_a_followed_log_stops_at_its_time_limit_and_says_so(service, monkeypatch
                          "follows; ask again for the log from its start]\n"), text[-200:]
 
 
-def test_a_log_that_ends_has_no_note(service, monkeypatch):  # noqa: F811
+def test_a_log_that_ends_has_no_note(service, monkeypatch):
     _stand_in_kubelet(monkeypatch, chunks=3, size=10)
     status, text, _ = _call(_api(service, "/job-bob-run/logs"),
                             headers={"Authorization": "token bob-token"})
     assert (status, text) == (200, ("x" * 9 + "\n") * 3)
 
 
-def test_no_admin_or_service_path_reaches_another_users_jobs(service, kube):  # noqa: F811
+def test_no_admin_or_service_path_reaches_another_users_jobs(service, kube):
     """The service has no lead or admin view: a hub admin sees and touches only their
     own jobs (none), and a service's token is no user's."""
     admin = {"Authorization": "token admin-token"}
@@ -211,7 +211,7 @@ def test_no_admin_or_service_path_reaches_another_users_jobs(service, kube):  # 
     assert kube == []
 
 
-def test_a_refusal_with_a_percent_sign_is_logged_and_answered_whole(service, kube,  # noqa: F811
+def test_a_refusal_with_a_percent_sign_is_logged_and_answered_whole(service, kube,
                                                                     caplog):
     """User input in a refusal is tornado's argument, never its log format: a ``%`` in
     it neither breaks the warning tornado logs nor the answer."""

@@ -10,7 +10,7 @@ import json
 import time
 from datetime import datetime, timezone
 
-from .test_labext_server import TOKEN, prometheus, server  # noqa: F401 - fixtures
+from .test_labext_server import TOKEN
 
 
 def _item(browser, level: str):
@@ -49,7 +49,7 @@ def _walk(browser, base: str, run_dir) -> dict:
     return seen
 
 
-async def test_the_item_warns_before_the_maximum_age_and_when_the_pod_stops(  # noqa: F811
+async def test_the_item_warns_before_the_maximum_age_and_when_the_pod_stops(
         server, browser, tmp_path):
     _, base, deadline = server
     seen = await asyncio.to_thread(_walk, browser, base, tmp_path / "run")

@@ -23,7 +23,7 @@ from jupyterhub_gpu.jobs.config import add_jobs_service
 from jupyterhub_gpu.usage.config import UsageLedger
 from jupyterhub_gpu.usage.service import add_usage_service
 
-from .chart_values import REPO, _load, get_config, z2jh  # noqa: F401 (fixtures)
+from .chart_values import REPO, _load
 from .test_usage_sidecar import run_extra_config, z2jh_services
 
 VALUES = REPO / "helm-values" / "values.yaml"

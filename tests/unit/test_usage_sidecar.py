@@ -31,7 +31,6 @@ from jupyterhub_gpu.contract import (ENV_PROMETHEUS_URL, USAGE_ACCESS_SCOPE,
 from jupyterhub_gpu.usage.service import add_usage_service, sidecar_service
 
 from .. import z2jh_chart
-from .chart_values import get_config, z2jh  # noqa: F401 (fixtures)
 
 VERSION = package_version()  # the image tag: pyproject.toml's version, installed
 
