@@ -3,10 +3,16 @@ Learning compute instances give it (docs/replay.md, "The baseline").
 
 * Each person has one compute instance of the VM size of the profile they pick
   (:func:`vm_pool`), priced on demand (we assume no spot compute instances).
-* **Always on**: it is started for their first session and never stopped.
-* **Idle shutdown** after ``idle_shutdown_minutes`` (Azure ML allows 15 minutes to
+* **The platform's idle rule** (the headline, :data:`PLATFORM_IDLE`): the VM stops
+  after the same idle time as the culler gives the person's notebook profile
+  (its ``idleTimeout``; on a CPU pool the spec's ``cpuIdleTimeout``), and
+* **idle shutdown** after ``idle_shutdown_minutes`` (Azure ML allows 15 minutes to
   3 days): it stops that long after the last activity, and the next activity starts
   it again; each start makes the user wait ``vm_start_seconds``.
+* **Users stop their VM** (``users_stop_vms``, the default) when the trace's person
+  stops their server (a session that is not ``abandoned``).
+* **Always on** (:data:`ALWAYS_ON`, the naive comparison): started for their first
+  session and never stopped.
 * Training jobs run on a compute cluster that scales from zero: one node (per pod)
   of the job profile's pool, billed from its start (``vm_start_seconds``) through
   the run to ``cluster_scale_down_seconds`` after it.
@@ -27,21 +33,24 @@ IDLE_SHUTDOWN_MINUTES = (15, 3 * 24 * 60)
 #: how long an idle compute-cluster node stays before it is removed: an assumption
 #: (docs/replay.md), set it to the cluster's ``idle_time_before_scale_down``
 CLUSTER_SCALE_DOWN_SECONDS = 120
+#: ``idle_shutdown_minutes`` meaning: the idle timeout the platform's culler gives
+#: the person's notebook profile
+PLATFORM_IDLE = "platform"
+#: the other idle shutdowns every table shows beside the platform's (minutes)
+IDLE_SHUTDOWN_COLUMNS = (15, 30, 60)
 
 
 @dataclass(frozen=True)
 class BaselineConfig:
-    idle_shutdown_minutes: int | None = None  # None: always on
+    # minutes, PLATFORM_IDLE (the profile's idle timeout) or None (no idle shutdown)
+    idle_shutdown_minutes: int | str | None = PLATFORM_IDLE
     vm_start_seconds: int | None = None  # None: the pool's bootSeconds, as the platform's
     cluster_scale_down_seconds: int = CLUSTER_SCALE_DOWN_SECONDS
-    users_stop_vms: bool = False  # a session the user stops stops their VM too
+    users_stop_vms: bool = True  # a session the user stops stops their VM too
 
     def __post_init__(self):
-        low, high = IDLE_SHUTDOWN_MINUTES
-        if self.idle_shutdown_minutes is not None and not (
-                low <= self.idle_shutdown_minutes <= high):
-            raise ValueError(f"idle shutdown of {self.idle_shutdown_minutes} minutes: Azure ML "
-                             f"allows {low} to {high} minutes")
+        if self.idle_shutdown_minutes not in (None, PLATFORM_IDLE):
+            _check_idle(self.idle_shutdown_minutes, "idle shutdown")
         if self.vm_start_seconds is not None and self.vm_start_seconds < 0:
             raise ValueError("vm_start_seconds must not be negative")
         if self.cluster_scale_down_seconds < 0:
@@ -51,11 +60,43 @@ class BaselineConfig:
         """How long a VM of ``pool`` takes to start."""
         return self.vm_start_seconds if self.vm_start_seconds is not None else pool.boot_seconds
 
+    def idle_minutes(self, profile: Profile) -> float | None:
+        """The idle shutdown of a VM of a person who picks ``profile`` (None: none)."""
+        if self.idle_shutdown_minutes != PLATFORM_IDLE:
+            return self.idle_shutdown_minutes
+        minutes = profile.idle_timeout_seconds / 60
+        _check_idle(minutes, f"profile {profile.slug!r}: its idleTimeout as an idle shutdown")
+        return minutes
+
     @property
     def title(self) -> str:
-        if self.idle_shutdown_minutes is None:
-            return "VM per person, always on"
-        return f"VM per person, idle shutdown {self.idle_shutdown_minutes} min"
+        if self.idle_shutdown_minutes is None and not self.users_stop_vms:
+            return "VMs always on (naive)"
+        idle = ("no idle shutdown" if self.idle_shutdown_minutes is None else
+                "platform's idle rule" if self.idle_shutdown_minutes == PLATFORM_IDLE else
+                f"idle shutdown {self.idle_shutdown_minutes} min")
+        return f"VMs, {idle}" + ("" if self.users_stop_vms else ", never stopped by users")
+
+
+#: one VM per person started for their first session and never stopped: the naive
+#: comparison, not the realistic one
+ALWAYS_ON = BaselineConfig(idle_shutdown_minutes=None, users_stop_vms=False)
+
+
+def _check_idle(minutes: float, what: str) -> None:
+    low, high = IDLE_SHUTDOWN_MINUTES
+    if not low <= minutes <= high:
+        raise ValueError(f"{what} of {minutes:g} minutes: Azure ML allows {low} to {high} "
+                         "minutes")
+
+
+def columns(extra_minutes=(), **settings) -> list[BaselineConfig]:
+    """The baselines every table shows: the platform's idle rule (the headline), each
+    of :data:`IDLE_SHUTDOWN_COLUMNS` and ``extra_minutes``, then always on (naive)."""
+    minutes = sorted(set(IDLE_SHUTDOWN_COLUMNS) | set(extra_minutes))
+    return [BaselineConfig(PLATFORM_IDLE, **settings),
+            *(BaselineConfig(m, **settings) for m in minutes),
+            BaselineConfig(None, **{**settings, "users_stop_vms": False})]
 
 
 def vm_pool(platform: Platform, profile: Profile | None) -> Pool:
@@ -108,9 +149,10 @@ class _Vm:
 
 
 def _person_vm(platform: Platform, trace: Trace, user: str, cfg: BaselineConfig) -> _Vm:
-    vm = _Vm(vm_pool(platform, platform.profile(trace.person(user).profile)), user)
-    idle = (timedelta(minutes=cfg.idle_shutdown_minutes)
-            if cfg.idle_shutdown_minutes is not None else None)
+    profile = platform.profile(trace.person(user).profile)
+    vm = _Vm(vm_pool(platform, profile), user)
+    minutes = cfg.idle_minutes(profile)
+    idle = timedelta(minutes=minutes) if minutes is not None else None
     for session in trace.sessions_of(user):
         for i, (start, end) in enumerate(_activity(session)):
             vm.touch(start, end, idle, opening=i == 0)

@@ -57,7 +57,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _baseline(args: argparse.Namespace) -> int:
     from ..spec.parse import load_platform
-    from .baseline import BaselineConfig, baseline
+    from .baseline import baseline, columns
     from .report import plot, table
     from .trace import TraceError, check_against, load
 
@@ -66,9 +66,8 @@ def _baseline(args: argparse.Namespace) -> int:
         trace = load(args.trace)
         scale_down = ({} if args.cluster_scale_down_seconds is None
                       else {"cluster_scale_down_seconds": args.cluster_scale_down_seconds})
-        configs = [BaselineConfig(minutes, args.vm_start_seconds,
-                                  users_stop_vms=args.users_stop_vms, **scale_down)
-                   for minutes in (None, *args.idle_shutdown)]
+        configs = columns(args.idle_shutdown, vm_start_seconds=args.vm_start_seconds,
+                          users_stop_vms=not args.users_leave_vms_on, **scale_down)
     except (OSError, TraceError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -110,21 +109,23 @@ def add_replay_parsers(sub) -> None:
     p = commands.add_parser(
         "baseline", help="the trace's figures on one Azure ML compute instance per person",
         description="Print GPU node-hours, cost, utilization of billed GPU-hours and "
-        "time-to-notebook of TRACE on one dedicated VM per person: always on, and with "
-        "each --idle-shutdown; the platform's column is `replay run`'s.")
+        "time-to-notebook of TRACE on one dedicated VM per person: with the platform's "
+        "idle rule (each profile's idleTimeout, the headline), with idle shutdown after "
+        "15, 30, 60 minutes and each --idle-shutdown, and always on (the naive "
+        "comparison); the platform's column is `replay run`'s or `replay model`'s.")
     p.add_argument("trace", metavar="TRACE", help="the trace file (JSON Lines)")
     p.add_argument("--spec", default=DEFAULT_SPEC, help=f"platform spec (default: {DEFAULT_SPEC})")
     p.add_argument("--idle-shutdown", type=int, action="append", default=[], metavar="MINUTES",
                    help="add a column with compute-instance idle shutdown after MINUTES "
-                   "(15 to 4320; repeatable), e.g. --idle-shutdown 60")
+                   "(15 to 4320; repeatable), e.g. --idle-shutdown 120")
     p.add_argument("--vm-start-seconds", type=int, default=None,
                    help="how long a VM takes to start (default: its pool's bootSeconds)")
     p.add_argument("--cluster-scale-down-seconds", type=int,
                    help="how long a training job's compute-cluster node stays idle before "
                    "it is removed (default: 120, an assumption; docs/replay.md)")
-    p.add_argument("--users-stop-vms", action="store_true",
-                   help="users stop their VM when they stop a session (default: they "
-                   "leave it to idle shutdown)")
+    p.add_argument("--users-leave-vms-on", action="store_true",
+                   help="users never stop their VM themselves, leaving it to idle shutdown "
+                   "(default: they stop it when the trace's person stops their server)")
     p.add_argument("--plot", metavar="PNG", help="also write the plot to PNG (needs "
                    "matplotlib: pip install 'jupyterhub-gpu[replay]')")
     p.set_defaults(func=_baseline)

@@ -18,8 +18,6 @@ from pathlib import Path
 
 #: the hub's ports, shifted by --port-offset as the cluster's are (as the tests do)
 HUB_PORTS = {"public": 18000, "hub": 18081, "proxy_api": 18001}
-#: the baseline's idle shutdown beside "always on", in the run's table (minutes)
-IDLE_SHUTDOWN = 60
 
 
 def add_run_parser(commands, default_spec: str) -> None:
@@ -122,15 +120,14 @@ def _up(spec_path: Path, state: Path, offset: int, trace, factor: float):
 def report(platform, outcome, plot_path: str | None) -> list[str]:
     """Print the table, the distortions and the invariants; write the plot; return
     the invariants' violations."""
-    from .baseline import BaselineConfig, baseline
+    from .baseline import baseline, columns
     from .figures import platform_figures
     from .invariants import violations
     from .report import plot, table
     from .schedule import NOT_SCALED
 
     trace, factor = outcome.trace, outcome.factor
-    worlds = [baseline(platform, trace, BaselineConfig()),
-              baseline(platform, trace, BaselineConfig(idle_shutdown_minutes=IDLE_SHUTDOWN)),
+    worlds = [*(baseline(platform, trace, cfg) for cfg in columns()),
               platform_figures(platform, trace, outcome.rows, outcome.nodes,
                                world=f"jupyterhub-gpu (replayed {factor:g}x)")]
     print(table(platform, worlds))

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jupyterhub_gpu.replay.baseline import BaselineConfig, baseline, vm_pool
+from jupyterhub_gpu.replay.baseline import (ALWAYS_ON, PLATFORM_IDLE, BaselineConfig, baseline,
+                                            columns, vm_pool)
 from jupyterhub_gpu.replay.generate import GeneratorConfig, generate
 from jupyterhub_gpu.replay.trace import parse
 
@@ -45,8 +46,8 @@ MONDAY = session(9, 17, [(9, 10, 40), (13, 14, 60)])
 
 def test_always_on_bills_from_the_first_session_to_the_end_of_the_week(platform):
     t4 = platform.pool("t4dev")
-    figures = baseline(platform, parse(week(person(), MONDAY)))
-    assert figures.world == "VM per person, always on"
+    figures = baseline(platform, parse(week(person(), MONDAY)), ALWAYS_ON)
+    assert figures.world == "VMs always on (naive)"
     assert figures.gpu_node_hours == pytest.approx(WEEK_HOURS - 9)
     assert figures.cost == pytest.approx((WEEK_HOURS - 9) * t4.price_per_node_hour)
     assert figures.used_gpu_hours == pytest.approx(0.4 + 0.6)
@@ -73,7 +74,7 @@ def test_idle_shutdown_stops_the_vm_after_the_last_activity_and_restarts_it(plat
 
 def test_a_session_opened_on_a_running_vm_waits_for_nothing(platform):
     tuesday = session(33, 41, [(33, 34, 10)])
-    figures = baseline(platform, parse(week(person(), MONDAY, tuesday)))
+    figures = baseline(platform, parse(week(person(), MONDAY, tuesday)), ALWAYS_ON)
     assert figures.time_to_notebook == (platform.pool("t4dev").boot_seconds, 0.0)
 
 
@@ -89,6 +90,41 @@ def test_users_who_stop_their_vm_stop_it_with_the_session_unless_they_walk_away(
     cfg = BaselineConfig(idle_shutdown_minutes=180, users_stop_vms=True)
     assert baseline(platform, parse(week(person(), morning)), cfg).gpu_node_hours == (
         pytest.approx(hours))
+
+
+def test_by_default_the_person_stops_the_vm_when_they_stop_their_server(platform):
+    """The trace's person stops their server at 12:00: their VM stops then, not at the
+    idle shutdown; one who leaves it on bills to the idle shutdown."""
+    morning = session(9, 12, [(9, 10, 50), (10.5, 11.5, 20)])
+    stops = baseline(platform, parse(week(person(), morning)), BaselineConfig(60))
+    assert [(n.start, n.end) for n in stops.nodes] == [
+        (START + timedelta(hours=9), START + timedelta(hours=12))]
+    assert stops.culls == 0
+    leaves = baseline(platform, parse(week(person(), morning)),
+                      BaselineConfig(60, users_stop_vms=False))
+    assert leaves.gpu_node_hours == pytest.approx(11.5 + 1 - 9)
+    assert leaves.culls == 1
+
+
+@pytest.mark.parametrize("profile, groups, idle_hours", [
+    ("t4-shared", ("data-science",), 0.5),  # its idleTimeout: 30m
+    ("cpu", ("data-science",), 4.0),  # a CPU profile without one: cpuIdleTimeout 4h
+])
+def test_the_platforms_idle_rule_is_the_profiles_idle_timeout(platform, profile, groups,
+                                                               idle_hours):
+    abandoned = session(9, 17, [(9, 10, 0)], profile=profile, abandoned=True)
+    figures = baseline(platform, parse(week(person(profile=profile, groups=groups), abandoned)))
+    assert figures.world == "VMs, platform's idle rule"
+    assert [(n.start, n.end) for n in figures.nodes] == [
+        (START + timedelta(hours=9), START + timedelta(hours=10 + idle_hours))]
+    assert BaselineConfig().idle_minutes(platform.profile(profile)) == 60 * idle_hours
+
+
+def test_the_columns_are_the_platforms_rule_then_each_timeout_then_always_on():
+    assert [c.title for c in columns([120])] == [
+        "VMs, platform's idle rule", "VMs, idle shutdown 15 min", "VMs, idle shutdown 30 min",
+        "VMs, idle shutdown 60 min", "VMs, idle shutdown 120 min", "VMs always on (naive)"]
+    assert columns()[0].idle_shutdown_minutes == PLATFORM_IDLE
 
 
 def test_idle_shutdown_comes_first_if_it_is_earlier_than_the_users_stop(platform):
@@ -141,8 +177,8 @@ def test_a_longer_idle_shutdown_never_bills_less_and_always_on_bills_most(
         platform, seed, shorter, longer):
     shorter, longer = sorted((shorter, longer))
     trace = generate(platform, GeneratorConfig(team_size=10, seed=seed))
-    short, long_, on = (baseline(platform, trace, BaselineConfig(m))
-                        for m in (shorter, longer, None))
+    short, long_, on = (baseline(platform, trace, cfg) for cfg in (
+        BaselineConfig(shorter), BaselineConfig(longer), ALWAYS_ON))
     assert short.gpu_node_hours <= long_.gpu_node_hours + 1e-9
     assert long_.gpu_node_hours <= on.gpu_node_hours + 1e-9
     assert short.cost <= long_.cost + 1e-9 <= on.cost + 2e-9

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from jupyterhub_gpu.spec.parse import load_platform
-from jupyterhub_gpu.replay.baseline import BaselineConfig, baseline
+from jupyterhub_gpu.replay.baseline import BaselineConfig, baseline, columns
 from jupyterhub_gpu.replay.trace import load
 
 CLI = [sys.executable, "-m", "jupyterhub_gpu.cli", "replay"]
@@ -51,13 +51,13 @@ def test_baseline_prints_each_world_and_writes_the_plot(week, example_spec_path,
                  "--plot", png)
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    for title in ("VM per person, always on", "VM per person, idle shutdown 60 min",
-                  "jupyterhub-gpu (see replay run)"):
+    for title in ("VMs, platform's idle rule", "VMs always on (naive)",
+                  "VMs, idle shutdown 60 min", "jupyterhub-gpu (see replay run)"):
         assert title in header
     platform = load_platform(example_spec_path)
-    expected = baseline(platform, load(week), BaselineConfig(60))
+    expected = [baseline(platform, load(week), cfg) for cfg in columns()]
     gpu_row = next(r for r in rows if r.startswith("GPU node-hours")).split()
-    assert gpu_row[-2:] == [f"{expected.gpu_node_hours:.1f}", "-"]
+    assert gpu_row[-6:] == [*(f"{f.gpu_node_hours:.1f}" for f in expected), "-"]
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 

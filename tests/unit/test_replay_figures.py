@@ -94,7 +94,7 @@ def test_the_table_shows_both_worlds_and_an_empty_platform_column(platform):
     text = table(platform, [vm, platform_figures(platform, trace(), ROWS, NODES), None])
     lines = text.splitlines()
     assert lines[0].split("  ")[-1].strip() == PLATFORM_NOT_REPLAYED
-    assert "jupyterhub-gpu" in lines[0] and "VM per person, idle shutdown 60 min" in lines[0]
+    assert "jupyterhub-gpu" in lines[0] and "VMs, idle shutdown 60 min" in lines[0]
     cells = {name: rest for name, *rest in (re.split(r"\s{2,}", line) for line in lines[1:])}
     assert cells["GPU node-hours"] == [f"{vm.gpu_node_hours:.1f}", "8.9", "-"]
     assert cells["utilization of billed GPU-hours"][1:] == ["28.1%", "-"]
