@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +154,50 @@ def test_run_refuses_a_trace_the_spec_does_not_allow(week, tmp_path, example_spe
     assert result.returncode == 1
     assert "profile 'a100-mig-3g' is not in the spec" in result.stderr
     assert not (tmp_path / "state").exists()
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_model_prints_the_median_and_the_90_percent_range_of_each_scenario(example_spec_path):
+    from jupyterhub_gpu.replay.costs import read_bundle
+    from jupyterhub_gpu.replay.intervals import COLUMNS, row, scenarios, week
+
+    result = run("model", "--spec", example_spec_path, "--bundle", REPO, "--seeds", 3,
+                 "--base-only")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "| " + " | ".join(COLUMNS) + " |" in lines
+    platform = load_platform(example_spec_path)
+    base = scenarios()[0]
+    weeks = [week(platform, read_bundle(REPO, platform), base, seed) for seed in range(3)]
+    assert "| " + " | ".join(row(base, weeks)) + " |" in lines
+    assert any(line.startswith("  platform: home shares: ") for line in lines)
+
+
+def test_model_refuses_a_single_seed(example_spec_path):
+    result = run("model", "--spec", example_spec_path, "--seeds", 1)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: --seeds must be at least 2")
+
+
+def test_model_compare_reads_a_replays_outcome_and_prints_both(week, example_spec_path,
+                                                                tmp_path):
+    """An outcome whose nodes are the model's own: the two columns agree on node-hours."""
+    from jupyterhub_gpu.replay.model import model
+    from jupyterhub_gpu.replay.run import Outcome
+    from jupyterhub_gpu.replay.runcli import save
+
+    platform = load_platform(example_spec_path)
+    trace = load(week)
+    modelled = model(platform, trace).figures
+    save(Outcome(trace, 300.0, (), modelled.nodes, {}, (), {}, (), 60.0, True),
+         tmp_path / "outcome.json")
+    result = run("model", "--spec", example_spec_path, "--bundle", REPO, "--compare",
+                 tmp_path / "outcome.json", week)
+    assert result.returncode == 0, result.stderr
+    header = result.stdout.splitlines()[0]
+    assert "jupyterhub-gpu (replayed 300x)" in header and "jupyterhub-gpu (1x model)" in header
+    gpu = next(line for line in result.stdout.splitlines() if line.startswith("GPU node-hours"))
+    assert gpu.split()[-2:] == [f"{modelled.gpu_node_hours:.1f}"] * 2
+    assert "model / replay, GPU node-hours" in result.stdout and "= 1.00" in result.stdout

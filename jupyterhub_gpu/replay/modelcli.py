@@ -1,0 +1,113 @@
+"""``jupyterhub-gpu replay model``: the 1x model over many seeds (the sensitivity
+table with 90% ranges), or beside a finished replay of the same trace (``--compare``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_model_parser(commands, default_spec: str) -> None:
+    p = commands.add_parser(
+        "model", help="the 1x model of the platform over many generated weeks",
+        description="Run the 1x model of the platform (packing, node lifetimes with boot "
+        "billed, the culler's rules, spot evictions) and the VM baseline with the "
+        "platform's idle rule over --seeds generated weeks for each scenario, every cost "
+        "included, and print the median saving and the range 90%% of the weeks fall in. "
+        "With --compare OUTCOME TRACE, print the model beside a finished replay of TRACE "
+        "instead.")
+    p.add_argument("--spec", default=default_spec, help=f"platform spec (default: {default_spec})")
+    p.add_argument("--bundle", default=".", metavar="DIR",
+                   help="the checkout whose Terraform, Helm values and team namespaces give "
+                   "the fixed costs (default: .)")
+    p.add_argument("--seeds", type=int, default=20, help="weeks per scenario (default: 20)")
+    p.add_argument("--base-only", action="store_true", help="only the base scenario")
+    p.add_argument("--compare", nargs=2, metavar=("OUTCOME", "TRACE"),
+                   help="a replay's outcome.json and the trace it replayed")
+    p.add_argument("--empty-node-seconds", type=int, metavar="S",
+                   help="with --compare: how long an empty node lives in the model (default: "
+                   "each pool's consolidateAfter plus Karpenter's 25 s)")
+    p.set_defaults(func=model_command)
+
+
+def _fixed_lines(bundle, people: int, hours: float) -> list[str]:
+    from .costs import platform_fixed, vm_fixed
+
+    lines = [f"fixed costs of a {hours:g}-hour week of {people} people:"]
+    for side, items in (("platform", platform_fixed(bundle, people, hours)),
+                        ("VMs", vm_fixed(people, hours))):
+        for c in items:
+            lines.append(f"  {side}: {c.what}: {c.amount:,.2f} ({c.basis})")
+    return lines
+
+
+def _sensitivity(platform, bundle, args) -> int:
+    from . import prices
+    from .intervals import markdown, row, scenarios, week
+
+    chosen = scenarios()[:1] if args.base_only else scenarios()
+    rows = []
+    for scenario in chosen:
+        weeks = [week(platform, bundle, scenario, seed) for seed in range(args.seeds)]
+        rows.append(row(scenario, weeks))
+    print(f"{args.seeds} generated weeks per scenario (seeds 0 to {args.seeds - 1}); "
+          "each cell: median [5th, 95th percentile] over the weeks; savings against one "
+          "VM per person with the platform's idle rule, users stopping their VM with their "
+          "server; costs include every fixed cost below and the spec's pool prices")
+    print(f"spot evictions: {prices.SPOT_EVICTION_SOURCE}")
+    print()
+    sys.stdout.write(markdown(rows))
+    print()
+    print("\n".join(_fixed_lines(bundle, 20, 7 * 24)))
+    return 0
+
+
+def _compare(platform, bundle, args) -> int:
+    from .baseline import BaselineConfig, baseline
+    from .costs import platform_fixed, vm_fixed
+    from .figures import platform_figures
+    from .model import ModelConfig, model
+    from .report import table
+    from .runcli import load_outcome
+    from .trace import load
+
+    outcome_path, trace_path = args.compare
+    trace = load(trace_path)
+    outcome = load_outcome(Path(outcome_path), trace)
+    replayed = platform_figures(platform, trace, outcome.rows, outcome.nodes,
+                                world=f"jupyterhub-gpu (replayed {outcome.factor:g}x)")
+    modelled = model(platform, trace, ModelConfig(empty_node_seconds=args.empty_node_seconds))
+    vms = baseline(platform, trace, BaselineConfig())
+    sys.stdout.write(table(platform, [vms, replayed, modelled.figures]))
+    hours = (trace.header.end - trace.header.start).total_seconds() / 3600
+    people = len(trace.people)
+    print()
+    print(f"model / replay, GPU node-hours: {modelled.figures.gpu_node_hours:.1f} / "
+          f"{replayed.gpu_node_hours:.1f} = "
+          f"{modelled.figures.gpu_node_hours / max(replayed.gpu_node_hours, 1e-9):.2f}")
+    fixed_platform = sum(c.amount for c in platform_fixed(bundle, people, hours))
+    fixed_vms = sum(c.amount for c in vm_fixed(people, hours))
+    for name, f in (("replay", replayed), ("model", modelled.figures)):
+        saving = 1 - (f.cost + fixed_platform) / (vms.cost + fixed_vms)
+        print(f"cost saving with every cost, {name}: {100 * saving:.0f}%")
+    return 0
+
+
+def model_command(args: argparse.Namespace) -> int:
+    from ..spec.parse import load_platform
+    from .costs import read_bundle
+    from .trace import TraceError
+
+    if args.seeds < 2:
+        print("error: --seeds must be at least 2 (a range needs weeks)", file=sys.stderr)
+        return 1
+    platform = load_platform(args.spec)
+    try:
+        bundle = read_bundle(Path(args.bundle), platform)
+        if args.compare:
+            return _compare(platform, bundle, args)
+        return _sensitivity(platform, bundle, args)
+    except (OSError, KeyError, TraceError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
