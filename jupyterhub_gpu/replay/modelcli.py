@@ -23,11 +23,13 @@ def add_model_parser(commands, default_spec: str) -> None:
                    "the fixed costs (default: .)")
     p.add_argument("--seeds", type=int, default=20, help="weeks per scenario (default: 20)")
     p.add_argument("--base-only", action="store_true", help="only the base scenario")
+    p.add_argument("--trace", metavar="TRACE",
+                   help="instead: the model of this one trace beside its VM baselines")
     p.add_argument("--compare", nargs=2, metavar=("OUTCOME", "TRACE"),
-                   help="a replay's outcome.json and the trace it replayed")
+                   help="instead: the model beside a replay (its outcome.json) of TRACE")
     p.add_argument("--empty-node-seconds", type=int, metavar="S",
-                   help="with --compare: how long an empty node lives in the model (default: "
-                   "each pool's consolidateAfter plus Karpenter's 25 s)")
+                   help="with --trace or --compare: how long an empty node lives in the model "
+                   "(default: each pool's consolidateAfter plus Karpenter's 25 s)")
     p.set_defaults(func=model_command)
 
 
@@ -63,8 +65,9 @@ def _sensitivity(platform, bundle, args) -> int:
     return 0
 
 
-def _compare(platform, bundle, args) -> int:
-    from .baseline import BaselineConfig, baseline
+def _one_week(platform, bundle, args) -> int:
+    """The model of one trace beside its VM baselines, and beside its replay if given."""
+    from .baseline import baseline, columns
     from .costs import platform_fixed, vm_fixed
     from .figures import platform_figures
     from .model import ModelConfig, model
@@ -72,25 +75,33 @@ def _compare(platform, bundle, args) -> int:
     from .runcli import load_outcome
     from .trace import load
 
-    outcome_path, trace_path = args.compare
+    outcome_path, trace_path = args.compare or (None, args.trace)
     trace = load(trace_path)
-    outcome = load_outcome(Path(outcome_path), trace)
-    replayed = platform_figures(platform, trace, outcome.rows, outcome.nodes,
-                                world=f"jupyterhub-gpu (replayed {outcome.factor:g}x)")
     modelled = model(platform, trace, ModelConfig(empty_node_seconds=args.empty_node_seconds))
-    vms = baseline(platform, trace, BaselineConfig())
-    sys.stdout.write(table(platform, [vms, replayed, modelled.figures]))
+    vms = [baseline(platform, trace, cfg) for cfg in columns()]
+    worlds = [*vms, modelled.figures]
+    if outcome_path:
+        outcome = load_outcome(Path(outcome_path), trace)
+        replayed = platform_figures(platform, trace, outcome.rows, outcome.nodes,
+                                    world=f"jupyterhub-gpu (replayed {outcome.factor:g}x)")
+        worlds.append(replayed)
+    sys.stdout.write(table(platform, worlds))
     hours = (trace.header.end - trace.header.start).total_seconds() / 3600
     people = len(trace.people)
     print()
-    print(f"model / replay, GPU node-hours: {modelled.figures.gpu_node_hours:.1f} / "
-          f"{replayed.gpu_node_hours:.1f} = "
-          f"{modelled.figures.gpu_node_hours / max(replayed.gpu_node_hours, 1e-9):.2f}")
+    if outcome_path:
+        print(f"model / replay, GPU node-hours: {modelled.figures.gpu_node_hours:.1f} / "
+              f"{replayed.gpu_node_hours:.1f} = "
+              f"{modelled.figures.gpu_node_hours / max(replayed.gpu_node_hours, 1e-9):.2f}")
     fixed_platform = sum(c.amount for c in platform_fixed(bundle, people, hours))
     fixed_vms = sum(c.amount for c in vm_fixed(people, hours))
-    for name, f in (("replay", replayed), ("model", modelled.figures)):
-        saving = 1 - (f.cost + fixed_platform) / (vms.cost + fixed_vms)
-        print(f"cost saving with every cost, {name}: {100 * saving:.0f}%")
+    print(f"every cost (the pools' or VMs' cost above plus the fixed costs below), against "
+          f"{vms[0].world}: {vms[0].cost + fixed_vms:,.2f}")
+    for f in worlds[len(vms):]:
+        total = f.cost + fixed_platform
+        print(f"  {f.world}: {total:,.2f}, "
+              f"{100 * (total / (vms[0].cost + fixed_vms) - 1):+.0f}%")
+    print("\n".join(_fixed_lines(bundle, people, hours)))
     return 0
 
 
@@ -105,8 +116,8 @@ def model_command(args: argparse.Namespace) -> int:
     platform = load_platform(args.spec)
     try:
         bundle = read_bundle(Path(args.bundle), platform)
-        if args.compare:
-            return _compare(platform, bundle, args)
+        if args.compare or args.trace:
+            return _one_week(platform, bundle, args)
         return _sensitivity(platform, bundle, args)
     except (OSError, KeyError, TraceError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
