@@ -201,3 +201,17 @@ def test_model_compare_reads_a_replays_outcome_and_prints_both(week, example_spe
     gpu = next(line for line in result.stdout.splitlines() if line.startswith("GPU node-hours"))
     assert gpu.split()[-2:] == [f"{modelled.gpu_node_hours:.1f}"] * 2
     assert "model / replay, GPU node-hours" in result.stdout and "= 1.00" in result.stdout
+
+
+def test_model_of_one_trace_prints_its_baselines_the_model_and_every_cost(week,
+                                                                          example_spec_path):
+    from jupyterhub_gpu.replay.model import model
+
+    result = run("model", "--spec", example_spec_path, "--bundle", REPO, "--trace", week)
+    assert result.returncode == 0, result.stderr
+    platform = load_platform(example_spec_path)
+    modelled = model(platform, load(week)).figures
+    gpu = next(line for line in result.stdout.splitlines() if line.startswith("GPU node-hours"))
+    assert gpu.split()[-1] == f"{modelled.gpu_node_hours:.1f}"
+    assert "against VMs, platform's idle rule: " in result.stdout
+    assert "  VMs: compute instances' OS disks: " in result.stdout
