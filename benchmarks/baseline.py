@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any
 
 from jupyterhub_gpu.builders.pod import CHECKPOINT_VOLUME, spawn_settings
+from jupyterhub_gpu.spec.boot import spawn_patience
 from jupyterhub_gpu.spec.grant import UserRef, authorize
 from jupyterhub_gpu.spec.model import Platform
 
@@ -50,8 +51,8 @@ def profile_list(platform: Platform) -> list[dict[str, Any]]:
             settings = dataclasses.replace(settings, volume_mounts=mounts)
             override = {k: v for k, v in dataclasses.asdict(settings).items()
                         if v is not None and v != [] and v != {}}
-            override["start_timeout"] = (profile.queue_patience_seconds
-                                         + profile.start_timeout_seconds)
+            # the start timeout GPUSpawner gives the same profile
+            override["start_timeout"] = spawn_patience(platform, profile)
             entries.append({"slug": baseline_slug(profile.slug, team.name),
                             "display_name": f"{profile.display_name} ({team.name})",
                             "kubespawner_override": override})
