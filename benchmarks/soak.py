@@ -1,0 +1,277 @@
+"""``python -m benchmarks.soak``: a hub for many teams and users under churn, watched
+for growth.
+
+A dev cluster of its own with a generated spec of ``--teams`` team namespaces (the
+example's pools, its profiles open to every team: :func:`soak_spec`), and one
+GPUSpawner hub (:mod:`benchmarks.hub_config`) with ``--users`` users in those teams.
+For ``--minutes``, two kinds of churn:
+
+- real spawn/stop cycles: :data:`STEADY` servers that run throughout (the hub polls
+  them), and :data:`CYCLERS` workers that each start a server, keep it up for
+  :data:`HOLD` seconds and stop it, over and over, going through every user in turn
+  (so every team namespace gets its shared watches); servers are the answering
+  process (:mod:`benchmarks.okserver`);
+- ``--rate`` pods and as many Workloads a second made and deleted directly by the
+  admin (:func:`benchmarks.memory.pod`, :func:`benchmarks.memory.workload`), every
+  other pair in the first team's namespace and the rest over all of them, each
+  deleted :data:`LIVE` pairs later: the hub's watches see every one come and go.
+
+Every ``--every`` seconds it prints the hub's RSS, the cost of its ``poll()`` calls
+(:mod:`benchmarks.pollcost`), its event-loop lag (:mod:`benchmarks.lag`), its API
+requests a minute (the audit log) and the churn so far. The verdict: the RSS and the
+median ``poll()`` cost of the last interval within 10% of those at the end of the
+warm-up (the first :data:`WARMUP` of the time), and no error in the hub's log.
+Exit status 1 if the verdict fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import apicalls, lag, memory, pollcost
+from .devcluster import EXAMPLE_SPEC, dev_cluster
+from .hubs import Hub, Ports, ok_server, running_hub
+from .spawns import spawn_until_ready, stop_until_gone
+from .stats import percentile, ratio
+
+STEADY, CYCLERS, HOLD = 10, 5, 15.0
+LIVE = 100  # directly made pairs alive at once
+WARMUP = 0.2  # of the time
+TOLERANCE = 1.10  # end / warm-up
+PROFILE = "t4-shared"
+
+
+@dataclass(frozen=True)
+class SoakSizes:
+    teams: int
+    users: int
+    seconds: float
+    rate: float = 25.0  # directly made pod + Workload pairs a second
+    every: float = 30.0  # seconds between the lines printed
+
+
+@dataclass
+class Sample:
+    at: float  # seconds since the churn began
+    rss_mib: float
+    poll_p50_ms: float
+    poll_p99_ms: float
+    polls: int
+    lag_p99_ms: float
+    requests_per_min: float
+    pairs: int  # directly made (and deleted) pod + Workload pairs so far
+    cycles: int  # real spawn/stop cycles so far
+
+    def line(self) -> str:
+        return (f"{self.at:7.0f}s  RSS {self.rss_mib:6.1f} MiB  poll p50 {self.poll_p50_ms:6.2f} "
+                f"ms p99 {self.poll_p99_ms:6.2f} ms ({self.polls})  lag p99 "
+                f"{self.lag_p99_ms:6.1f} ms  {self.requests_per_min:6.1f} API req/min  "
+                f"churn {self.pairs} pairs, {self.cycles} cycles")
+
+
+@dataclass
+class Verdict:
+    sizes: SoakSizes
+    samples: list[Sample] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # the hub log's error lines
+
+    def _warm(self) -> Sample | None:
+        warm = [s for s in self.samples if s.at >= WARMUP * self.sizes.seconds]
+        return warm[0] if warm and warm[0] is not self.samples[-1] else None
+
+    @property
+    def rss_ratio(self) -> float:
+        warm = self._warm()
+        return ratio(self.samples[-1].rss_mib, warm.rss_mib) if warm else float("nan")
+
+    @property
+    def poll_ratio(self) -> float:
+        warm = self._warm()
+        return ratio(self.samples[-1].poll_p50_ms, warm.poll_p50_ms) if warm else float("nan")
+
+    @property
+    def ok(self) -> bool:
+        return (not self.errors and self.rss_ratio <= TOLERANCE
+                and self.poll_ratio <= TOLERANCE)
+
+    def summary(self) -> str:
+        return (f"soak verdict: {'PASS' if self.ok else 'FAIL'}: end / warm-up RSS "
+                f"{self.rss_ratio:.2f}, poll() p50 {self.poll_ratio:.2f} (each must be <= "
+                f"{TOLERANCE:.2f}); {len(self.errors)} error lines in the hub log"
+                + "".join(f"\n  {e}" for e in self.errors[:5]))
+
+    def render(self) -> str:
+        s = self.sizes
+        return (f"{s.teams} team namespaces, {s.users:,} users, {s.seconds / 60:.1f} min of "
+                f"churn ({STEADY} servers running throughout, {CYCLERS} spawn/stop workers, "
+                f"{s.rate:g} pod + Workload pairs a second made and deleted directly).\n\n"
+                "```\n" + "\n".join(x.line() for x in self.samples) + "\n"
+                + self.summary() + "\n```\n")
+
+
+def soak_spec(example: dict[str, Any], teams: int, room: int) -> dict[str, Any]:
+    """The example's pools (room for ``room`` servers, 2 s boots) and those of its
+    profiles open to every team, with ``teams`` generated teams ``soak-NN``."""
+    spec = copy.deepcopy(example)
+    for pool in spec["pools"]:
+        pool.update(maxNodes=max(pool["maxNodes"], room), bootTime="2s",
+                    consolidateAfter="5m")
+    spec.pop("groupIds", None)
+    spec["profiles"] = [p for p in spec["profiles"] if "allowedGroups" not in p]
+    pools = {p["pool"] for p in spec["profiles"]}
+    spec["teams"] = [{"name": f"soak-{t:02d}", "groups": [f"soak-{t:02d}"],
+                      "namespace": f"jhub-soak-{t:02d}",
+                      "quota": {pool: room for pool in sorted(pools)}}
+                     for t in range(teams)]
+    return spec
+
+
+def _team(i: int, teams: int) -> str:
+    return f"soak-{i % teams:02d}"
+
+
+async def _make_users(hub: Hub, sizes: SoakSizes) -> list[str]:
+    names = [f"soak{i:05d}" for i in range(sizes.users)]
+    for i in range(0, len(names), 1000):
+        await hub.request("POST", "/users", {"usernames": names[i:i + 1000]})
+    for t in range(sizes.teams):
+        await hub.request("POST", f"/groups/{_team(t, sizes.teams)}", ok=(201, 409))
+        await hub.request("POST", f"/groups/{_team(t, sizes.teams)}/users",
+                          {"users": names[t::sizes.teams]})
+    return names
+
+
+class Churn:
+    """The churn's counters and its stop signal."""
+
+    def __init__(self):
+        self.pairs = self.cycles = 0
+        self.stop = asyncio.Event()
+
+
+async def _cycle(hub: Hub, names: list[str], worker: int, churn: Churn) -> None:
+    i = worker
+    while not churn.stop.is_set():
+        user = names[i % len(names)]
+        i += CYCLERS
+        await spawn_until_ready(hub, user, {"profile": PROFILE})
+        await asyncio.sleep(HOLD)
+        await stop_until_gone(hub, user)
+        churn.cycles += 1
+
+
+async def _direct(admin: Path, sizes: SoakSizes, churn: Churn) -> None:
+    from kubernetes_asyncio import client, config
+
+    api = await config.new_client_from_config(config_file=str(admin))
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    ns = [f"jhub-{_team(t, sizes.teams)}" for t in range(sizes.teams)]
+    where = {}
+    try:
+        while not churn.stop.is_set():
+            i = churn.pairs
+            where[i] = ns[0] if i % 2 == 0 else ns[(i // 2) % len(ns)]
+            await core.create_namespaced_pod(where[i], memory.pod(i))
+            await custom.create_namespaced_custom_object(*memory.KUEUE, where[i],
+                                                         "workloads", memory.workload(i))
+            if (old := i - LIVE) >= 0:
+                target = where.pop(old)
+                await core.delete_namespaced_pod(memory.pod(old)["metadata"]["name"], target,
+                                                 grace_period_seconds=0)
+                await custom.delete_namespaced_custom_object(
+                    *memory.KUEUE, target, "workloads",
+                    memory.workload(old)["metadata"]["name"])
+            churn.pairs += 1
+            await asyncio.sleep(1 / sizes.rate)
+    finally:
+        await api.close()
+
+
+def _sample(hub: Hub, workdir: Path, state: Path, since: float, began: float,
+            churn: Churn) -> Sample:
+    now = time.time()
+    polls = pollcost.costs_between(workdir, since, now)
+    lags = lag.lags_between(workdir, since, now)
+    requests = apicalls.count_requests(apicalls.read_events(state), apicalls.HUB_USER,
+                                       since, now)
+    return Sample(now - began, hub.rss_mib(), percentile(polls, 50) * 1000,
+                  percentile(polls, 99) * 1000, len(polls), percentile(lags, 99) * 1000,
+                  sum(requests.values()) * 60 / (now - since), churn.pairs, churn.cycles)
+
+
+def hub_errors(log: Path) -> list[str]:
+    """The error lines of a JupyterHub log (``[E ...``) and tracebacks."""
+    return [line for line in log.read_text(errors="replace").splitlines()
+            if line.startswith("[E ") or line.startswith("Traceback")]
+
+
+async def _soak(hub: Hub, sizes: SoakSizes, workdir: Path, state: Path, admin: Path,
+                verdict: Verdict) -> None:
+    names = await _make_users(hub, sizes)
+    steady = names[-STEADY:]
+    await asyncio.gather(*(spawn_until_ready(hub, u, {"profile": PROFILE}) for u in steady))
+    churn = Churn()
+    cycled = names[:-STEADY]
+    workers = [asyncio.create_task(_cycle(hub, cycled, w, churn)) for w in range(CYCLERS)]
+    workers.append(asyncio.create_task(_direct(admin, sizes, churn)))
+    began = since = time.time()
+    try:
+        while time.time() - began < sizes.seconds:
+            await asyncio.sleep(min(sizes.every, sizes.seconds - (time.time() - began)))
+            for w in workers:
+                if w.done() and w.exception():
+                    raise w.exception()
+            verdict.samples.append(_sample(hub, workdir, state, since, began, churn))
+            since = time.time()
+            print(verdict.samples[-1].line(), flush=True)
+    finally:
+        churn.stop.set()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+
+async def run(sizes: SoakSizes, work: Path, offset: int) -> Verdict:
+    work.mkdir(parents=True, exist_ok=True)
+    spec = work / "soak-platform.yaml"
+    room = STEADY + CYCLERS + 10
+    spec.write_text(yaml.safe_dump(soak_spec(yaml.safe_load(EXAMPLE_SPEC.read_text()),
+                                             sizes.teams, room), sort_keys=False))
+    ports, state, verdict = Ports.shifted(offset), work / "cluster", Verdict(sizes)
+    with dev_cluster(spec, state, offset) as (status, kubeconfig), ok_server(ports.ok):
+        hubdir = work / "hub"
+        async with running_hub("gpu", spec, hubdir, ports, kubeconfig) as (hub, _):
+            await _soak(hub, sizes, hubdir, state, Path(status["kubeconfig"]), verdict)
+    verdict.errors = hub_errors(hubdir / "hub.log")
+    print(verdict.summary(), flush=True)
+    return verdict
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.soak",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--minutes", type=float, default=60.0, help="of churn (60)")
+    p.add_argument("--users", type=int, default=2000, help="users of the hub (2000)")
+    p.add_argument("--teams", type=int, default=50, help="team namespaces (50)")
+    p.add_argument("--rate", type=float, default=25.0, help="pod + Workload pairs made and "
+                   "deleted directly a second (25)")
+    p.add_argument("--every", type=float, default=60.0, help="seconds between lines (60)")
+    args = p.parse_args(argv)
+    sizes = SoakSizes(args.teams, args.users, args.minutes * 60, args.rate, args.every)
+    offset = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
+    work = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-soak-"))
+    print(f"soak: working in {work}", flush=True)
+    return 0 if asyncio.run(run(sizes, work, offset)).ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
