@@ -56,6 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(6; short 3)")
     p.add_argument("--window", type=float, help="seconds the full queue is measured over "
                    "(20; short 3)")
+    p.add_argument("--timeout", type=float, help="seconds a burst or fallback spawn may take "
+                   "before it counts as failed, at that value (600; short 60)")
     p.add_argument("--minutes", type=float, help="the whole run's time bound: no round "
                    "starts that would end past it (55; short 3)")
     p.add_argument("--soak-minutes", type=float, help="minutes of the soak's churn (4; short 0.5)")
@@ -65,9 +67,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     full = dict(spawns=12, burst=60, pods=5000, servers=5000, idle=20.0, settle=2.0,
                 rounds=5, max_rounds=12, queue=100, fallback=6, window=20.0, minutes=55.0,
+                timeout=float(spawns.BURST_TIMEOUT),
                 soak_minutes=4.0, soak_users=2000, soak_teams=50)
     short = dict(spawns=2, burst=3, pods=20, servers=50, idle=3.0, settle=0.5, rounds=1,
-                 max_rounds=1, queue=3, fallback=3, window=3.0, minutes=3.0,
+                 max_rounds=1, queue=3, fallback=3, window=3.0, minutes=3.0, timeout=60.0,
                  soak_minutes=0.5, soak_users=40, soak_teams=3)
     for name, value in (short if args.short else full).items():
         if getattr(args, name) is None:
@@ -114,7 +117,7 @@ async def _spawn_rounds(run: Run, args, work: Path, ports: Ports, spec: Path, st
     cluster = rounds.Cluster(spec, state, hub_kubeconfig, Path(status["kubeconfig"]),
                              tuple(t.namespace for t in load_platform(spec).teams), ports)
     sizes = rounds.Sizes(args.spawns, args.burst, args.idle, args.settle, args.queue,
-                         args.fallback, args.window)
+                         args.fallback, args.window, args.timeout)
     done = await run.section("spawns (interleaved rounds)", rounds.interleaved(
         cluster, sizes, work, args.rounds, max(args.rounds, args.max_rounds), deadline,
         widest, run.failed.append))

@@ -34,7 +34,7 @@ class Sizes:
     queue: int
     fallback: int
     window: float  # seconds the queued scenario is measured over
-    timeout: float = 600  # a burst or fallback spawn's limit, censored at it
+    timeout: float  # a burst or fallback spawn's limit, censored at it
 
 
 @dataclass(frozen=True)
