@@ -3,7 +3,8 @@
 Full (``make bench``): brings up a dev cluster of its own (on ports shifted by
 ``JUPYTERHUB_GPU_TEST_PORT_OFFSET``), runs the culler passes, the interleaved spawn
 rounds (:mod:`benchmarks.rounds`), the watch memory and the big spec, then a short soak
-on a cluster of its own (:mod:`benchmarks.soak`), and writes ``docs/benchmarks.md``. ``--short`` (``make bench-short``, CI): the same code with tiny
+on a cluster of its own (:mod:`benchmarks.soak`), and writes ``docs/benchmarks.md``.
+``--short`` (``make bench-short``, CI): the same code with tiny
 numbers, writing to a temporary file unless ``--out`` is given; it only proves that no
 benchmark crashes (it asserts nothing about time). Exit status 1 if any benchmark
 failed (the report then says which).
@@ -214,8 +215,9 @@ async def main(args) -> int:
         run.failed.append("dev cluster")
     seconds = args.soak_minutes * 60
     run.soak = await run.section("soak", soak.run(soak.SoakSizes(
-        args.soak_teams, args.soak_users, seconds, rate=5 if args.short else 25,
-        every=seconds / 3 if args.short else 30), work / "soak", offset))
+        args.soak_teams, args.soak_users, seconds,
+        **(dict(rate=5, every=seconds / 3, steady=2, cyclers=2) if args.short else {})),
+        work / "soak", offset))
     out = args.out or (work / "benchmarks.md" if args.short else DOC)
     out.write_text(render_doc(run, args, time.monotonic() - started))
     print(f"benchmarks: report in {out}; {len(run.rows)} figures", flush=True)

@@ -102,5 +102,9 @@ async def interleaved(cluster: Cluster, sizes: Sizes, workdir: Path, min_rounds:
         print(f"   {len(rounds)} rounds; widest spread of a goal ratio {spread:.0%}", flush=True)
         if (not math.isnan(spread) and spread <= MARGIN) or time.monotonic() + took > deadline:
             break
-    await slate.clean(cluster.admin_kubeconfig, cluster.namespaces)
+    try:  # for the watch memory after the rounds
+        await slate.clean(cluster.admin_kubeconfig, cluster.namespaces)
+    except Exception:
+        traceback.print_exc()
+        failed("clean slate after the rounds")
     return rounds

@@ -6,8 +6,8 @@ example's pools, its profiles open to every team: :func:`soak_spec`), and one
 GPUSpawner hub (:mod:`benchmarks.hub_config`) with ``--users`` users in those teams.
 For ``--minutes``, two kinds of churn:
 
-- real spawn/stop cycles: :data:`STEADY` servers that run throughout (the hub polls
-  them), and :data:`CYCLERS` workers that each start a server, keep it up for
+- real spawn/stop cycles: ``steady`` servers that run throughout (the hub polls
+  them), and ``cyclers`` workers that each start a server, keep it up for
   :data:`HOLD` seconds and stop it, over and over, going through every user in turn
   (so every team namespace gets its shared watches); servers are the answering
   process (:mod:`benchmarks.okserver`);
@@ -45,7 +45,7 @@ from .hubs import Hub, Ports, ok_server, running_hub
 from .spawns import spawn_until_ready, stop_until_gone
 from .stats import percentile, ratio
 
-STEADY, CYCLERS, HOLD = 10, 5, 15.0
+HOLD = 15.0  # seconds a cycled server runs
 LIVE = 100  # directly made pairs alive at once
 WARMUP = 0.2  # of the time
 TOLERANCE = 1.10  # end / warm-up
@@ -59,6 +59,8 @@ class SoakSizes:
     seconds: float
     rate: float = 25.0  # directly made pod + Workload pairs a second
     every: float = 30.0  # seconds between the lines printed
+    steady: int = 10  # servers running throughout
+    cyclers: int = 5  # workers starting and stopping servers
 
 
 @dataclass
@@ -114,7 +116,7 @@ class Verdict:
     def render(self) -> str:
         s = self.sizes
         return (f"{s.teams} team namespaces, {s.users:,} users, {s.seconds / 60:.1f} min of "
-                f"churn ({STEADY} servers running throughout, {CYCLERS} spawn/stop workers, "
+                f"churn ({s.steady} servers running throughout, {s.cyclers} spawn/stop workers, "
                 f"{s.rate:g} pod + Workload pairs a second made and deleted directly).\n\n"
                 "```\n" + "\n".join(x.line() for x in self.samples) + "\n"
                 + self.summary() + "\n```\n")
@@ -160,11 +162,12 @@ class Churn:
         self.stop = asyncio.Event()
 
 
-async def _cycle(hub: Hub, names: list[str], worker: int, churn: Churn) -> None:
+async def _cycle(hub: Hub, names: list[str], worker: int, workers: int,
+                 churn: Churn) -> None:
     i = worker
     while not churn.stop.is_set():
         user = names[i % len(names)]
-        i += CYCLERS
+        i += workers
         await spawn_until_ready(hub, user, {"profile": PROFILE})
         await asyncio.sleep(HOLD)
         await stop_until_gone(hub, user)
@@ -172,28 +175,36 @@ async def _cycle(hub: Hub, names: list[str], worker: int, churn: Churn) -> None:
 
 
 async def _direct(admin: Path, sizes: SoakSizes, churn: Churn) -> None:
+    """Each second, ``rate`` pairs made at once and those :data:`LIVE` pairs older
+    deleted at once (so the rate holds while the API server answers slowly)."""
     from kubernetes_asyncio import client, config
 
     api = await config.new_client_from_config(config_file=str(admin))
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     ns = [f"jhub-{_team(t, sizes.teams)}" for t in range(sizes.teams)]
-    where = {}
+
+    def where(i: int) -> str:  # every other pair in the first namespace
+        return ns[0] if i % 2 == 0 else ns[(i // 2) % len(ns)]
+
+    async def make(i: int) -> None:
+        await core.create_namespaced_pod(where(i), memory.pod(i))
+        await custom.create_namespaced_custom_object(*memory.KUEUE, where(i), "workloads",
+                                                     memory.workload(i))
+
+    async def delete(i: int) -> None:
+        await core.delete_namespaced_pod(memory.pod(i)["metadata"]["name"], where(i),
+                                         grace_period_seconds=0)
+        await custom.delete_namespaced_custom_object(
+            *memory.KUEUE, where(i), "workloads", memory.workload(i)["metadata"]["name"])
+
     try:
         while not churn.stop.is_set():
-            i = churn.pairs
-            where[i] = ns[0] if i % 2 == 0 else ns[(i // 2) % len(ns)]
-            await core.create_namespaced_pod(where[i], memory.pod(i))
-            await custom.create_namespaced_custom_object(*memory.KUEUE, where[i],
-                                                         "workloads", memory.workload(i))
-            if (old := i - LIVE) >= 0:
-                target = where.pop(old)
-                await core.delete_namespaced_pod(memory.pod(old)["metadata"]["name"], target,
-                                                 grace_period_seconds=0)
-                await custom.delete_namespaced_custom_object(
-                    *memory.KUEUE, target, "workloads",
-                    memory.workload(old)["metadata"]["name"])
-            churn.pairs += 1
-            await asyncio.sleep(1 / sizes.rate)
+            tick, first = time.monotonic(), churn.pairs
+            batch = range(first, first + max(1, round(sizes.rate)))
+            await asyncio.gather(*(make(i) for i in batch))
+            await asyncio.gather(*(delete(i - LIVE) for i in batch if i >= LIVE))
+            churn.pairs += len(batch)
+            await asyncio.sleep(max(0.0, 1 - (time.monotonic() - tick)))
     finally:
         await api.close()
 
@@ -219,11 +230,12 @@ def hub_errors(log: Path) -> list[str]:
 async def _soak(hub: Hub, sizes: SoakSizes, workdir: Path, state: Path, admin: Path,
                 verdict: Verdict) -> None:
     names = await _make_users(hub, sizes)
-    steady = names[-STEADY:]
+    steady = names[-sizes.steady:]
     await asyncio.gather(*(spawn_until_ready(hub, u, {"profile": PROFILE}) for u in steady))
     churn = Churn()
-    cycled = names[:-STEADY]
-    workers = [asyncio.create_task(_cycle(hub, cycled, w, churn)) for w in range(CYCLERS)]
+    cycled = names[:-sizes.steady]
+    workers = [asyncio.create_task(_cycle(hub, cycled, w, sizes.cyclers, churn))
+               for w in range(sizes.cyclers)]
     workers.append(asyncio.create_task(_direct(admin, sizes, churn)))
     began = since = time.time()
     try:
@@ -243,7 +255,7 @@ async def _soak(hub: Hub, sizes: SoakSizes, workdir: Path, state: Path, admin: P
 async def run(sizes: SoakSizes, work: Path, offset: int) -> Verdict:
     work.mkdir(parents=True, exist_ok=True)
     spec = work / "soak-platform.yaml"
-    room = STEADY + CYCLERS + 10
+    room = sizes.steady + sizes.cyclers + 10
     spec.write_text(yaml.safe_dump(soak_spec(yaml.safe_load(EXAMPLE_SPEC.read_text()),
                                              sizes.teams, room), sort_keys=False))
     ports, state, verdict = Ports.shifted(offset), work / "cluster", Verdict(sizes)
