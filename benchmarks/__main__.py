@@ -44,7 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(5000; short 20)")
     p.add_argument("--servers", type=int, help="running servers for the culler pass "
                    "(5000; short 50)")
-    p.add_argument("--idle", type=float, help="seconds of idle after the spawns (20; short 3; "
+    p.add_argument("--idle", type=float, help="seconds of idle after the spawns (20; short 2; "
                    "a quarter of it before them too)")
     p.add_argument("--settle", type=float, help="seconds between the RSS samples that "
                    "must agree within 1%% (2; short 0.5)")
@@ -61,7 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "before it counts as failed, at that value (600; short 60)")
     p.add_argument("--minutes", type=float, help="the whole run's time bound: no round "
                    "starts that would end past it (55; short 3)")
-    p.add_argument("--soak-minutes", type=float, help="minutes of the soak's churn (4; short 0.5)")
+    p.add_argument("--soak-minutes", type=float, help="minutes of the soak's churn (4; short 0.25)")
     p.add_argument("--soak-users", type=int, help="users of the soak's hub (2000; short 40)")
     p.add_argument("--soak-teams", type=int, help="team namespaces of the soak (50; short 3)")
     p.add_argument("--note", default="", help="a line for the report, e.g. the machine's load")
@@ -70,9 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                 rounds=5, max_rounds=12, queue=100, fallback=6, window=20.0, minutes=55.0,
                 timeout=float(spawns.BURST_TIMEOUT),
                 soak_minutes=4.0, soak_users=2000, soak_teams=50)
-    short = dict(spawns=2, burst=3, pods=20, servers=50, idle=3.0, settle=0.5, rounds=1,
+    short = dict(spawns=2, burst=3, pods=20, servers=50, idle=2.0, settle=0.5, rounds=1,
                  max_rounds=1, queue=3, fallback=3, window=3.0, minutes=3.0, timeout=60.0,
-                 soak_minutes=0.5, soak_users=40, soak_teams=3)
+                 soak_minutes=0.25, soak_users=40, soak_teams=3)
     for name, value in (short if args.short else full).items():
         if getattr(args, name) is None:
             setattr(args, name, value)

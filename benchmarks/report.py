@@ -48,8 +48,9 @@ class Row:
             return "-"
         if self.spread is None:
             return f"{self.ratio:.2f}"
+        rounds = self.spread.rounds
         return (f"{self.ratio:.2f} ({self.spread.low:.2f}–{self.spread.high:.2f}, "
-                f"{self.spread.rounds} rounds)")
+                f"{rounds} round{'' if rounds == 1 else 's'})")
 
 
 def number(value: float, unit: str = "") -> str:

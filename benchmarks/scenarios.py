@@ -54,9 +54,12 @@ async def queued(hub: Hub, mode: str, queue: int, window: float, idle_rate: floa
     users = {f"queue-{mode}-{i:03d}": QUEUE_TEAM for i in range(queue + QUEUE_QUOTA)}
     await _make_users(hub, users)
     options = _options(mode, QUEUE_TEAM, QUEUE_PROFILE)
-    await asyncio.gather(*(hub.request("POST", f"/users/{u}/server", options)
-                           for u in users))
+    # the hub answers a start that is not done in 10 s (slow_spawn_timeout) only then,
+    # with 202: the answers are awaited after the window, the spawns go on meanwhile
+    starts = asyncio.gather(*(hub.request("POST", f"/users/{u}/server", options)
+                              for u in users))
     seen: Counter = Counter()
+    await asyncio.sleep(1)  # the spawns pending, their progress streams can open
     readers = [asyncio.create_task(_read_progress(hub, u, seen)) for u in users]
     try:
         await asyncio.sleep(window / 3)  # the queue fills, the streams open
@@ -64,6 +67,7 @@ async def queued(hub: Hub, mode: str, queue: int, window: float, idle_rate: floa
         await asyncio.sleep(window)
         spent, took = hub.cpu_seconds() - cpu, time.monotonic() - clock
         lags = lag.lags_between(workdir, start, time.time())
+        await starts
     finally:
         for reader in readers:
             reader.cancel()
