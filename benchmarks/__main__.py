@@ -39,12 +39,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="the report (default: docs/benchmarks.md; "
                    "--short: a temporary file)")
     p.add_argument("--spawns", type=int, help="sequential spawns per hub a round (12; short 2)")
-    p.add_argument("--burst", type=int, help="concurrent spawns per hub a round (60; short 3)")
+    p.add_argument("--burst", type=int, help="concurrent spawns per hub a round (50; short 3)")
     p.add_argument("--pods", type=int, help="pods and Workloads for the watch memory "
                    "(5000; short 20)")
     p.add_argument("--servers", type=int, help="running servers for the culler pass "
                    "(5000; short 50)")
-    p.add_argument("--idle", type=float, help="seconds of idle after the spawns (20; short 2; "
+    p.add_argument("--idle", type=float, help="seconds of idle after the spawns (15; short 2; "
                    "a quarter of it before them too)")
     p.add_argument("--settle", type=float, help="seconds between the RSS samples that "
                    "must agree within 1%% (2; short 0.5)")
@@ -56,20 +56,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--fallback", type=int, help="concurrent spawns of the fallback profile "
                    "(6; short 3)")
     p.add_argument("--window", type=float, help="seconds the full queue is measured over "
-                   "(20; short 3)")
+                   "(15; short 3)")
     p.add_argument("--timeout", type=float, help="seconds a burst or fallback spawn may take "
                    "before it counts as failed, at that value (600; short 60)")
     p.add_argument("--minutes", type=float, help="the whole run's time bound: no round "
                    "starts that would end past it (55; short 3)")
-    p.add_argument("--soak-minutes", type=float, help="minutes of the soak's churn (4; short 0.25)")
+    p.add_argument("--soak-minutes", type=float, help="minutes of the soak's churn (3; short 0.25)")
     p.add_argument("--soak-users", type=int, help="users of the soak's hub (2000; short 40)")
     p.add_argument("--soak-teams", type=int, help="team namespaces of the soak (50; short 3)")
     p.add_argument("--note", default="", help="a line for the report, e.g. the machine's load")
     args = p.parse_args(argv)
-    full = dict(spawns=12, burst=60, pods=5000, servers=5000, idle=20.0, settle=2.0,
-                rounds=5, max_rounds=12, queue=100, fallback=6, window=20.0, minutes=55.0,
+    full = dict(spawns=12, burst=50, pods=5000, servers=5000, idle=15.0, settle=2.0,
+                rounds=5, max_rounds=12, queue=100, fallback=6, window=15.0, minutes=55.0,
                 timeout=float(spawns.BURST_TIMEOUT),
-                soak_minutes=4.0, soak_users=2000, soak_teams=50)
+                soak_minutes=3.0, soak_users=2000, soak_teams=50)
     short = dict(spawns=2, burst=3, pods=20, servers=50, idle=2.0, settle=0.5, rounds=1,
                  max_rounds=1, queue=3, fallback=3, window=3.0, minutes=3.0, timeout=60.0,
                  soak_minutes=0.25, soak_users=40, soak_teams=3)

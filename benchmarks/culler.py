@@ -133,9 +133,9 @@ async def run(workdir: Path, ports: Ports, spec: Path, n: int,
         for _ in range(rounds):
             stock.append(await _pass(hub, "stock", spec))
             ours.append(await _pass(hub, "ours", spec))
-            if prometheus:
-                off.append(await _pass(hub, "ours", gpu_spec))
-                on.append(await _pass(hub, "ours", gpu_spec, prometheus))
+        if prometheus:  # one pair: a figure of ours alone, with no goal
+            off.append(await _pass(hub, "ours", gpu_spec))
+            on.append(await _pass(hub, "ours", gpu_spec, prometheus))
     label = f"{n:,} running servers"
     rows = [Row.rounds("culler", f"one decision pass, {label}: wall time", "s",
                        Spread.of([s for s, _ in ours], [s for s, _ in stock]),

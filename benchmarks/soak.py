@@ -57,7 +57,7 @@ class SoakSizes:
     teams: int
     users: int
     seconds: float
-    rate: float = 25.0  # directly made pod + Workload pairs a second
+    rate: float = 40.0  # directly made pod + Workload pairs a second
     every: float = 30.0  # seconds between the lines printed
     steady: int = 10  # servers running throughout
     cyclers: int = 5  # workers starting and stopping servers
@@ -274,8 +274,8 @@ def main(argv=None) -> int:
     p.add_argument("--minutes", type=float, default=60.0, help="of churn (60)")
     p.add_argument("--users", type=int, default=2000, help="users of the hub (2000)")
     p.add_argument("--teams", type=int, default=50, help="team namespaces (50)")
-    p.add_argument("--rate", type=float, default=25.0, help="pod + Workload pairs made and "
-                   "deleted directly a second (25)")
+    p.add_argument("--rate", type=float, default=SoakSizes.rate, help="pod + Workload pairs "
+                   f"made and deleted directly a second ({SoakSizes.rate:g})")
     p.add_argument("--every", type=float, default=60.0, help="seconds between lines (60)")
     args = p.parse_args(argv)
     sizes = SoakSizes(args.teams, args.users, args.minutes * 60, args.rate, args.every)
