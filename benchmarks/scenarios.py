@@ -21,6 +21,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import aiohttp
+
 from jupyterhub_gpu.contract import NODEPOOL_LABEL
 
 from . import lag
@@ -35,11 +37,11 @@ FALLBACK_POOLS = ("a100spot", "a100")  # the profile's pools, in order (config/p
 FALLBACK_FIRST = 2  # units of the first pool the team has: the rest fall back
 
 
-async def _read_progress(hub: Hub, user: str, seen: Counter) -> None:
+async def _read_progress(hub: Hub, http, user: str, seen: Counter) -> None:
     """Read ``user``'s progress stream (server-sent events) until cancelled."""
     url = f"{hub.api}/users/{user}/server/progress"
     with contextlib.suppress(Exception):  # a stream that ends or fails just stops
-        async with hub.http.get(url, headers=hub.headers) as r:
+        async with http.get(url, headers=hub.headers) as r:
             async for line in r.content:
                 if line.startswith(b"data:"):
                     seen[user] += 1
@@ -60,7 +62,10 @@ async def queued(hub: Hub, mode: str, queue: int, window: float, idle_rate: floa
                               for u in users))
     seen: Counter = Counter()
     await asyncio.sleep(1)  # the spawns pending, their progress streams can open
-    readers = [asyncio.create_task(_read_progress(hub, u, seen)) for u in users]
+    # a client of their own, without a limit of connections: one each, held open
+    streams = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                    timeout=aiohttp.ClientTimeout(total=None))
+    readers = [asyncio.create_task(_read_progress(hub, streams, u, seen)) for u in users]
     try:
         await asyncio.sleep(window / 3)  # the queue fills, the streams open
         start, cpu, clock = time.time(), hub.cpu_seconds(), time.monotonic()
@@ -72,6 +77,7 @@ async def queued(hub: Hub, mode: str, queue: int, window: float, idle_rate: floa
         for reader in readers:
             reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
+        await streams.close()
     events = sum(seen.values())
     await _stop_all(hub, users)
     return {"cpu_per_s": net_rate(spent, took, idle_rate) / took,
