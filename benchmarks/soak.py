@@ -19,8 +19,9 @@ For ``--minutes``, two kinds of churn:
 Every ``--every`` seconds it prints the hub's RSS, the cost of its ``poll()`` calls
 (:mod:`benchmarks.pollcost`), its event-loop lag (:mod:`benchmarks.lag`), its API
 requests a minute (the audit log) and the churn so far. The verdict: the RSS and the
-median ``poll()`` cost of the last interval within 10% of those at the end of the
-warm-up (the first :data:`WARMUP` of the time), and no error in the hub's log.
+median ``poll()`` cost of the last interval within 10% of those of the first interval
+after the warm-up (the first :data:`WARMUP` of the time; of the intervals with a poll),
+and no error in the hub's log.
 Exit status 1 if the verdict fails.
 """
 
@@ -88,19 +89,21 @@ class Verdict:
     samples: list[Sample] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # the hub log's error lines
 
-    def _warm(self) -> Sample | None:
-        warm = [s for s in self.samples if s.at >= WARMUP * self.sizes.seconds]
-        return warm[0] if warm and warm[0] is not self.samples[-1] else None
+    def _ends(self) -> tuple[Sample, Sample] | None:
+        """The first interval after the warm-up and the last, of those with polls."""
+        polled = [s for s in self.samples if s.polls]
+        warm = [s for s in polled if s.at >= WARMUP * self.sizes.seconds]
+        return (warm[0], polled[-1]) if warm and warm[0] is not polled[-1] else None
 
     @property
     def rss_ratio(self) -> float:
-        warm = self._warm()
-        return ratio(self.samples[-1].rss_mib, warm.rss_mib) if warm else float("nan")
+        ends = self._ends()
+        return ratio(ends[1].rss_mib, ends[0].rss_mib) if ends else float("nan")
 
     @property
     def poll_ratio(self) -> float:
-        warm = self._warm()
-        return ratio(self.samples[-1].poll_p50_ms, warm.poll_p50_ms) if warm else float("nan")
+        ends = self._ends()
+        return ratio(ends[1].poll_p50_ms, ends[0].poll_p50_ms) if ends else float("nan")
 
     @property
     def ok(self) -> bool:

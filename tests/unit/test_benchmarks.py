@@ -259,6 +259,8 @@ def test_the_soak_spec_has_the_teams_asked_and_its_verdict_compares_end_with_war
     assert not verdict.ok and "FAIL" in verdict.summary()
     assert not Verdict(SoakSizes(1, 1, 100), [sample(100, 1, 1)]).ok  # no warm-up sample
     verdict.samples.pop()
+    unpolled = Sample(30, 500, math.nan, math.nan, 0, 1.0, 5.0, 0, 0)  # left out
+    assert Verdict(SoakSizes(1, 1, 100), [unpolled, *verdict.samples]).rss_ratio == 1.05
     verdict.errors = ["[E 2026-12-07 10:00:00.000 JupyterHub app:1] boom"]
     assert not verdict.ok and "boom" in verdict.render()
 
