@@ -63,7 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "starts that would end past it (55; short 3)")
     p.add_argument("--soak-minutes", type=float, help="minutes of the soak's churn (3; short 0.25)")
     p.add_argument("--soak-users", type=int, help="users of the soak's hub (2000; short 40)")
-    p.add_argument("--soak-teams", type=int, help="team namespaces of the soak (50; short 3)")
+    p.add_argument("--soak-teams", type=int, help="team namespaces of the soak (50; short: "
+                   "the benchmarks' cluster's 3)")
     p.add_argument("--note", default="", help="a line for the report, e.g. the machine's load")
     args = p.parse_args(argv)
     full = dict(spawns=12, burst=50, pods=5000, servers=5000, idle=15.0, settle=2.0,
@@ -154,6 +155,16 @@ async def _cluster_sections(run: Run, args, work: Path, ports: Ports, offset: in
                         "ours resume their watch")]
         rows = await run.section("big spec", _big_spec(run, args, work, ports, hub_kubeconfig))
         run.rows += rows or []
+        if args.short:  # a tiny soak on this cluster's teams: no second cluster
+            run.soak = await run.section("soak", soak.on_cluster(
+                _soak_sizes(args), spec, state, admin, hub_kubeconfig, ports,
+                work / "soak-hub"))
+
+
+def _soak_sizes(args) -> soak.SoakSizes:
+    seconds = args.soak_minutes * 60
+    return soak.SoakSizes(args.soak_teams, args.soak_users, seconds, **(
+        dict(rate=5, every=seconds / 3, steady=2, cyclers=2) if args.short else {}))
 
 
 async def _big_spec(run, args, work, ports, kubeconfig):
@@ -206,18 +217,16 @@ async def main(args) -> int:
     print(f"benchmarks: working in {work}", flush=True)
     started = time.monotonic()
     run = Run()
-    # the soak's own cluster and hub come after, and take their own minutes
+    # the soak's own cluster and hub come after (not --short), and take their own minutes
     deadline = started + 60 * max(args.minutes - args.soak_minutes - AFTER_ROUNDS, 0)
     try:
         await _cluster_sections(run, args, work, ports, offset, deadline)
     except Exception:
         traceback.print_exc()
         run.failed.append("dev cluster")
-    seconds = args.soak_minutes * 60
-    run.soak = await run.section("soak", soak.run(soak.SoakSizes(
-        args.soak_teams, args.soak_users, seconds,
-        **(dict(rate=5, every=seconds / 3, steady=2, cyclers=2) if args.short else {})),
-        work / "soak", offset))
+    if not args.short:  # its own cluster of 50 team namespaces (short: the same one)
+        run.soak = await run.section("soak", soak.run(_soak_sizes(args), work / "soak",
+                                                      offset))
     out = args.out or (work / "benchmarks.md" if args.short else DOC)
     out.write_text(render_doc(run, args, time.monotonic() - started))
     print(f"benchmarks: report in {out}; {len(run.rows)} figures", flush=True)

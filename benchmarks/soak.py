@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
 import os
 import sys
 import tempfile
@@ -142,18 +143,21 @@ def soak_spec(example: dict[str, Any], teams: int, room: int) -> dict[str, Any]:
     return spec
 
 
-def _team(i: int, teams: int) -> str:
-    return f"soak-{i % teams:02d}"
+def _teams(spec: Path) -> list[tuple[str, str]]:
+    """``(group, namespace)`` of each team of the spec."""
+    from jupyterhub_gpu.spec.parse import load_platform
+
+    return [(sorted(t.groups)[0], t.namespace) for t in load_platform(spec).teams]
 
 
-async def _make_users(hub: Hub, sizes: SoakSizes) -> list[str]:
-    names = [f"soak{i:05d}" for i in range(sizes.users)]
+async def _make_users(hub: Hub, users: int, teams: list[tuple[str, str]]) -> list[str]:
+    """``users`` users, user ``i`` in the group of team ``i % len(teams)``."""
+    names = [f"soak{i:05d}" for i in range(users)]
     for i in range(0, len(names), 1000):
         await hub.request("POST", "/users", {"usernames": names[i:i + 1000]})
-    for t in range(sizes.teams):
-        await hub.request("POST", f"/groups/{_team(t, sizes.teams)}", ok=(201, 409))
-        await hub.request("POST", f"/groups/{_team(t, sizes.teams)}/users",
-                          {"users": names[t::sizes.teams]})
+    for t, (group, _) in enumerate(teams):
+        await hub.request("POST", f"/groups/{group}", ok=(201, 409))
+        await hub.request("POST", f"/groups/{group}/users", {"users": names[t::len(teams)]})
     return names
 
 
@@ -177,14 +181,13 @@ async def _cycle(hub: Hub, names: list[str], worker: int, workers: int,
         churn.cycles += 1
 
 
-async def _direct(admin: Path, sizes: SoakSizes, churn: Churn) -> None:
+async def _direct(admin: Path, ns: list[str], rate: float, churn: Churn) -> None:
     """Each second, ``rate`` pairs made at once and those :data:`LIVE` pairs older
     deleted at once (so the rate holds while the API server answers slowly)."""
     from kubernetes_asyncio import client, config
 
     api = await config.new_client_from_config(config_file=str(admin))
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    ns = [f"jhub-{_team(t, sizes.teams)}" for t in range(sizes.teams)]
 
     def where(i: int) -> str:  # every other pair in the first namespace
         return ns[0] if i % 2 == 0 else ns[(i // 2) % len(ns)]
@@ -203,7 +206,7 @@ async def _direct(admin: Path, sizes: SoakSizes, churn: Churn) -> None:
     try:
         while not churn.stop.is_set():
             tick, first = time.monotonic(), churn.pairs
-            batch = range(first, first + max(1, round(sizes.rate)))
+            batch = range(first, first + max(1, round(rate)))
             await asyncio.gather(*(make(i) for i in batch))
             await asyncio.gather(*(delete(i - LIVE) for i in batch if i >= LIVE))
             churn.pairs += len(batch)
@@ -230,16 +233,17 @@ def hub_errors(log: Path) -> list[str]:
             if line.startswith("[E ") or line.startswith("Traceback")]
 
 
-async def _soak(hub: Hub, sizes: SoakSizes, workdir: Path, state: Path, admin: Path,
-                verdict: Verdict) -> None:
-    names = await _make_users(hub, sizes)
+async def _soak(hub: Hub, sizes: SoakSizes, teams: list[tuple[str, str]], workdir: Path,
+                state: Path, admin: Path, verdict: Verdict) -> None:
+    names = await _make_users(hub, sizes.users, teams)
     steady = names[-sizes.steady:]
     await asyncio.gather(*(spawn_until_ready(hub, u, {"profile": PROFILE}) for u in steady))
     churn = Churn()
     cycled = names[:-sizes.steady]
     workers = [asyncio.create_task(_cycle(hub, cycled, w, sizes.cyclers, churn))
                for w in range(sizes.cyclers)]
-    workers.append(asyncio.create_task(_direct(admin, sizes, churn)))
+    workers.append(asyncio.create_task(_direct(admin, [ns for _, ns in teams], sizes.rate,
+                                               churn)))
     began = since = time.time()
     try:
         while time.time() - began < sizes.seconds:
@@ -255,20 +259,30 @@ async def _soak(hub: Hub, sizes: SoakSizes, workdir: Path, state: Path, admin: P
         await asyncio.gather(*workers, return_exceptions=True)
 
 
+async def on_cluster(sizes: SoakSizes, spec: Path, state: Path, admin: Path,
+                     hub_kubeconfig: Path, ports: Ports, hubdir: Path) -> Verdict:
+    """The soak on a dev cluster that is up with ``spec`` (its teams are the soak's;
+    the answering server must be up too); ``admin``: the admin's kubeconfig."""
+    teams = _teams(spec)
+    verdict = Verdict(dataclasses.replace(sizes, teams=len(teams)))
+    async with running_hub("gpu", spec, hubdir, ports, hub_kubeconfig) as (hub, _):
+        await _soak(hub, verdict.sizes, teams, hubdir, state, admin, verdict)
+    verdict.errors = hub_errors(hubdir / "hub.log")
+    print(verdict.summary(), flush=True)
+    return verdict
+
+
 async def run(sizes: SoakSizes, work: Path, offset: int) -> Verdict:
+    """The soak on a dev cluster of its own, with :func:`soak_spec`."""
     work.mkdir(parents=True, exist_ok=True)
     spec = work / "soak-platform.yaml"
     room = sizes.steady + sizes.cyclers + 10
     spec.write_text(yaml.safe_dump(soak_spec(yaml.safe_load(EXAMPLE_SPEC.read_text()),
                                              sizes.teams, room), sort_keys=False))
-    ports, state, verdict = Ports.shifted(offset), work / "cluster", Verdict(sizes)
+    ports, state = Ports.shifted(offset), work / "cluster"
     with dev_cluster(spec, state, offset) as (status, kubeconfig), ok_server(ports.ok):
-        hubdir = work / "hub"
-        async with running_hub("gpu", spec, hubdir, ports, kubeconfig) as (hub, _):
-            await _soak(hub, sizes, hubdir, state, Path(status["kubeconfig"]), verdict)
-    verdict.errors = hub_errors(hubdir / "hub.log")
-    print(verdict.summary(), flush=True)
-    return verdict
+        return await on_cluster(sizes, spec, state, Path(status["kubeconfig"]), kubeconfig,
+                                ports, work / "hub")
 
 
 def main(argv=None) -> int:
