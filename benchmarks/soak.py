@@ -181,6 +181,12 @@ async def _cycle(hub: Hub, names: list[str], worker: int, workers: int,
         churn.cycles += 1
 
 
+def _named(obj: dict, kind: str, i: int) -> dict:
+    """``obj`` named ``soak-<kind>-<i>``: apart from the watch memory's objects."""
+    obj["metadata"]["name"] = f"soak-{kind}-{i:06d}"
+    return obj
+
+
 async def _direct(admin: Path, ns: list[str], rate: float, churn: Churn) -> None:
     """Each second, ``rate`` pairs made at once and those :data:`LIVE` pairs older
     deleted at once (so the rate holds while the API server answers slowly)."""
@@ -193,15 +199,15 @@ async def _direct(admin: Path, ns: list[str], rate: float, churn: Churn) -> None
         return ns[0] if i % 2 == 0 else ns[(i // 2) % len(ns)]
 
     async def make(i: int) -> None:
-        await core.create_namespaced_pod(where(i), memory.pod(i))
-        await custom.create_namespaced_custom_object(*memory.KUEUE, where(i), "workloads",
-                                                     memory.workload(i))
+        await core.create_namespaced_pod(where(i), _named(memory.pod(i), "pod", i))
+        await custom.create_namespaced_custom_object(
+            *memory.KUEUE, where(i), "workloads", _named(memory.workload(i), "wl", i))
 
     async def delete(i: int) -> None:
-        await core.delete_namespaced_pod(memory.pod(i)["metadata"]["name"], where(i),
+        await core.delete_namespaced_pod(f"soak-pod-{i:06d}", where(i),
                                          grace_period_seconds=0)
-        await custom.delete_namespaced_custom_object(
-            *memory.KUEUE, where(i), "workloads", memory.workload(i)["metadata"]["name"])
+        await custom.delete_namespaced_custom_object(*memory.KUEUE, where(i), "workloads",
+                                                     f"soak-wl-{i:06d}")
 
     try:
         while not churn.stop.is_set():
