@@ -1,10 +1,12 @@
-"""Items 1-4 on the dev cluster, each hub in turn (plain KubeSpawner, then GPUSpawner):
+"""Items 1-4 on the dev cluster, for one hub (:mod:`benchmarks.rounds` runs them for
+each hub of each round):
 
 1. N sequential spawns and stops of one user through the hub's REST API: spawn
-   latency as the hub logs it ("took X seconds to start"), hub CPU-seconds per spawn;
+   latency as the hub logs it ("took X seconds to start"), hub CPU-seconds per spawn
+   net of its idle CPU rate;
 2. the hub's API requests per spawn, and per minute at idle (audit log);
-3. a burst of B concurrent spawns over the three teams: time to ready, errors, the
-   hub's event-loop lag;
+3. a burst of B concurrent spawns over the three teams: time to ready (failures
+   counted as the timeout), errors, the hub's event-loop lag;
 4. hub RSS once the hub watches a namespace holding P pods and P Workloads.
 
 Pods run on kwok nodes Karpenter starts; a pod's "server" is the answering server
