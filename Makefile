@@ -83,10 +83,12 @@ test-cluster: build system-packages
 	  --no-loadscope-reorder --durations=50
 
 # Benchmarks against plain KubeSpawner and the stock culler (docs/benchmarks.md): a dev
-# cluster of their own; `bench` rewrites docs/benchmarks.md, `bench-short` (CI) runs
-# every benchmark with tiny numbers and fails only if one crashes (BENCH_ARGS: more
-# arguments for `bench`, e.g. BENCH_ARGS='--note "..."'). They need the
-# project's venv and the cluster's binaries, not the IaC scanner's venv.
+# cluster of their own, the two hubs in interleaved rounds, then a soak on a cluster of
+# its own; `bench` (at most 60 min on 2 cores) rewrites docs/benchmarks.md,
+# `bench-short` (CI, a tiny soak included) runs every benchmark with tiny numbers and
+# fails only if one crashes (BENCH_ARGS: more arguments for `bench`, e.g.
+# BENCH_ARGS='--note "..."'). The long soak: python -m benchmarks.soak --minutes 60.
+# They need the project's venv and the cluster's binaries, not the IaC scanner's venv.
 bench-build: install
 	$(BIN)/jupyterhub-gpu devcluster build
 

@@ -1,8 +1,10 @@
 """``python -m benchmarks [--short] [--out FILE]``: every benchmark, then the report.
 
 Full (``make bench``): brings up a dev cluster of its own (on ports shifted by
-``JUPYTERHUB_GPU_TEST_PORT_OFFSET``), runs items 1-6 of the benchmarks issue and writes
-``docs/benchmarks.md``. ``--short`` (``make bench-short``, CI): the same code with tiny
+``JUPYTERHUB_GPU_TEST_PORT_OFFSET``), runs the culler passes, the interleaved spawn
+rounds (:mod:`benchmarks.rounds`), the watch memory and the big spec, then a short soak
+on a cluster of its own (:mod:`benchmarks.soak`), and writes ``docs/benchmarks.md``.
+``--short`` (``make bench-short``, CI): the same code with tiny
 numbers, writing to a temporary file unless ``--out`` is given; it only proves that no
 benchmark crashes (it asserts nothing about time). Exit status 1 if any benchmark
 failed (the report then says which).
@@ -19,13 +21,16 @@ import time
 import traceback
 from pathlib import Path
 
-from . import bigspec, culler, memory, spawns
+from . import bigspec, culler, memory, rounds, soak, spawns
 from .devcluster import EXAMPLE_SPEC, dev_cluster, prometheus_url, write_bench_spec
 from .hubs import REPO, Ports, ok_server, running_hub
 from .report import Row, git_commit, render_table, this_machine
-from .rows import spawn_rows
+from .rows import spawn_rows, widest
 
 DOC = REPO / "docs" / "benchmarks.md"
+#: minutes the sections after the spawn rounds take besides the soak's churn (watch
+#: memory, big spec, the soak's cluster and users): no round starts into them
+AFTER_ROUNDS = 8
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -33,19 +38,42 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--short", action="store_true", help="tiny numbers: only that nothing crashes")
     p.add_argument("--out", type=Path, help="the report (default: docs/benchmarks.md; "
                    "--short: a temporary file)")
-    p.add_argument("--spawns", type=int, help="sequential spawns per hub (20; short 2)")
-    p.add_argument("--burst", type=int, help="concurrent spawns per hub (300; short 3)")
+    p.add_argument("--spawns", type=int, help="sequential spawns per hub a round (12; short 2)")
+    p.add_argument("--burst", type=int, help="concurrent spawns per hub a round (50; short 3)")
     p.add_argument("--pods", type=int, help="pods and Workloads for the watch memory "
                    "(5000; short 20)")
     p.add_argument("--servers", type=int, help="running servers for the culler pass "
                    "(5000; short 50)")
-    p.add_argument("--idle", type=float, help="seconds of idle after the spawns (60; short 3)")
+    p.add_argument("--idle", type=float, help="seconds of idle after the spawns (15; short 2; "
+                   "a quarter of it before them too)")
     p.add_argument("--settle", type=float, help="seconds between the RSS samples that "
                    "must agree within 1%% (2; short 0.5)")
+    p.add_argument("--rounds", type=int, help="least interleaved rounds of the spawn "
+                   "benchmarks (5; short 1); more while a goal ratio's spread is wider "
+                   "than 5%% and the time left allows")
+    p.add_argument("--max-rounds", type=int, help="most rounds (12; short 1)")
+    p.add_argument("--queue", type=int, help="spawns waiting in the full queue (100; short 3)")
+    p.add_argument("--fallback", type=int, help="concurrent spawns of the fallback profile "
+                   "(6; short 3)")
+    p.add_argument("--window", type=float, help="seconds the full queue is measured over "
+                   "(15; short 3)")
+    p.add_argument("--timeout", type=float, help="seconds a burst or fallback spawn may take "
+                   "before it counts as failed, at that value (600; short 60)")
+    p.add_argument("--minutes", type=float, help="the whole run's time bound: no round "
+                   "starts that would end past it (55; short 3)")
+    p.add_argument("--soak-minutes", type=float, help="minutes of the soak's churn (3; short 0.25)")
+    p.add_argument("--soak-users", type=int, help="users of the soak's hub (2000; short 40)")
+    p.add_argument("--soak-teams", type=int, help="team namespaces of the soak (50; short: "
+                   "the benchmarks' cluster's 3)")
     p.add_argument("--note", default="", help="a line for the report, e.g. the machine's load")
     args = p.parse_args(argv)
-    full = dict(spawns=20, burst=300, pods=5000, servers=5000, idle=60.0, settle=2.0)
-    short = dict(spawns=2, burst=3, pods=20, servers=50, idle=3.0, settle=0.5)
+    full = dict(spawns=12, burst=50, pods=5000, servers=5000, idle=15.0, settle=2.0,
+                rounds=5, max_rounds=12, queue=100, fallback=6, window=15.0, minutes=55.0,
+                timeout=float(spawns.BURST_TIMEOUT),
+                soak_minutes=3.0, soak_users=2000, soak_teams=50)
+    short = dict(spawns=2, burst=3, pods=20, servers=50, idle=2.0, settle=0.5, rounds=1,
+                 max_rounds=1, queue=3, fallback=3, window=3.0, minutes=3.0, timeout=60.0,
+                 soak_minutes=0.25, soak_users=40, soak_teams=3)
     for name, value in (short if args.short else full).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -59,6 +87,7 @@ class Run:
         self.rows: list[Row] = []
         self.failed: list[str] = []
         self.seconds: dict[str, float] = {}
+        self.soak = None  # benchmarks.soak.Verdict
 
     async def section(self, name: str, coroutine):
         started = time.monotonic()
@@ -83,20 +112,30 @@ async def _hub_startups(spec: Path, work: Path, ports: Ports, kubeconfig: Path):
     return tuple(times)
 
 
-async def _cluster_sections(run: Run, args, work: Path, ports: Ports, offset: int) -> None:
-    spec = write_bench_spec(work, room=max(args.burst, 10))
+async def _spawn_rounds(run: Run, args, work: Path, ports: Ports, spec: Path, state: Path,
+                        status: dict, hub_kubeconfig: Path, deadline: float) -> None:
+    from jupyterhub_gpu.spec.parse import load_platform
+
+    cluster = rounds.Cluster(spec, state, hub_kubeconfig, Path(status["kubeconfig"]),
+                             tuple(t.namespace for t in load_platform(spec).teams), ports)
+    sizes = rounds.Sizes(args.spawns, args.burst, args.idle, args.settle, args.queue,
+                         args.fallback, args.window, args.timeout)
+    done = await run.section("spawns (interleaved rounds)", rounds.interleaved(
+        cluster, sizes, work, args.rounds, max(args.rounds, args.max_rounds), deadline,
+        widest, run.failed.append))
+    run.rows += spawn_rows(done or [], args.burst)
+
+
+async def _cluster_sections(run: Run, args, work: Path, ports: Ports, offset: int,
+                            deadline: float) -> None:
+    spec = write_bench_spec(work, room=max(args.burst, args.queue, 10))
     state = work / "cluster"
     with dev_cluster(spec, state, offset) as (status, hub_kubeconfig), ok_server(ports.ok):
         culled = await run.section("culler", culler.run(
-            work, ports, EXAMPLE_SPEC, args.servers, prometheus_url(offset)))
+            work, ports, EXAMPLE_SPEC, args.servers, prometheus_url(offset), args.rounds))
         run.rows += culled or []
-        figures = {}
-        for mode in ("kube", "gpu"):
-            figures[mode] = await run.section(f"spawns ({mode})", spawns.measure_hub(
-                mode, spec, state, hub_kubeconfig, work, ports, args.spawns, args.burst,
-                args.idle, args.settle))
-        if all(figures.values()):
-            run.rows += spawn_rows(figures["gpu"], figures["kube"], args.burst)
+        await _spawn_rounds(run, args, work, ports, spec, state, status, hub_kubeconfig,
+                            deadline)
         admin = Path(status["kubeconfig"])
         await run.section("watch memory: populate", memory.populate(admin, args.pods))
         if "watch memory: populate" not in run.failed:
@@ -108,14 +147,24 @@ async def _cluster_sections(run: Run, args, work: Path, ports: Ports, offset: in
                 objects = f"{args.pods:,} pods + {args.pods:,} Workloads in the namespace"
                 run.rows += [
                     Row("watch memory", f"hub RSS, {objects}", "MiB", rss["gpu"][0],
-                        rss["kube"][0], "",
-                        "GPUSpawner also watches Workloads; KubeSpawner does not"),
+                        rss["kube"][0], "ratio <= 1.05",
+                        "one run of each hub; GPUSpawner also watches Workloads"),
                     Row("watch memory", f"hub CPU per minute at idle, {objects}", "s",
                         rss["gpu"][1], rss["kube"][1], "",
                         "KubeSpawner's reflectors list their objects again every 10 s; "
                         "ours resume their watch")]
         rows = await run.section("big spec", _big_spec(run, args, work, ports, hub_kubeconfig))
         run.rows += rows or []
+        if args.short:  # a tiny soak on this cluster's teams: no second cluster
+            run.soak = await run.section("soak", soak.on_cluster(
+                _soak_sizes(args), spec, state, admin, hub_kubeconfig, ports,
+                work / "soak-hub"))
+
+
+def _soak_sizes(args) -> soak.SoakSizes:
+    seconds = args.soak_minutes * 60
+    return soak.SoakSizes(args.soak_teams, args.soak_users, seconds, **(
+        dict(rate=5, every=seconds / 3, steady=2, cyclers=2) if args.short else {}))
 
 
 async def _big_spec(run, args, work, ports, kubeconfig):
@@ -139,7 +188,9 @@ def render_doc(run: Run, args, wall: float) -> str:
             f"Run of `python -m benchmarks{' --short' if args.short else ''}` at commit "
             f"{git_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
             f"{wall / 60:.1f} min in all ({timings}).\n{args.note and chr(10) + args.note + chr(10)}"
-            f"{failed}\n{render_table(run.rows)}\n\n### Machine and versions\n\n"
+            f"{failed}\n{render_table(run.rows)}\n\n### Soak\n\n"
+            f"{run.soak.render() if run.soak else 'Not run, or it failed (see above).'}\n"
+            f"\n### Machine and versions\n\n"
             f"{this_machine(_cluster_versions()).render()}\n\n"
             + (REPO / "benchmarks" / "doc_findings.md").read_text())
 
@@ -166,11 +217,16 @@ async def main(args) -> int:
     print(f"benchmarks: working in {work}", flush=True)
     started = time.monotonic()
     run = Run()
+    # the soak's own cluster and hub come after (not --short), and take their own minutes
+    deadline = started + 60 * max(args.minutes - args.soak_minutes - AFTER_ROUNDS, 0)
     try:
-        await _cluster_sections(run, args, work, ports, offset)
+        await _cluster_sections(run, args, work, ports, offset, deadline)
     except Exception:
         traceback.print_exc()
         run.failed.append("dev cluster")
+    if not args.short:  # its own cluster of 50 team namespaces (short: the same one)
+        run.soak = await run.section("soak", soak.run(_soak_sizes(args), work / "soak",
+                                                      offset))
     out = args.out or (work / "benchmarks.md" if args.short else DOC)
     out.write_text(render_doc(run, args, time.monotonic() - started))
     print(f"benchmarks: report in {out}; {len(run.rows)} figures", flush=True)

@@ -13,6 +13,8 @@ import dataclasses
 from typing import Any
 
 from jupyterhub_gpu.builders.pod import CHECKPOINT_VOLUME, spawn_settings
+from jupyterhub_gpu.contract import POOL_GATE
+from jupyterhub_gpu.spec.boot import spawn_patience
 from jupyterhub_gpu.spec.grant import UserRef, authorize
 from jupyterhub_gpu.spec.model import Platform
 
@@ -32,6 +34,16 @@ def baseline_slug(profile: str, team: str) -> str:
     return f"{profile}--{team}"
 
 
+def _without_pool_gate(settings):
+    """A fallback profile's pods carry a scheduling gate of ours that only GPUSpawner
+    lifts (it records the pool Kueue chose); KubeSpawner's pods go without it."""
+    pod_config = dict(settings.extra_pod_config or {})
+    gates = [g for g in pod_config.pop("schedulingGates", []) if g["name"] != POOL_GATE]
+    if gates:
+        pod_config["schedulingGates"] = gates
+    return dataclasses.replace(settings, extra_pod_config=pod_config)
+
+
 def profile_list(platform: Platform) -> list[dict[str, Any]]:
     """KubeSpawner's ``profile_list`` equivalent to the spec's profiles."""
     entries = []
@@ -48,10 +60,10 @@ def profile_list(platform: Platform) -> list[dict[str, Any]]:
             mounts = [dict(m, subPath=KUBESPAWNER_USERNAME) if m["name"] == CHECKPOINT_VOLUME
                       else m for m in settings.volume_mounts]
             settings = dataclasses.replace(settings, volume_mounts=mounts)
-            override = {k: v for k, v in dataclasses.asdict(settings).items()
-                        if v is not None and v != [] and v != {}}
-            override["start_timeout"] = (profile.queue_patience_seconds
-                                         + profile.start_timeout_seconds)
+            override = {k: v for k, v in dataclasses.asdict(_without_pool_gate(settings))
+                        .items() if v is not None and v != [] and v != {}}
+            # the start timeout GPUSpawner gives the same profile
+            override["start_timeout"] = spawn_patience(platform, profile)
             entries.append({"slug": baseline_slug(profile.slug, team.name),
                             "display_name": f"{profile.display_name} ({team.name})",
                             "kubespawner_override": override})

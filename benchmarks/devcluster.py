@@ -14,13 +14,22 @@ import yaml
 
 from jupyterhub_gpu.devcluster.layout import Ports as ClusterPorts
 
+from .scenarios import (FALLBACK_FIRST, FALLBACK_POOLS, FALLBACK_TEAM, QUEUE_POOL,
+                        QUEUE_QUOTA, QUEUE_TEAM)
+
 EXAMPLE_SPEC = Path(__file__).resolve().parent.parent / "config" / "platform.yaml"
+
+
+#: (team, pool) -> units: the quotas the queued and fallback scenarios fill
+#: (:mod:`benchmarks.scenarios`); the team may borrow none of that pool
+SMALL_QUOTAS = {(QUEUE_TEAM, QUEUE_POOL): QUEUE_QUOTA,
+                (FALLBACK_TEAM, FALLBACK_POOLS[0]): FALLBACK_FIRST}
 
 
 def bench_spec(example: dict[str, Any], room: int) -> dict[str, Any]:
     """``example`` with every quota and node limit big enough for ``room`` servers of
-    any one profile, nodes booting in 2 s and kept 5 min once empty (so that a
-    sequential run does not wait for a new node each time)."""
+    any one profile, except :data:`SMALL_QUOTAS`; nodes booting in 2 s and kept 5 min
+    once empty (so that a sequential run does not wait for a new node each time)."""
     spec = copy.deepcopy(example)
     for pool in spec["pools"]:
         pool.update(maxNodes=max(pool["maxNodes"], room), bootTime="2s",
@@ -28,6 +37,10 @@ def bench_spec(example: dict[str, Any], room: int) -> dict[str, Any]:
     for team in spec["teams"]:
         team["quota"] = {pool: max(units, room) for pool, units in team["quota"].items()}
         team.pop("borrowingLimit", None)
+        for (name, pool), units in SMALL_QUOTAS.items():
+            if team["name"] == name:
+                team["quota"][pool] = units
+                team.setdefault("borrowingLimit", {})[pool] = 0
     return spec
 
 

@@ -7,7 +7,11 @@ environment :mod:`benchmarks.hubs` sets:
 - ``BENCH_SPEC``, ``BENCH_URL``, ``BENCH_HUB_PORT``, ``BENCH_TOKEN`` (the benchmark
   driver's admin service token), ``BENCH_OK_PORT`` (the answering server's port,
   where every single-user server "listens"), ``BENCH_PROFILE_LIST`` (``kube``: the
-  ``profile_list`` as a JSON file).
+  ``profile_list`` as a JSON file); ``BENCH_POLL_INTERVAL``,
+  ``BENCH_REQUEST_TIMEOUT``, ``BENCH_REQUEST_RETRY_TIMEOUT``: the same poll interval
+  and API timeouts for both cluster hubs (GPUSpawner's defaults, which
+  :mod:`benchmarks.hubs` reads from it so that this file imports nothing of ours into
+  the baseline hub).
 """
 
 import os
@@ -43,10 +47,16 @@ else:
     c.merge(chart_config())
     c.KubeSpawner.port = int(os.environ[ENV_OK_PORT])
     c.KubeSpawner.http_timeout = 60
+    # the same for both hubs (a subclass's own config would win: set on both names)
+    for name in ("KubeSpawner", "GPUSpawner"):
+        c[name].poll_interval = int(os.environ["BENCH_POLL_INTERVAL"])
+        c[name].k8s_api_request_timeout = int(os.environ["BENCH_REQUEST_TIMEOUT"])
+        c[name].k8s_api_request_retry_timeout = int(os.environ["BENCH_REQUEST_RETRY_TIMEOUT"])
     if mode == "gpu":
         from jupyterhub_gpu import configure_hub
 
         configure_hub(c, spec, resume=False)
+        from jupyterhub_gpu.hub.spawner import GPUSpawner as spawner_class
     else:
         import json
 
@@ -54,6 +64,12 @@ else:
         c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
         with open(os.environ["BENCH_PROFILE_LIST"]) as f:
             c.KubeSpawner.profile_list = json.load(f)
+        from kubespawner import KubeSpawner as spawner_class
+
+    # the cost of each poll(), into poll-cost.tsv in the hub's directory (benchmarks.pollcost)
+    from benchmarks.pollcost import install as install_poll_timer
+
+    install_poll_timer(spawner_class)
 
 # the event-loop lag, sampled into loop-lag.tsv in the hub's directory (benchmarks.lag)
 from benchmarks.lag import install  # noqa: E402

@@ -87,6 +87,7 @@ def hub_env(mode: str, spec: Path, ports: Ports, token: str,
                                                        os.environ.get("PYTHONPATH")]))}
     if kubeconfig is not None:
         env["KUBECONFIG"] = str(kubeconfig)
+    env.update(same_timeouts())
     if mode == "kube":
         from jupyterhub_gpu.spec.parse import load_platform
 
@@ -96,6 +97,18 @@ def hub_env(mode: str, spec: Path, ports: Ports, token: str,
         path.write_text(json.dumps(profile_list(load_platform(spec))))
         env["BENCH_PROFILE_LIST"] = str(path)
     return env
+
+
+def same_timeouts() -> dict[str, str]:
+    """The poll interval and API timeouts both cluster hubs run with: GPUSpawner's
+    defaults (:mod:`benchmarks.hub_config` sets them on KubeSpawner too)."""
+    from jupyterhub_gpu.hub.spawner import (PLATFORM_POLL_SECONDS,
+                                            POD_REQUEST_RETRY_SECONDS,
+                                            POD_REQUEST_TIMEOUT_SECONDS)
+
+    return {"BENCH_POLL_INTERVAL": str(PLATFORM_POLL_SECONDS),
+            "BENCH_REQUEST_TIMEOUT": str(POD_REQUEST_TIMEOUT_SECONDS),
+            "BENCH_REQUEST_RETRY_TIMEOUT": str(POD_REQUEST_RETRY_SECONDS)}
 
 
 @contextlib.asynccontextmanager

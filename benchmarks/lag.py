@@ -30,15 +30,19 @@ def install(directory: Path = Path(".")) -> None:
 
 def lags_between(directory: Path, start: float, end: float) -> list[float]:
     """The lag samples taken between wall times ``start`` and ``end``."""
-    lags = []
-    path = directory / FILE
+    return samples_between(directory / FILE, start, end)
+
+
+def samples_between(path: Path, start: float, end: float) -> list[float]:
+    """The values of a ``wall time<TAB>value`` file whose time is in [start, end]."""
+    values: list[float] = []
     if not path.exists():
-        return lags
+        return values
     for line in path.read_text().splitlines():
-        when, _, lag = line.partition("\t")
+        when, _, value = line.partition("\t")
         try:
             if start <= float(when) <= end:
-                lags.append(float(lag))
+                values.append(float(value))
         except ValueError:  # a line being written
             continue
-    return lags
+    return values

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Iterable
 
-from .stats import ratio
+from .stats import Spread, ratio
 
 #: the packages whose versions the report names
 PACKAGES = ("jupyterhub-gpu", "jupyterhub", "jupyterhub-kubespawner", "jupyterhub-idle-culler",
@@ -28,10 +28,29 @@ class Row:
     baseline: float = math.nan  # nan: no baseline (e.g. a figure of ours alone)
     goal: str = ""  # e.g. "ratio <= 1.05"
     note: str = ""
+    spread: Spread | None = None  # a figure of interleaved rounds: its ratios' spread
+
+    @classmethod
+    def rounds(cls, section: str, figure: str, unit: str, spread: Spread, goal: str = "",
+               note: str = "") -> "Row":
+        """A figure over interleaved rounds: each side's median, the median ratio."""
+        return cls(section, figure, unit, spread.ours, spread.baseline, goal, note, spread)
 
     @property
     def ratio(self) -> float:
+        if self.spread is not None:
+            return self.spread.ratio
         return ratio(self.ours, self.baseline)
+
+    def ratio_text(self) -> str:
+        """``1.02``, or over rounds ``1.02 (0.97–1.08, 5 rounds)``; ``-`` unknown."""
+        if math.isnan(self.ratio):
+            return "-"
+        if self.spread is None:
+            return f"{self.ratio:.2f}"
+        rounds = self.spread.rounds
+        return (f"{self.ratio:.2f} ({self.spread.low:.2f}–{self.spread.high:.2f}, "
+                f"{rounds} round{'' if rounds == 1 else 's'})")
 
 
 def number(value: float, unit: str = "") -> str:
@@ -52,14 +71,14 @@ def _cell(text: str) -> str:
 
 
 def render_table(rows: Iterable[Row]) -> str:
-    """A Markdown table: section, figure, ours, baseline, ratio, goal, note."""
+    """A Markdown table: section, figure, ours, baseline, ratio (over rounds: the median
+    ratio and the lowest and highest), goal, note."""
     lines = ["| | figure | ours | baseline | ratio | goal | note |",
              "|---|---|---:|---:|---:|---|---|"]
     for row in rows:
-        ratio_text = "-" if math.isnan(row.ratio) else f"{row.ratio:.2f}"
         lines.append("| " + " | ".join(_cell(c) for c in (
             row.section, row.figure, number(row.ours, row.unit),
-            number(row.baseline, row.unit), ratio_text, row.goal, row.note)) + " |")
+            number(row.baseline, row.unit), row.ratio_text(), row.goal, row.note)) + " |")
     return "\n".join(lines)
 
 

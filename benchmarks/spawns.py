@@ -1,10 +1,12 @@
-"""Items 1-4 on the dev cluster, each hub in turn (plain KubeSpawner, then GPUSpawner):
+"""Items 1-4 on the dev cluster, for one hub (:mod:`benchmarks.rounds` runs them for
+each hub of each round):
 
 1. N sequential spawns and stops of one user through the hub's REST API: spawn
-   latency as the hub logs it ("took X seconds to start"), hub CPU-seconds per spawn;
+   latency as the hub logs it ("took X seconds to start"), hub CPU-seconds per spawn
+   net of its idle CPU rate;
 2. the hub's API requests per spawn, and per minute at idle (audit log);
-3. a burst of B concurrent spawns over the three teams: time to ready, errors, the
-   hub's event-loop lag;
+3. a burst of B concurrent spawns over the three teams: time to ready (failures
+   counted as the timeout), errors, the hub's event-loop lag;
 4. hub RSS once the hub watches a namespace holding P pods and P Workloads.
 
 Pods run on kwok nodes Karpenter starts; a pod's "server" is the answering server
@@ -22,31 +24,37 @@ from pathlib import Path
 from . import apicalls, lag
 from .baseline import baseline_slug
 from .hubs import Hub, Ports, running_hub
-from .stats import per
+from .stats import net_rate, per
 
 TEAMS = (("data-science", "jhub-data-science"), ("ml-eng", "jhub-ml-eng"),
          ("experimentation", "jhub-experimentation"))
 PROFILE = "t4-shared"  # allowed to every team
+BURST_TIMEOUT = 600  # s: the driver's wait for each burst spawn, the same for both hubs
 _TOOK = re.compile(r"User (\S+) took ([\d.]+) seconds to start")
 
 
 @dataclass
 class HubFigures:
     latencies: list[float] = field(default_factory=list)
-    cpu_per_spawn: float = 0.0
+    cpu_per_spawn: float = 0.0  # net: the idle CPU of the same window subtracted
+    cpu_per_spawn_gross: float = 0.0  # the process's CPU over the spawns, divided by N
+    idle_cpu_rate: float = 0.0  # CPU-seconds per second at idle, around the spawns
     spawn_requests: dict = field(default_factory=dict)
     idle_requests: dict = field(default_factory=dict)
     idle_seconds: float = 0.0
     n: int = 0
     burst_ready: list[float] = field(default_factory=list)
     burst_errors: int = 0
+    burst_timeout: float = 0.0  # a failed spawn counts as this (censored)
     burst_lags: list[float] = field(default_factory=list)
     rss_mib: float = 0.0  # after the sequential spawns: watches of one namespace
     startup: float = 0.0
+    queued: dict = field(default_factory=dict)  # benchmarks.scenarios.queued
+    fallback: dict = field(default_factory=dict)  # benchmarks.scenarios.fallback
 
 
-def _options(mode: str, team: str) -> dict:
-    return {"profile": PROFILE if mode == "gpu" else baseline_slug(PROFILE, team)}
+def _options(mode: str, team: str, profile: str = PROFILE) -> dict:
+    return {"profile": profile if mode == "gpu" else baseline_slug(profile, team)}
 
 
 async def _make_users(hub: Hub, users: dict[str, str]) -> None:
@@ -101,20 +109,32 @@ def _hub_latencies(log: Path, users: set[str]) -> list[float]:
     return [float(s) for u, s in _TOOK.findall(log.read_text(errors="replace")) if u in users]
 
 
+async def idle_cpu(hub: Hub, seconds: float) -> tuple[float, float]:
+    """The hub's CPU-seconds over ``seconds`` of doing nothing, and the seconds."""
+    cpu, started = hub.cpu_seconds(), time.monotonic()
+    await asyncio.sleep(seconds)
+    return hub.cpu_seconds() - cpu, time.monotonic() - started
+
+
 async def sequential(hub: Hub, mode: str, n: int, state_dir: Path, workdir: Path,
                      idle: float, figures: HubFigures) -> None:
+    """The spawns' CPU is net of the hub's idle CPU rate, measured over a window just
+    before them (a quarter of ``idle``) and over the ``idle`` window just after."""
     user = f"seq-{mode}"
     await _make_users(hub, {user: "data-science", f"warm-{mode}": "data-science"})
     # warm-up (not counted): the shared watches start with the first spawn
     await spawn_until_ready(hub, f"warm-{mode}", _options(mode, "data-science"))
     await stop_until_gone(hub, f"warm-{mode}")
-    start, cpu = time.time(), hub.cpu_seconds()
+    before = await idle_cpu(hub, idle / 4)
+    start, cpu, clock = time.time(), hub.cpu_seconds(), time.monotonic()
     for _ in range(n):
         await spawn_until_ready(hub, user, _options(mode, "data-science"))
         await stop_until_gone(hub, user)
-    end = time.time()
-    figures.cpu_per_spawn = per(hub.cpu_seconds() - cpu, n)
-    await asyncio.sleep(idle)
+    end, spent, took = time.time(), hub.cpu_seconds() - cpu, time.monotonic() - clock
+    after = await idle_cpu(hub, idle)
+    figures.idle_cpu_rate = (before[0] + after[0]) / (before[1] + after[1])
+    figures.cpu_per_spawn_gross = per(spent, n)
+    figures.cpu_per_spawn = per(net_rate(spent, took, figures.idle_cpu_rate), n)
     events = apicalls.read_events(state_dir)
     figures.spawn_requests = apicalls.count_requests(events, apicalls.HUB_USER, start, end)
     figures.idle_requests = apicalls.count_requests(events, apicalls.HUB_USER, end + 1,
@@ -124,11 +144,15 @@ async def sequential(hub: Hub, mode: str, n: int, state_dir: Path, workdir: Path
     figures.n = n
 
 
-async def burst(hub: Hub, mode: str, b: int, workdir: Path, figures: HubFigures) -> None:
+async def burst(hub: Hub, mode: str, b: int, workdir: Path, figures: HubFigures,
+                timeout: float = BURST_TIMEOUT) -> None:
+    """A spawn that fails or is not ready within ``timeout`` counts as ``timeout``
+    in the percentiles (:func:`benchmarks.stats.censored`)."""
     users = {f"burst-{mode}-{i:03d}": TEAMS[i % len(TEAMS)][0] for i in range(b)}
     await _make_users(hub, users)
+    figures.burst_timeout = timeout
     start = time.time()
-    results = await asyncio.gather(*(spawn_until_ready(hub, u, _options(mode, g))
+    results = await asyncio.gather(*(spawn_until_ready(hub, u, _options(mode, g), timeout)
                                      for u, g in users.items()), return_exceptions=True)
     end = time.time()
     figures.burst_ready = [r for r in results if isinstance(r, float)]
@@ -137,22 +161,7 @@ async def burst(hub: Hub, mode: str, b: int, workdir: Path, figures: HubFigures)
     await asyncio.gather(*(stop_until_gone(hub, u) for u in users), return_exceptions=True)
 
 
-async def measure_hub(mode: str, spec: Path, state_dir: Path, kubeconfig: Path,
-                      workdir: Path, ports: Ports, n: int, b: int, idle: float,
-                      settle: float = 2.0) -> HubFigures:
-    """``settle``: seconds between the RSS samples (:func:`_steady_rss`)."""
-    figures = HubFigures()
-    hubdir = workdir / f"hub-{mode}"
-    async with running_hub(mode, spec, hubdir, ports, kubeconfig) as (hub, startup):
-        figures.startup = startup
-        await sequential(hub, mode, n, state_dir, hubdir, idle, figures)
-        figures.rss_mib = await _steady_rss(hub, settle)
-        if b:
-            await burst(hub, mode, b, hubdir, figures)
-    return figures
-
-
-async def _steady_rss(hub: Hub, every: float, timeout: float = 120) -> float:
+async def steady_rss(hub: Hub, every: float, timeout: float = 120) -> float:
     """The hub's RSS once it stops growing (3 samples ``every`` s apart within 1%)."""
     samples = [hub.rss_mib()]
     deadline = time.monotonic() + timeout
@@ -178,7 +187,7 @@ async def watch_memory(mode: str, spec: Path, kubeconfig: Path, workdir: Path,
         await _make_users(hub, {user: "data-science"})
         await spawn_until_ready(hub, user, _options(mode, "data-science"))
         await stop_until_gone(hub, user)
-        rss = await _steady_rss(hub, settle)
+        rss = await steady_rss(hub, settle)
         cpu = hub.cpu_seconds()
         await asyncio.sleep(idle)
         return rss, (hub.cpu_seconds() - cpu) * 60 / idle

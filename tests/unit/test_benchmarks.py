@@ -107,37 +107,171 @@ def test_hub_metrics_give_the_requests_it_answered():
 def test_bench_spec_has_room_for_the_burst_and_keeps_the_example_otherwise():
     import yaml
 
-    from benchmarks.devcluster import EXAMPLE_SPEC, bench_spec
+    from benchmarks.devcluster import EXAMPLE_SPEC, SMALL_QUOTAS, bench_spec
     from jupyterhub_gpu.spec.parse import parse_platform
 
     example = yaml.safe_load(EXAMPLE_SPEC.read_text())
     platform = parse_platform(bench_spec(example, 300))
-    assert all(q >= 300 for team in platform.teams for q in team.quota.values())
+    assert all(q >= 300 for team in platform.teams for pool, q in team.quota.items()
+               if (team.name, pool) not in SMALL_QUOTAS)
     assert all(pool.max_nodes >= 300 for pool in platform.pools)
     assert [p.slug for p in platform.profiles] == [p["slug"] for p in example["profiles"]]
 
 
-def test_spawn_rows_compare_ours_with_the_baseline():
+def test_the_queued_and_fallback_scenarios_fill_a_quota_that_borrows_nothing():
+    import yaml
+
+    from benchmarks import scenarios
+    from benchmarks.devcluster import EXAMPLE_SPEC, bench_spec
+    from jupyterhub_gpu.spec.parse import parse_platform
+
+    platform = parse_platform(bench_spec(yaml.safe_load(EXAMPLE_SPEC.read_text()), 300))
+    teams = {t.name: t for t in platform.teams}
+    queue = teams[scenarios.QUEUE_TEAM]
+    assert queue.quota[scenarios.QUEUE_POOL] == scenarios.QUEUE_QUOTA
+    assert queue.borrowing_limit[scenarios.QUEUE_POOL] == 0
+    assert platform.profile(scenarios.QUEUE_PROFILE).pool == scenarios.QUEUE_POOL
+    fallback = platform.profile(scenarios.FALLBACK_PROFILE)
+    assert tuple(p.name for p in platform.pools_of(fallback)) == scenarios.FALLBACK_POOLS
+    first = scenarios.FALLBACK_POOLS[0]
+    assert teams[scenarios.FALLBACK_TEAM].quota[first] == scenarios.FALLBACK_FIRST
+    assert teams[scenarios.FALLBACK_TEAM].borrowing_limit[first] == 0
+    assert teams[scenarios.FALLBACK_TEAM].quota[scenarios.FALLBACK_POOLS[1]] >= 300
+
+
+def _figures(latencies, cpu, creates, ready=(1.0, 3.0), errors=1):
     from collections import Counter
 
-    from benchmarks.rows import spawn_rows
     from benchmarks.spawns import HubFigures
 
-    def figures(latencies, cpu, creates):
-        return HubFigures(latencies=latencies, cpu_per_spawn=cpu, n=2, idle_seconds=30,
-                          spawn_requests=Counter({("create", "pods"): creates,
-                                                  ("watch", "pods"): 5}),
-                          idle_requests=Counter({("watch", "pods"): 1}),
-                          burst_ready=[1.0, 3.0], burst_errors=1, burst_lags=[0.01, 0.2])
+    return HubFigures(latencies=list(latencies), cpu_per_spawn=cpu, cpu_per_spawn_gross=cpu,
+                      n=2, idle_seconds=30,
+                      spawn_requests=Counter({("create", "pods"): creates,
+                                              ("watch", "pods"): 5}),
+                      idle_requests=Counter({("watch", "pods"): 1}),
+                      burst_ready=list(ready), burst_errors=errors, burst_timeout=600,
+                      burst_lags=[0.01, 0.2])
 
-    rows = {r.figure: r for r in spawn_rows(figures([1.0, 2.0], 0.2, 4),
-                                            figures([1.0, 1.0], 0.1, 2), burst=2)}
-    assert rows["p50 spawn latency, as the hub logs it (2 sequential)"].ratio == 1.5
-    assert rows["hub CPU per spawn and stop"].ratio == 2.0
+
+def test_spawn_rows_are_medians_over_rounds_with_their_spread():
+    from benchmarks.rows import spawn_rows, widest
+
+    rounds = [{"gpu": _figures([1.0, 2.0], 0.2, 4), "kube": _figures([1.0, 1.0], 0.1, 2)},
+              {"gpu": _figures([1.0, 1.0], 0.3, 4), "kube": _figures([1.0, 1.0], 0.1, 2)},
+              {"gpu": _figures([2.0, 2.0], 0.1, 4), "kube": _figures([2.0, 2.0], 0.1, 2)}]
+    rows = {r.figure: r for r in spawn_rows(rounds, burst=2)}
+    cpu = rows["hub CPU per spawn and stop, net of its idle CPU"]
+    assert (cpu.ours, cpu.baseline, cpu.ratio) == (0.2, 0.1, 2.0)
+    assert cpu.spread.low == 1.0 and cpu.spread.high == pytest.approx(3.0)
+    assert cpu.spread.rounds == 3
+    assert cpu.ratio_text() == "2.00 (1.00–3.00, 3 rounds)"
+    p50 = rows["p50 spawn latency, as the hub logs it (2 sequential a round)"]
+    assert (p50.spread.low, p50.ratio, p50.spread.high) == (1.0, 1.0, 1.5)
+    pooled = rows["p95 spawn latency, as the hub logs it (6 spawns of all rounds pooled)"]
+    assert pooled.spread is None and pooled.ours == 2.0
     requests = rows["API requests per spawn and stop (not watches)"]
     assert (requests.ours, requests.baseline) == (2, 1)
-    assert rows["API requests per minute at idle (30 s)"].ours == 2
+    assert rows["API requests per minute at idle (30 s a round)"].ours == 2
     assert rows["hub event-loop lag, max"].ours == 200
+    assert rows["spawns that failed, all rounds"].ours == 3
+    assert widest(rounds) == pytest.approx(1.0)  # the CPU ratios: (3 - 1) / 2
+
+
+def test_burst_p99_counts_a_failed_spawn_as_the_timeout():
+    from benchmarks.rows import spawn_rows
+
+    ours = _figures([1.0], 0.1, 1, ready=[1.0] * 99, errors=1)
+    base = _figures([1.0], 0.1, 1, ready=[2.0] * 100, errors=0)
+    rows = {r.figure: r for r in spawn_rows([{"gpu": ours, "kube": base}], burst=100)}
+    p99 = rows["p99 time to ready, 100 concurrent spawns, failures included"]
+    assert p99.ours == pytest.approx(1.0 + 0.01 * 599) and p99.baseline == 2.0
+
+
+def test_stats_of_rounds_censoring_and_idle_subtraction():
+    from benchmarks.stats import Spread, censored, median, net_rate
+
+    assert censored([1.0, 2.0], 2, 600) == [1.0, 2.0, 600.0, 600.0]
+    assert net_rate(10.0, 20.0, 0.1) == 8.0
+    assert median([3.0, math.nan, 1.0]) == 2.0 and math.isnan(median([]))
+    spread = Spread.of([1.1, 1.0, 1.3], [1.0, 1.0, 1.0])
+    assert (spread.ratio, spread.low, spread.high) == (1.1, 1.0, 1.3)
+    assert spread.width == pytest.approx(0.3 / 1.1)
+    with pytest.raises(ValueError, match="3 rounds of ours against 2"):
+        Spread.of([1, 2, 3], [1, 2])
+
+
+def test_poll_costs_are_timed_inside_the_hub_and_read_back(tmp_path):
+    import asyncio
+    import time
+
+    from benchmarks.pollcost import costs_between, install
+
+    class Spawner:
+        async def poll(self):
+            await asyncio.sleep(0.02)
+            return None
+
+    install(Spawner, tmp_path)
+    started = time.time()
+    assert asyncio.run(Spawner().poll()) is None
+    costs = costs_between(tmp_path, started, time.time() + 1)
+    assert len(costs) == 1 and 0.02 <= costs[0] < 5
+
+
+def test_both_cluster_hubs_get_the_same_poll_interval_timeouts_and_start_timeout(tmp_path):
+    from benchmarks.baseline import profile_list
+    from benchmarks.devcluster import EXAMPLE_SPEC
+    from benchmarks.hubs import Ports, hub_env
+    from jupyterhub_gpu.hub.spawner import PLATFORM_POLL_SECONDS
+    from jupyterhub_gpu.spec.boot import spawn_patience
+    from jupyterhub_gpu.spec.parse import load_platform
+
+    spec = tmp_path / "platform.yaml"
+    spec.write_text(EXAMPLE_SPEC.read_text())
+    envs = [hub_env(mode, spec, Ports.shifted(0), "t", None) for mode in ("gpu", "kube")]
+    keys = ("BENCH_POLL_INTERVAL", "BENCH_REQUEST_TIMEOUT", "BENCH_REQUEST_RETRY_TIMEOUT")
+    assert [e[k] for k in keys for e in envs[:1]] == [e[k] for k in keys for e in envs[1:]]
+    assert envs[0]["BENCH_POLL_INTERVAL"] == str(PLATFORM_POLL_SECONDS)
+    platform = load_platform(spec)
+    entry = profile_list(platform)[0]
+    profile = platform.profile(entry["slug"].split("--")[0])
+    assert entry["kubespawner_override"]["start_timeout"] == spawn_patience(platform, profile)
+
+
+def test_the_soak_spec_has_the_teams_asked_and_its_verdict_compares_end_with_warm_up():
+    import yaml
+
+    from benchmarks.devcluster import EXAMPLE_SPEC
+    from benchmarks.soak import Sample, SoakSizes, Verdict, soak_spec
+    from jupyterhub_gpu.spec.parse import parse_platform
+
+    platform = parse_platform(soak_spec(yaml.safe_load(EXAMPLE_SPEC.read_text()), 50, 25))
+    assert len({t.namespace for t in platform.teams}) == 50
+    assert all(platform.profiles_for(frozenset(t.groups)) for t in platform.teams)
+
+    def sample(at, rss, poll):
+        return Sample(at, rss, poll, poll, 10, 1.0, 5.0, 0, 0)
+
+    verdict = Verdict(SoakSizes(50, 2000, 100), [sample(10, 100, 1.0), sample(20, 200, 1.0),
+                                                 sample(100, 210, 1.05)])
+    assert verdict.rss_ratio == 1.05 and verdict.ok  # the warm-up ends at 20 s
+    verdict.samples.append(sample(110, 230, 1.0))
+    assert not verdict.ok and "FAIL" in verdict.summary()
+    assert not Verdict(SoakSizes(1, 1, 100), [sample(100, 1, 1)]).ok  # no warm-up sample
+    verdict.samples.pop()
+    unpolled = Sample(30, 500, math.nan, math.nan, 0, 1.0, 5.0, 0, 0)  # left out
+    assert Verdict(SoakSizes(1, 1, 100), [unpolled, *verdict.samples]).rss_ratio == 1.05
+    verdict.errors = ["[E 2026-12-07 10:00:00.000 JupyterHub app:1] boom"]
+    assert not verdict.ok and "boom" in verdict.render()
+
+
+def test_the_hub_log_errors_are_its_error_lines_and_tracebacks(tmp_path):
+    from benchmarks.soak import hub_errors
+
+    log = tmp_path / "hub.log"
+    log.write_text("[I 2026 app] fine\n[W 2026 app] careful\n[E 2026 app] bad\n"
+                   "Traceback (most recent call last):\n  File x\n")
+    assert hub_errors(log) == ["[E 2026 app] bad", "Traceback (most recent call last):"]
 
 
 def test_the_report_has_the_table_what_failed_the_machine_and_the_findings():
@@ -152,6 +286,7 @@ def test_the_report_has_the_table_what_failed_the_machine_and_the_findings():
     assert "A busy machine." in doc and "**Failed in this run:** burst." in doc
     assert "| culler | one pass | 2 s | 4 s | 0.50 | ratio <= 1.0 |  |" in doc
     assert "kueue v" in doc and "## Findings" in doc
+    assert "### Soak\n\nNot run, or it failed" in doc
 
 
 def test_the_culler_prometheus_passes_read_a_spec_whose_profile_has_gpu_idle(tmp_path):
