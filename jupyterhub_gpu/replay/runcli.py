@@ -20,6 +20,12 @@ from pathlib import Path
 HUB_PORTS = {"public": 18000, "hub": 18081, "proxy_api": 18001}
 
 
+def add_bundle_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bundle", default=".", metavar="DIR",
+                   help="the checkout whose Terraform, Helm values and team namespaces give "
+                   "the fixed costs (default: .)")
+
+
 def add_run_parser(commands, default_spec: str) -> None:
     p = commands.add_parser(
         "run", help="replay a trace against the real stack on the dev cluster",
@@ -43,6 +49,7 @@ def add_run_parser(commands, default_spec: str) -> None:
     p.add_argument("--until", dest="end", metavar="TIME",
                    help="... and before TIME; sessions still open then are cut there")
     p.add_argument("--plot", metavar="PNG", help="also write the plot (needs matplotlib)")
+    add_bundle_option(p)
     p.set_defaults(func=run_command)
 
 
@@ -58,6 +65,7 @@ def add_report_parser(commands, default_spec: str) -> None:
     p.add_argument("--from", dest="start", metavar="TIME", help="as given to the run")
     p.add_argument("--until", dest="end", metavar="TIME", help="as given to the run")
     p.add_argument("--plot", metavar="PNG", help="also write the plot (needs matplotlib)")
+    add_bundle_option(p)
     p.set_defaults(func=report_command)
 
 
@@ -88,11 +96,17 @@ def load_outcome(path: Path, trace):
 
 def report_command(args: argparse.Namespace) -> int:
     from ..spec.parse import load_platform
-    from .trace import load
+    from .costs import read_bundle
+    from .trace import TraceError, load
 
     platform = load_platform(args.spec)
-    outcome = load_outcome(Path(args.outcome), _window(load(args.trace), args))
-    return 1 if report(platform, outcome, args.plot) else 0
+    try:
+        bundle = read_bundle(Path(args.bundle), platform)
+        outcome = load_outcome(Path(args.outcome), _window(load(args.trace), args))
+    except (OSError, KeyError, TraceError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 1 if report(platform, bundle, outcome, args.plot) else 0
 
 
 def _ports(offset: int):
@@ -117,20 +131,23 @@ def _up(spec_path: Path, state: Path, offset: int, trace, factor: float):
     return layout, status["server"]
 
 
-def report(platform, outcome, plot_path: str | None) -> list[str]:
-    """Print the table, the distortions and the invariants; write the plot; return
-    the invariants' violations."""
+def report(platform, bundle, outcome, plot_path: str | None) -> list[str]:
+    """Print the table, every cost (``bundle``'s fixed costs added), the distortions
+    and the invariants; write the plot; return the invariants' violations."""
     from .baseline import baseline, columns
     from .figures import platform_figures
     from .invariants import violations
-    from .report import plot, table
+    from .report import every_cost, plot, table
     from .schedule import NOT_SCALED
 
     trace, factor = outcome.trace, outcome.factor
-    worlds = [*(baseline(platform, trace, cfg) for cfg in columns()),
-              platform_figures(platform, trace, outcome.rows, outcome.nodes,
-                               world=f"jupyterhub-gpu (replayed {factor:g}x)")]
+    vms = [baseline(platform, trace, cfg) for cfg in columns()]
+    replayed = platform_figures(platform, trace, outcome.rows, outcome.nodes,
+                                world=f"jupyterhub-gpu (replayed {factor:g}x)")
+    worlds = [*vms, replayed]
     print(table(platform, worlds))
+    hours = (trace.header.end - trace.header.start).total_seconds() / 3600
+    print("\n".join(every_cost(bundle, vms, [replayed], len(trace.people), hours)))
     print(f"replayed in {outcome.wall_seconds / 60:.1f} min of wall time; load average at "
           f"the end {outcome.load[0]:.1f} {outcome.load[1]:.1f} {outcome.load[2]:.1f}")
     print("what happened: " + ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())))
@@ -190,15 +207,17 @@ def _window(trace, args: argparse.Namespace):
 def run_command(args: argparse.Namespace) -> int:
     from ..devcluster import cluster
     from ..spec.parse import load_platform
+    from .costs import read_bundle
     from .run import Stack, replay
     from .trace import TraceError, check_against, load
 
     spec, state = Path(args.spec), Path(args.state_dir).absolute()
     try:
         trace, platform = _window(load(args.trace), args), load_platform(spec)
+        bundle = read_bundle(Path(args.bundle), platform)
         if args.compress < 1:
             raise ValueError(f"--compress must be at least 1, not {args.compress:g}")
-    except (OSError, TraceError, ValueError) as e:
+    except (OSError, KeyError, TraceError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     errors = check_against(trace, platform)
@@ -219,7 +238,7 @@ def run_command(args: argparse.Namespace) -> int:
     save(outcome, state / "run" / "outcome.json")
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
-        broken = report(platform, outcome, args.plot)
+        broken = report(platform, bundle, outcome, args.plot)
     sys.stdout.write(text.getvalue())
     (state / "run" / "report.txt").write_text(text.getvalue())
     print(f"wrote {state / 'run' / 'report.txt'} and {state / 'run' / 'outcome.json'}",
