@@ -1,4 +1,4 @@
-"""``jupyterhub-gpu replay generate|baseline|run|report|model``: make a team's week as a trace,
+"""``jupyterhub-gpu replay generate|baseline|run|speeds|report|model``: make a team's week as a trace,
 compute what it costs on one VM per person, replay it on the real stack
 (docs/replay.md). The modules behind each command are imported when it runs."""
 
@@ -132,7 +132,9 @@ def add_replay_parsers(sub) -> None:
 
     from .modelcli import add_model_parser
     from .runcli import add_report_parser, add_run_parser
+    from .speedscli import add_speeds_parser
 
     add_run_parser(commands, DEFAULT_SPEC)
+    add_speeds_parser(commands, DEFAULT_SPEC)
     add_report_parser(commands, DEFAULT_SPEC)
     add_model_parser(commands, DEFAULT_SPEC)

@@ -68,7 +68,7 @@ def fixed_lines(bundle, people: int, hours: float) -> list[str]:
     """Every fixed cost of both sides (:mod:`.costs`), one line each with its basis."""
     from .costs import platform_fixed, vm_fixed
 
-    lines = [f"fixed costs of a {hours:g}-hour week of {people} people:"]
+    lines = [f"fixed costs of {hours:g} hours, {people} people:"]
     for side, items in (("platform", platform_fixed(bundle, people, hours)),
                         ("VMs", vm_fixed(people, hours))):
         for c in items:

@@ -34,16 +34,13 @@ from ..usage.config import DEFAULT_FILE
 from ..ledger.store import Ledger, Usage
 from .figures import NodeLifetime
 from .machines import follow, listed
-from .schedule import (CULL_EVERY, Distortion, interval, job_run_seconds, scaled_spec,
-                       schedule, trace_time)
+from .schedule import (CULL_EVERY, WATCH_SECONDS, Distortion, interval, job_run_seconds,
+                       scaled_spec, schedule, trace_time)
 from .trace import Trace
 from .users import Users, admin_token
 
 log = logging.getLogger("jupyterhub_gpu.replay")
 
-#: how often the replayer lists the cluster's nodes and notebook pods (wall seconds;
-#: one list of each for everybody, never a request per user)
-WATCH_SECONDS = 0.5
 #: how long, after the trace ends, the replay waits for the ledger and the pools to
 #: settle (wall seconds)
 SETTLE_SECONDS = 300
