@@ -1,4 +1,4 @@
-"""The replay of a trace against the real stack (docs/replay.md, "Replaying a trace").
+"""The replay of a trace on the dev cluster's stack (docs/replay.md, "Replaying a trace").
 
 On a running dev cluster (:class:`Stack`), :func:`replay` starts the demo's hub (the
 real culler, the jobs service, the usage ledger, Prometheus scraping it) with the

@@ -1,5 +1,5 @@
 """``jupyterhub-gpu replay run TRACE --compress F``: bring the dev cluster up with the
-spec's timings compressed (pools at 0), replay the trace against the real stack, bring
+spec's timings compressed (pools at 0), replay the trace on its stack, bring
 the cluster down, then print the table of both worlds, the distortions and the
 accounting invariants, and write them (``run/report.txt``), the ledger rows and node
 lifetimes in the trace's time (``run/outcome.json``) and the plot (docs/replay.md)."""
@@ -28,7 +28,7 @@ def add_bundle_option(p: argparse.ArgumentParser) -> None:
 
 def add_run_parser(commands, default_spec: str) -> None:
     p = commands.add_parser(
-        "run", help="replay a trace against the real stack on the dev cluster",
+        "run", help="replay a trace on the dev cluster's stack",
         description="Start the dev cluster with SPEC (pools at 0) and every platform "
         "timing divided by --compress, run the demo hub (culler, jobs service, usage "
         "ledger, Prometheus, fake DCGM exporter) and act as the trace's people through "
