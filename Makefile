@@ -1,8 +1,10 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   the local GPU hub on http://127.0.0.1:8000 (Ctrl-C stops everything)
 #   make test   unit tests, then the cluster tests against the real local control plane
-#   make replay a 20-person team's generated week replayed on the real stack (~35 min;
-#               docs/outcome.md), beside one GPU VM per person
+#   make replay a 20-person team's generated week replayed on the dev cluster (~35 min;
+#               docs/outcome.md): the real hub, culler, Kueue and ledger, Karpenter with
+#               kwok nodes and the default kube-scheduler, not production's z2jh
+#               user-scheduler and cluster autoscaler; beside one GPU VM per person
 # Go binaries and the proxy are cached in ~/.cache/jupyterhub-gpu/ (first build: ~31 min on 2 cores).
 
 PYTHON ?= python3
@@ -11,7 +13,7 @@ SPEC ?= config/platform.yaml
 BIN := $(VENV)/bin
 
 .PHONY: install build demo lint test test-unit test-cluster docs clean labextension system-packages \
-	bench bench-short bench-build replay
+	bench bench-short bench-build replay replay-speeds
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -112,6 +114,18 @@ replay: build
 	$(BIN)/jupyterhub-gpu replay run $(REPLAY_DIR)/week.jsonl --spec $(SPEC) \
 	  --compress $(REPLAY_COMPRESS) --state-dir $(REPLAY_DIR) --plot $(REPLAY_DIR)/week.png \
 	  $(REPLAY_ARGS)
+
+# The Monday of that week replayed at 30x, 100x and 300x (about 48, 14 and 5 minutes),
+# side by side with the 1x model and the fixed timings' size at each speed
+# (.replay/speeds/speeds.txt; docs/replay.md, "The same day at several speeds").
+REPLAY_SPEEDS ?= 30 100 300
+replay-speeds: build
+	$(BIN)/pip install --quiet -e ".[replay]"
+	mkdir -p $(REPLAY_DIR)
+	$(BIN)/jupyterhub-gpu replay generate --spec $(SPEC) --team 20 --seed 1 -o $(REPLAY_DIR)/week.jsonl
+	$(BIN)/jupyterhub-gpu replay speeds $(REPLAY_DIR)/week.jsonl --spec $(SPEC) \
+	  --from 2026-01-05T00:00Z --until 2026-01-06T00:00Z --compress $(REPLAY_SPEEDS) \
+	  --state-dir $(REPLAY_DIR)/speeds $(REPLAY_ARGS)
 
 # Two pytest processes: each tier loads its own kubeconfig (see tests/conftest.py). The
 # binaries first, so that the unit tests that read them (Kueue's CRDs, Helm) run on a

@@ -17,6 +17,7 @@ reported.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 import signal
@@ -123,7 +124,8 @@ def _check_ports(ports: Ports) -> None:
 
 
 def _write_configs(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.PkiPaths,
-                   bins: dict[str, Path], user_scheduler: dict | None) -> None:
+                   bins: dict[str, Path], user_scheduler: dict | None,
+                   timers: components.KarpenterTimers) -> None:
     server = components.apiserver_url(ports)
     layout.user_scheduler_config.unlink(missing_ok=True)  # none from an earlier `up`
     if user_scheduler is not None:
@@ -141,7 +143,8 @@ def _write_configs(platform: Platform, layout: Layout, ports: Ports, pki: pkimod
         kueue_setup.configuration(platform, ports, str(layout.kueue_cert_dir)), sort_keys=False))
     layout.cluster_file.write_text(json.dumps({
         "server": server, "ports": ports.as_dict(),
-        "binaries": {k: str(v) for k, v in bins.items()}, "started_at": time.time()},
+        "binaries": {k: str(v) for k, v in bins.items()},
+        "karpenter_timers": dataclasses.asdict(timers), "started_at": time.time()},
         indent=2))
 
 
@@ -171,7 +174,8 @@ def _wait(comp: Component, proc: subprocess.Popen, layout: Layout, pki: pkimod.P
 
 
 def _start_all(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.PkiPaths,
-               bins: dict[str, Path], progress: Progress) -> None:
+               bins: dict[str, Path], progress: Progress,
+               timers: components.KarpenterTimers) -> None:
     """etcd, then the API server, each waited for; then the rest.
 
     kube-scheduler and kwok start while Kueue's and Karpenter's CRDs go in;
@@ -185,7 +189,7 @@ def _start_all(platform: Platform, layout: Layout, ports: Ports, pki: pkimod.Pki
     kube-controller-manager starts, so that its attach-detach controller finds
     Azure Disk's ``attachRequired`` from its first attach.
     """
-    comps = {c.name: c for c in components.control_plane(bins, layout, ports, pki)}
+    comps = {c.name: c for c in components.control_plane(bins, layout, ports, pki, timers)}
     started = {"etcd": procs.launch(comps["etcd"], layout),
                "prometheus": procs.launch(comps["prometheus"], layout)}
     kueue_src = sources.kueue_sources()  # parse the CRDs while etcd starts
@@ -228,12 +232,14 @@ def _populate(client: AdminClient, platform: Platform, progress: Progress) -> No
 
 
 def up(platform: Platform, state_dir: Path | str | None = None, progress: Progress = print,
-       ports: Ports | None = None, user_scheduler: dict | None = None) -> dict:
+       ports: Ports | None = None, user_scheduler: dict | None = None,
+       karpenter_timers: components.KarpenterTimers = components.KarpenterTimers()) -> dict:
     """Start the dev cluster for ``platform``; return :func:`status`.
 
     ``user_scheduler``: the z2jh chart's rendered user-scheduler configuration (a
     KubeSchedulerConfiguration); with it, a second kube-scheduler serves its scheduler
     name (:func:`components.user_scheduler`), as the chart's user-scheduler does on AKS.
+    ``karpenter_timers``: Karpenter's batching window (a replay scales it).
 
     If the cluster already runs from ``state_dir`` this says so and returns its status.
     """
@@ -248,11 +254,11 @@ def up(platform: Platform, state_dir: Path | str | None = None, progress: Progre
     started = time.monotonic()
     layout.make_dirs()
     pki = pkimod.generate(layout.pki_dir, webhook_dns=(kueue_setup.service_dns(),))
-    _write_configs(platform, layout, ports, pki, bins, user_scheduler)
+    _write_configs(platform, layout, ports, pki, bins, user_scheduler, karpenter_timers)
     progress(f"Starting the dev cluster in {layout.root}")
     try:
         with _sigterm_as_exit():
-            _start_all(platform, layout, ports, pki, bins, progress)
+            _start_all(platform, layout, ports, pki, bins, progress, karpenter_timers)
     except BaseException:
         progress("Start failed; stopping every component this run started.")
         _stop_all(layout, progress=lambda m: None)
@@ -299,7 +305,8 @@ def _running_component(layout: Layout, name: str) -> tuple[Component, pkimod.Pki
     pki = pkimod.PkiPaths(layout.pki_dir)
     comps = {c.name: c for c in components.control_plane(
         {k: Path(v) for k, v in cluster["binaries"].items()}, layout,
-        Ports.from_dict(cluster["ports"]), pki)}
+        Ports.from_dict(cluster["ports"]), pki,
+        components.KarpenterTimers(**cluster.get("karpenter_timers", {})))}
     if name not in comps:
         raise DevClusterError(f"unknown component {name!r}; one of: {', '.join(comps)}")
     return comps[name], pki

@@ -230,7 +230,33 @@ def kueue(bin_: Path, layout: Layout, ports: Ports) -> Component:
 KARPENTER_BAD_INSTANCE_TYPES = "failed constructing instance types"
 
 
-def karpenter(bin_: Path, layout: Layout, ports: Ports) -> Component:
+@dataclass(frozen=True)
+class KarpenterTimers:
+    """Karpenter's timers that its options set (v1.14.1, ``pkg/operator/options``): it
+    batches pending pods before it launches machines, for at most ``batch_max_seconds``,
+    or until none came for ``batch_idle_seconds``. The defaults are Karpenter's own; a
+    replay divides them by its compression (replay/schedule.py). Its disruption
+    polling (10 s) and consolidation validation (15 s) are constants of its code."""
+
+    batch_max_seconds: float = 10.0
+    batch_idle_seconds: float = 1.0
+
+    def __post_init__(self):
+        for name in ("batch_max_seconds", "batch_idle_seconds"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be more than 0, not {getattr(self, name)}")
+
+    def env(self) -> dict[str, str]:
+        """As Karpenter reads them: Go durations, to the microsecond (at least 1 us)."""
+        def go(seconds: float) -> str:
+            return f"{max(1, round(seconds * 1_000_000))}us"
+
+        return {"BATCH_MAX_DURATION": go(self.batch_max_seconds),
+                "BATCH_IDLE_DURATION": go(self.batch_idle_seconds)}
+
+
+def karpenter(bin_: Path, layout: Layout, ports: Ports,
+              timers: KarpenterTimers = KarpenterTimers()) -> Component:
     """Karpenter with its kwok cloud provider: adds and removes the GPU nodes.
 
     Configured by environment only (it rejects ``--kubeconfig``); out of a cluster it
@@ -239,7 +265,7 @@ def karpenter(bin_: Path, layout: Layout, ports: Ports) -> Component:
     env = {"KUBECONFIG": str(layout.kubeconfig), "DISABLE_LEADER_ELECTION": "true",
            "METRICS_PORT": str(ports.karpenter_metrics),
            "HEALTH_PROBE_PORT": str(ports.karpenter_health),
-           "INSTANCE_TYPES_FILE_PATH": str(layout.karpenter_instance_types)}
+           "INSTANCE_TYPES_FILE_PATH": str(layout.karpenter_instance_types), **timers.env()}
     return Component("karpenter", (str(bin_),),
                      Health(f"http://{HOST}:{ports.karpenter_health}/readyz"), env=env,
                      fatal_log=(KARPENTER_BAD_INSTANCE_TYPES,))
@@ -254,10 +280,11 @@ def csi(layout: Layout, ports: Ports) -> Component:
 
 
 def control_plane(bins: Mapping[str, Path], layout: Layout, ports: Ports,
-                  pki: PkiPaths) -> list[Component]:
+                  pki: PkiPaths, timers: KarpenterTimers = KarpenterTimers()
+                  ) -> list[Component]:
     """Every component, in start order (Kueue and Karpenter, then the CSI sidecars, the
     DCGM exporter and Prometheus, last), and z2jh's user-scheduler when its configuration
-    was written."""
+    was written; Karpenter with ``timers``."""
     from . import prometheus
 
     optional = ([user_scheduler(bins["kube-scheduler"], layout, ports, pki)]
@@ -269,7 +296,7 @@ def control_plane(bins: Mapping[str, Path], layout: Layout, ports: Ports,
         kube_scheduler(bins["kube-scheduler"], layout, ports, pki),
         kwok(bins["kwok"], layout, ports),
         kueue(bins["kueue"], layout, ports),
-        karpenter(bins["karpenter-kwok"], layout, ports),
+        karpenter(bins["karpenter-kwok"], layout, ports, timers),
         csi(layout, ports),
         prometheus.dcgm_exporter(layout, ports),
         prometheus.component(bins["prometheus"], layout, ports),

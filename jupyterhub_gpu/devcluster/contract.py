@@ -47,6 +47,8 @@ DEMO_ADMIN = "admin"
 DEMO_URL = "http://127.0.0.1:8000"
 DEMO_HUB_PORT = 8081
 DEMO_PROXY_API_PORT = 8001
+#: how long the demo hub waits for a started server to answer (seconds)
+DEMO_HTTP_TIMEOUT = 60
 
 # -- the demo and the dev cluster's environment -----------------------------------------
 

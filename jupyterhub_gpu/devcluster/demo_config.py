@@ -12,8 +12,9 @@ from the environment.
 import os
 
 from jupyterhub_gpu import configure_hub
-from jupyterhub_gpu.devcluster.contract import (DEMO_ADMIN, DEMO_GROUPS, DEMO_HUB_PORT,
-                                                DEMO_PASSWORD, DEMO_PROXY_API_PORT, DEMO_URL,
+from jupyterhub_gpu.devcluster.contract import (DEMO_ADMIN, DEMO_GROUPS, DEMO_HTTP_TIMEOUT,
+                                                DEMO_HUB_PORT, DEMO_PASSWORD,
+                                                DEMO_PROXY_API_PORT, DEMO_URL,
                                                 ENV_DEMO_CHP, ENV_DEMO_CULL_EVERY,
                                                 ENV_DEMO_HUB_PORT, ENV_DEMO_JOB_RUN_FOR,
                                                 ENV_DEMO_METRICS_TOKEN, ENV_DEMO_PROMETHEUS_URL,
@@ -78,5 +79,5 @@ c.Authenticator.admin_users = {DEMO_ADMIN}
 c.Authenticator.allowed_users.add(DEMO_ADMIN)
 
 # kwok pods start at once; the pod runner then starts jupyterhub-singleuser
-c.GPUSpawner.http_timeout = 60
+c.GPUSpawner.http_timeout = DEMO_HTTP_TIMEOUT
 c.GPUSpawner.start_timeout = 600

@@ -1,5 +1,5 @@
-"""``jupyterhub-gpu replay generate|baseline|run|report|model``: make a team's week as a trace,
-compute what it costs on one VM per person, replay it on the real stack
+"""``jupyterhub-gpu replay generate|baseline|run|speeds|report|model``: make a team's week as a trace,
+compute what it costs on one VM per person, replay it on the dev cluster
 (docs/replay.md). The modules behind each command are imported when it runs."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def add_replay_parsers(sub) -> None:
     replay = sub.add_parser(
         "replay", help="a team's week as a trace, and its cost on one VM per person",
         description="Generate a workload trace and compute the one-VM-per-person baseline "
-        "from it, and replay it against the real stack on the dev cluster (docs/replay.md).")
+        "from it, and replay it on the dev cluster's stack (docs/replay.md).")
     commands = replay.add_subparsers(dest="replay_command", required=True, metavar="COMMAND")
     p = commands.add_parser(
         "generate", help="write a seeded trace of a team's working week",
@@ -132,7 +132,9 @@ def add_replay_parsers(sub) -> None:
 
     from .modelcli import add_model_parser
     from .runcli import add_report_parser, add_run_parser
+    from .speedscli import add_speeds_parser
 
     add_run_parser(commands, DEFAULT_SPEC)
+    add_speeds_parser(commands, DEFAULT_SPEC)
     add_report_parser(commands, DEFAULT_SPEC)
     add_model_parser(commands, DEFAULT_SPEC)

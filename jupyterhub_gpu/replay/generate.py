@@ -41,12 +41,20 @@ class GeneratorConfig:
     meeting_minutes: tuple[int, ...] = (30, 60)
     busy_minutes: float = 40  # mean (exponential) of a busy stretch in a notebook
     pause_minutes: float = 10  # mean (exponential) of a pause between busy stretches
-    gpu_percent: tuple[float, float, float] = (0, 30, 100)  # triangular: low, mode, high
+    # triangular: low, mode, high; an assumption. Alibaba PAI's 2020 trace (Weng et al.,
+    # NSDI 2022) has only lifetime averages per instance, idle time included, so it does
+    # not give this (docs/replay.md, "Public GPU-cluster traces")
+    gpu_percent: tuple[float, float, float] = (0, 30, 100)
+    # no public trace gives notebook activity (arrivals, busy stretches, idling,
+    # walking away): every session figure is an assumption
     abandon_probability: float = 0.3  # leaves the server running at the end of the day
+    # an assumption: 7 in 9 GPU users on a shared GPU, against 44% of the GPU tasks of
+    # Alibaba's GPU-sharing trace (cluster-trace-gpu-v2023, Weng et al., ATC 2023),
+    # which are production jobs, not notebooks (docs/replay.md)
     profile_weights: Mapping[str, float] = field(default_factory=lambda: _frozen(**{
         "t4-shared": 5, "a100-mig-3g": 2, "a100-training": 1, "a100-spot": 1, "cpu": 1}))
     job_probability: float = 0.3  # per notebook day of a person who may submit GPU jobs
-    job_hours_median: float = 2.0  # lognormal run time
+    job_hours_median: float = 2.0  # lognormal run time; an assumption (docs/replay.md)
     job_hours_sigma: float = 1.0
     job_gpu_percent: float = 85
     job_profile_weights: Mapping[str, float] = field(default_factory=lambda: _frozen(**{

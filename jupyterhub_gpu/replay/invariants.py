@@ -99,7 +99,7 @@ def no_gpu_hour_twice(rows: Iterable[Usage], until: datetime,
 
 def violations(platform: Platform, outcome) -> list[str]:
     """Every invariant ``outcome`` (a :class:`~.run.Outcome`) breaks."""
-    from .run import WATCH_SECONDS
+    from .schedule import WATCH_SECONDS
 
     end = outcome.trace.header.end + timedelta(days=365)  # the settling lies past it
     slack = timedelta(seconds=(WATCH_SECONDS + 1) * outcome.factor)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 
 def add_model_parser(commands, default_spec: str) -> None:
+    from .runcli import add_bundle_option
+
     p = commands.add_parser(
         "model", help="the 1x model of the platform over many generated weeks",
         description="Run the 1x model of the platform (packing, node lifetimes with boot "
@@ -18,9 +20,7 @@ def add_model_parser(commands, default_spec: str) -> None:
         "With --compare OUTCOME TRACE, print the model beside a finished replay of TRACE "
         "instead.")
     p.add_argument("--spec", default=default_spec, help=f"platform spec (default: {default_spec})")
-    p.add_argument("--bundle", default=".", metavar="DIR",
-                   help="the checkout whose Terraform, Helm values and team namespaces give "
-                   "the fixed costs (default: .)")
+    add_bundle_option(p)
     p.add_argument("--seeds", type=int, default=20, help="weeks per scenario (default: 20)")
     p.add_argument("--base-only", action="store_true", help="only the base scenario")
     p.add_argument("--trace", metavar="TRACE",
@@ -33,20 +33,10 @@ def add_model_parser(commands, default_spec: str) -> None:
     p.set_defaults(func=model_command)
 
 
-def _fixed_lines(bundle, people: int, hours: float) -> list[str]:
-    from .costs import platform_fixed, vm_fixed
-
-    lines = [f"fixed costs of a {hours:g}-hour week of {people} people:"]
-    for side, items in (("platform", platform_fixed(bundle, people, hours)),
-                        ("VMs", vm_fixed(people, hours))):
-        for c in items:
-            lines.append(f"  {side}: {c.what}: {c.amount:,.2f} ({c.basis})")
-    return lines
-
-
 def _sensitivity(platform, bundle, args) -> int:
     from . import prices
     from .intervals import markdown, row, scenarios, week
+    from .report import fixed_lines
 
     chosen = scenarios()[:1] if args.base_only else scenarios()
     rows = []
@@ -61,17 +51,16 @@ def _sensitivity(platform, bundle, args) -> int:
     print()
     sys.stdout.write(markdown(rows))
     print()
-    print("\n".join(_fixed_lines(bundle, 20, 7 * 24)))
+    print("\n".join(fixed_lines(bundle, 20, 7 * 24)))
     return 0
 
 
 def _one_week(platform, bundle, args) -> int:
     """The model of one trace beside its VM baselines, and beside its replay if given."""
     from .baseline import baseline, columns
-    from .costs import platform_fixed, vm_fixed
     from .figures import platform_figures
     from .model import ModelConfig, model
-    from .report import table
+    from .report import every_cost, table
     from .runcli import load_outcome
     from .trace import load
 
@@ -93,15 +82,7 @@ def _one_week(platform, bundle, args) -> int:
         print(f"model / replay, GPU node-hours: {modelled.figures.gpu_node_hours:.1f} / "
               f"{replayed.gpu_node_hours:.1f} = "
               f"{modelled.figures.gpu_node_hours / max(replayed.gpu_node_hours, 1e-9):.2f}")
-    fixed_platform = sum(c.amount for c in platform_fixed(bundle, people, hours))
-    fixed_vms = sum(c.amount for c in vm_fixed(people, hours))
-    print(f"every cost (the pools' or VMs' cost above plus the fixed costs below), against "
-          f"{vms[0].world}: {vms[0].cost + fixed_vms:,.2f}")
-    for f in worlds[len(vms):]:
-        total = f.cost + fixed_platform
-        print(f"  {f.world}: {total:,.2f}, "
-              f"{100 * (total / (vms[0].cost + fixed_vms) - 1):+.0f}%")
-    print("\n".join(_fixed_lines(bundle, people, hours)))
+    print("\n".join(every_cost(bundle, vms, worlds[len(vms):], people, hours)))
     return 0
 
 

@@ -64,6 +64,34 @@ def table(platform: Platform, columns: Sequence[Figures | None],
     return "\n".join(lines) + "\n"
 
 
+def fixed_lines(bundle, people: int, hours: float) -> list[str]:
+    """Every fixed cost of both sides (:mod:`.costs`), one line each with its basis."""
+    from .costs import platform_fixed, vm_fixed
+
+    lines = [f"fixed costs of {hours:g} hours, {people} people:"]
+    for side, items in (("platform", platform_fixed(bundle, people, hours)),
+                        ("VMs", vm_fixed(people, hours))):
+        for c in items:
+            lines.append(f"  {side}: {c.what}: {c.amount:,.2f} ({c.basis})")
+    return lines
+
+
+def every_cost(bundle, vms: Sequence[Figures], platforms: Sequence[Figures], people: int,
+               hours: float) -> list[str]:
+    """Each platform column's cost with every fixed cost added, against the first VM
+    column's (the headline) with the VMs' fixed costs added; then the fixed costs."""
+    from .costs import platform_fixed, vm_fixed
+
+    fixed_platform = sum(c.amount for c in platform_fixed(bundle, people, hours))
+    headline = vms[0].cost + sum(c.amount for c in vm_fixed(people, hours))
+    lines = [f"every cost (the pools' or VMs' cost above plus the fixed costs below), "
+             f"against {vms[0].world}: {headline:,.2f}"]
+    for f in platforms:
+        total = f.cost + fixed_platform
+        lines.append(f"  {f.world}: {total:,.2f}, {100 * (total / headline - 1):+.0f}%")
+    return lines + fixed_lines(bundle, people, hours)
+
+
 def running(nodes: Iterable[NodeLifetime], end: datetime) -> list[tuple[datetime, int]]:
     """How many of ``nodes`` are up, as steps: (time, count from then on)."""
     changes: dict[datetime, int] = {}

@@ -1,4 +1,4 @@
-"""The replay of a trace against the real stack (docs/replay.md, "Replaying a trace").
+"""The replay of a trace on the dev cluster's stack (docs/replay.md, "Replaying a trace").
 
 On a running dev cluster (:class:`Stack`), :func:`replay` starts the demo's hub (the
 real culler, the jobs service, the usage ledger, Prometheus scraping it) with the
@@ -23,7 +23,7 @@ from typing import Callable
 import aiohttp
 import yaml
 
-from ..contract import AGENTPOOL_LABEL, NODEPOOL_LABEL, PROFILE_LABEL, USERNAME_KEY
+from ..contract import KARPENTER_API_VERSION, PROFILE_LABEL, USERNAME_KEY
 from ..devcluster.contract import (DEMO_URL, ENV_DEMO_CULL_EVERY, ENV_DEMO_JOB_RUN_FOR,
                                    FAKE_DCGM_ANNOTATION)
 from ..devcluster import demo
@@ -33,16 +33,14 @@ from ..devcluster.pki import PkiPaths
 from ..usage.config import DEFAULT_FILE
 from ..ledger.store import Ledger, Usage
 from .figures import NodeLifetime
-from .schedule import (CULL_EVERY, Distortion, interval, job_run_seconds, scaled_spec,
-                       schedule, trace_time)
+from .machines import follow, listed
+from .schedule import (CULL_EVERY, WATCH_SECONDS, Distortion, interval, job_run_seconds,
+                       scaled_spec, schedule, trace_time)
 from .trace import Trace
 from .users import Users, admin_token
 
 log = logging.getLogger("jupyterhub_gpu.replay")
 
-#: how often the replayer lists the cluster's nodes and notebook pods (wall seconds;
-#: one list of each for everybody, never a request per user)
-WATCH_SECONDS = 0.5
 #: how long, after the trace ends, the replay waits for the ledger and the pools to
 #: settle (wall seconds)
 SETTLE_SECONDS = 300
@@ -78,8 +76,9 @@ class Outcome:
 
 
 class _Watch:
-    """The pools' nodes and the notebook pods, from one list of each every
-    :data:`WATCH_SECONDS`, with each node's lifetime in wall time."""
+    """The pools' machines and the notebook pods, from one list of NodeClaims, Nodes
+    and pods every :data:`WATCH_SECONDS`, with each machine's lifetime in wall time
+    (:mod:`.machines`: billed from its NodeClaim's creation, boot included)."""
 
     def __init__(self, client: AdminClient, pools: set[str]):
         self.client, self.pools = client, pools
@@ -91,23 +90,10 @@ class _Watch:
         return self.pods.get(user)
 
     def _nodes(self, now: datetime) -> None:
-        seen = {}
-        for node in self.client.list("v1", "Node"):
-            meta = node["metadata"]
-            labels = meta.get("labels") or {}
-            pool = labels.get(AGENTPOOL_LABEL)
-            if pool in self.pools and NODEPOOL_LABEL in labels:
-                seen[meta["name"]] = NodeLifetime(pool, meta["name"],
-                                                  _utc(meta["creationTimestamp"]))
-                if meta.get("deletionTimestamp") and meta["name"] in self.up:
-                    self.up[meta["name"]] = replace(
-                        self.up[meta["name"]], end=_utc(meta["deletionTimestamp"]))
-        for name, node in list(self.up.items()):
-            if name not in seen:
-                self.gone.append(node if node.end else replace(node, end=now))
-                del self.up[name]
-        for name, node in seen.items():
-            self.up.setdefault(name, node)
+        claims = self.client.list(KARPENTER_API_VERSION, "NodeClaim")
+        seen = listed(claims, self.client.list("v1", "Node"), self.pools)
+        self.up, gone = follow(self.up, seen, now)
+        self.gone += gone
 
     def _pods(self) -> None:
         pods = {}
@@ -131,12 +117,6 @@ class _Watch:
 
     def lifetimes(self) -> list[NodeLifetime]:
         return [*self.gone, *self.up.values()]
-
-
-def _utc(at) -> datetime:
-    if isinstance(at, str):
-        at = datetime.fromisoformat(at.replace("Z", "+00:00"))
-    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
 
 
 def prepare(trace: Trace, spec_path: Path, factor: float, workdir: Path

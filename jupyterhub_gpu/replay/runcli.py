@@ -1,5 +1,5 @@
 """``jupyterhub-gpu replay run TRACE --compress F``: bring the dev cluster up with the
-spec's timings compressed (pools at 0), replay the trace against the real stack, bring
+spec's timings compressed (pools at 0), replay the trace on its stack, bring
 the cluster down, then print the table of both worlds, the distortions and the
 accounting invariants, and write them (``run/report.txt``), the ledger rows and node
 lifetimes in the trace's time (``run/outcome.json``) and the plot (docs/replay.md)."""
@@ -20,9 +20,15 @@ from pathlib import Path
 HUB_PORTS = {"public": 18000, "hub": 18081, "proxy_api": 18001}
 
 
+def add_bundle_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bundle", default=".", metavar="DIR",
+                   help="the checkout whose Terraform, Helm values and team namespaces give "
+                   "the fixed costs (default: .)")
+
+
 def add_run_parser(commands, default_spec: str) -> None:
     p = commands.add_parser(
-        "run", help="replay a trace against the real stack on the dev cluster",
+        "run", help="replay a trace on the dev cluster's stack",
         description="Start the dev cluster with SPEC (pools at 0) and every platform "
         "timing divided by --compress, run the demo hub (culler, jobs service, usage "
         "ledger, Prometheus, fake DCGM exporter) and act as the trace's people through "
@@ -43,6 +49,7 @@ def add_run_parser(commands, default_spec: str) -> None:
     p.add_argument("--until", dest="end", metavar="TIME",
                    help="... and before TIME; sessions still open then are cut there")
     p.add_argument("--plot", metavar="PNG", help="also write the plot (needs matplotlib)")
+    add_bundle_option(p)
     p.set_defaults(func=run_command)
 
 
@@ -58,6 +65,7 @@ def add_report_parser(commands, default_spec: str) -> None:
     p.add_argument("--from", dest="start", metavar="TIME", help="as given to the run")
     p.add_argument("--until", dest="end", metavar="TIME", help="as given to the run")
     p.add_argument("--plot", metavar="PNG", help="also write the plot (needs matplotlib)")
+    add_bundle_option(p)
     p.set_defaults(func=report_command)
 
 
@@ -88,11 +96,17 @@ def load_outcome(path: Path, trace):
 
 def report_command(args: argparse.Namespace) -> int:
     from ..spec.parse import load_platform
-    from .trace import load
+    from .costs import read_bundle
+    from .trace import TraceError, load
 
     platform = load_platform(args.spec)
-    outcome = load_outcome(Path(args.outcome), _window(load(args.trace), args))
-    return 1 if report(platform, outcome, args.plot) else 0
+    try:
+        bundle = read_bundle(Path(args.bundle), platform)
+        outcome = load_outcome(Path(args.outcome), _window(load(args.trace), args))
+    except (OSError, KeyError, TraceError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 1 if report(platform, bundle, outcome, args.plot) else 0
 
 
 def _ports(offset: int):
@@ -108,29 +122,34 @@ def _up(spec_path: Path, state: Path, offset: int, trace, factor: float):
     from ..devcluster.layout import Layout
     from ..spec.parse import load_platform
     from .run import prepare
+    from .schedule import karpenter_timers
 
     scaled, _, _ = prepare(trace, spec_path, factor, state / "run")
     build.build(print)
     ensure_chp(print)
     layout = Layout(state / "cluster")
-    status = cluster.up(load_platform(scaled), layout.root, print, ports=_ports(offset))
+    status = cluster.up(load_platform(scaled), layout.root, print, ports=_ports(offset),
+                        karpenter_timers=karpenter_timers(factor))
     return layout, status["server"]
 
 
-def report(platform, outcome, plot_path: str | None) -> list[str]:
-    """Print the table, the distortions and the invariants; write the plot; return
-    the invariants' violations."""
+def report(platform, bundle, outcome, plot_path: str | None) -> list[str]:
+    """Print the table, every cost (``bundle``'s fixed costs added), the distortions
+    and the invariants; write the plot; return the invariants' violations."""
     from .baseline import baseline, columns
     from .figures import platform_figures
     from .invariants import violations
-    from .report import plot, table
-    from .schedule import NOT_SCALED
+    from .report import every_cost, plot, table
+    from .schedule import NOT_SCALED, UNSCALED, karpenter_timers
 
     trace, factor = outcome.trace, outcome.factor
-    worlds = [*(baseline(platform, trace, cfg) for cfg in columns()),
-              platform_figures(platform, trace, outcome.rows, outcome.nodes,
-                               world=f"jupyterhub-gpu (replayed {factor:g}x)")]
+    vms = [baseline(platform, trace, cfg) for cfg in columns()]
+    replayed = platform_figures(platform, trace, outcome.rows, outcome.nodes,
+                                world=f"jupyterhub-gpu (replayed {factor:g}x)")
+    worlds = [*vms, replayed]
     print(table(platform, worlds))
+    hours = (trace.header.end - trace.header.start).total_seconds() / 3600
+    print("\n".join(every_cost(bundle, vms, [replayed], len(trace.people), hours)))
     print(f"replayed in {outcome.wall_seconds / 60:.1f} min of wall time; load average at "
           f"the end {outcome.load[0]:.1f} {outcome.load[1]:.1f} {outcome.load[2]:.1f}")
     print("what happened: " + ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())))
@@ -140,6 +159,13 @@ def report(platform, outcome, plot_path: str | None) -> list[str]:
     for d in outcome.distortions:
         print(f"  {d.what}: {d.trace_seconds:g} s ran as {d.wall_seconds:g} s, that is "
               f"{d.simulated_seconds(factor):g} s of trace time")
+    timers = karpenter_timers(factor)
+    print(f"  scaled: Karpenter's batching window, {timers.batch_max_seconds:g} s at most "
+          f"and {timers.batch_idle_seconds:g} s idle (BATCH_MAX_DURATION, "
+          f"BATCH_IDLE_DURATION)")
+    print("  not scaled, with their size in trace time:")
+    for u in UNSCALED:
+        print(f"    {u.what}: {u.wall_seconds:g} s, that is {_trace(u.trace_seconds(factor))}")
     print(f"  not scaled (each wall second of them is {factor:g} s of trace time):")
     for what in NOT_SCALED:
         print(f"    {what}")
@@ -153,6 +179,13 @@ def report(platform, outcome, plot_path: str | None) -> list[str]:
         plot(platform, worlds, trace.header.start, trace.header.end, plot_path)
         print(f"wrote {plot_path}", file=sys.stderr)
     return broken
+
+
+def _trace(seconds: float) -> str:
+    """A span of trace time, in the unit that reads best."""
+    if seconds < 120:
+        return f"{seconds:g} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def save(outcome, path: Path) -> None:
@@ -187,41 +220,63 @@ def _window(trace, args: argparse.Namespace):
     return window(trace, start, end)
 
 
-def run_command(args: argparse.Namespace) -> int:
-    from ..devcluster import cluster
+def checked(args: argparse.Namespace):
+    """The trace (cut to --from/--until), the platform and the bundle ``args`` name,
+    checked against each other; each error is printed and None returned."""
     from ..spec.parse import load_platform
-    from .run import Stack, replay
+    from .costs import read_bundle
     from .trace import TraceError, check_against, load
 
-    spec, state = Path(args.spec), Path(args.state_dir).absolute()
     try:
-        trace, platform = _window(load(args.trace), args), load_platform(spec)
-        if args.compress < 1:
-            raise ValueError(f"--compress must be at least 1, not {args.compress:g}")
-    except (OSError, TraceError, ValueError) as e:
+        trace, platform = _window(load(args.trace), args), load_platform(Path(args.spec))
+        bundle = read_bundle(Path(args.bundle), platform)
+    except (OSError, KeyError, TraceError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return None
     errors = check_against(trace, platform)
     for error in errors:
         print(f"error: {args.trace}: {error}", file=sys.stderr)
-    if errors:
-        return 1
+    return None if errors else (trace, platform, bundle)
+
+
+def replay_once(args: argparse.Namespace, checked_, factor: float, state: Path,
+                plot: str | None) -> bool:
+    """Bring the cluster up under ``state``, replay at ``factor``, bring it down; write
+    ``state/run/outcome.json`` and ``report.txt`` and print the report; False if an
+    accounting invariant broke."""
+    from ..devcluster import cluster
+    from .run import Stack, replay
+
+    trace, platform, bundle = checked_
+    spec = Path(args.spec)
     shutil.rmtree(state / "run", ignore_errors=True)  # a new hub, a new ledger
-    layout, server = _up(spec, state, args.port_offset, trace, args.compress)
+    layout, server = _up(spec, state, args.port_offset, trace, factor)
     try:
         o = args.port_offset
         stack = Stack(layout, server, layout.kubeconfig, f"http://127.0.0.1:{18000 + o}",
                       HUB_PORTS["hub"] + o, HUB_PORTS["proxy_api"] + o)
-        outcome = asyncio.run(replay(trace, spec, args.compress, stack, state / "run",
+        outcome = asyncio.run(replay(trace, spec, factor, stack, state / "run",
                                      progress=lambda m: print(m, flush=True)))
     finally:
         cluster.down(layout.root, print)
     save(outcome, state / "run" / "outcome.json")
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
-        broken = report(platform, outcome, args.plot)
+        broken = report(platform, bundle, outcome, plot)
     sys.stdout.write(text.getvalue())
     (state / "run" / "report.txt").write_text(text.getvalue())
     print(f"wrote {state / 'run' / 'report.txt'} and {state / 'run' / 'outcome.json'}",
           file=sys.stderr)
-    return 1 if broken else 0
+    return not broken
+
+
+def run_command(args: argparse.Namespace) -> int:
+    if args.compress < 1:
+        print(f"error: --compress must be at least 1, not {args.compress:g}", file=sys.stderr)
+        return 1
+    checked_ = checked(args)
+    if checked_ is None:
+        return 1
+    kept = replay_once(args, checked_, args.compress, Path(args.state_dir).absolute(),
+                       args.plot)
+    return 0 if kept else 1

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..devcluster.components import KarpenterTimers
+from ..devcluster.contract import DEMO_HTTP_TIMEOUT
+from ..devcluster.prometheus import SCRAPE_INTERVAL
 from ..spec.boot import boot_seconds_for
 from ..spec.gpus import NO_GPU
 from ..spec.quantities import parse_duration
@@ -48,16 +51,58 @@ SCALED_FIELDS: dict[tuple[str, str], Any] = {
     ("profiles", "queuePatience"): None,
     ("jobProfiles", "maxRunTime"): None,
 }
-#: platform timings a replay does not scale, and why (reported with the run)
+#: how often the replayer lists the cluster's NodeClaims, nodes and notebook pods (wall
+#: seconds; one list of each for everybody, never a request per user)
+WATCH_SECONDS = 0.5
+
+#: platform timings a replay does not scale and whose size varies, and why (reported
+#: with the run; the fixed ones are :data:`UNSCALED`)
 NOT_SCALED = (
-    "Kueue's and Karpenter's internal delays (Karpenter's batching and its "
-    "consolidation passes, Kueue's requeueing), fixed by their code",
+    "Kueue's internal delays (its requeueing and admission passes), fixed by its code",
     "the single-user server's own start (a real jupyterhub-singleuser process) and "
     "the hub's spawn machinery, which take what they take on the machine",
     "profiles' startTimeout and checkpoint gracePeriod (a server or job that may not "
     "start or stop in time would fail, not run faster)",
-    "the dev cluster's Prometheus scrape and rule evaluation intervals (2 s)",
 )
+
+
+@dataclass(frozen=True)
+class Unscaled:
+    """A fixed wall-clock timing a replay cannot divide: each wall second of it is
+    ``factor`` seconds of trace time."""
+
+    what: str
+    wall_seconds: float
+
+    def trace_seconds(self, factor: float) -> float:
+        return self.wall_seconds * factor
+
+
+#: the fixed timings no replay scales, with their wall-clock size
+UNSCALED = (
+    Unscaled("Karpenter's disruption polling (pollingPeriod, a constant of its v1.14.1 "
+             "disruption controller): an empty node is seen up to this late", 10),
+    Unscaled("Karpenter's commandValidationDelay (a constant, as above): an empty node's "
+             "removal waits this long", 15),
+    Unscaled("the dev cluster's Prometheus scrape and rule evaluation interval: a GPU-idle "
+             "window sees one sample per", parse_duration(SCRAPE_INTERVAL)),
+    Unscaled("whole-second timestamps (Kubernetes objects, Kueue, the ledger): every "
+             "time and wait is known to", 1),
+    Unscaled("the replayer's listing of NodeClaims, nodes and pods: a machine's end is "
+             "known to", WATCH_SECONDS),
+    Unscaled("the hub's http_timeout (a started server must answer within it)",
+             DEMO_HTTP_TIMEOUT),
+)
+
+
+def karpenter_timers(factor: float) -> KarpenterTimers:
+    """Karpenter's batching window divided by ``factor`` (to the microsecond: no
+    distortion worth reporting)."""
+    if factor < 1:
+        raise ValueError(f"a compression factor must be at least 1, not {factor}")
+    default = KarpenterTimers()
+    return KarpenterTimers(default.batch_max_seconds / factor,
+                           default.batch_idle_seconds / factor)
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,37 @@ def test_karpenter_is_configured_by_environment(tmp_path):
     assert comp.argv == (str(tmp_path / "karpenter-kwok"),), "it rejects --kubeconfig"
     assert comp.env == {"KUBECONFIG": str(layout.kubeconfig), "DISABLE_LEADER_ELECTION": "true",
                         "METRICS_PORT": "28090", "HEALTH_PROBE_PORT": "28091",
-                        "INSTANCE_TYPES_FILE_PATH": str(layout.karpenter_instance_types)}
+                        "INSTANCE_TYPES_FILE_PATH": str(layout.karpenter_instance_types),
+                        "BATCH_MAX_DURATION": "10000000us", "BATCH_IDLE_DURATION": "1000000us"}
     assert comp.health.url == "http://127.0.0.1:28091/readyz"
+
+
+def test_karpenter_batches_with_the_timers_it_is_given_and_keeps_them_on_a_restart(tmp_path):
+    """A replay's scaled batching window reaches Karpenter's environment, and the
+    cluster file keeps it, so a hand restart of Karpenter (restart_component) keeps it."""
+    import json
+
+    from jupyterhub_gpu.devcluster import cluster
+    from jupyterhub_gpu.devcluster.components import KarpenterTimers, control_plane
+    from jupyterhub_gpu.devcluster.layout import Layout
+    from jupyterhub_gpu.devcluster.pki import PkiPaths
+
+    layout = Layout(tmp_path)
+    timers = KarpenterTimers(batch_max_seconds=10 / 300, batch_idle_seconds=1 / 300)
+    bins = {n: tmp_path / n for n in ("etcd", "kube-apiserver", "kube-controller-manager",
+                                      "kube-scheduler", "kwok", "kueue", "karpenter-kwok",
+                                      "prometheus")}
+    comps = {c.name: c for c in control_plane(bins, layout, Ports(), PkiPaths(tmp_path), timers)}
+    assert (comps["karpenter"].env["BATCH_MAX_DURATION"],
+            comps["karpenter"].env["BATCH_IDLE_DURATION"]) == ("33333us", "3333us")
+    layout.make_dirs()
+    layout.cluster_file.write_text(json.dumps({
+        "binaries": {k: str(v) for k, v in bins.items()}, "ports": Ports().as_dict(),
+        "karpenter_timers": {"batch_max_seconds": 0.1, "batch_idle_seconds": 0.01}}))
+    comp, _ = cluster._running_component(layout, "karpenter")
+    assert comp.env["BATCH_MAX_DURATION"] == "100000us"
+    with pytest.raises(ValueError, match="batch_idle_seconds must be more than 0"):
+        KarpenterTimers(batch_idle_seconds=0)
 
 
 SERVE_AFTER_LOGGING = """

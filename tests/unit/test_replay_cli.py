@@ -215,3 +215,43 @@ def test_model_of_one_trace_prints_its_baselines_the_model_and_every_cost(week,
     assert gpu.split()[-1] == f"{modelled.gpu_node_hours:.1f}"
     assert "against VMs, platform's idle rule: " in result.stdout
     assert "  VMs: compute instances' OS disks: " in result.stdout
+
+
+def test_report_of_a_replay_adds_every_fixed_cost_to_both_sides(week, example_spec_path,
+                                                                 tmp_path):
+    """`replay report` (and so `replay run`, which prints the same) gives the replayed
+    column's cost with the platform's fixed costs, against the headline VMs' with theirs."""
+    from jupyterhub_gpu.replay.baseline import baseline, columns
+    from jupyterhub_gpu.replay.costs import platform_fixed, read_bundle, vm_fixed
+    from jupyterhub_gpu.replay.figures import node_hours
+    from jupyterhub_gpu.replay.model import model
+    from jupyterhub_gpu.replay.run import Outcome
+    from jupyterhub_gpu.replay.runcli import save
+
+    platform = load_platform(example_spec_path)
+    trace = load(week)
+    nodes = model(platform, trace).figures.nodes
+    save(Outcome(trace, 300.0, (), nodes, {}, (), {}, (), 60.0, True),
+         tmp_path / "outcome.json")
+    result = run("report", tmp_path / "outcome.json", week, "--spec", example_spec_path,
+                 "--bundle", REPO)
+    assert "Traceback" not in result.stderr, result.stderr
+    bundle, people, hours = read_bundle(REPO, platform), len(trace.people), 7 * 24
+    headline = baseline(platform, trace, columns()[0])
+    vms = headline.cost + sum(c.amount for c in vm_fixed(people, hours))
+    lines = result.stdout.splitlines()
+    assert (f"every cost (the pools' or VMs' cost above plus the fixed costs below), "
+            f"against {headline.world}: {vms:,.2f}") in lines
+    _, _, pools = node_hours(platform, nodes, trace.header.end)
+    total = pools + sum(c.amount for c in platform_fixed(bundle, people, hours))
+    assert f"  jupyterhub-gpu (replayed 300x): {total:,.2f}, " \
+           f"{100 * (total / vms - 1):+.0f}%" in lines
+    assert any(line.startswith("  platform: AKS tier: ") for line in lines)
+    assert any(line.startswith("  VMs: compute instances' OS disks: ") for line in lines)
+
+
+def test_report_names_a_bundle_it_cannot_read(week, example_spec_path, tmp_path):
+    result = run("report", tmp_path / "outcome.json", week, "--spec", example_spec_path,
+                 "--bundle", tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: ") and "variables.tf" in result.stderr
