@@ -30,12 +30,12 @@ oldest pin, ``.ci/oldest-constraints.txt``) and 7.1.0, and JupyterHub 5.3.0 and
 
 - ``KubeSpawner._start_reflector``: starts the shared Workload watch, and the pod
   watch that remembers deleted pods (:mod:`jupyterhub_gpu.watches.reflectors`);
-  overridden to start again a shared watch that gave up.
+  overridden to start again a shared watch that gave up, and to start KubeSpawner's
+  event watch as one that resumes and keeps each pod's events apart.
 - ``KubeSpawner._start_watching_pods``: overridden to start that pod watch.
-- ``KubeSpawner._start_watching_events``: overridden to start an event watch that
-  resumes and keeps each pod's events apart (``events`` reads this pod's from it).
-- ``KubeSpawner._last_event``: the marker ``start()`` sets, after which ``events``
-  are this spawn's.
+- ``KubeSpawner._last_event``: the marker ``start()`` sets, after which a pod's
+  events are this spawn's (the queue watch reads them from the event watch's per-pod
+  index, :meth:`~jupyterhub_gpu.hub.watching.SpawnWatches.pod_events`).
 - ``KubeSpawner._get_reflector_key``: the key of a shared watch in ``reflectors``;
   overridden by :func:`jupyterhub_gpu.watches.namespaces.reflector_key`, which gives
   KubeSpawner's key for any namespace (a unit test checks they agree) and one node
@@ -344,7 +344,8 @@ class GPUSpawner(KubeSpawner):
             grant = self.gpu_grant
             self._queued = QueuedStart(
                 grant, self.namespace, pod=self.gpu_watches.my_pod,
-                workloads=self.gpu_watches.workloads, events=lambda: self.events, log=self.log,
+                workloads=self.gpu_watches.workloads, log=self.log,
+                events=lambda: self.gpu_watches.pod_events(since=self._last_event),
                 workload_of=self.gpu_watches.live_workload_of,
                 position=self.gpu_watches.queue_position,
                 who=self._log_name, ours=self.gpu_watches.is_ours,
@@ -424,23 +425,6 @@ class GPUSpawner(KubeSpawner):
     async def _start_watching_pods(self, replace: bool = False):
         return await self.gpu_watches.pods(replace)
 
-    @spec_only
-    async def _start_watching_events(self, replace: bool = False):
-        return await self.gpu_watches.events(replace)
-
-    @property
-    def events(self) -> list[dict]:
-        """KubeSpawner's: this pod's events since the start's marker (``_last_event``),
-        read from the event watch's per-pod index, not filtered from the namespace's."""
-        if self.spec_source is None or not self.events_enabled:
-            return super().events
-        events: list[dict] = []
-        for event in self.gpu_watches.pod_events():
-            if self._last_event and event["metadata"]["uid"] == self._last_event:
-                events = []
-            else:
-                events.append(event)
-        return events
 
     @spec_only
     async def _start_reflector(self, kind: str, reflector_class: type, replace: bool = False,

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
+from kubespawner.spawner import EventReflector
+
 from . import metrics
 from ..contract import COMPONENT_LABEL
 from ..kueue import status as kstatus
@@ -52,7 +54,11 @@ class SpawnWatches:
                     **kwargs: Any) -> Any:
         """KubeSpawner's ``_start_reflector``, but a shared watch that gave up
         (KubeSpawner's stop retrying after about 50 s without the API server) is
-        started again, not kept, dead, by every spawn and poll of its namespace."""
+        started again, not kept, dead, by every spawn and poll of its namespace; and
+        KubeSpawner's event watch is an :class:`IndexedEventReflector` (it resumes,
+        and keeps each pod's events apart)."""
+        if reflector_class is EventReflector:  # KubeSpawner's, for its start and progress
+            reflector_class = IndexedEventReflector
         running = self.get(kind)
         if not replace and running is not None and poolnodes.failed(running):
             self.spawner.log.warning("The hub's %s watch of %s had stopped; starting it again",
@@ -68,18 +74,13 @@ class SpawnWatches:
             labels={COMPONENT_LABEL: self.spawner.component_label},
             omit_namespace=self.spawner.enable_user_namespaces, replace=replace)
 
-    async def events(self, replace: bool = False) -> Any:
-        """The namespace's pod-event watch, each pod's events apart (KubeSpawner's
-        fields)."""
-        return await self.start(
-            kind="events", reflector_class=IndexedEventReflector,
-            fields={"involvedObject.kind": "Pod"},
-            omit_namespace=self.spawner.enable_user_namespaces, replace=replace)
-
-    def pod_events(self) -> list[dict]:
-        """The events of this spawner's pod, oldest first."""
+    def pod_events(self, since: str | None = None) -> list[dict]:
+        """The events of this spawner's pod, oldest first, after the event of uid
+        ``since`` (KubeSpawner's ``events``, from the event watch's per-pod index)."""
         found = self.get("events")
-        return found.events_of(self.spawner.namespace, self.spawner.pod_name) if found else []
+        events = found.events_of(self.spawner.namespace, self.spawner.pod_name) if found else []
+        uids = [e["metadata"].get("uid") for e in events]
+        return events[uids.index(since) + 1:] if since in uids else events
 
     async def workloads_watch(self) -> Any:
         return await self.start(kind="workloads", reflector_class=WorkloadReflector)
