@@ -30,8 +30,12 @@ oldest pin, ``.ci/oldest-constraints.txt``) and 7.1.0, and JupyterHub 5.3.0 and
 
 - ``KubeSpawner._start_reflector``: starts the shared Workload watch, and the pod
   watch that remembers deleted pods (:mod:`jupyterhub_gpu.watches.reflectors`);
-  overridden to start again a shared watch that gave up.
+  overridden to start again a shared watch that gave up, and to start KubeSpawner's
+  event watch as one that resumes and keeps each pod's events apart.
 - ``KubeSpawner._start_watching_pods``: overridden to start that pod watch.
+- ``KubeSpawner._last_event``: the marker ``start()`` sets, after which a pod's
+  events are this spawn's (the queue watch reads them from the event watch's per-pod
+  index, :meth:`~jupyterhub_gpu.hub.watching.SpawnWatches.pod_events`).
 - ``KubeSpawner._get_reflector_key``: the key of a shared watch in ``reflectors``;
   overridden by :func:`jupyterhub_gpu.watches.namespaces.reflector_key`, which gives
   KubeSpawner's key for any namespace (a unit test checks they agree) and one node
@@ -340,7 +344,10 @@ class GPUSpawner(KubeSpawner):
             grant = self.gpu_grant
             self._queued = QueuedStart(
                 grant, self.namespace, pod=self.gpu_watches.my_pod,
-                workloads=self.gpu_watches.workloads, events=lambda: self.events, log=self.log,
+                workloads=self.gpu_watches.workloads, log=self.log,
+                events=lambda: self.gpu_watches.pod_events(since=self._last_event),
+                workload_of=self.gpu_watches.live_workload_of,
+                position=self.gpu_watches.queue_position,
                 who=self._log_name, ours=self.gpu_watches.is_ours,
                 save_wait=queuewaits.saver(getattr(self.user, "db", None),
                                            grant.team.local_queue, grant.profile.slug,
@@ -417,6 +424,7 @@ class GPUSpawner(KubeSpawner):
     @spec_only
     async def _start_watching_pods(self, replace: bool = False):
         return await self.gpu_watches.pods(replace)
+
 
     @spec_only
     async def _start_reflector(self, kind: str, reflector_class: type, replace: bool = False,

@@ -102,9 +102,10 @@ class PlatformStops:
         return platform.cohort_namespaces(grant.team) if grant else []
 
     def _preemptor(self, workload: dict | None) -> Preemptor | None:
-        """The training job Kueue preempted our server for, from the shared watches."""
-        candidates = self.watches.workloads_with_buried(self.cohort_namespaces())
-        return preempting_job(workload, candidates, self.granted()[1])
+        """The training job Kueue preempted our server for, from the shared watches'
+        indexes; looked up only for a server that Kueue says was preempted."""
+        candidates = self.watches.preemptor_candidates(workload, self.cohort_namespaces())
+        return preempting_job(workload, candidates, self.granted()[1]) if candidates else None
 
     def _checkpoint_dir(self, slug: str) -> str | None:
         """Where a stopped server of profile ``slug`` keeps its checkpoints: by the

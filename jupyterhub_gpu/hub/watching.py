@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
+from kubespawner.spawner import EventReflector
+
 from . import metrics
 from ..contract import COMPONENT_LABEL
 from ..kueue import status as kstatus
 from ..watches import poolnodes
 from ..watches.namespaces import NamespaceWatches, reflector_key
 from ..watches.poolnodes import NodeReflector
-from ..watches.reflectors import RecordingPodReflector, WorkloadReflector
+from ..watches.reflectors import (IndexedEventReflector, RecordingPodReflector,
+                                  WorkloadReflector)
 
 
 class SpawnWatches:
@@ -51,7 +54,11 @@ class SpawnWatches:
                     **kwargs: Any) -> Any:
         """KubeSpawner's ``_start_reflector``, but a shared watch that gave up
         (KubeSpawner's stop retrying after about 50 s without the API server) is
-        started again, not kept, dead, by every spawn and poll of its namespace."""
+        started again, not kept, dead, by every spawn and poll of its namespace; and
+        KubeSpawner's event watch is an :class:`IndexedEventReflector` (it resumes,
+        and keeps each pod's events apart)."""
+        if reflector_class is EventReflector:  # KubeSpawner's, for its start and progress
+            reflector_class = IndexedEventReflector
         running = self.get(kind)
         if not replace and running is not None and poolnodes.failed(running):
             self.spawner.log.warning("The hub's %s watch of %s had stopped; starting it again",
@@ -66,6 +73,14 @@ class SpawnWatches:
             kind="pods", reflector_class=RecordingPodReflector,
             labels={COMPONENT_LABEL: self.spawner.component_label},
             omit_namespace=self.spawner.enable_user_namespaces, replace=replace)
+
+    def pod_events(self, since: str | None = None) -> list[dict]:
+        """The events of this spawner's pod, oldest first, after the event of uid
+        ``since`` (KubeSpawner's ``events``, from the event watch's per-pod index)."""
+        found = self.get("events")
+        events = found.events_of(self.spawner.namespace, self.spawner.pod_name) if found else []
+        uids = [e["metadata"].get("uid") for e in events]
+        return events[uids.index(since) + 1:] if since in uids else events
 
     async def workloads_watch(self) -> Any:
         return await self.start(kind="workloads", reflector_class=WorkloadReflector)
@@ -126,16 +141,27 @@ class SpawnWatches:
         found = self.get("workloads")
         return list(found.resources.values()) if found else []
 
-    def workloads_with_buried(self, namespaces: list[str] | None = None) -> list[dict]:
-        """The Workloads of this spawner's namespace (or of ``namespaces``), with the
-        recently deleted ones."""
-        found = ([self.get("workloads")] if namespaces is None
-                 else [self.get("workloads", ns) for ns in namespaces])
-        return [w for r in found if r is not None
-                for w in (*r.resources.values(), *r.graveyard.buried())]
+    def live_workload_of(self, pod: dict) -> dict | None:
+        """The pod's live Workload (the Workload watch's job-uid index)."""
+        found = self.get("workloads")
+        return found.of_job(pod["metadata"].get("uid")) if found else None
+
+    def queue_position(self, workload: dict) -> tuple[int, int]:
+        """(place, total) of ``workload`` in its queue (computed once per change of
+        the queue, :meth:`~jupyterhub_gpu.watches.reflectors.WorkloadReflector.position`)."""
+        found = self.get("workloads")
+        return found.position(workload) if found else (0, 0)
 
     def workload_of(self, pod: dict) -> dict | None:
         """The pod's Workload, live or (just deleted) from the graveyard."""
-        if self.get("workloads") is None:
-            return None
-        return kstatus.workload_for(pod, self.workloads_with_buried())
+        found = self.get("workloads")
+        return found.of_job(pod["metadata"].get("uid"), buried=True) if found else None
+
+    def preemptor_candidates(self, workload: dict | None, namespaces: list[str]) -> list[dict]:
+        """The Workloads of ``namespaces``, live or just deleted, that Kueue's
+        ``Preempted`` condition of ``workload`` names (none if it names none)."""
+        ids = kstatus.preemptor_ids(workload)
+        if ids is None:
+            return []
+        found = (self.get("workloads", ns) for ns in namespaces)
+        return [w for w in (r.find(*ids) for r in found if r is not None) if w is not None]

@@ -70,7 +70,7 @@ class QueueWatch:
     patience_seconds: int
     pod: Callable[[], dict | None]  # the pod as the shared pod reflector has it
     workloads: Callable[[], list[dict]]  # the namespace's Workloads (shared reflector)
-    events: Callable[[], list[dict]]  # this pod's events (shared event reflector)
+    events: Callable[[], list[dict]]  # this pod's events (read only when a stage needs them)
     clock: Callable[[], float] = time.monotonic
     # the position Kueue's visibility API gives a Workload (None: not served)
     visible_position: Callable[[str], tuple[int, int] | None] = lambda name: None
@@ -89,6 +89,10 @@ class QueueWatch:
     pool: str | None = field(default=None, init=False)  # the pool Kueue admitted it to
     own_uid: str | None = field(default=None, init=False)  # this spawn's pod, once seen
     removed: bool = field(default=False, init=False)  # and it was deleted before it ran
+    # the pod's live Workload, and a Workload's (place, total) in its queue: by default
+    # searched in and computed from ``workloads()``; the hub passes its watch's indexes
+    workload_of: Callable[[dict], dict | None] | None = None
+    position: Callable[[dict], tuple[int, int]] | None = None
 
     def __post_init__(self) -> None:
         self.stage = describe(self.wanted, None, None, None, [])
@@ -98,17 +102,28 @@ class QueueWatch:
         self._follow_own_pod(pod)
         if self.removed:
             return self.stage
-        workloads = self.workloads() if pod else []
-        workload = st.workload_for(pod, workloads) if pod else None
+        workload = self.workload_for(pod) if pod else None
         position = None
         if workload is not None:
             self.pool = st.admitted_pool(workload) or self.pool
-            position = (self.visible_position(workload["metadata"]["name"])
-                        or st.queue_position(workload, workloads))
+            if not st.is_true(workload, "QuotaReserved"):  # only a waiting one has a place
+                position = (self.visible_position(workload["metadata"]["name"])
+                            or self._queue_position(workload))
         self.stage = describe(self.on_pool.get(self.pool or "", self.wanted), pod, workload,
-                              position, self.events(), queue_down=not self.queue_answers())
+                              position, self.events, queue_down=not self.queue_answers())
         self._time(self.stage.key)
         return self.stage
+
+    def workload_for(self, pod: dict) -> dict | None:
+        """``pod``'s live Workload."""
+        if self.workload_of is not None:
+            return self.workload_of(pod)
+        return st.workload_for(pod, self.workloads())
+
+    def _queue_position(self, workload: dict) -> tuple[int, int]:
+        if self.position is not None:
+            return self.position(workload)
+        return st.queue_position(workload, self.workloads())
 
     def _follow_own_pod(self, pod: dict | None) -> None:
         """Note this spawn's pod once seen; once it is gone (or replaced) before the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 from ..contract import DISRUPTION_TARGET, POOL_ANNOTATION
 from ..spec.model import Platform
@@ -165,11 +165,13 @@ def _on_node(w: Wanted, pod: dict, events: list[dict]) -> Stage:
 
 
 def describe(w: Wanted, pod: dict | None, workload: dict | None,
-             position: tuple[int, int] | None, events: list[dict],
+             position: tuple[int, int] | None,
+             events: Sequence[dict] | Callable[[], Sequence[dict]],
              queue_down: bool = False) -> Stage:
     """Where a spawn is, from the pod, its Workload, its queue position (place, total)
-    and the pod's events; ``queue_down``: Kueue does not answer, so a spawn it has not
-    admitted yet has no position worth showing."""
+    and the pod's events (or what gives them: called only at the stages they tell,
+    once the pod is past the queue); ``queue_down``: Kueue does not answer, so a spawn
+    it has not admitted yet has no position worth showing."""
     if pod is None:
         return Stage(Step.CREATING, f"Requesting {w.what} ({w.profile})", 5)
     if pod.get("status", {}).get("phase") == "Running":
@@ -183,6 +185,7 @@ def describe(w: Wanted, pod: dict | None, workload: dict | None,
             return _waiting(w, workload, position and Position(*position))
         return Stage(Step.ADMITTED, f"Admitted by queue {w.queue}; {w.what} is reserved for you",
                      40)
+    events = list(events() if callable(events) else events)
     if not pod.get("spec", {}).get("nodeName"):
         return _scheduling(w, events)
     return _on_node(w, pod, events)

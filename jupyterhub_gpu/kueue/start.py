@@ -44,7 +44,8 @@ class QueuedStart:
     spawn waited in the queue until admission, or, if it ran out of patience or was
     cancelled before, the seconds it was queued; ``ours`` tells this spawn's pod from an
     earlier one of the same name (a spawn whose own pod goes before its server runs
-    fails at once)."""
+    fails at once); ``workload_of`` and ``position`` look a pod's Workload and a
+    Workload's queue place up in the watch's indexes (:class:`QueueWatch`)."""
 
     def __init__(self, grant: Grant, namespace: str, *, pod: Callable[[], dict | None],
                  workloads: Callable[[], list[dict]], events: Callable[[], list[dict]],
@@ -52,7 +53,9 @@ class QueuedStart:
                  save_wait: Callable[[float], None] | None = None,
                  ours: Callable[[dict], bool] = lambda pod: True,
                  deleted: Callable[[str], bool] = lambda uid: True,
-                 on_outcome: Callable[[Outcome], None] | None = None):
+                 on_outcome: Callable[[Outcome], None] | None = None,
+                 workload_of: Callable[[dict], dict | None] | None = None,
+                 position: Callable[[dict], tuple[int, int]] | None = None):
         self.grant, self.log, self.who, self.save_wait = grant, log, who, save_wait
         self.on_outcome = on_outcome
         self.requested_at = datetime.now(timezone.utc)  # when this start began
@@ -62,7 +65,8 @@ class QueuedStart:
                                 pod=pod, workloads=workloads, events=events,
                                 visible_position=self.pending.position,
                                 queue_answers=lambda: self.pending.available,
-                                on_pool=on_each_pool(grant), ours=ours, deleted=deleted)
+                                on_pool=on_each_pool(grant), ours=ours, deleted=deleted,
+                                workload_of=workload_of, position=position)
 
     @property
     def stage(self) -> Stage:
@@ -136,7 +140,7 @@ class QueuedStart:
         pod = self.watch.pod()
         if pod is None:
             return
-        workload = st.workload_for(pod, self.watch.workloads())
+        workload = self.watch.workload_for(pod)
         self.watch.pool = st.admitted_pool(workload) or self.watch.pool  # should this fail
         try:
             pool = await record_pool(shared_client("CoreV1Api"), pod, workload,

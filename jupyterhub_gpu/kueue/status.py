@@ -70,13 +70,20 @@ def workload_for(pod: dict, workloads: Iterable[dict]) -> dict | None:
                  if (w["metadata"].get("labels") or {}).get(JOB_UID_LABEL) == uid), None)
 
 
-def preemptor(workload: dict | None, candidates: Iterable[dict]) -> dict | None:
-    """The Workload that preempted ``workload``, among ``candidates``: Kueue names its
-    UID and its job's UID (the ``job-uid`` label) in the ``Preempted`` condition."""
+def preemptor_ids(workload: dict | None) -> tuple[str, str] | None:
+    """(uid, job uid) of the Workload that preempted ``workload``, as Kueue names them
+    in its ``Preempted`` condition; None if it was not preempted so."""
     found = _PREEMPTOR.search((condition(workload, "Preempted") or {}).get("message", ""))
-    if not found:
+    return (found["uid"], found["job_uid"]) if found else None
+
+
+def preemptor(workload: dict | None, candidates: Iterable[dict]) -> dict | None:
+    """The Workload that preempted ``workload``, among ``candidates``
+    (:func:`preemptor_ids`)."""
+    ids = preemptor_ids(workload)
+    if ids is None:
         return None
-    uid, job_uid = found["uid"], found["job_uid"]
+    uid, job_uid = ids
     return next((w for w in candidates if w["metadata"].get("uid") == uid
                  or (w["metadata"].get("labels") or {}).get(JOB_UID_LABEL) == job_uid), None)
 
@@ -134,18 +141,24 @@ def _created(obj: dict) -> str:
     return obj["metadata"].get("creationTimestamp") or ""
 
 
-def queue_position(workload: dict, workloads: Iterable[dict]) -> tuple[int, int]:
-    """(position, total) of ``workload`` among the pending workloads of its queue, in
-    Kueue's BestEffortFIFO order: higher priority first, then older first, then (created
-    in the same second, as when many users click Start at once) by UID, as Kueue breaks
-    the tie (``baseCompareFunc`` in Kueue's ``pkg/cache/queue/cluster_queue.go``)."""
-    queue = workload.get("spec", {}).get("queueName")
+def pending_order(workloads: Iterable[dict]) -> list[dict]:
+    """The pending ones of ``workloads`` (of one queue) in Kueue's BestEffortFIFO order:
+    higher priority first, then older first, then (created in the same second, as when
+    many users click Start at once) by UID, as Kueue breaks the tie
+    (``baseCompareFunc`` in Kueue's ``pkg/cache/queue/cluster_queue.go``)."""
     pending = [w for w in workloads
-               if w.get("spec", {}).get("queueName") == queue
-               and not is_true(w, "QuotaReserved") and not is_true(w, "Finished")]
+               if not is_true(w, "QuotaReserved") and not is_true(w, "Finished")]
     pending.sort(key=lambda w: (-(w.get("spec", {}).get("priority") or 0), _created(w),
                                 w["metadata"].get("uid") or "", w["metadata"]["name"]))
-    names = [w["metadata"]["name"] for w in pending]
+    return pending
+
+
+def queue_position(workload: dict, workloads: Iterable[dict]) -> tuple[int, int]:
+    """(position, total) of ``workload`` among the pending workloads of its queue
+    (:func:`pending_order`); position 0: not among them."""
+    queue = workload.get("spec", {}).get("queueName")
+    names = [w["metadata"]["name"] for w in pending_order(
+        w for w in workloads if w.get("spec", {}).get("queueName") == queue)]
     name = workload["metadata"]["name"]
     return (names.index(name) + 1 if name in names else 0), len(names)
 

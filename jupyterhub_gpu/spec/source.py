@@ -5,8 +5,10 @@ z2jh mounts the spec from a ConfigMap. The kubelet updates such a volume atomica
 it writes the new content into a fresh directory and swaps the ``..data`` symlink
 that ``platform.yaml`` points through, so the path stays while the file it resolves
 to changes (and its mtime need not). :meth:`SpecSource.current` therefore looks at the
-resolved path, the inode, size and mtime on each call (one ``stat``), reads the file
-when any of them changed, and parses it only when its content hash is new.
+device, inode, size and mtime of the file the path resolves to on each call (one
+``stat``, which follows the symlinks; the new file is written before the swap, so its
+inode differs from the old one's), reads the file when any of them changed, and
+parses it only when its content hash is new.
 
 A broken edit never fails a spawn: the source keeps the last good spec, logs the
 edit's errors (all of them, as ``jupyterhub-gpu validate`` lists them), counts it in
@@ -96,13 +98,13 @@ class SpecSource:
         return self._platform
 
     def _signature(self) -> tuple:
-        """What changes when the file does, also when a symlink swap replaces it."""
-        resolved = os.path.realpath(self.path)
+        """What changes when the file does, also when a symlink swap replaces it (the
+        file ``stat`` reaches through the symlinks is another: another inode)."""
         try:
-            st = os.stat(resolved)
+            st = os.stat(self.path)
         except OSError as e:
-            return resolved, e.strerror
-        return resolved, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+            return (e.strerror,)
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
     def _reload(self) -> None:
         """Parse the file if its content is new; :class:`SpecError` if it is bad."""

@@ -23,12 +23,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections import OrderedDict
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..spec.model import Platform, Profile
 from . import records
 from ..ledger.store import Kind, Ledger, StopReason, Usage
+
+
+#: the most sessions recorded running that the hub process remembers, so that a poll
+#: writes each once (far more than a hub's running servers; each is forgotten at its
+#: stop, and one forgotten early is only written again: the ledger keeps the first word)
+SEEN_RUNNING_MAX = 10_000
 
 
 class SessionRecorder:
@@ -38,7 +45,13 @@ class SessionRecorder:
 
     def __init__(self, ledger: Ledger, log: logging.Logger):
         self.ledger, self.log = ledger, log
-        self._seen_running: set[str] = set()  # keys this process has recorded running
+        # the keys this process has recorded running, oldest first (bounded)
+        self._seen_running: OrderedDict[str, None] = OrderedDict()
+
+    def _saw_running(self, key: str) -> None:
+        self._seen_running[key] = None
+        while len(self._seen_running) > SEEN_RUNNING_MAX:
+            self._seen_running.popitem(last=False)
 
     _shared: dict[str, "SessionRecorder"] = {}
 
@@ -64,7 +77,7 @@ class SessionRecorder:
         """A poll saw the pod: record it once per process, once it runs."""
         usage = records.session(platform, pod, workload, server)
         if usage.running_at is not None and usage.key not in self._seen_running:
-            self._seen_running.add(usage.key)
+            self._saw_running(usage.key)
             self.write(usage)
 
     def started(self, platform: Platform, pod: dict, workload: dict | None,
@@ -75,7 +88,7 @@ class SessionRecorder:
             usage = dataclasses.replace(usage, stopped_at=datetime.now(timezone.utc),
                                         stop_reason=reason)
         elif usage.running_at is not None:
-            self._seen_running.add(usage.key)
+            self._saw_running(usage.key)
         self.write(usage)
 
     def failed_before_pod(self, usage: Usage) -> None:
@@ -93,7 +106,9 @@ class SessionRecorder:
 
     def stopped(self, uid: str, reason: StopReason,
                 at: datetime | None = None) -> asyncio.Future:
-        return self.write(Usage(key=f"pod:{uid}", kind=Kind.SESSION,
+        key = f"pod:{uid}"
+        self._seen_running.pop(key, None)  # stopped: no poll sees it running again
+        return self.write(Usage(key=key, kind=Kind.SESSION,
                          stopped_at=at or datetime.now(timezone.utc), stop_reason=reason))
 
 

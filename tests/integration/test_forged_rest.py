@@ -149,8 +149,8 @@ async def test_forged_rest_requests_are_refused_and_write_nothing(forging_hub, k
                  if r.resource == "pods" and r.namespace not in teams]
     assert elsewhere == [], elsewhere
     # ... after which refusals make no request of their own: the hub's requests are
-    # those of its shared watches (KubeSpawner's reflectors relist and watch again on
-    # every reconnect, every few seconds), and none on pods outside the team namespaces
+    # those of its shared watches (lists and watches), and none on pods outside the
+    # team namespaces
     from_the_hub = [r for r in requests if r.user == HUB_IDENTITY]
     described = collections.Counter((r.verb, r.resource, r.namespace, r.code)
                                     for r in from_the_hub)

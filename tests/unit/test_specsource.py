@@ -105,6 +105,20 @@ def test_a_configmap_update_is_noticed_even_with_the_same_size_and_mtime(
     assert idle_timeout(spec) == 2700
 
 
+def test_a_read_is_one_stat_on_the_hot_path(spec_file, registry, monkeypatch):
+    """Each spawn, poll and culler pass reads the spec: one ``stat`` each (it follows
+    the ConfigMap's symlinks), no ``realpath`` walk of the path's components."""
+    spec = source(spec_file, registry)
+    stats, real_stat = [], os.stat
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: stats.append(path) or real_stat(
+        path, *a, **k))
+    monkeypatch.setattr(os.path, "realpath", lambda *a, **k: pytest.fail("realpath"))
+    first = spec.current()
+    for _ in range(99):
+        assert spec.current() is first
+    assert len(stats) == 100
+
+
 def test_a_bad_first_load_raises_and_the_next_call_tries_again(tmp_path, example_spec_path):
     path = tmp_path / "platform.yaml"
     path.write_text("pools: [")

@@ -198,6 +198,26 @@ def test_every_stop_reason_lands(ledger, platform):
     assert stored == {f"pod:{i}": expected for i, (expected, _) in enumerate(cases)}
 
 
+def test_the_hub_remembers_running_sessions_until_their_stop_and_a_bounded_few(
+        ledger, platform, monkeypatch):
+    """What a poll has recorded running is forgotten at the stop, and at most
+    SEEN_RUNNING_MAX are kept: nothing grows with the hub's lifetime."""
+    monkeypatch.setattr(hub, "SEEN_RUNNING_MAX", 3)
+
+    async def polls():
+        writer = hub.SessionRecorder(ledger, LOG)
+        for i in range(5):
+            for _ in range(2):  # every poll of a running server: written once
+                writer.seen(platform, pod(f"u{i}", running=T0), workload(f"u{i}", T0), "")
+        assert list(writer._seen_running) == ["pod:u2", "pod:u3", "pod:u4"]
+        writer.stopped("u4", StopReason.USER)
+        assert list(writer._seen_running) == ["pod:u2", "pod:u3"]
+        await hub.settle()
+
+    asyncio.run(polls())
+    assert len(ledger.rows_sync()) == 5
+
+
 def test_queue_wait(ledger, platform):
     """Until admission; a spawn that gave up unadmitted: its time in the queue."""
     async def spawns():
