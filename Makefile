@@ -62,16 +62,14 @@ demo: build
 lint: install
 	$(BIN)/ruff check .
 
-# Both tiers can run on pytest-xdist workers: the unit tier on every core (UNIT_WORKERS), the
-# cluster tier on CLUSTER_WORKERS workers (opt-in, below), each bringing up a dev cluster of its own on
+# Both tiers run on pytest-xdist workers: the unit tier on every core (UNIT_WORKERS), the
+# cluster tier on CLUSTER_WORKERS workers, each bringing up a dev cluster of its own on
 # ports of its own (JUPYTERHUB_GPU_TEST_PORT_OFFSET + 1200 per worker, at most 4 workers:
-# tests/integration/ports.py), a test file at a time, the slowest files first
-# (tests/integration/conftest.py). UNIT_WORKERS=0 / CLUSTER_WORKERS=0: one process.
+# tests/integration/ports.py), a test file at a time, the slowest files first, each file
+# leaving its worker's cluster as a fresh one (tests/integration/conftest.py).
+# UNIT_WORKERS=0 / CLUSTER_WORKERS=0: one process.
 UNIT_WORKERS ?= auto
-# The cluster tier's split is opt-in (CLUSTER_WORKERS=2) until its tests no longer depend
-# on the order of the files: on 2 workers, 6 failed on 2026-12-07 (a file's workloads and
-# nodes left for the next file on the same worker's cluster); in one process they pass.
-CLUSTER_WORKERS ?= 0
+CLUSTER_WORKERS ?= 2
 
 test-unit: install lint .venv-checkov/bin/checkov
 	$(BIN)/python -m pytest tests/unit -n $(UNIT_WORKERS)

@@ -21,6 +21,11 @@ Fixtures:
   order: :func:`tests.z2jh_chart.helm_template`) and
   ``status["user_scheduler"]`` is the scheduler name the chart's hub gives
   KubeSpawner's pods; else it is None.
+- ``fresh_cluster_after_each_file`` (module, autouse): after each test file, the dev
+  cluster as ``devcluster up`` left it (:mod:`.reset`): the pods, Jobs, Workloads,
+  PVCs, NodeClaims and nodes the file made deleted, Kueue's queues empty. So no file
+  depends on what an earlier one left on its cluster, whichever order the pytest-xdist
+  split gives a worker's files.
 - ``hub_kubeconfig`` (session): a kubeconfig with a token of that ServiceAccount.
   Everything that plays the hub uses it: the hubs the tests start, their services
   and the in-process GPUSpawners (``KUBECONFIG`` points at it). The admin
@@ -55,7 +60,7 @@ import pytest
 from jupyterhub_gpu import contract
 from jupyterhub_gpu.devcluster.layout import Ports
 
-from . import hub_rbac, ports
+from . import hub_rbac, ports, reset
 
 if "kubernetes_asyncio" in sys.modules:
     raise pytest.UsageError("run the cluster tier in its own pytest process "
@@ -80,6 +85,11 @@ HUB = ports.hub_ports(PORT_OFFSET)
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 KARPENTER = tuple(contract.KARPENTER_API_VERSION.split("/"))  # (group, version)
 NODEPOOL_LABEL = contract.NODEPOOL_LABEL
+#: the namespaces the tests make pods, Jobs and PVCs in, beside the teams' (the chart
+#: hub's release namespace; test_fit.py's default)
+OTHER_NAMESPACES = (hub_rbac.HUB.namespace, "default")
+#: the objects ``devcluster up`` left (:func:`reset.snapshot`), once the cluster is up
+FRESH: dict[str, reset.Snapshot] = {}
 
 
 #: the slowest test files, slowest first (from the slowest steps `make test-cluster`
@@ -145,9 +155,20 @@ def cluster(cluster_platform):
     status["user_scheduler"] = chart[0] if chart else None
     try:
         hub_rbac.give_the_hub_its_identity(STATE_DIR, cluster_platform, HUB_KUBECONFIG)
+        namespaces = (*(t.namespace for t in cluster_platform.teams), *OTHER_NAMESPACES)
+        FRESH["cluster"] = reset.snapshot(hub_rbac.admin_client(STATE_DIR)[0], namespaces)
         yield status
     finally:
         devcluster.down(STATE_DIR, progress=lambda m: None)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_cluster_after_each_file():
+    # autouse: set up before the file's other module fixtures, so torn down after them
+    yield
+    if "cluster" in FRESH:  # else no test of the file brought it up
+        left = reset.reset(hub_rbac.admin_client(STATE_DIR)[0], FRESH["cluster"])
+        print("the file left (deleted):", *left, sep="\n  ")  # shown by pytest -rP
 
 
 @pytest.fixture(scope="session")
