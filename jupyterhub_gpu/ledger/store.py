@@ -34,10 +34,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import StrEnum
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
+
+T = TypeVar("T")
 
 #: the ledger's table, in a database of its own or next to JupyterHub's tables
 TABLE = "jupyterhub_gpu_usage"
@@ -375,6 +377,17 @@ class Ledger:
                          reason: StopReason) -> list[Usage]:
         return await asyncio.get_running_loop().run_in_executor(
             self._thread, self.close_open_sync, kind, user, server, at, reason)
+
+    def read_sync(self, read: Callable[[sa.Connection], T]) -> T:
+        """``read`` on a connection to the ledger (the usage page's queries)."""
+        self._ready()
+        with self.engine.connect() as conn:
+            return read(conn)
+
+    async def read(self, read: Callable[[sa.Connection], T]) -> T:
+        """:meth:`read_sync` in the ledger's thread."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread, self.read_sync, read)
 
     def queue_waits_sync(self, team: str, since: datetime) -> list[tuple[str | None, float, datetime]]:
         """(profile, seconds, when it ended) of each wait in ``team``'s queue of the
