@@ -46,8 +46,8 @@ REASONS = (None, StopReason.USER, StopReason.IDLE_CULL, StopReason.MAX_AGE,
 def ledger_rows(platform: Platform, users: int, days: int, now: datetime = NOW,
                 seed: int = 30) -> list[Usage]:
     """A ledger's rows (pure, seeded): each user of a team (round robin) starts one
-    session a day at a random hour, for up to 10 hours (some over midnight, some
-    still open, some never admitted), and a job a week."""
+    session a day at a random hour, for up to 10 hours (some over midnight, today's
+    some still open, some never admitted), and a job a week."""
     rng = random.Random(seed)
     pools = {p.name: p for p in platform.pools}
     rows = []
@@ -60,7 +60,7 @@ def ledger_rows(platform: Platform, users: int, days: int, now: datetime = NOW,
             pool = pools[rng.choice(platform.pools_of(profile)).name]
             requested = now - timedelta(days=d, hours=rng.uniform(0, 24))
             wait = rng.choice((0.0, 0.0, rng.uniform(1, 600)))
-            reason = rng.choice(REASONS)
+            reason = rng.choice(REASONS[0 if d == 0 else 1:])  # open: only today's
             ran = reason is not StopReason.QUEUE_TIMEOUT
             admitted = requested + timedelta(seconds=wait) if ran else None
             running = admitted + timedelta(seconds=20) if ran else None

@@ -160,11 +160,6 @@ def _utc(at: datetime | None) -> datetime | None:
     return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
 
 
-def _parse(at: datetime | str) -> datetime:
-    """A time a SQL expression gave back: SQLite gives the text it stores."""
-    return datetime.fromisoformat(at) if isinstance(at, str) else at
-
-
 def _from_row(row: Any) -> Usage:
     values = dict(row._mapping)
     for name in TIMES:
@@ -404,7 +399,7 @@ class Ledger:
                 (str(StopReason.QUEUE_TIMEOUT), str(StopReason.USER))))
         ).order_by(USAGE.c.requested_at)
         with self.engine.connect() as conn:
-            return [(profile, seconds, _utc(_parse(at)))
+            return [(profile, seconds, _utc(at))
                     for profile, seconds, at in conn.execute(query)]
 
     async def queue_waits(self, team: str, since: datetime

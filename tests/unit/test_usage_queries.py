@@ -146,8 +146,9 @@ def test_the_queries_use_the_indexes(tmp_path, platform):
     ledger_ = Ledger(f"sqlite:///{tmp_path}/usage.sqlite")
     try:
         fill(ledger_, ledger_rows(platform, 10, 3, NOW))
-        mine = sa.select(queries.USAGE.c.key).where(*queries.visible(
-            Viewer("user0001"), Selection(), NOW - timedelta(days=7)))
+        mine = sa.select(queries.USAGE.c.key).where(
+            *queries.visible(Viewer("user0001"), Selection()),
+            queries.of_period(NOW - timedelta(days=7)))
         assert "USING INDEX ix_jupyterhub_gpu_usage_user_requested_at" in _plan(ledger_, mine)
         seen, stop = _statements(ledger_.engine)
         ledger_.queue_waits_sync("data-science", NOW - timedelta(days=7))
