@@ -2,7 +2,7 @@
 
 What the spawn form and ``GET /hub/api/gpu/profiles`` show beside each profile, from
 what the hub's shared watches hold (:mod:`jupyterhub_gpu.hub.api` reads them) and the
-queue waits the hub recorded (:mod:`jupyterhub_gpu.hub.queuewaits`):
+queue waits in the usage ledger (:mod:`jupyterhub_gpu.hub.queuewaits`):
 
 * **free units now**: the units (the sharing mode's: GPUs, MIG slices, shares) of the
   pool's Ready nodes, less those the notebook pods bound to them or admitted for the

@@ -384,7 +384,8 @@ class Ledger:
         return await asyncio.get_running_loop().run_in_executor(
             self._thread, self.read_sync, read)
 
-    def queue_waits_sync(self, team: str, since: datetime) -> list[tuple[str | None, float, datetime]]:
+    def queue_waits_sync(self, team: str, since: datetime
+                         ) -> list[tuple[str | None, float, datetime]]:
         """(profile, seconds, when it ended) of each wait in ``team``'s queue of the
         sessions requested at ``since`` or later: admitted, or left the queue
         unadmitted out of patience or by their user (what the form's typical wait
