@@ -34,7 +34,6 @@ _EPOCH_JULIAN_DAY = 2440587.5  # julianday('1970-01-01')
 #: a billed span ending this close (in days: a microsecond) after midnight ends on the
 #: day before (its end is not inside it: a session stopped at 00:00 is billed on one day)
 _END_EPSILON = 1e-6 / DAY
-UNKNOWN = "(unknown)"
 
 
 def _days(column: Any, day0: float, dialect: str) -> Any:
@@ -185,7 +184,7 @@ def _groups(conn: sa.Connection, rows: Any, spot_pools: frozenset[str]
     for team, profile, user, hours_, cost, count, *stopped in conn.execute(query):
         if count:
             for by, name in zip(sums, (team, profile, user)):
-                s = by[name or UNKNOWN]
+                s = by[name or fg.UNKNOWN]
                 s[0], s[1], s[2] = s[0] + float(hours_), s[1] + float(cost), s[2] + int(count)
         stops = [a + float(v) for a, v in zip(stops, stopped)]
     ended_, preempted, spot, evicted, culled, aged, saved_, unbounded = stops
@@ -222,7 +221,7 @@ def _daily(conn: sa.Connection, rows: Any, dialect: str, b: _Billed) -> tuple[fg
 
 def _waits(conn: sa.Connection, where: list, window: fg.Window) -> tuple[fg.Wait, ...]:
     """Nearest-rank p50 and p95 per profile (:func:`.figures.percentile`), ranked in SQL."""
-    profile = sa.func.coalesce(sa.func.nullif(USAGE.c.profile, ""), UNKNOWN).label("profile")
+    profile = sa.func.coalesce(sa.func.nullif(USAGE.c.profile, ""), fg.UNKNOWN).label("profile")
     ranked = sa.select(
         profile, USAGE.c.queue_wait_seconds.label("seconds"),
         sa.func.row_number().over(partition_by=profile,
