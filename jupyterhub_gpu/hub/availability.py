@@ -138,7 +138,11 @@ def _requests(pod: dict) -> dict[str, str]:
 
 def pod_units(pool: Pool, pod: dict) -> int:
     """The units of ``pool``'s GPU resource the pod requests (0 on a CPU-only pool)."""
-    return int(_requests(pod).get(pool.resource_name, 0)) if pool.resource_name else 0
+    return _units(pool.resource_name, _requests(pod))
+
+
+def _units(resource: str, asked: dict[str, float]) -> int:
+    return int(asked.get(resource, 0)) if resource else 0
 
 
 def pod_pool(platform: Platform, pod: dict, node_pools: dict[str, Pool]) -> Pool | None:
@@ -173,20 +177,22 @@ class PoolRoom:
         return self.ready_nodes + self.starting_nodes
 
 
-def _node_room(pool: Pool, node: dict, pods: list[dict]) -> tuple[int, int]:
+def _node_room(pool: Pool, node: dict, bound: list[dict[str, float]]) -> tuple[int, int]:
+    """(millicores, bytes) left on ``node`` by the requests of the pods ``bound`` to it."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     overhead = pool.daemonset_overhead
     cpu = _cpu_millis(allocatable.get("cpu", 0)) - round(overhead.cpu * 1000)
     memory = _memory_bytes(allocatable.get("memory", 0)) - overhead.memory_bytes
-    for pod in pods:
-        asked = _requests(pod)
+    for asked in bound:
         cpu, memory = cpu - int(asked.get("cpu", 0)), memory - int(asked.get("memory", 0))
     return cpu, memory
 
 
-def _pool_room(pool: Pool, nodes: list[dict], on_node: dict[str, list[dict]],
+def _pool_room(pool: Pool, nodes: list[dict], on_node: dict[str, list[dict[str, float]]],
                unbound: int) -> PoolRoom:
+    """``on_node``: the requests of the pods bound to each node (each pod's read once)."""
     ready, starting, node_free, node_room = 0, 0, [], []
+    resource = pool.resource_name
     for node in nodes:
         if leaving(node):
             continue
@@ -196,7 +202,7 @@ def _pool_room(pool: Pool, nodes: list[dict], on_node: dict[str, list[dict]],
             continue
         ready += 1
         bound = on_node.get(node["metadata"]["name"], [])
-        node_free.append(max(has - sum(pod_units(pool, p) for p in bound), 0)
+        node_free.append(max(has - sum(_units(resource, asked) for asked in bound), 0)
                          if pool.has_gpu else has)
         node_room.append(_node_room(pool, node, bound))
     total = sum(node_units(pool, n) for n in nodes
@@ -219,17 +225,17 @@ def pool_rooms(platform: Platform, nodes: Iterable[dict],
     """Every pool of the spec, by name, from the nodes and notebook pods watched."""
     nodes = list(nodes)
     node_pools_ = node_pools(platform, nodes)
-    on_node: dict[str, list[dict]] = {}
+    on_node: dict[str, list[dict[str, float]]] = {}
     unbound: dict[str, int] = {}
     for pod in pods:
         pool = pod_pool(platform, pod, node_pools_) if holds_room(pod) else None
         if pool is None:
             continue
-        node = pod["spec"].get("nodeName")
+        node, asked = pod["spec"].get("nodeName"), _requests(pod)
         if node:
-            on_node.setdefault(node, []).append(pod)
+            on_node.setdefault(node, []).append(asked)
         else:
-            unbound[pool.name] = unbound.get(pool.name, 0) + pod_units(pool, pod)
+            unbound[pool.name] = unbound.get(pool.name, 0) + _units(pool.resource_name, asked)
     return {pool.name: _pool_room(pool, [n for n in nodes
                                          if node_pools_.get(n["metadata"]["name"]) is pool],
                                   on_node, unbound.get(pool.name, 0))
