@@ -26,7 +26,9 @@ Every open spawn form asks every :data:`~jupyterhub_gpu.hub.form.REFRESH_SECONDS
 what a team's profiles read -- the pools' room over every notebook pod, the team's
 queue and quota in use, its queue waits -- is computed once per team and reused for
 :data:`CACHE_SECONDS` (:class:`TeamCache`); callers that ask meanwhile share one
-computation. So an answer may be up to that old (its ``at`` says when it was made).
+computation. So an answer may be up to that old (its ``at`` says when it was made),
+except that one made before the hub wrote the usage ledger (a spawn's outcome, with
+its wait; a stop) is not used after that write.
 
 They are Tornado handlers of the hub itself, added by :func:`~jupyterhub_gpu.configure_hub`
 through ``c.JupyterHub.extra_handlers``, because the data they read -- the hub's
@@ -124,12 +126,11 @@ class TeamCache:
 _TEAMS = TeamCache()  # the hub process's
 
 
-async def team_now(spawner: Any, platform: Platform, team: Team
+async def team_now(spawner: Any, platform: Platform, team: Team, ledger: Ledger
                    ) -> tuple[datetime, TeamNow, list[QueueWait]]:
     """What every profile of ``team`` reads, now: when, the cluster's part, the waits."""
     now = datetime.now(timezone.utc)
     cluster = await cluster_now(spawner, platform, team)
-    ledger = Ledger.shared(UsageLedger(parent=spawner).db_url)
     return now, TeamNow.of(platform, team, cluster), await queuewaits.recent(ledger, team, now)
 
 
@@ -143,10 +144,12 @@ async def profiles_of(user: Any) -> dict:
     team = platform.team_for(ref.groups)
     now, found = datetime.now(timezone.utc), []
     if team is not None:
-        # the spec (a new one after a reload) is part of the key; the value holds it
+        # the spec (a new one after a reload; the value holds it) and the ledger's
+        # writes (a spawn's wait recorded since) are part of the key
+        ledger = Ledger.shared(UsageLedger(parent=spawner).db_url)
         now, team_now_, waits = (await _TEAMS.get(
-            (team.name, id(platform)),
-            lambda: _with(platform, team_now(spawner, platform, team))))[1]
+            (team.name, id(platform), ledger.writes),
+            lambda: _with(platform, team_now(spawner, platform, team, ledger))))[1]
         found = [profile_availability(platform, team, p, team_now_, waits, now)
                  for p in platform.profiles_for(ref.groups)]
     return {

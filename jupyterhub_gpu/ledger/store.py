@@ -253,7 +253,9 @@ class Ledger:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="usage-ledger")
         self._waiting: list[tuple[Usage, Future]] = []  # writes for the next batch
         self._waiting_lock = threading.Lock()
-        self.batches = 0  # transactions of batched writes made (the write path's count)
+        #: transactions this process has committed (a reader's cache of what the
+        #: ledger says is out of date once it changed)
+        self.writes = 0
 
     _shared: dict[str, "Ledger"] = {}
 
@@ -275,7 +277,9 @@ class Ledger:
         with self._lock:
             self._ready()
             with self.engine.begin() as conn:
-                return self._merge_in(conn, new)
+                merged = self._merge_in(conn, new)
+            self.writes += 1
+            return merged
 
     def _merge_in(self, conn: sa.Connection, new: Usage) -> Usage:
         where = USAGE.c.key == new.key
@@ -314,7 +318,7 @@ class Ledger:
                 self._ready()
                 with self.engine.begin() as conn:
                     merged = [self._merge_in(conn, new) for new, _ in batch]
-                self.batches += 1
+                self.writes += 1
         except Exception:  # noqa: BLE001 - one write at a time, so one bad write fails alone
             for new, done in batch:
                 try:

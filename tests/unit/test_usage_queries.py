@@ -199,10 +199,10 @@ def test_writes_made_while_the_thread_is_busy_share_one_transaction(ledger):  # 
             for i in range(20)]
     done.append(ledger.submit(Usage("pod:3", Kind.SESSION, stopped_at=NOW,
                                     stop_reason=StopReason.USER)))
-    before = ledger.batches
+    before = ledger.writes
     release.set()
     assert done[-1].result(timeout=30).stop_reason is StopReason.USER
-    assert ledger.batches == before + 1
+    assert ledger.writes == before + 1
     assert len(ledger.rows_sync()) == 21
 
 
