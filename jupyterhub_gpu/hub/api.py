@@ -19,8 +19,16 @@ Workload watches GPUSpawner's spawns use (the same reflectors, by KubeSpawner's 
 ones not running yet (:class:`~jupyterhub_gpu.watches.namespaces.NamespaceWatches`). A
 watch that cannot start (no permission) is retried at most every
 :data:`~jupyterhub_gpu.watches.namespaces.RETRY_SECONDS`, and what depends on it is
-``null``. The typical wait comes from the hub's database
+``null``. The typical wait comes from the usage ledger
 (:mod:`jupyterhub_gpu.hub.queuewaits`).
+
+Every open spawn form asks every :data:`~jupyterhub_gpu.hub.form.REFRESH_SECONDS`, so
+what a team's profiles read -- the pools' room over every notebook pod, the team's
+queue and quota in use, its queue waits -- is computed once per team and reused for
+:data:`CACHE_SECONDS` (:class:`TeamCache`); callers that ask meanwhile share one
+computation. So an answer may be up to that old (its ``at`` says when it was made),
+except that one made before the hub wrote the usage ledger (a spawn's outcome, with
+its wait; a stop) is not used after that write.
 
 They are Tornado handlers of the hub itself, added by :func:`~jupyterhub_gpu.configure_hub`
 through ``c.JupyterHub.extra_handlers``, because the data they read -- the hub's
@@ -34,22 +42,29 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import asdict
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
 from . import queuewaits
-from .availability import Cluster, user_availability
+from .availability import Cluster, QueueWait, TeamNow, profile_availability
 from ..contract import COMPONENT_LABEL, PROFILES_API_PATH, USER_PROFILES_API_PATH
 from .form import REFRESH_SECONDS, profile_card
 from ..watches.reflectors import RecordingPodReflector, WorkloadReflector
 from .grants import user_ref
 from ..watches.poolnodes import NodeReflector, failed
 from ..spec.model import Platform, Team
+from ..ledger.store import Ledger
+from ..usage.config import UsageLedger
+
+#: how long one team's availability (:class:`TeamNow` and its queue waits) is reused:
+#: the spawn form asks every REFRESH_SECONDS (15 s) per open form
+CACHE_SECONDS = 5.0
 
 
 async def _node_watch(spawner: Any) -> Any:
@@ -77,7 +92,49 @@ async def cluster_now(spawner: Any, platform: Platform, team: Team) -> Cluster:
     return Cluster(nodes=_items(nodes), pods=every_pod, workloads=_items(workloads))
 
 
-async def profiles_of(user: Any, db: Any) -> dict:
+class TeamCache:
+    """One value per team, reused for :data:`CACHE_SECONDS` (by ``clock``, seconds);
+    callers asking while it is computed wait for that computation. Entries older than
+    that are dropped whenever one is added, so it holds at most one per team."""
+
+    def __init__(self, seconds: float = CACHE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic):
+        self.seconds, self.clock = seconds, clock
+        self._values: dict[Any, tuple[float, Any]] = {}
+        self._computing: dict[Any, asyncio.Future] = {}
+
+    async def get(self, key: Any, compute: Callable[[], Awaitable[Any]]) -> Any:
+        found = self._values.get(key)
+        if found is not None and self.clock() - found[0] < self.seconds:
+            return found[1]
+        if key not in self._computing:
+            self._computing[key] = asyncio.ensure_future(self._compute(key, compute))
+        return await asyncio.shield(self._computing[key])
+
+    async def _compute(self, key: Any, compute: Callable[[], Awaitable[Any]]) -> Any:
+        started = self.clock()
+        try:
+            value = await compute()
+        finally:
+            del self._computing[key]
+        self._values = {k: v for k, v in self._values.items()
+                        if started - v[0] < self.seconds}
+        self._values[key] = (started, value)
+        return value
+
+
+_TEAMS = TeamCache()  # the hub process's
+
+
+async def team_now(spawner: Any, platform: Platform, team: Team, ledger: Ledger
+                   ) -> tuple[datetime, TeamNow, list[QueueWait]]:
+    """What every profile of ``team`` reads, now: when, the cluster's part, the waits."""
+    now = datetime.now(timezone.utc)
+    cluster = await cluster_now(spawner, platform, team)
+    return now, TeamNow.of(platform, team, cluster), await queuewaits.recent(ledger, team, now)
+
+
+async def profiles_of(user: Any) -> dict:
     """The API's answer for ``user`` (a JupyterHub ``User``)."""
     spawner = user.spawner
     platform = getattr(spawner, "platform", None)
@@ -85,12 +142,16 @@ async def profiles_of(user: Any, db: Any) -> dict:
         raise web.HTTPError(404, "This hub's spawner has no GPU platform spec.")
     ref = user_ref(spawner.user)
     team = platform.team_for(ref.groups)
-    now = datetime.now(timezone.utc)
-    cluster, waits = Cluster(None, None, None), []
+    now, found = datetime.now(timezone.utc), []
     if team is not None:
-        cluster = await cluster_now(spawner, platform, team)
-        waits = queuewaits.recent(db, team.local_queue, now)
-    found = user_availability(platform, ref, cluster, waits, now)
+        # the spec (a new one after a reload; the value holds it) and the ledger's
+        # writes (a spawn's wait recorded since) are part of the key
+        ledger = Ledger.shared(UsageLedger(parent=spawner).db_url)
+        now, team_now_, waits = (await _TEAMS.get(
+            (team.name, id(platform), ledger.writes),
+            lambda: _with(platform, team_now(spawner, platform, team, ledger))))[1]
+        found = [profile_availability(platform, team, p, team_now_, waits, now)
+                 for p in platform.profiles_for(ref.groups)]
     return {
         "user": user.name, "team": team.name if team else None,
         "queue": team.local_queue if team else None,
@@ -100,13 +161,18 @@ async def profiles_of(user: Any, db: Any) -> dict:
     }
 
 
+async def _with(platform: Platform, value: Awaitable[Any]) -> tuple[Platform, Any]:
+    """``value`` beside the spec it was computed with (which keeps its id unused)."""
+    return platform, await value
+
+
 class _ProfilesAPI(APIHandler):
     @needs_scope("read:servers")
     async def _profiles(self, user_name: str) -> None:
         user = self.find_user(user_name)
         if user is None:
             raise web.HTTPError(404, f"No user {user_name!r}")
-        self.write(json.dumps(await profiles_of(user, self.db)))
+        self.write(json.dumps(await profiles_of(user)))
 
 
 class UserProfilesHandler(_ProfilesAPI):

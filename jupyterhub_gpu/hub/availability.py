@@ -2,7 +2,7 @@
 
 What the spawn form and ``GET /hub/api/gpu/profiles`` show beside each profile, from
 what the hub's shared watches hold (:mod:`jupyterhub_gpu.hub.api` reads them) and the
-queue waits the hub recorded (:mod:`jupyterhub_gpu.hub.queuewaits`):
+queue waits in the usage ledger (:mod:`jupyterhub_gpu.hub.queuewaits`):
 
 * **free units now**: the units (the sharing mode's: GPUs, MIG slices, shares) of the
   pool's Ready nodes, less those the notebook pods bound to them or admitted for the
@@ -138,7 +138,11 @@ def _requests(pod: dict) -> dict[str, str]:
 
 def pod_units(pool: Pool, pod: dict) -> int:
     """The units of ``pool``'s GPU resource the pod requests (0 on a CPU-only pool)."""
-    return int(_requests(pod).get(pool.resource_name, 0)) if pool.resource_name else 0
+    return _units(pool.resource_name, _requests(pod))
+
+
+def _units(resource: str, asked: dict[str, float]) -> int:
+    return int(asked.get(resource, 0)) if resource else 0
 
 
 def pod_pool(platform: Platform, pod: dict, node_pools: dict[str, Pool]) -> Pool | None:
@@ -173,20 +177,22 @@ class PoolRoom:
         return self.ready_nodes + self.starting_nodes
 
 
-def _node_room(pool: Pool, node: dict, pods: list[dict]) -> tuple[int, int]:
+def _node_room(pool: Pool, node: dict, bound: list[dict[str, float]]) -> tuple[int, int]:
+    """(millicores, bytes) left on ``node`` by the requests of the pods ``bound`` to it."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     overhead = pool.daemonset_overhead
     cpu = _cpu_millis(allocatable.get("cpu", 0)) - round(overhead.cpu * 1000)
     memory = _memory_bytes(allocatable.get("memory", 0)) - overhead.memory_bytes
-    for pod in pods:
-        asked = _requests(pod)
+    for asked in bound:
         cpu, memory = cpu - int(asked.get("cpu", 0)), memory - int(asked.get("memory", 0))
     return cpu, memory
 
 
-def _pool_room(pool: Pool, nodes: list[dict], on_node: dict[str, list[dict]],
+def _pool_room(pool: Pool, nodes: list[dict], on_node: dict[str, list[dict[str, float]]],
                unbound: int) -> PoolRoom:
+    """``on_node``: the requests of the pods bound to each node (each pod's read once)."""
     ready, starting, node_free, node_room = 0, 0, [], []
+    resource = pool.resource_name
     for node in nodes:
         if leaving(node):
             continue
@@ -196,7 +202,7 @@ def _pool_room(pool: Pool, nodes: list[dict], on_node: dict[str, list[dict]],
             continue
         ready += 1
         bound = on_node.get(node["metadata"]["name"], [])
-        node_free.append(max(has - sum(pod_units(pool, p) for p in bound), 0)
+        node_free.append(max(has - sum(_units(resource, asked) for asked in bound), 0)
                          if pool.has_gpu else has)
         node_room.append(_node_room(pool, node, bound))
     total = sum(node_units(pool, n) for n in nodes
@@ -219,17 +225,17 @@ def pool_rooms(platform: Platform, nodes: Iterable[dict],
     """Every pool of the spec, by name, from the nodes and notebook pods watched."""
     nodes = list(nodes)
     node_pools_ = node_pools(platform, nodes)
-    on_node: dict[str, list[dict]] = {}
+    on_node: dict[str, list[dict[str, float]]] = {}
     unbound: dict[str, int] = {}
     for pod in pods:
         pool = pod_pool(platform, pod, node_pools_) if holds_room(pod) else None
         if pool is None:
             continue
-        node = pod["spec"].get("nodeName")
+        node, asked = pod["spec"].get("nodeName"), _requests(pod)
         if node:
-            on_node.setdefault(node, []).append(pod)
+            on_node.setdefault(node, []).append(asked)
         else:
-            unbound[pool.name] = unbound.get(pool.name, 0) + pod_units(pool, pod)
+            unbound[pool.name] = unbound.get(pool.name, 0) + _units(pool.resource_name, asked)
     return {pool.name: _pool_room(pool, [n for n in nodes
                                          if node_pools_.get(n["metadata"]["name"]) is pool],
                                   on_node, unbound.get(pool.name, 0))
@@ -247,15 +253,13 @@ def pending(workloads: Iterable[dict], queue: str) -> list[dict]:
             and not (w.get("metadata") or {}).get("deletionTimestamp")]
 
 
-def _for_pools(platform: Platform, workload: dict, pods_by_uid: dict[str, dict],
-               pools: set[str]) -> bool:
-    """The pending Workload is for one of ``pools``: its pod's profile may run there."""
+def _profile_of(platform: Platform, workload: dict, pods_by_uid: dict[str, dict]
+                ) -> Profile | None:
+    """The profile of the pending Workload's pod."""
     uid = ((workload.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL)
     pod = pods_by_uid.get(uid or "")
     slug = ((pod or {}).get("metadata", {}).get("labels") or {}).get(PROFILE_LABEL)
-    profile = platform.profile(slug) if slug else None
-    return profile is not None and bool(
-        {p.name for p in platform.pools_of(profile)} & pools)
+    return platform.profile(slug) if slug else None
 
 
 def typical_wait(waits: Iterable[QueueWait], queue: str, profile: str,
@@ -268,12 +272,46 @@ def typical_wait(waits: Iterable[QueueWait], queue: str, profile: str,
     return (statistics.median(seconds) if seconds else None), len(seconds)
 
 
-def team_units(platform: Platform, team: Team, pool: Pool, pods: Iterable[dict],
-               nodes: dict[str, Pool]) -> int:
-    """The units of ``pool`` the team's admitted notebooks hold (its quota in use)."""
-    return sum(pod_units(pool, pod) for pod in pods
-               if (pod.get("metadata") or {}).get("namespace") == team.namespace
-               and holds_room(pod) and pod_pool(platform, pod, nodes) is pool)
+def team_units(platform: Platform, team: Team, pods: Iterable[dict],
+               nodes: dict[str, Pool]) -> dict[str, int]:
+    """Pool name -> the units of its GPU resource the team's admitted notebooks hold
+    (its quota in use), in one pass over the pods."""
+    used: dict[str, int] = {}
+    for pod in pods:
+        if ((pod.get("metadata") or {}).get("namespace") == team.namespace
+                and holds_room(pod)):
+            pool = pod_pool(platform, pod, nodes)
+            if pool is not None:
+                used[pool.name] = used.get(pool.name, 0) + pod_units(pool, pod)
+    return used
+
+
+@dataclass(frozen=True)
+class TeamNow:
+    """What every profile of one team reads, computed once per answer (not per
+    profile): the pools' room, the pools of the requests pending in the team's queue
+    (one entry per request: the pool names its profile may run on) and the units the
+    team holds per pool. None: unknown (the watch it comes from is not running)."""
+
+    rooms: dict[str, PoolRoom] | None
+    pending_pools: tuple[frozenset[str], ...] | None
+    used: dict[str, int] | None
+
+    @classmethod
+    def of(cls, platform: Platform, team: Team, cluster: Cluster) -> "TeamNow":
+        known = cluster.nodes is not None and cluster.pods is not None
+        rooms = pool_rooms(platform, cluster.nodes, cluster.pods) if known else None
+        used = (team_units(platform, team, cluster.pods, node_pools(platform, cluster.nodes))
+                if known else None)
+        pending_pools = None
+        if cluster.workloads is not None:
+            by_uid = {(p.get("metadata") or {}).get("uid"): p for p in cluster.pods or ()}
+            profiles = [_profile_of(platform, w, by_uid)
+                        for w in pending(cluster.workloads, team.local_queue)]
+            pending_pools = tuple(frozenset(p.name for p in platform.pools_of(profile))
+                                  if profile is not None else frozenset()
+                                  for profile in profiles)
+        return cls(rooms, pending_pools, used)
 
 
 # -- one profile ------------------------------------------------------------------------
@@ -337,52 +375,46 @@ def _machines(profile: Profile, pools: tuple[Pool, ...],
         at_max=not room_now and not growing)
 
 
-def _queue(platform: Platform, team: Team, pools: tuple[Pool, ...],
-           cluster: Cluster) -> tuple[int | None, int | None]:
-    if cluster.workloads is None:
+def _queue(pools: tuple[Pool, ...], now: TeamNow) -> tuple[int | None, int | None]:
+    if now.pending_pools is None:
         return None, None
-    waiting = pending(cluster.workloads, team.local_queue)
-    by_uid = {(p.get("metadata") or {}).get("uid"): p for p in cluster.pods or ()}
     names = {p.name for p in pools}
-    return sum(_for_pools(platform, w, by_uid, names) for w in waiting), len(waiting)
+    return sum(bool(names & mine) for mine in now.pending_pools), len(now.pending_pools)
 
 
-def _quota(platform: Platform, team: Team, pools: tuple[Pool, ...],
-           cluster: Cluster) -> tuple[int | None, int | None]:
+def _quota(team: Team, pools: tuple[Pool, ...], now: TeamNow) -> tuple[int | None, int | None]:
     if not pools[0].has_gpu:
         return None, None
     nominal = sum(team.quota.get(p.name, 0) for p in pools)
-    if cluster.pods is None or cluster.nodes is None:
+    if now.used is None:
         return None, nominal
-    nodes = node_pools(platform, cluster.nodes)
-    return sum(team_units(platform, team, p, cluster.pods, nodes) for p in pools), nominal
+    return sum(now.used.get(p.name, 0) for p in pools), nominal
 
 
-def profile_availability(platform: Platform, team: Team, profile: Profile,
-                         rooms: dict[str, PoolRoom] | None, cluster: Cluster,
+def profile_availability(platform: Platform, team: Team, profile: Profile, now_: TeamNow,
                          waits: Iterable[QueueWait], now: datetime) -> ProfileAvailability:
     pools = platform.pools_of(profile)
-    waiting, queue_waiting = _queue(platform, team, pools, cluster)
-    used, quota = _quota(platform, team, pools, cluster)
+    waiting, queue_waiting = _queue(pools, now_)
+    used, quota = _quota(team, pools, now_)
     p50, samples = typical_wait(waits, team.local_queue, profile.slug, now)
     found = ProfileAvailability(
         slug=profile.slug, pools=tuple(p.name for p in pools), gpu=pools[0].has_gpu,
         unit=pools[0].unit_name, max_machines=sum(p.max_nodes for p in pools),
         queue=team.local_queue, waiting=waiting, queue_waiting=queue_waiting,
         typical_wait_seconds=p50, wait_samples=samples, quota_used=used, quota=quota,
-        **_machines(profile, pools, rooms))
+        **_machines(profile, pools, now_.rooms))
     return replace(found, words=describe(found))
 
 
 def user_availability(platform: Platform, user: UserRef, cluster: Cluster,
                       waits: Sequence[QueueWait], now: datetime) -> list[ProfileAvailability]:
-    """Every profile ``user`` may start, in the form's order (none without a team)."""
+    """Every profile ``user`` may start, in the form's order (none without a team).
+    The pods and Workloads are read once for all of them (:class:`TeamNow`)."""
     team = platform.team_for(user.groups)
     if team is None:
         return []
-    rooms = (pool_rooms(platform, cluster.nodes, cluster.pods)
-             if cluster.nodes is not None and cluster.pods is not None else None)
-    return [profile_availability(platform, team, p, rooms, cluster, waits, now)
+    team_now = TeamNow.of(platform, team, cluster)
+    return [profile_availability(platform, team, p, team_now, waits, now)
             for p in platform.profiles_for(user.groups)]
 
 

@@ -77,7 +77,6 @@ from tornado import web
 from traitlets import Any as AnyTrait
 from traitlets import Dict, Integer, default
 
-from . import queuewaits
 from ..builders.pod import SpawnSettings, merge_traits, spawn_settings
 from ..spec.boot import spawn_patience
 from ..spec.grant import Grant, OptionsRejected
@@ -349,9 +348,6 @@ class GPUSpawner(KubeSpawner):
                 workload_of=self.gpu_watches.live_workload_of,
                 position=self.gpu_watches.queue_position,
                 who=self._log_name, ours=self.gpu_watches.is_ours,
-                save_wait=queuewaits.saver(getattr(self.user, "db", None),
-                                           grant.team.local_queue, grant.profile.slug,
-                                           self.log),
                 deleted=self.gpu_watches.pod_was_deleted, on_outcome=self._usage.outcome)
             return await self._queued.run(super(GPUSpawner, self).start,
                                           lambda: self.stop(now=True))

@@ -14,10 +14,15 @@ The times come from the cluster where it has them (the pod's or Job's
 
 Database work is synchronous SQLAlchemy run in one worker thread per ledger
 (:meth:`Ledger.record`): the hub's event loop never waits for the disk or the
-database server, and a process's writes happen in the order it made them. One short
-transaction per write: a select of the row, then its insert or update. (An async
-driver would need one per database -- aiosqlite, asyncpg or psycopg's async mode --
-and Alembic runs synchronously anyway.)
+database server, and a process's writes happen in the order it made them. The writes
+made while the thread is busy are batched: the thread takes every write waiting and
+makes them in one transaction (one commit, with SQLite one sync to disk, however many
+spawns and stops came in meanwhile); each write is a select of its row, then its
+insert or update. A batch that fails is retried one write per transaction, so that
+one bad write fails alone. SQLite runs in WAL mode (``PRAGMA journal_mode=WAL``):
+readers (the usage page, the availability API's queue waits) never block the writer
+nor it them. (An async driver would need one per database -- aiosqlite, asyncpg or
+psycopg's async mode -- and Alembic runs synchronously anyway.)
 """
 
 from __future__ import annotations
@@ -25,14 +30,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import StrEnum
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
+
+T = TypeVar("T")
 
 #: the ledger's table, in a database of its own or next to JupyterHub's tables
 TABLE = "jupyterhub_gpu_usage"
@@ -105,6 +112,9 @@ USAGE = sa.Table(
     sa.Column("stopped_at", sa.DateTime(timezone=True), index=True),
     sa.Column("stop_reason", sa.String(32)),
     sa.Column("queue_wait_seconds", sa.Float),
+    # the usage page of one user, and the queue waits of one team (the availability API)
+    sa.Index(f"ix_{TABLE}_user_requested_at", "user", "requested_at"),
+    sa.Index(f"ix_{TABLE}_team_requested_at", "team", "requested_at"),
 )
 
 
@@ -215,10 +225,20 @@ def create_engine(url: str) -> sa.Engine:
     the URL's database driver is not installed."""
     try:
         if url.startswith("sqlite"):
-            return sa.create_engine(url, connect_args={"timeout": 30})
+            engine = sa.create_engine(url, connect_args={"timeout": 30})
+            sa.event.listen(engine, "connect", _wal)
+            return engine
         return sa.create_engine(url, pool_pre_ping=True)
     except ImportError as e:
         raise LedgerError(_missing_driver(url, e)) from e
+
+
+def _wal(dbapi_connection: Any, _record: Any) -> None:
+    """SQLite's write-ahead log: readers and the writer do not block each other (the
+    mode stays with the file; an in-memory database keeps its own)."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.close()
 
 
 class Ledger:
@@ -231,6 +251,11 @@ class Ledger:
         self._lock = threading.Lock()  # one write at a time from this process
         self._upgraded = False
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="usage-ledger")
+        self._waiting: list[tuple[Usage, Future]] = []  # writes for the next batch
+        self._waiting_lock = threading.Lock()
+        #: transactions this process has committed (a reader's cache of what the
+        #: ledger says is out of date once it changed)
+        self.writes = 0
 
     _shared: dict[str, "Ledger"] = {}
 
@@ -252,7 +277,9 @@ class Ledger:
         with self._lock:
             self._ready()
             with self.engine.begin() as conn:
-                return self._merge_in(conn, new)
+                merged = self._merge_in(conn, new)
+            self.writes += 1
+            return merged
 
     def _merge_in(self, conn: sa.Connection, new: Usage) -> Usage:
         where = USAGE.c.key == new.key
@@ -270,10 +297,41 @@ class Ledger:
             conn.execute(USAGE.update().where(where).values(_to_row(merged)))
         return merged
 
+    def submit(self, new: Usage) -> Future:
+        """Merge ``new`` in the ledger's thread, batched with the writes waiting there
+        (one transaction for all of them); returns at once."""
+        done: Future = Future()
+        with self._waiting_lock:
+            self._waiting.append((new, done))
+            first = len(self._waiting) == 1
+        if first:  # else a batch is already on its way and takes this one
+            self._thread.submit(self._write_batch)
+        return done
+
+    def _write_batch(self) -> None:
+        with self._waiting_lock:
+            batch, self._waiting = self._waiting, []
+        if not batch:
+            return
+        try:
+            with self._lock:
+                self._ready()
+                with self.engine.begin() as conn:
+                    merged = [self._merge_in(conn, new) for new, _ in batch]
+                self.writes += 1
+        except Exception:  # noqa: BLE001 - one write at a time, so one bad write fails alone
+            for new, done in batch:
+                try:
+                    done.set_result(self.record_sync(new))
+                except Exception as e:  # noqa: BLE001 - the writer's caller is told
+                    done.set_exception(e)
+            return
+        for (_, done), row in zip(batch, merged):
+            done.set_result(row)
+
     async def record(self, new: Usage) -> Usage:
-        """:meth:`record_sync` in the ledger's thread: the event loop goes on meanwhile."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._thread, self.record_sync, new)
+        """:meth:`submit`, awaited: the event loop goes on meanwhile."""
+        return await asyncio.wrap_future(self.submit(new))
 
     def rows_sync(self, kind: Kind | None = None, since: datetime | None = None) -> list[Usage]:
         """Every row (of ``kind``; with ``since``, of those requested or still open at
@@ -318,6 +376,41 @@ class Ledger:
                          reason: StopReason) -> list[Usage]:
         return await asyncio.get_running_loop().run_in_executor(
             self._thread, self.close_open_sync, kind, user, server, at, reason)
+
+    def read_sync(self, read: Callable[[sa.Connection], T]) -> T:
+        """``read`` on a connection to the ledger (the usage page's queries)."""
+        self._ready()
+        with self.engine.connect() as conn:
+            return read(conn)
+
+    async def read(self, read: Callable[[sa.Connection], T]) -> T:
+        """:meth:`read_sync` in the ledger's thread."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread, self.read_sync, read)
+
+    def queue_waits_sync(self, team: str, since: datetime
+                         ) -> list[tuple[str | None, float, datetime]]:
+        """(profile, seconds, when it ended) of each wait in ``team``'s queue of the
+        sessions requested at ``since`` or later: admitted, or left the queue
+        unadmitted out of patience or by their user (what the form's typical wait
+        counts; not a start that failed), oldest request first. Read with the index on
+        (team, requested_at)."""
+        self._ready()
+        query = sa.select(USAGE.c.profile, USAGE.c.queue_wait_seconds,
+                          sa.func.coalesce(USAGE.c.admitted_at, USAGE.c.stopped_at)).where(
+            USAGE.c.team == team, USAGE.c.requested_at >= _utc(since),
+            USAGE.c.kind == str(Kind.SESSION), USAGE.c.queue_wait_seconds.is_not(None),
+            sa.or_(USAGE.c.admitted_at.is_not(None), USAGE.c.stop_reason.in_(
+                (str(StopReason.QUEUE_TIMEOUT), str(StopReason.USER))))
+        ).order_by(USAGE.c.requested_at)
+        with self.engine.connect() as conn:
+            return [(profile, seconds, _utc(at))
+                    for profile, seconds, at in conn.execute(query)]
+
+    async def queue_waits(self, team: str, since: datetime
+                          ) -> list[tuple[str | None, float, datetime]]:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread, self.queue_waits_sync, team, since)
 
     async def open_keys(self, kind: Kind) -> list[str]:
         return await asyncio.get_running_loop().run_in_executor(

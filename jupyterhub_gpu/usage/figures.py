@@ -30,6 +30,8 @@ from ..ledger.store import Kind, StopReason, Usage
 #: above this spot eviction rate the page warns (the design: consider reserved capacity)
 SPOT_WARNING_RATE = 0.2
 HOUR = 3600.0
+#: the name a row without a team, profile or user is counted under
+UNKNOWN = "(unknown)"
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ def _totals(items: Iterable[tuple[str, float, float]]) -> tuple[Total, ...]:
 def totals_by(rows: Iterable[Usage], key: Callable[[Usage], str | None],
               window: Window) -> tuple[Total, ...]:
     """GPU-hours and cost per ``key`` (team, profile, user), most GPU-hours first."""
-    return _totals((key(u) or "(unknown)", gpu_hours(u, window), cost(u, window))
+    return _totals((key(u) or UNKNOWN, gpu_hours(u, window), cost(u, window))
                    for u in rows if billed(u, window))
 
 
@@ -181,7 +183,7 @@ def queue_waits(rows: Iterable[Usage], window: Window) -> tuple[Wait, ...]:
     waits: dict[str, list[float]] = defaultdict(list)
     for u in rows:
         if window.holds(u.requested_at) and u.queue_wait_seconds is not None:
-            waits[u.profile or "(unknown)"].append(u.queue_wait_seconds)
+            waits[u.profile or UNKNOWN].append(u.queue_wait_seconds)
     return tuple(Wait(p, len(w), percentile(w, 50), percentile(w, 95))
                  for p, w in sorted(waits.items()))
 

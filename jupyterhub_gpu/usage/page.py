@@ -18,6 +18,7 @@ from . import figures as fg
 from .access import Selection, Viewer
 from .charts import bars
 from ..ledger.store import Usage
+from .queries import Figures
 from .telemetry import Telemetry
 
 
@@ -39,19 +40,36 @@ class Report:
     team_namespaces: tuple[tuple[str, str], ...]  # (team, namespace) of the teams shown
 
 
+def spot_pools(platform: Platform) -> frozenset[str]:
+    return frozenset(p.name for p in platform.pools if p.spot)
+
+
+def max_ages(platform: Platform) -> dict[str, int | None]:
+    """Each profile's maxAge (seconds; None: none), by slug."""
+    return {p.slug: p.max_age_seconds for p in platform.all_profiles
+            if hasattr(p, "max_age_seconds")}
+
+
 def report(rows: Sequence[Usage], viewer: Viewer, selection: Selection, window: fg.Window,
            days: int, platform: Platform, telemetry: Telemetry) -> Report:
-    """The figures of ``rows`` (already only what ``viewer`` may see)."""
-    spot = frozenset(p.name for p in platform.pools if p.spot)
-    max_ages = {p.slug: p.max_age_seconds for p in platform.all_profiles
-                if hasattr(p, "max_age_seconds")}
-    teams = fg.by_team(rows, window)
-    shown = {t.name for t in teams}
-    return Report(viewer, selection, window, days, teams, fg.by_profile(rows, window),
-                  fg.by_user(rows, window),
-                  tuple(d for d in fg.by_day(rows, window) if d.count),  # days with usage
-                  fg.queue_waits(rows, window), fg.disruptions(rows, window, spot),
-                  fg.culls(rows, window, max_ages), fg.training_runs(rows, window), telemetry,
+    """The figures of ``rows`` (already only what ``viewer`` may see), in Python: the
+    definition :mod:`.queries` computes in SQL."""
+    daily = tuple(d for d in fg.by_day(rows, window) if d.count)  # days with usage
+    found = Figures(fg.by_team(rows, window), fg.by_profile(rows, window),
+                    fg.by_user(rows, window), daily, fg.queue_waits(rows, window),
+                    fg.disruptions(rows, window, spot_pools(platform)),
+                    fg.culls(rows, window, max_ages(platform)),
+                    fg.training_runs(rows, window), frozenset(u.team for u in rows) - {None})
+    return report_of(found, viewer, selection, window, days, platform, telemetry)
+
+
+def report_of(found: Figures, viewer: Viewer, selection: Selection, window: fg.Window,
+              days: int, platform: Platform, telemetry: Telemetry) -> Report:
+    """The page of figures ``found`` (:func:`report`, or :func:`.queries.compute`)."""
+    shown = {t.name for t in found.teams}
+    return Report(viewer, selection, window, days, found.teams, found.profiles, found.users,
+                  found.daily, found.waits, found.disruptions, found.culls, found.runs,
+                  telemetry,
                   tuple((t.name, t.namespace) for t in platform.teams if t.name in shown))
 
 

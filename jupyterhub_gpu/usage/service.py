@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -52,10 +53,11 @@ from ..logtext import error_words
 from ..spec.source import SpecSource
 from . import figures as fg
 from . import telemetry
-from .access import BadQuery, NotVisible, Query, Selection, Viewer, visible
+from . import queries
+from .access import BadQuery, NotVisible, Query, Selection, Viewer
 from .config import DEFAULT_DAYS, MAX_DAYS, UsageLedger, UsagePage, default_url
 from ..ledger.store import Ledger
-from .page import Report, report, to_csv, to_html
+from .page import Report, max_ages, report_of, spot_pools, to_csv, to_html
 
 log = logging.getLogger("jupyterhub_gpu.usage")
 
@@ -74,14 +76,16 @@ class Usage:
         viewer = Viewer.of(model, platform)
         selection.check(viewer)
         window = fg.Window.last_days(days, datetime.now(timezone.utc))
-        rows = visible(await self.ledger.rows(since=window.start), viewer, selection)
+        found = await self.ledger.read(functools.partial(
+            queries.compute, viewer=viewer, selection=selection, window=window,
+            spot_pools=spot_pools(platform), max_ages=max_ages(platform)))
         namespaces = tuple(sorted({t.namespace for t in platform.teams
-                                   if any(u.team == t.name for u in rows)}))
+                                   if t.name in found.teams_with_rows}))
         telemetry_ = (await telemetry.fetch(self.prometheus_url, namespaces,
                                             int((window.end - window.start).total_seconds()),
                                             window.end)
                       if namespaces else telemetry.Telemetry({}, "no GPU usage to measure"))
-        return report(rows, viewer, selection, window, days, platform, telemetry_)
+        return report_of(found, viewer, selection, window, days, platform, telemetry_)
 
 
 class _Handler(HubOAuthenticated, web.RequestHandler):

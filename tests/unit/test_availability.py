@@ -6,6 +6,7 @@ through Kueue's gate and the scheduler's binding as the API server would show th
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from datetime import datetime, timedelta, timezone
 
@@ -261,3 +262,48 @@ def test_as_json_is_plain_data(platform):
     data = json.loads(json.dumps([a.as_json() for a in found]))
     assert data[0]["slug"] == "cpu" and data[0]["words"][0] == "No machine running now"
 
+
+
+class CountingList(list):
+    """Pods that count how often they are read through."""
+
+    reads = 0
+
+    def __iter__(self):
+        CountingList.reads += 1
+        return super().__iter__()
+
+
+def test_the_pods_are_read_a_few_times_per_answer_not_per_profile(platform, manifests):
+    """TeamNow reads the pods once for the pools' room, once for the team's quota and
+    once for the pending requests' profiles, however many profiles the user may start."""
+    t4 = node(platform, "t4dev")
+    pods = CountingList([running(manifests, "t4-shared", f"u{i}", t4) for i in range(3)])
+    wanted = [gated(manifests, "t4-shared", "w1")]
+    CountingList.reads = 0
+    found = user_availability(platform, ALICE, Cluster([t4], pods, [workload(wanted[0])]),
+                              [], NOW)
+    assert len(found) == 3 and CountingList.reads <= 3  # before: 1 + one per profile, or more
+
+
+async def test_a_teams_answer_is_reused_within_its_ttl():
+    from jupyterhub_gpu.hub.api import CACHE_SECONDS, TeamCache
+
+    now = [100.0]
+    computed = []
+
+    async def compute():
+        computed.append(now[0])
+        await asyncio.sleep(0)
+        return len(computed)
+
+    cache = TeamCache(clock=lambda: now[0])
+    assert await cache.get("data-science", compute) == 1
+    now[0] += CACHE_SECONDS / 2
+    assert await cache.get("data-science", compute) == 1, "within the TTL: not recomputed"
+    assert await cache.get("ml-eng", compute) == 2, "per team"
+    now[0] += CACHE_SECONDS
+    both = await asyncio.gather(cache.get("data-science", compute),
+                                cache.get("data-science", compute))
+    assert both == [3, 3] and len(computed) == 3, "callers meanwhile share one computation"
+    assert set(cache._values) == {"data-science"}, "the expired team's entry is dropped"

@@ -1,0 +1,232 @@
+"""The usage page's figures computed by the database (jupyterhub_gpu.usage.queries), on
+SQLite and PostgreSQL: the same numbers as the page shows from the rows in Python
+(jupyterhub_gpu.usage.page.report, the definition), for every kind of viewer and
+narrowing; a bounded number of queries however many rows; the indexes they use; the
+queue waits the availability API reads from the ledger; the ledger's batched writes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+
+from benchmarks.pages import fill, ledger_rows
+from jupyterhub_gpu.hub import queuewaits
+from jupyterhub_gpu.ledger.store import Kind, Ledger, StopReason, Usage
+from jupyterhub_gpu.usage import figures as fg
+from jupyterhub_gpu.usage import queries
+from jupyterhub_gpu.usage.access import NotVisible, Selection, Viewer, visible
+from jupyterhub_gpu.usage.page import figures, max_ages, report, report_of, spot_pools
+from jupyterhub_gpu.usage.telemetry import Telemetry
+
+from .test_usage_ledger import db_url, ledger, postgres_url  # noqa: F401 - fixtures
+
+NOW = datetime(2026, 12, 7, 12, 0, tzinfo=timezone.utc)
+MIDNIGHT = datetime(2026, 12, 5, tzinfo=timezone.utc)
+NO_TELEMETRY = Telemetry({}, "none")
+
+
+def edge_rows() -> list[Usage]:
+    """Rows at the definitions' edges: stopped at midnight, over two midnights, no
+    team or profile, no units, running before the window, a podless start."""
+    def s(key, running, stopped, **kw):
+        return Usage(key, kw.pop("kind", Kind.SESSION), user=kw.pop("user", "edge"),
+                     team=kw.pop("team", "data-science"), profile=kw.pop("profile", "t4-shared"),
+                     pool=kw.pop("pool", "t4dev"), gpu_units=kw.pop("units", 1),
+                     price_per_unit_hour=0.5, requested_at=running - timedelta(minutes=1),
+                     running_at=running, stopped_at=stopped, **kw)
+    return [s("e1", MIDNIGHT - timedelta(hours=2), MIDNIGHT),
+            s("e2", MIDNIGHT - timedelta(hours=1), MIDNIGHT + timedelta(days=2, hours=1)),
+            s("e3", MIDNIGHT, MIDNIGHT + timedelta(hours=3), team=None, profile=None),
+            s("e4", MIDNIGHT, MIDNIGHT + timedelta(hours=3), units=0),
+            s("e5", NOW - timedelta(days=40), None, stop_reason=None),
+            s("e6", MIDNIGHT, MIDNIGHT + timedelta(minutes=5), profile="",
+              stop_reason=StopReason.IDLE_CULL),
+            Usage("start:x", Kind.SESSION, user="edge", team="data-science",
+                  profile="t4-shared", requested_at=MIDNIGHT, stopped_at=MIDNIGHT,
+                  stop_reason=StopReason.FAILURE)]
+
+
+@pytest.fixture
+def filled(ledger, platform):  # noqa: F811
+    rows = ledger_rows(platform, users=24, days=12, now=NOW) + edge_rows()
+    fill(ledger, rows)
+    return rows
+
+
+def _both(ledger, platform, rows, viewer, selection, days):  # noqa: F811
+    window = fg.Window.last_days(days, NOW)
+    in_python = report(visible([u for u in rows if u.stopped_at is None
+                                or u.stopped_at >= window.start
+                                or (u.requested_at and u.requested_at >= window.start)],
+                               viewer, selection),
+                       viewer, selection, window, days, platform, NO_TELEMETRY)
+    found = ledger.read_sync(lambda conn: queries.compute(
+        conn, viewer, selection, window, spot_pools(platform), max_ages(platform)))
+    by_sql = report_of(found, viewer, selection, window, days, platform, NO_TELEMETRY)
+    return list(figures(in_python)), list(figures(by_sql)), in_python, by_sql
+
+
+VIEWS = [(Viewer("root", admin=True), Selection(), 10),
+         (Viewer("root", admin=True), Selection(), 3),
+         (Viewer("root", admin=True), Selection(team="ml-eng"), 10),
+         (Viewer("lee", teams=("data-science",)), Selection(), 10),
+         (Viewer("lee", teams=("data-science",)), Selection(user="user0000"), 10),
+         (Viewer("user0001"), Selection(), 10),
+         (Viewer("edge"), Selection(), 5),
+         (Viewer("root", admin=True), Selection(user="edge"), 1)]
+
+
+@pytest.mark.parametrize("viewer, selection, days", VIEWS)
+def test_the_database_computes_the_pages_numbers(ledger, platform, filled,  # noqa: F811
+                                                 viewer, selection, days):
+    in_python, by_sql, python_report, sql_report = _both(ledger, platform, filled, viewer,
+                                                         selection, days)
+    assert by_sql == in_python and len(in_python) > 10
+    assert sql_report.team_namespaces == python_report.team_namespaces
+    for mine, theirs in zip(sql_report.daily + sql_report.users,
+                            python_report.daily + python_report.users):
+        assert mine.gpu_hours == pytest.approx(theirs.gpu_hours, rel=1e-6)  # SQLite: ms
+
+
+def test_a_lead_asking_for_a_user_outside_their_team_is_refused(ledger, platform,  # noqa: F811
+                                                                 filled):
+    lead = Viewer("lee", teams=("data-science",))
+    window = fg.Window.last_days(10, NOW)
+    with pytest.raises(NotVisible, match="no usage there"):
+        ledger.read_sync(lambda conn: queries.compute(
+            conn, lead, Selection(user="user0001"), window, frozenset(), {}))
+
+
+def _statements(engine):
+    seen = []
+
+    def count(conn, cursor, statement, *args):
+        if statement.lstrip().upper().startswith(("SELECT", "WITH")):
+            seen.append(statement)
+    sa.event.listen(engine, "before_cursor_execute", count)
+    return seen, lambda: sa.event.remove(engine, "before_cursor_execute", count)
+
+
+def test_a_page_is_a_few_queries_whatever_the_rows(db_url, platform):  # noqa: F811
+    """The same queries for 1 and 12 days of 4 and 40 users (every row was read
+    before: one statement, and as many rows as the period holds)."""
+    counts = []
+    for users, days in ((4, 1), (40, 12)):
+        ledger_ = Ledger(db_url)
+        try:
+            ledger_.read_sync(lambda conn: None)  # the table, at head
+            with ledger_.engine.begin() as conn:
+                conn.execute(queries.USAGE.delete())
+            fill(ledger_, ledger_rows(platform, users, days, NOW))
+            seen, stop = _statements(ledger_.engine)
+            ledger_.read_sync(lambda conn: queries.compute(
+                conn, Viewer("root", admin=True), Selection(),
+                fg.Window.last_days(days, NOW), spot_pools(platform), max_ages(platform)))
+            stop()
+            counts.append(len(seen))
+        finally:
+            ledger_.dispose()
+    assert counts[0] == counts[1] <= 8
+
+
+def _plan(ledger, query) -> str:  # noqa: F811
+    with ledger.engine.connect() as conn:
+        compiled = query.compile(conn, compile_kwargs={"literal_binds": True})
+        rows = conn.execute(sa.text(f"EXPLAIN QUERY PLAN {compiled}")).all()
+    return " | ".join(str(r[-1]) for r in rows)
+
+
+def test_the_queries_use_the_indexes(tmp_path, platform):
+    """SQLite's plans: a user's page searches the index on (user, requested_at), the
+    queue waits of a team the one on (team, requested_at) -- not a scan of the table."""
+    ledger_ = Ledger(f"sqlite:///{tmp_path}/usage.sqlite")
+    try:
+        fill(ledger_, ledger_rows(platform, 10, 3, NOW))
+        mine = sa.select(queries.USAGE.c.key).where(
+            *queries.visible(Viewer("user0001"), Selection()),
+            queries.of_period(NOW - timedelta(days=7)))
+        assert "USING INDEX ix_jupyterhub_gpu_usage_user_requested_at" in _plan(ledger_, mine)
+        seen, stop = _statements(ledger_.engine)
+        ledger_.queue_waits_sync("data-science", NOW - timedelta(days=7))
+        stop()
+        with ledger_.engine.connect() as conn:
+            plan = conn.exec_driver_sql(
+                f"EXPLAIN QUERY PLAN {seen[-1]}",
+                ("data-science", "2026-11-30 12:00:00.000000", "session",
+                 "queue-timeout", "user")).all()
+        assert "USING INDEX ix_jupyterhub_gpu_usage_team_requested_at (team=? AND " \
+               "requested_at>?)" in " | ".join(str(r[-1]) for r in plan)
+    finally:
+        ledger_.dispose()
+
+
+def test_queue_waits_come_from_the_ledger(ledger, platform):  # noqa: F811
+    """Admitted, out of patience and left by the user count; a failed start, a
+    request still queued, another team's, and one older than the window do not."""
+    team = next(t for t in platform.teams if t.name == "data-science")
+    t = NOW - timedelta(hours=1)
+
+    def row(key, wait_until=None, **kw):
+        return Usage(key, kw.pop("kind", Kind.SESSION), team=kw.pop("team", team.name),
+                     profile="t4-shared", requested_at=kw.pop("requested_at", t),
+                     admitted_at=wait_until, **kw)
+    for u in (row("admitted", t + timedelta(seconds=30)),
+              row("patience", stopped_at=t + timedelta(seconds=300),
+                  stop_reason=StopReason.QUEUE_TIMEOUT),
+              row("left", stopped_at=t + timedelta(seconds=60), stop_reason=StopReason.USER),
+              row("failed", stopped_at=t + timedelta(seconds=5),
+                  stop_reason=StopReason.FAILURE),
+              row("queued"), row("other", t + timedelta(seconds=9), team="ml-eng"),
+              row("old", NOW - timedelta(days=8), requested_at=NOW - timedelta(days=8)),
+              row("job", t + timedelta(seconds=1), kind=Kind.JOB)):
+        ledger.record_sync(u)
+    waits = asyncio.run(queuewaits.recent(ledger, team, NOW))
+    assert sorted(w.seconds for w in waits) == [30.0, 60.0, 300.0]
+    assert {(w.queue, w.profile) for w in waits} == {(team.local_queue, "t4-shared")}
+    assert {w.at for w in waits} == {t + timedelta(seconds=s) for s in (30, 60, 300)}
+
+
+def test_writes_made_while_the_thread_is_busy_share_one_transaction(ledger):  # noqa: F811
+    """A burst of spawns: the writes queued behind a slow one go in one transaction."""
+    ledger.record_sync(Usage("first", Kind.SESSION))
+    release = threading.Event()
+    ledger._thread.submit(release.wait)  # the ledger's thread is busy meanwhile
+    done = [ledger.submit(Usage(f"pod:{i}", Kind.SESSION, user="u", requested_at=NOW))
+            for i in range(20)]
+    done.append(ledger.submit(Usage("pod:3", Kind.SESSION, stopped_at=NOW,
+                                    stop_reason=StopReason.USER)))
+    before = ledger.writes
+    release.set()
+    assert done[-1].result(timeout=30).stop_reason is StopReason.USER
+    assert ledger.writes == before + 1
+    assert len(ledger.rows_sync()) == 21
+
+
+def test_a_bad_write_in_a_batch_fails_alone(ledger):  # noqa: F811
+    release = threading.Event()
+    ledger._thread.submit(release.wait)
+    good = ledger.submit(Usage("pod:good", Kind.SESSION, user="u"))
+    bad = ledger.submit(Usage("pod:bad", Kind.SESSION, user="u" * 5000))  # too long: PG
+    bad_kind = ledger.submit(Usage("x" * 200, Kind.SESSION))  # key longer than its column
+    release.set()
+    assert good.result(timeout=30).user == "u"
+    if ledger.engine.dialect.name == "postgresql":
+        with pytest.raises(sa.exc.DBAPIError):
+            bad.result(timeout=30)
+        with pytest.raises(sa.exc.DBAPIError):
+            bad_kind.result(timeout=30)
+    assert "pod:good" in {u.key for u in ledger.rows_sync()}
+
+
+def test_sqlite_runs_in_wal_mode(tmp_path):
+    ledger_ = Ledger(f"sqlite:///{tmp_path}/usage.sqlite")
+    try:
+        ledger_.record_sync(Usage("k", Kind.SESSION))
+        with ledger_.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    finally:
+        ledger_.dispose()
