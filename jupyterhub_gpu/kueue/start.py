@@ -5,9 +5,9 @@ KubeSpawner's ``start()`` creates the pod and waits for it to run; beside it a
 in the shared caches and refuses the spawn when waiting cannot help (the request
 never fits) or the profile's queue patience runs out. The watch's stage is what
 :func:`progress` shows the user, and every spawn's outcome (and, once started, its
-wait in the queue) is counted here and only here (``on_outcome``: the usage ledger); the wait, also of a spawn that ran
-out of patience or was cancelled in the queue, goes to ``save_wait`` (the hub's database,
-:mod:`jupyterhub_gpu.hub.queuewaits`).
+wait in the queue) is counted here and only here (``on_outcome``: the usage ledger, whose
+rows, also of a spawn that ran out of patience or was cancelled in the queue, are what
+:mod:`jupyterhub_gpu.hub.queuewaits` reads the typical waits from).
 """
 
 from __future__ import annotations
@@ -40,9 +40,7 @@ GATE_FAILED = ("The hub could not record which pool your server was given, so th
 class QueuedStart:
     """One spawn through the team's queue. ``pod``, ``workloads`` and ``events`` read
     the shared reflectors (the spawn's pod, its namespace's Workloads, the pod's
-    events); ``who`` names the server in the log; ``save_wait`` keeps the seconds the
-    spawn waited in the queue until admission, or, if it ran out of patience or was
-    cancelled before, the seconds it was queued; ``ours`` tells this spawn's pod from an
+    events); ``who`` names the server in the log; ``ours`` tells this spawn's pod from an
     earlier one of the same name (a spawn whose own pod goes before its server runs
     fails at once); ``workload_of`` and ``position`` look a pod's Workload and a
     Workload's queue place up in the watch's indexes (:class:`QueueWatch`)."""
@@ -50,13 +48,12 @@ class QueuedStart:
     def __init__(self, grant: Grant, namespace: str, *, pod: Callable[[], dict | None],
                  workloads: Callable[[], list[dict]], events: Callable[[], list[dict]],
                  log: logging.Logger, who: str,
-                 save_wait: Callable[[float], None] | None = None,
                  ours: Callable[[dict], bool] = lambda pod: True,
                  deleted: Callable[[str], bool] = lambda uid: True,
                  on_outcome: Callable[[Outcome], None] | None = None,
                  workload_of: Callable[[dict], dict | None] | None = None,
                  position: Callable[[dict], tuple[int, int]] | None = None):
-        self.grant, self.log, self.who, self.save_wait = grant, log, who, save_wait
+        self.grant, self.log, self.who = grant, log, who
         self.on_outcome = on_outcome
         self.requested_at = datetime.now(timezone.utc)  # when this start began
         self.pending = PendingWorkloads.shared(namespace, grant.team.local_queue)
@@ -179,24 +176,11 @@ class QueuedStart:
             metrics.QUEUE_WAIT.labels(slug, self.grant.team.local_queue, pool).observe(
                 self.watch.waited)
         metrics.SPAWNS.labels(slug, outcome.value, pool).inc()
-        self._save_wait(outcome)
         if self.on_outcome is not None:
             try:
                 self.on_outcome(outcome)
             except Exception as e:  # noqa: BLE001 - the spawn's outcome stands
                 self.log.error("Could not record the usage of %s: %r", self.who, e)
-
-    def _save_wait(self, outcome: Outcome) -> None:
-        watch = self.watch
-        waited = watch.waited  # until admission; or, left the queue unadmitted, its time there
-        if waited is None and watch.queued_since is not None and outcome in (
-                Outcome.QUEUE_TIMEOUT, Outcome.CANCELLED):
-            waited = watch.clock() - watch.queued_since
-        if waited is not None and self.save_wait is not None:
-            try:
-                self.save_wait(waited)
-            except Exception as e:  # noqa: BLE001 - the spawn's outcome stands
-                self.log.error("Could not record the queue wait of %s: %r", self.who, e)
 
 
 async def progress(current: Callable[[], QueuedStart | None],
