@@ -21,7 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import bigspec, culler, memory, rounds, soak, spawns
+from . import bigspec, culler, memory, pages, rounds, soak, spawns
 from .devcluster import EXAMPLE_SPEC, dev_cluster, prometheus_url, write_bench_spec
 from .hubs import REPO, Ports, ok_server, running_hub
 from .report import Row, git_commit, render_table, this_machine
@@ -65,15 +65,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--soak-users", type=int, help="users of the soak's hub (2000; short 40)")
     p.add_argument("--soak-teams", type=int, help="team namespaces of the soak (50; short: "
                    "the benchmarks' cluster's 3)")
+    p.add_argument("--ledger-users", type=int, help="users of the usage page's ledger, each "
+                   "with a session a day and a job a week (2000; short 20)")
+    p.add_argument("--ledger-days", type=int, help="days of that ledger and of the page "
+                   "(90; short 3)")
     p.add_argument("--note", default="", help="a line for the report, e.g. the machine's load")
     args = p.parse_args(argv)
     full = dict(spawns=12, burst=50, pods=5000, servers=5000, idle=15.0, settle=2.0,
                 rounds=5, max_rounds=12, queue=100, fallback=6, window=15.0, minutes=55.0,
                 timeout=float(spawns.BURST_TIMEOUT),
-                soak_minutes=3.0, soak_users=2000, soak_teams=50)
+                soak_minutes=3.0, soak_users=2000, soak_teams=50, ledger_users=2000, ledger_days=90)
     short = dict(spawns=2, burst=3, pods=20, servers=50, idle=2.0, settle=0.5, rounds=1,
                  max_rounds=1, queue=3, fallback=3, window=3.0, minutes=3.0, timeout=60.0,
-                 soak_minutes=0.25, soak_users=40, soak_teams=3)
+                 soak_minutes=0.25, soak_users=40, soak_teams=3, ledger_users=20, ledger_days=3)
     for name, value in (short if args.short else full).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -101,6 +105,26 @@ class Run:
         self.seconds[name] = time.monotonic() - started
         print(f"   {name}: {self.seconds[name]:.0f}s", flush=True)
         return result
+
+
+async def _pages(args) -> list[Row]:
+    """The usage page and the availability API, in-process (:mod:`benchmarks.pages`):
+    figures of ours alone, against the goals of issue 30."""
+    found = await asyncio.to_thread(pages.measure, args.ledger_users, args.ledger_days,
+                                    args.pods, 50 if not args.short else 3)
+    ledger = (f"{args.ledger_users:,} users, {args.ledger_days} days "
+              f"({found.pop('ledger rows'):,.0f} ledger rows)")
+    rows = [Row("pages", f"usage page as {who}, {ledger}", "s",
+                found[f"usage page, {args.ledger_days} days, {who}"], goal="< 1 s",
+                note=f"CPU {found[f'usage page, {args.ledger_days} days, {who}, CPU']:.2f} s")
+            for who in ("admin", "lead", "user")]
+    rows += [Row("pages", f"availability API {what}, {args.pods:,} pods", "s",
+                 found[f"availability, {args.pods} pods, {key}"], goal=goal)
+             for what, key, goal in (("p50, uncached", "p50", ""),
+                                     ("p95, uncached", "p95", "p95 < 0.020 s"),
+                                     ("p95, through the per-team cache", "cached, p95",
+                                      "p95 < 0.020 s"))]
+    return rows
 
 
 async def _hub_startups(spec: Path, work: Path, ports: Ports, kubeconfig: Path):
@@ -219,6 +243,7 @@ async def main(args) -> int:
     run = Run()
     # the soak's own cluster and hub come after (not --short), and take their own minutes
     deadline = started + 60 * max(args.minutes - args.soak_minutes - AFTER_ROUNDS, 0)
+    run.rows += await run.section("pages", _pages(args)) or []
     try:
         await _cluster_sections(run, args, work, ports, offset, deadline)
     except Exception:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jupyterhub_gpu.contract import AZURE_FILES_CLASS, AZURE_FILES_PREMIUM_CLASS
+
 #: Azure prices a month as this many hours (its pricing pages' convention)
 HOURS_PER_MONTH = 730
 REGION = "East US"
@@ -51,10 +53,10 @@ VM_PRICES = {
 
 AZURE_FILES_PREMIUM = Price(
     "Azure Files premium (SSD, provisioned v1, LRS): the home shares "
-    "(storageClass azurefile-csi-premium)", 0.16, "provisioned GiB-month", FILES_PRICES_PAGE)
+    f"(storageClass {AZURE_FILES_PREMIUM_CLASS})", 0.16, "provisioned GiB-month", FILES_PRICES_PAGE)
 AZURE_FILES_STANDARD = Price(
     "Azure Files standard (HDD, pay as you go, transaction optimized, LRS): the "
-    "checkpoint shares (storageClass azurefile-csi), billed on the GiB used", 0.06,
+    f"checkpoint shares (storageClass {AZURE_FILES_CLASS}), billed on the GiB used", 0.06,
     "used GiB-month", FILES_PRICES_PAGE)
 #: Azure ML gives each compute instance a P10 OS disk (128 GiB premium SSD), billed
 #: while the instance is stopped too
