@@ -1,6 +1,7 @@
 """``python -m benchmarks [--short] [--out FILE]``: every benchmark, then the report.
 
-Full (``make bench``): brings up a dev cluster of its own (on ports shifted by
+Full (``make bench``): times the usage page and the availability API in-process
+(:mod:`benchmarks.pages`), brings up a dev cluster of its own (on ports shifted by
 ``JUPYTERHUB_GPU_TEST_PORT_OFFSET``), runs the culler passes, the interleaved spawn
 rounds (:mod:`benchmarks.rounds`), the watch memory and the big spec, then a short soak
 on a cluster of its own (:mod:`benchmarks.soak`), and writes ``docs/benchmarks.md``.
