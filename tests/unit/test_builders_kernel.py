@@ -222,3 +222,19 @@ def test_the_teams_standing_policy_gives_kernels_a_servers_egress_and_no_ingress
     assert policy["spec"]["ingress"] == []
     server = namespaces.network_policy(req.grant.team, namespaces.HubRef())
     assert policy["spec"]["egress"] == server["spec"]["egress"]
+
+
+def test_the_owner_is_read_from_the_server_pods_labels_and_long_names_stay_labels(platform):
+    user = "a-very-long-user-name-a-very-long-user-name"
+    server_pod = {"metadata": {"labels": {**_server_labels(user, "gpu-notebook"),
+                                          "app": "jupyterhub"}}}
+    owner = Owner.of(server_pod)
+    assert owner.server_labels == _server_labels(user, "gpu-notebook")
+    req = _request(platform, "t4-shared", owner=owner,
+                   name=kernel_name(owner.user_slug, KERNEL_ID))
+    on_kernel, on_server = kernel_policies(req)
+    names = {p["metadata"]["name"] for p in (on_kernel, on_server)}
+    assert len(names) == 2 and all(len(n) <= 63 and n.startswith("kernel-a-very") for n in names)
+    assert on_server["spec"]["podSelector"]["matchLabels"] == owner.server_labels
+    for policy in (on_kernel, on_server):
+        kubernetes_validate.validate(policy, SCHEMA_VERSION, strict=True)
