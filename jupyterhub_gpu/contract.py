@@ -47,10 +47,10 @@ KERNEL_ID_LABEL = PREFIX + "kernel-id"
 #: that one on a pod means the pod *is* the server)
 KERNEL_SERVER_LABEL = PREFIX + "kernel-server"
 #: the ports of a GPU kernel's pod, fixed (one kernel a pod, so no port can clash):
-#: the five of Jupyter's kernel protocol, and the launcher's own, on which it takes
-#: the server's signals (interrupt, shutdown). Only the owning server reaches them.
+#: the five of Jupyter's kernel protocol, and no other (an interrupt is a message on
+#: the control channel, signed like every message). Only the owning server reaches them.
 KERNEL_PORTS = {"shell": 52700, "iopub": 52701, "stdin": 52702, "control": 52703,
-                "hb": 52704, "signal": 52705}
+                "hb": 52704}
 #: on the owning server's pod: where a kernel's launcher sends its connection
 #: information back (encrypted); only that server's own kernel pods reach it
 KERNEL_RESPONSE_PORT = 52699
