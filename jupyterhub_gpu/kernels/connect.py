@@ -69,9 +69,15 @@ class Connection:
     def info(self, ip: str) -> dict[str, Any]:
         """jupyter_client's connection information for the kernel at ``ip`` (its
         pod's address, as the service reports it): the fixed ports, this key."""
-        ports = {field: KERNEL_PORTS[channel] for channel, field in _PORT_FIELDS.items()}
-        return {"ip": ip, "transport": "tcp", **ports, "key": self.key,
-                "signature_scheme": self.signature_scheme}
+        return connection_info(ip, self.key)
+
+
+def connection_info(ip: str, key: str) -> dict[str, Any]:
+    """A GPU kernel's connection information (what its connection file says, with
+    the address the kernel binds; what the server connects to, with the pod's)."""
+    ports = {field: KERNEL_PORTS[channel] for channel, field in _PORT_FIELDS.items()}
+    return {"ip": ip, "transport": "tcp", **ports, "key": key,
+            "signature_scheme": SIGNATURE_SCHEME}
 
 
 def _b64(data: bytes) -> str:

@@ -114,17 +114,19 @@ def test_a_bad_server_key_is_refused_by_the_launcher_too():
 
 def test_the_notebook_side_loads_no_yaml_and_no_spec():
     """Both ends run in the notebook image, whose package is installed without its
-    dependencies: the connect-back needs the standard library and ``cryptography``."""
+    dependencies: the connect-back and the launcher need the standard library and
+    ``cryptography``."""
     import subprocess
     import sys
     from pathlib import Path
 
-    code = ("import sys, jupyterhub_gpu.kernels.connect; "
+    code = ("import sys, jupyterhub_gpu.kernels.connect, jupyterhub_gpu.kernels.launcher; "
             "print('\\n'.join(sorted(sys.modules)))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parents[2], timeout=120)
     assert result.returncode == 0, result.stderr
     loaded = set(result.stdout.split())
-    assert "jupyterhub_gpu.kernels.connect" in loaded and "cryptography" in loaded
+    assert {"jupyterhub_gpu.kernels.connect", "jupyterhub_gpu.kernels.launcher",
+            "cryptography"} <= loaded
     assert "yaml" not in loaded
     assert not {m for m in loaded if m.startswith(("jupyterhub_gpu.spec", "jupyterhub_gpu.builders"))}
