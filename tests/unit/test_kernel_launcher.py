@@ -1,11 +1,13 @@
 """The kernel launcher as a real process: it starts ipykernel on the fixed ports and
-sends the connection back sealed; the server opens it and talks to the kernel with
+sends the connection back sealed to the server's response listener; the server opens
+it and talks to the kernel with
 jupyter_client, interrupts a running cell with a signed message and shuts the kernel
 down, and the launcher exits with it (docs/kernels.md, "The protocol"). No pod: the
 launcher runs here, as the pod would run it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -16,8 +18,9 @@ import pytest
 
 from jupyterhub_gpu.builders.kernel import LAUNCHER_MODULE
 from jupyterhub_gpu.contract import KERNEL_PORTS
-from jupyterhub_gpu.kernels.connect import MAX_PAYLOAD_BYTES, ServerKey
+from jupyterhub_gpu.kernels.connect import ServerKey
 from jupyterhub_gpu.kernels.launcher import write_connection_file
+from jupyterhub_gpu.kernels.response import ResponseListener
 
 REPO = Path(__file__).resolve().parents[2]
 KERNEL_ID = "5f0c2d9e-8b1a-4c3e-9d7f-0a1b2c3d4e5f"
@@ -38,47 +41,37 @@ def _ports_free() -> bool:
     return True
 
 
-def _receive(listener: socket.socket) -> bytes:
-    conn, _ = listener.accept()
-    with conn:
-        conn.settimeout(GUARD_SECONDS)
-        data = b""
-        while chunk := conn.recv(4096):
-            data += chunk
-            assert len(data) <= MAX_PAYLOAD_BYTES
-    return data
-
-
 @pytest.fixture
-def launched(tmp_path):
-    """(the server's key, the launcher's process, the sealed payload it sent)."""
+async def launched(tmp_path):
+    """(the launcher's process, the report the server's response listener received)."""
     if not _ports_free():
         pytest.skip(f"the kernel ports {sorted(KERNEL_PORTS.values())} are taken on this host")
-    server = ServerKey()
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        listener.settimeout(GUARD_SECONDS)
-        address = f"127.0.0.1:{listener.getsockname()[1]}"
-        launcher = subprocess.Popen(
-            [sys.executable, "-m", LAUNCHER_MODULE, "--kernel-id", KERNEL_ID,
-             "--response-address", address, "--public-key", server.public_key],
-            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            payload = _receive(listener)
-            yield server, launcher, payload
-        finally:
-            if launcher.poll() is None:
-                launcher.terminate()
-            launcher.communicate(timeout=GUARD_SECONDS)
+    listener = ResponseListener("127.0.0.1", 0)
+    await listener.start()
+    key = ServerKey()
+    report = listener.expect(KERNEL_ID, key)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", LAUNCHER_MODULE, "--kernel-id", KERNEL_ID,
+         "--response-address", f"127.0.0.1:{listener.port}", "--public-key", key.public_key],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield launcher, await asyncio.wait_for(report, GUARD_SECONDS)
+    finally:
+        await listener.close()
+        if launcher.poll() is None:
+            launcher.terminate()
+        launcher.communicate(timeout=GUARD_SECONDS)
 
 
 def test_the_server_reaches_the_kernel_the_launcher_started(launched):
     from jupyter_client import BlockingKernelClient
 
-    server, launcher, payload = launched
-    connection = server.open(payload, KERNEL_ID)
+    launcher, received = launched
+    connection = received.connection
+    assert received.address == "127.0.0.1"  # what the provisioner checks against the pod's
     client = BlockingKernelClient()
-    client.load_connection_info(connection.info("127.0.0.1"))
+    client.load_connection_info(connection.info(received.address))
     client.start_channels()
     try:
         client.wait_for_ready(timeout=GUARD_SECONDS)
