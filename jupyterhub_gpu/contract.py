@@ -37,6 +37,24 @@ JOB_PROFILE_LABEL = PREFIX + "job-profile"
 #: singleuser NetworkPolicy and the demo's pod runner select that one)
 JOB_COMPONENT = "gpu-job"
 
+#: the ``component`` of a GPU kernel's pod (docs/kernels.md): a kernel of a GPU profile
+#: that a user's CPU server runs on their behalf, neither a server nor a job
+KERNEL_COMPONENT = "gpu-kernel"
+#: on a GPU kernel's pod: Jupyter's id of the kernel it runs
+KERNEL_ID_LABEL = PREFIX + "kernel-id"
+#: on a GPU kernel's pod: the server that owns it, as KubeSpawner labels that server's
+#: pod (its ``hub.jupyter.org/servername`` label's value; a label of our own, since
+#: that one on a pod means the pod *is* the server)
+KERNEL_SERVER_LABEL = PREFIX + "kernel-server"
+#: the ports of a GPU kernel's pod, fixed (one kernel a pod, so no port can clash):
+#: the five of Jupyter's kernel protocol, and no other (an interrupt is a message on
+#: the control channel, signed like every message). Only the owning server reaches them.
+KERNEL_PORTS = {"shell": 52700, "iopub": 52701, "stdin": 52702, "control": 52703,
+                "hb": 52704}
+#: on the owning server's pod: where a kernel's launcher sends its connection
+#: information back (encrypted); only that server's own kernel pods reach it
+KERNEL_RESPONSE_PORT = 52699
+
 #: the server state (``Spawner.get_state``) the culler reads (``admin:server_state``)
 STATE_PROFILE = "gpu_profile"
 #: the server state that keeps why the platform stopped the last server

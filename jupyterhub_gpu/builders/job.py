@@ -155,9 +155,10 @@ def identity_of(pod: Mapping[str, Any]) -> Identity:
                     tuple(pod_context.get("supplementalGroups") or ()))
 
 
-def _security_context(identity: Identity) -> dict:
-    """The job pod's: the notebook's identity under :data:`RESTRICTED_POD`."""
-    context: dict[str, Any] = _plain(RESTRICTED_POD)
+def security_context(identity: Identity) -> dict:
+    """The pod's of a job or a GPU kernel: the notebook's identity under
+    :data:`RESTRICTED_POD`."""
+    context: dict[str, Any] = plain(RESTRICTED_POD)
     for key, value in (("runAsUser", identity.uid), ("runAsGroup", identity.gid),
                        ("fsGroup", identity.fs_group)):
         if value is not None:
@@ -171,7 +172,13 @@ def _volumes(req: JobRequest) -> tuple[list[dict], list[dict], dict[str, str]]:
     """(volumes, mounts, environment): the home and the checkpoint directory."""
     volumes, mounts, env = checkpoint_parts(req.checkpoint_storage,
                                             req.grant.profile.checkpoint, req.username)
-    home = req.home
+    home_volume(req.home, volumes, mounts)
+    return volumes, mounts, env
+
+
+def home_volume(home: Home | None, volumes: list[dict], mounts: list[dict]) -> None:
+    """Put the user's home, as their notebook mounts it, first into ``volumes`` and
+    ``mounts`` (nothing without one)."""
     if home is not None:
         claim: dict[str, Any] = {"claimName": home.claim_name}
         if home.claim_read_only:
@@ -183,7 +190,6 @@ def _volumes(req: JobRequest) -> tuple[list[dict], list[dict], dict[str, str]]:
         if home.read_only:
             mount["readOnly"] = True
         mounts.insert(0, mount)
-    return volumes, mounts, env
 
 
 def _rendezvous(req: JobRequest) -> list[dict]:
@@ -207,7 +213,7 @@ def _container(req: JobRequest, mounts: list[dict], env: dict[str, str]) -> dict
     container = {"name": CONTAINER, "image": req.image, "command": list(req.command),
                  "env": variables, "volumeMounts": mounts,
                  "resources": {"requests": resources, "limits": dict(resources)},
-                 "securityContext": _plain(RESTRICTED_CONTAINER)}
+                 "securityContext": plain(RESTRICTED_CONTAINER)}
     if req.home is not None:
         container["workingDir"] = (posixpath.join(req.home.mount_path, req.working_dir)
                                    if req.working_dir else req.home.mount_path)
@@ -226,7 +232,7 @@ def _pod_spec(req: JobRequest) -> dict:
     selector, tolerations, affinity = placement(req.grant.pools)
     spec: dict[str, Any] = {"restartPolicy": "Never",  # podFailurePolicy requires it
                             "automountServiceAccountToken": False,
-                            "securityContext": _security_context(req.identity),
+                            "securityContext": security_context(req.identity),
                             "containers": [_container(req, mounts, env)],
                             "volumes": volumes, "nodeSelector": selector,
                             "tolerations": tolerations}
@@ -274,12 +280,12 @@ def peer_policy(req: JobRequest) -> dict | None:
                      "ingress": [{"from": [same_job]}], "egress": [{"to": [same_job]}]}}
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """Tuples and read-only mappings as JSON's lists and dicts."""
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
 
 
@@ -290,7 +296,7 @@ def build_job(req: JobRequest) -> JobManifests:
         "parallelism": profile.pods, "completions": profile.pods,
         "backoffLimit": profile.retries,
         "activeDeadlineSeconds": profile.max_run_seconds,
-        "podFailurePolicy": _plain(POD_FAILURE_POLICY),
+        "podFailurePolicy": plain(POD_FAILURE_POLICY),
         "template": {"metadata": {"labels": labels(req)}, "spec": _pod_spec(req)},
     }
     if profile.pods > 1:

@@ -15,7 +15,9 @@ each user's pod in the namespace of the user's team. So every team namespace get
   and egress; the user servers' (like the one z2jh puts in its own namespace); and
   the training-job pods' (DNS and the internet only, no ingress: the pods of one
   multi-pod job reach each other through a policy of that job's own,
-  :func:`jupyterhub_gpu.builders.job.peer_policy`);
+  :func:`jupyterhub_gpu.builders.job.peer_policy`); and the GPU kernels' pods' (a
+  server's egress, no ingress: each kernel's own policies,
+  :func:`jupyterhub_gpu.builders.kernel.kernel_policies`, let its owning server in);
 * the checkpoint PVC named in the spec (Azure Files, ReadWriteMany).
 
 And once for the hub, a ClusterRole and ClusterRoleBinding to read Nodes (get, list,
@@ -30,7 +32,7 @@ import copy
 from dataclasses import dataclass
 
 from ..contract import (AZURE_FILES_CLASS, BATCH_GROUP, COMPONENT_LABEL, HUB_COMPONENT,
-                        JOB_COMPONENT, JOBS_PORT,
+                        JOB_COMPONENT, JOBS_PORT, KERNEL_COMPONENT,
                         KUEUE_GROUP, KUEUE_VISIBILITY_GROUP,
                         MANAGED_LABEL, NAMESPACE_NAME_LABEL, NETWORKING_API_VERSION,
                         NETWORKING_GROUP,
@@ -44,6 +46,7 @@ ROLE_NAME = "jupyterhub-gpu-hub"
 NETWORK_POLICY_NAME = "jupyterhub-gpu-singleuser"
 DEFAULT_DENY_POLICY_NAME = "jupyterhub-gpu-default-deny"
 JOBS_POLICY_NAME = "jupyterhub-gpu-jobs"
+KERNELS_POLICY_NAME = "jupyterhub-gpu-kernels"
 #: Azure's instance metadata service: the node's managed-identity tokens
 METADATA_SERVER = "169.254.169.254/32"
 #: Azure's WireServer (the VM agent's channel, and the VNet's DNS)
@@ -211,21 +214,37 @@ PROMETHEUS_EGRESS: dict = {
     "ports": [{"port": PROMETHEUS_PORT}]}
 
 
-def network_policy(team: Team, hub: HubRef) -> dict:
-    """User servers: reached only by the hub and proxy; reach the hub, Prometheus (for
-    the JupyterLab status item), DNS and the internet, but neither the cloud metadata
-    service, the WireServer nor other private addresses (z2jh's singleuser defaults,
-    and the WireServer)."""
-    egress = [
+def _server_egress(hub: HubRef) -> list[dict]:
+    """Where a user server (and a GPU kernel) may connect: the hub's API and the
+    gpu-jobs service, Prometheus, DNS and the internet."""
+    return [
         {"to": [_from_hub_pods(hub, [HUB_COMPONENT])],
          "ports": [{"port": HUB_PORT}, {"port": JOBS_PORT}]},
         copy.deepcopy(PROMETHEUS_EGRESS),
         copy.deepcopy(DNS_EGRESS), copy.deepcopy(INTERNET_EGRESS),
     ]
+
+
+def network_policy(team: Team, hub: HubRef) -> dict:
+    """User servers: reached only by the hub and proxy; reach the hub, Prometheus (for
+    the JupyterLab status item), DNS and the internet, but neither the cloud metadata
+    service, the WireServer nor other private addresses (z2jh's singleuser defaults,
+    and the WireServer)."""
     ingress = [{"from": [_from_hub_pods(hub, [HUB_COMPONENT, PROXY_COMPONENT])],
                 "ports": [{"port": SINGLEUSER_PORT}]}]
     return _policy(team, NETWORK_POLICY_NAME,
-                   {"matchLabels": {COMPONENT_LABEL: SINGLEUSER_COMPONENT}}, ingress, egress)
+                   {"matchLabels": {COMPONENT_LABEL: SINGLEUSER_COMPONENT}}, ingress,
+                   _server_egress(hub))
+
+
+def kernels_policy(team: Team, hub: HubRef) -> dict:
+    """GPU kernels' pods (docs/kernels.md): the egress of the user server whose code
+    they run, and no ingress. Each kernel's own policies
+    (:func:`jupyterhub_gpu.builders.kernel.kernel_policies`) add the traffic between
+    it and its owning server, and nothing else."""
+    return _policy(team, KERNELS_POLICY_NAME,
+                   {"matchLabels": {COMPONENT_LABEL: KERNEL_COMPONENT}}, [],
+                   _server_egress(hub))
 
 
 def jobs_policy(team: Team) -> dict:
@@ -259,5 +278,6 @@ def team_objects(platform: Platform, hub: HubRef = HubRef(),
         claim = checkpoint_claim(platform, team, volume)
         objects += [namespace(team), hub_role(team), hub_role_binding(team, hub),
                     default_deny_policy(team), network_policy(team, hub),
-                    jobs_policy(team), *([claim] if claim else [])]
+                    jobs_policy(team), kernels_policy(team, hub),
+                    *([claim] if claim else [])]
     return objects

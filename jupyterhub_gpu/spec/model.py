@@ -379,6 +379,12 @@ class Platform:
         "jobProfiles", "list", None, "The kinds of batch job users may submit: Kueue-queued "
         f"`{BATCH_API_VERSION}` Jobs in the team's namespace, on the same queues, quota and "
         "priorities as notebooks (admin guide, Job profiles).", default=(), words="none")
+    gpu_kernels_per_user: int = key(
+        "gpuKernelsPerUser", "integer >= 0", read_int(0), "How many GPU kernels (kernels of "
+        "GPU profiles, started from a CPU server) one user may run at once, over all their "
+        "servers and notebooks; they count apart from `gpuServersPerUser`. 0 switches GPU "
+        "kernels off. GPU kernels are being built: `docs/kernels.md` says what works so far.",
+        default=2)
     jobs_per_user: int = key("jobsPerUser", "integer >= 0", read_int(0), "How many of one "
                              "user's jobs may be queued or running at once.", default=2)
     registry: str = key(

@@ -65,7 +65,7 @@ def _sharing(errors: list[str], label: str, data: Any, gpu: Any) -> Sharing | No
 #: Fields of a pool that only a pool with a GPU may set.
 GPU_POOL_FIELDS = ("gpusPerNode", "sharing")
 #: Fields of a profile that only a profile on a pool with a GPU may set.
-GPU_PROFILE_FIELDS = ("gpus", "gpuIdle")
+GPU_PROFILE_FIELDS = ("gpus", "gpuIdle", "kernelIdleTimeout")
 
 
 def _pool_gpu(s: Section, vm: Any, gpu: Any) -> tuple[int | None, Sharing | None]:
@@ -157,6 +157,7 @@ def _profile(errors: list[str], data: Any, index: int) -> Profile | None:
         queue_patience_seconds=s.get("queuePatience"),
         start_timeout_seconds=s.get("startTimeout"),
         gpu_idle=read_block(s, "gpuIdle"),
+        kernel_idle_timeout_seconds=s.get("kernelIdleTimeout", None),  # _on_pools
         default=s.get("default"),
     )
     return profile if len(errors) == n_errors else None
@@ -168,8 +169,11 @@ def _on_pools(errors: list[str], platform: Platform) -> tuple[Profile, ...]:
     spec (the notebook image in its ``registry``)."""
     resolved = []
     for profile in platform.profiles:
+        given = (profile.units, profile.gpu_idle, profile.kernel_idle_timeout_seconds)
         cpu_only, units = units_on_pools(errors, platform, profile, "profile",
-                                         {"gpus": profile.units, "gpuIdle": profile.gpu_idle})
+                                         dict(zip(GPU_PROFILE_FIELDS, given)))
+        kernel_idle = (None if cpu_only else profile.kernel_idle_timeout_seconds
+                       or field_default("profile", "kernelIdleTimeout"))
         idle = profile.idle_timeout_seconds
         if idle is None:
             idle = (platform.cpu_idle_timeout_seconds if cpu_only
@@ -177,6 +181,7 @@ def _on_pools(errors: list[str], platform: Platform) -> tuple[Profile, ...]:
         image = profile.image or (":".join(notebook_image(platform.registry))
                                   if platform.registry else None)
         resolved.append(dataclasses.replace(profile, units=units, idle_timeout_seconds=idle,
+                                            kernel_idle_timeout_seconds=kernel_idle,
                                             image=image))
     return tuple(resolved)
 
@@ -239,6 +244,7 @@ def parse_platform(data: Any, source: str = "GPU platform spec") -> Platform:
         cpu_idle_timeout_seconds=top.get("cpuIdleTimeout"),
         gpu_servers_per_user=top.get("gpuServersPerUser"),
         job_profiles=read_items(errors, top.data, "jobProfiles", job_profile),
+        gpu_kernels_per_user=top.get("gpuKernelsPerUser"),
         jobs_per_user=top.get("jobsPerUser"),
         # an unreadable block: its errors are listed, its alerts keep their defaults
         monitoring=read_block(top, "monitoring") or field_default("spec", "monitoring"),

@@ -111,6 +111,13 @@ class Profile(_OnPools):
                                      "From admission to a running server.", default=300)
     gpu_idle: GpuIdle | None = key("gpuIdle", "mapping", None, "Cull on low GPU use (see "
                                    "`gpuIdle`); not on a CPU-only pool.", default=None)
+    # None on a CPU-only pool, whose profile offers no GPU kernel
+    kernel_idle_timeout_seconds: int | None = key(
+        "kernelIdleTimeout", "duration", q.parse_duration, "How long no cell may have run in "
+        "a GPU kernel of this profile (started from a CPU server) before it is shut down and "
+        "its GPU released; a cell still running is never idle. Not on a CPU-only pool. GPU "
+        "kernels are being built: `docs/kernels.md` says what works so far.",
+        default=15 * 60)
     allowed_groups: tuple[str, ...] = key("allowedGroups", "list of strings", read_names,
                                           "Groups that may use it.", default=(),
                                           words="every team member")

@@ -173,6 +173,11 @@ BAD_SPECS = [
     ("profiles.0.idleTimeout", "soon",
      "profile 't4-shared': idleTimeout: 'soon' is not a duration; use e.g. 90s, 30m, 8h or 1h30m"),
     ("profiles.0.idleTimeout", 0, "profile 't4-shared': idleTimeout: 0 is not a positive duration"),
+    ("profiles.0.kernelIdleTimeout", "idle", "profile 't4-shared': kernelIdleTimeout: 'idle' "
+     "is not a duration; use e.g. 90s, 30m, 8h or 1h30m"),
+    ("profiles.4.kernelIdleTimeout", "10m", "profile 'cpu': kernelIdleTimeout: pool 'cpu' has "
+     "no GPU (gpu: none); remove kernelIdleTimeout"),
+    ("gpuKernelsPerUser", -1, "spec: gpuKernelsPerUser: must be an integer >= 0, got -1"),
     ("profiles.0.queuePatience", "forever",
      "profile 't4-shared': queuePatience: 'forever' is not a duration; use e.g. 90s, 30m, 8h "
      "or 1h30m"),
@@ -263,6 +268,7 @@ def test_unknown_top_level_field(example_spec):
         "spec: profile: unknown field (did you mean profiles?); allowed: pools, teams, "
         "priorities, profiles, "
         "checkpointStorage, groupIds, cpuIdleTimeout, gpuServersPerUser, jobProfiles, "
+        "gpuKernelsPerUser, "
         "jobsPerUser, registry, monitoring"]
 
 

@@ -1,0 +1,109 @@
+"""The kernel launcher: what a GPU kernel's pod runs (docs/kernels.md, "The protocol").
+
+``python -m jupyterhub_gpu.kernels.launcher --kernel-id <id> --response-address
+<ip>:<port> --public-key <key>`` (the command
+:func:`jupyterhub_gpu.builders.kernel.launch_command` gives the pod):
+
+1. writes the kernel's connection file, readable by this user only, in a directory of
+   its own: the fixed :data:`~jupyterhub_gpu.contract.KERNEL_PORTS` on every
+   interface of the pod, and a message-signing key made here;
+2. starts ipykernel on it, in a process group of its own (an ``interrupt_request``
+   makes ipykernel signal that group: the cell and what it started);
+3. sends the key and the kernel's pid to the response address, sealed for the
+   server's public key and bound to the kernel's id
+   (:func:`jupyterhub_gpu.kernels.connect.seal`), retrying while the server is not
+   reachable yet;
+4. passes SIGTERM on to the kernel (the pod is being deleted) and exits with the
+   kernel's exit code.
+
+It imports only the standard library, the contract and the connect-back (no spec, no
+YAML): it runs in the notebook image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .connect import Connection, connection_info, seal
+
+#: how long the launcher tries to reach the server, and how long one try may take
+RESPONSE_PATIENCE_SECONDS = 120
+CONNECT_TIMEOUT_SECONDS = 5
+#: the kernel's address inside the pod: every interface (the pod's own address is
+#: what the server connects to; the NetworkPolicies say who may)
+BIND_ALL = "0.0.0.0"  # noqa: S104 - a pod's interfaces, fenced by NetworkPolicy
+
+
+def write_connection_file(directory: Path, key: str) -> Path:
+    """The kernel's connection file in ``directory`` (mode 0600)."""
+    info = connection_info(BIND_ALL, key)
+    path = directory / "kernel.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(info, f)
+    return path
+
+
+def send_back(payload: bytes, address: str, patience: float = RESPONSE_PATIENCE_SECONDS) -> None:
+    """``payload`` to ``address`` (``<ip>:<port>``, an IPv6 address in brackets),
+    trying again while it refuses or cannot be reached, for up to ``patience``
+    seconds; then the last error."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)),
+                                          timeout=CONNECT_TIMEOUT_SECONDS) as conn:
+                conn.sendall(payload)
+                conn.shutdown(socket.SHUT_WR)
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(1)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m jupyterhub_gpu.kernels.launcher",
+        description="Start a GPU kernel and send its connection back to its server.")
+    parser.add_argument("--kernel-id", required=True, help="Jupyter's id of the kernel")
+    parser.add_argument("--response-address", required=True, metavar="IP:PORT",
+                        help="where the launching server waits for the connection")
+    parser.add_argument("--public-key", required=True,
+                        help="the server's public key for this kernel (base64)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    key = secrets.token_hex(32)
+    with tempfile.TemporaryDirectory(prefix="kernel-") as directory:
+        connection_file = write_connection_file(Path(directory), key)
+        kernel = subprocess.Popen([sys.executable, "-m", "ipykernel_launcher", "-f",
+                                   str(connection_file)], start_new_session=True)
+        signal.signal(signal.SIGTERM, lambda *_: kernel.send_signal(signal.SIGTERM))
+        try:
+            send_back(seal(Connection(key, kernel.pid), args.kernel_id, args.public_key),
+                      args.response_address)
+        except OSError as e:
+            print(f"launcher: could not send the connection back to "
+                  f"{args.response_address}: {e}; stopping the kernel", file=sys.stderr)
+            kernel.terminate()
+            kernel.wait()
+            return 1
+        return kernel.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
