@@ -96,7 +96,7 @@ def test_the_runtime_requirements_carry_nothing_only_the_dev_cluster_needs(repo_
     runtime = _declared(repo_root)
     dev_only = {d for dists, files in _third_party(repo_root).values() if _dev_only(files)
                 for d in dists}
-    assert "cryptography" in dev_only  # devcluster/pki.py
+    assert "kubernetes" in dev_only  # the dev cluster's set-up (devcluster/kube.py)
     assert not (dev_only - {d for dists, files in _third_party(repo_root).values()
                             if not _dev_only(files) for d in dists}) & runtime
 
