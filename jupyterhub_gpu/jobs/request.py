@@ -29,6 +29,7 @@ from ..builders.job import (DEFAULT_HOME_MOUNT_PATH, JobGrant, JobRequest, home_
 from ..spec.grant import UserRef
 from ..contract import USERNAME_KEY
 from ..logtext import shown
+from ..refusals import Refused
 from ..spec.model import CheckpointStorage, JobProfile, Platform
 
 FIELDS = ("profile", "script", "args")
@@ -51,13 +52,8 @@ PYTHON = "python"
 MAX_SHOWN_PROFILE = 100
 
 
-class JobRefused(Exception):
-    """A submission that may not run: ``user_message`` for the caller, ``log_detail``
-    for the service's log."""
-
-    def __init__(self, user_message: str, log_detail: str, status: int = 400):
-        super().__init__(user_message)
-        self.user_message, self.log_detail, self.status = user_message, log_detail, status
+class JobRefused(Refused):
+    """A job submission that may not run (:class:`jupyterhub_gpu.refusals.Refused`)."""
 
 
 @dataclass(frozen=True)

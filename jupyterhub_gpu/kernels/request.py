@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 from ..builders.kernel import Launch, check_launch
 from ..contract import KERNEL_RESPONSE_PORT
 from ..logtext import shown
+from ..refusals import Refused
 from ..spec.grant import Grant, UserRef, authorize
 from ..spec.model import Platform, Profile
 
@@ -42,13 +43,8 @@ MAX_BODY_BYTES = 16 * 1024
 MAX_SHOWN_PROFILE = 100
 
 
-class KernelRefused(Exception):
-    """A start request that may not run: ``user_message`` for the caller,
-    ``log_detail`` for the service's log, ``status`` the HTTP status."""
-
-    def __init__(self, user_message: str, log_detail: str, status: int = 400):
-        super().__init__(user_message)
-        self.user_message, self.log_detail, self.status = user_message, log_detail, status
+class KernelRefused(Refused):
+    """A kernel start request that may not run (:class:`jupyterhub_gpu.refusals.Refused`)."""
 
 
 @dataclass(frozen=True)
