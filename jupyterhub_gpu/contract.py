@@ -298,6 +298,21 @@ ENV_JOBS_URL = ENV_PREFIX + "JOBS_URL"
 #: the service's settings (its environment): the address it listens on
 ENV_JOBS_BIND = ENV_PREFIX + "JOBS_BIND"
 
+# -- the GPU-kernels service (:mod:`jupyterhub_gpu.kernels.service`), a JupyterHub service
+
+#: its name as a hub service: the proxy serves it under ``/services/gpu-kernels/``
+KERNELS_SERVICE_NAME = "gpu-kernels"
+#: the gpu-kernels service in the hub pod (helm-values/values.yaml: hub.service.extraPorts)
+KERNELS_PORT = 10104
+#: the scope a user (and their server's token) needs to call it
+KERNELS_ACCESS_SCOPE = f"access:services!service={KERNELS_SERVICE_NAME}"
+#: its API, under the service's prefix: the caller's kernels; one is ``<path>/<kernel id>``
+KERNELS_API_PATH = "api/kernels"
+#: in the notebook's environment: the service's URL (prefix included)
+ENV_KERNELS_URL = ENV_PREFIX + "KERNELS_URL"
+#: the service's settings (its environment): the address it listens on
+ENV_KERNELS_BIND = ENV_PREFIX + "KERNELS_BIND"
+
 # -- the usage page (:mod:`jupyterhub_gpu.usage.service`), a JupyterHub service -------
 
 #: its name as a hub service: the proxy serves it under ``/services/gpu-usage/``

@@ -18,25 +18,14 @@ from typing import Any, AsyncIterator, Iterable
 
 from kubespawner.clients import shared_client
 
-from ..contract import (BATCH_API_VERSION, COMPONENT_LABEL, JOB_NAME_LABEL, JOB_UID_LABEL,
-                        SERVERNAME_KEY, SINGLEUSER_COMPONENT, USERNAME_KEY)
+from ..contract import BATCH_API_VERSION, JOB_NAME_LABEL, JOB_UID_LABEL, SERVERNAME_KEY
 from ..kueue import status as st
 from ..kueue.visibility import PendingWorkloads
-from ..watches.teams import TeamWatches
+from ..watches.teams import TeamWatches, owner
 
 log = logging.getLogger("jupyterhub_gpu.jobs")
 #: how long a new Job may take to reach the watch before its creator goes on
 SEEN_TIMEOUT = 10.0
-
-
-def _component(obj: dict) -> str:
-    return ((obj.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL, "")
-
-
-def owner(obj: dict) -> str:
-    """The JupyterHub name of a Job's or notebook pod's user (as KubeSpawner's
-    annotation has it)."""
-    return ((obj.get("metadata") or {}).get("annotations") or {}).get(USERNAME_KEY, "")
 
 
 def finished(job: dict) -> bool:
@@ -62,11 +51,6 @@ class Watches(TeamWatches):
         """The user's Jobs neither finished nor being deleted: what the limit counts."""
         return [j for j in self.jobs_of(user)
                 if not finished(j) and not j["metadata"].get("deletionTimestamp")]
-
-    def notebooks_of(self, user: str) -> list[dict]:
-        """The user's notebook pods, whatever their phase."""
-        return [p for r in self.pods.values() for p in r.resources.values()
-                if _component(p) == SINGLEUSER_COMPONENT and owner(p) == user]
 
     def words_for_own(self, user: str) -> dict[str, str]:
         """How a status names each of the user's Jobs and notebook pods, by uid."""

@@ -10,12 +10,9 @@ Its API, under the service's prefix (``/services/gpu-jobs/``), answers JSON:
   runs, for at most :data:`MAX_LOG_BYTES` or :data:`MAX_LOG_SECONDS` (a last line says
   so); 503 where the cluster serves no logs.
 
-A caller is a JupyterHub user with the scope ``access:services!service=gpu-jobs``:
-their API token (``Authorization: token ...``, what the ``jupyterhub-gpu job`` command
-sends), or OAuth in the browser. A request with a token is answered as the token's
-owner or refused, never as the browser's cookie sent with it; a browser's write
-needs the XSRF token a page view of the service set (JupyterHub's rules). Their groups come with the token owner's model
-(``GET /hub/api/user`` always includes them), so the service itself needs no hub scope.
+A caller is a JupyterHub user with the scope ``access:services!service=gpu-jobs``,
+known as :mod:`jupyterhub_gpu.serviceauth` says (their API token, what the
+``jupyterhub-gpu job`` command sends, or OAuth in the browser with XSRF for writes).
 Kubernetes is reached with the hub's ServiceAccount (:mod:`jupyterhub_gpu.jobs.cluster`).
 
 Run as a managed service by :func:`jupyterhub_gpu.jobs.config.add_jobs_service`.
@@ -33,8 +30,7 @@ import time
 from typing import Any
 from urllib.parse import urlparse
 
-from jupyterhub.services.auth import (HubOAuth, HubOAuthCallbackHandler, HubOAuthenticated,
-                                      UserNotAllowed)
+from jupyterhub.services.auth import HubOAuth
 from jupyterhub.utils import url_path_join
 from tornado import web
 
@@ -47,7 +43,8 @@ from ..kueue import status as st
 from ..spec.source import SpecSource
 from ..usage.jobs import JobRecorder
 from ..ledger.store import Ledger
-from ..logtext import error_words, shown
+from ..logtext import shown
+from ..serviceauth import OAuthCallback, ServiceAPI
 from . import cluster
 from .cluster import owner
 from .request import MAX_BODY_BYTES, JobRefused, check_submission, job_name, job_request
@@ -128,50 +125,14 @@ class Jobs:
                 "image": container.get("image")}
 
 
-class _API(HubOAuthenticated, web.RequestHandler):
-    def initialize(self, jobs: Jobs, hub_auth: HubOAuth) -> None:
-        self.jobs, self.hub_auth = jobs, hub_auth
+class _API(ServiceAPI):
+    service_words = "The jobs service"
+    access_scope = JOBS_ACCESS_SCOPE
+    owned = "jobs"
 
-    async def prepare(self) -> None:
-        # who calls, asked of the hub without blocking the other requests (the
-        # synchronous get_current_user would)
-        if not self.jobs.watches.ready:
-            raise web.HTTPError(503, "The jobs service cannot read the cluster yet; try "
-                                "again in a minute (its log says why).")
-        model = await self.hub_auth.get_user(self, sync=False)
-        # HubAuth tries the header's token first and, when the hub does not know it,
-        # the OAuth cookie (XSRF-checked for writes, jupyterhub/services/auth.py
-        # HubAuth._get_user, HubOAuth._get_user_cookie). A request that brings a token
-        # is answered as that token's owner or not at all: never as the browser's.
-        if (self.request.headers.get("Authorization")
-                and not getattr(self, "_token_authenticated", False)):
-            raise web.HTTPError(403, "The hub does not know this token (expired or revoked?).")
-        try:
-            self.current_user = self.check_hub_user(model) if model else None
-        except UserNotAllowed:
-            raise web.HTTPError(403, "%s lacks the scope %s (ask your JupyterHub admin).",
-                                shown(model.get("name")), JOBS_ACCESS_SCOPE) from None
-        if (model and self.request.method == "GET"
-                and not getattr(self, "_token_authenticated", False)):
-            # a browser's page view: its XSRF cookie, for the writes that follow
-            # (JupyterHub sets it only on navigation requests)
-            self.xsrf_token  # noqa: B018 - the property sets the cookie
-
-    def caller(self) -> UserRef:
-        model = self.current_user
-        if model.get("kind", "user") != "user":
-            raise web.HTTPError(403, "Only users have jobs.")
-        return UserRef(model["name"], frozenset(model.get("groups") or ()))
-
-    def answer(self, data: Any, status: int = 200) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(data))
-
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        error = kwargs.get("exc_info", (None, None))[1]
-        message = error_words(error, self._reason)
-        self.answer({"error": message, "status": status_code}, status_code)
+    @property
+    def jobs(self) -> Jobs:
+        return self.state
 
     def own_job(self, name: str) -> dict:
         job = self.jobs.watches.job(self.caller().name, name)
@@ -292,19 +253,14 @@ class LogsHandler(_API):
         self.finish()
 
 
-class _Callback(HubOAuthCallbackHandler):
-    def initialize(self, hub_auth: HubOAuth) -> None:
-        self.hub_auth = hub_auth
-
-
 def make_app(jobs: Jobs, prefix: str, job_annotations: dict[str, str],
              hub_auth: HubOAuth) -> web.Application:
     """The service's Tornado app: its API under ``prefix``, users known by ``hub_auth``
     (JupyterHub's, from the service's environment)."""
     api = url_path_join(prefix, JOBS_API_PATH)
-    args = {"jobs": jobs, "hub_auth": hub_auth}
+    args = {"state": jobs, "hub_auth": hub_auth}
     return web.Application([
-        (url_path_join(prefix, "oauth_callback"), _Callback, {"hub_auth": hub_auth}),
+        (url_path_join(prefix, "oauth_callback"), OAuthCallback, {"hub_auth": hub_auth}),
         (api, JobsHandler, args),
         (url_path_join(api, NAME), JobHandler, args),
         (url_path_join(api, NAME, "logs"), LogsHandler, args),

@@ -1,10 +1,12 @@
-"""The jobs service's shared watches of every team namespace (the jobs service runs
-in a process of its own, so these are its, not the hub's): the users' training Jobs,
-the pods of those Jobs and the users' notebook pods, and Kueue's Workloads. Each is
+"""The shared watches of every team namespace of a hub service that runs in a process
+of its own (``gpu-jobs``, ``gpu-kernels``; these are its, not the hub's): the users'
+training Jobs, the pods of those Jobs, the users' notebook pods and GPU kernels' pods,
+and Kueue's Workloads. Each is
 one of KubeSpawner's reflectors, label-selected, in one long watch that resumes from
 its last resourceVersion (:mod:`jupyterhub_gpu.watches.resuming`); no request lists
-anything from the API server. What the service reads from them is
-:class:`jupyterhub_gpu.jobs.cluster.Watches`'.
+anything from the API server. What each service reads from them is its
+``cluster.Watches``' (:mod:`jupyterhub_gpu.jobs.cluster`,
+:mod:`jupyterhub_gpu.kernels.cluster`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,21 @@ from kubespawner.clients import load_config
 from kubespawner.reflector import NamespacedResourceReflector
 from kubespawner.spawner import PodReflector
 
-from ..contract import COMPONENT_LABEL, JOB_COMPONENT, SINGLEUSER_COMPONENT
+from ..contract import (COMPONENT_LABEL, JOB_COMPONENT, KERNEL_COMPONENT, SINGLEUSER_COMPONENT,
+                        USERNAME_KEY)
 from .reflectors import WorkloadReflector
 from .resuming import ResumesWatch
+
+
+def component(obj: dict) -> str:
+    """An object's ``component`` label."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL, "")
+
+
+def owner(obj: dict) -> str:
+    """The JupyterHub name of the user of a Job, notebook pod or kernel pod (as
+    KubeSpawner's annotation has it, and the services annotate what they create)."""
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(USERNAME_KEY, "")
 
 
 class JobReflector(ResumesWatch, NamespacedResourceReflector):
@@ -32,12 +46,12 @@ class JobReflector(ResumesWatch, NamespacedResourceReflector):
 
 
 class UserPodReflector(ResumesWatch, PodReflector):
-    """The notebook pods and training-job pods of one namespace."""
+    """The notebook pods, training-job pods and GPU kernels' pods of one namespace."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.label_selector = (f"{COMPONENT_LABEL} in "
-                               f"({SINGLEUSER_COMPONENT},{JOB_COMPONENT})")
+                               f"({SINGLEUSER_COMPONENT},{JOB_COMPONENT},{KERNEL_COMPONENT})")
 
 
 class TeamWatches:
@@ -52,6 +66,11 @@ class TeamWatches:
         self.workloads: dict[str, WorkloadReflector] = {}
 
     ready = False  # every watch has its first listing
+
+    def notebooks_of(self, user: str) -> list[dict]:
+        """The user's notebook pods, whatever their phase."""
+        return [p for r in self.pods.values() for p in r.resources.values()
+                if component(p) == SINGLEUSER_COMPONENT and owner(p) == user]
 
     async def start(self) -> None:
         """Start every watch; on a failure (no permission, no API server) stop them all
