@@ -24,6 +24,12 @@ from tornado import web
 from .logtext import error_words, shown
 from .spec.grant import UserRef
 
+#: beyond this, Tornado drops the connection without reading the body (the proxy then
+#: answers 503); up to it, a body over the service's own limit is read and gets a 413
+#: that names that limit. Not streamed: a request rejected before its body is read (an
+#: unknown token, say) would leave the proxy's kept-alive connection broken for the next
+BODY_HARD_LIMIT = 32 * 2**20
+
 
 class ServiceAPI(HubOAuthenticated, web.RequestHandler):
     """A handler of the service's API. A subclass names its service in words

@@ -1,11 +1,14 @@
 """JupyterHub services and roles in a hub's config: what every ``add_*_service`` helper
-(gpu-resume, the culler, gpu-jobs, gpu-usage) shares, so each adds its service the same
+(gpu-resume, the culler, gpu-jobs, gpu-kernels, gpu-usage) shares, so each adds its service the same
 way and takes the spec's path from what ``configure_hub`` recorded."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
+
+#: JupyterHub's default scopes of a server's token (its ``server`` role)
+SERVER_TOKEN_SCOPES = ("users:activity!user", "access:servers!server")
 
 
 def record_spec_path(c: Any, platform_file: str) -> None:
@@ -57,3 +60,13 @@ def with_user_scope(roles: list[dict], scope: str) -> list[dict]:
     elif scope not in user.get("scopes", []):
         user["scopes"] = [*user.get("scopes", ["self"]), scope]
     return roles
+
+
+def add_server_scope(c: Any, scope: str) -> None:
+    """Add ``scope`` to the scopes of every server's token (``server_token_scopes``,
+    JupyterHub's defaults if the config sets none; a callable the config set is left
+    as it is)."""
+    scopes = (c.KubeSpawner.get("server_token_scopes") or c.Spawner.get("server_token_scopes")
+              or list(SERVER_TOKEN_SCOPES))
+    if not callable(scopes) and scope not in scopes:
+        c.KubeSpawner.server_token_scopes = [*scopes, scope]

@@ -27,11 +27,7 @@ from ..builders.job import DEFAULT_HOME_MOUNT_PATH
 from ..contract import (ENV_JOBS_BIND, ENV_JOBS_URL, ENV_PLATFORM_FILE, ENV_USAGE_DB_URL,
                         JOBS_ACCESS_SCOPE, JOBS_SERVICE_NAME, KUBE_ENV)
 from ..ledger.config import UsageLedger
-from ..services import add_service, spec_path, with_user_scope
-
-#: JupyterHub's default scopes of a server's token (its ``server`` role)
-SERVER_TOKEN_SCOPES = ("users:activity!user", "access:servers!server")
-
+from ..services import add_server_scope, add_service, spec_path, with_user_scope
 
 def jobs_service(platform_file: str, url: str, *, bind: str | None = None,
                  job_annotations: Mapping[str, str] | None = None,
@@ -76,10 +72,7 @@ def add_jobs_service(c: Any, platform_file: str | None = None, url: str | None =
                                 usage_db_url=UsageLedger(config=c).db_url,
                                 home_mount_path=home_mount_path))
     c.JupyterHub.load_roles = with_user_scope(c.JupyterHub.get("load_roles", []), JOBS_ACCESS_SCOPE)
-    scopes = (c.KubeSpawner.get("server_token_scopes") or c.Spawner.get("server_token_scopes")
-              or list(SERVER_TOKEN_SCOPES))
-    if not callable(scopes) and JOBS_ACCESS_SCOPE not in scopes:
-        c.KubeSpawner.server_token_scopes = [*scopes, JOBS_ACCESS_SCOPE]
+    add_server_scope(c, JOBS_ACCESS_SCOPE)
     c.KubeSpawner.environment = {**c.Spawner.get("environment", {}),
                                  **c.KubeSpawner.get("environment", {}),
                                  ENV_JOBS_URL: service_url(url)}

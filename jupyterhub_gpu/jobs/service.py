@@ -44,7 +44,7 @@ from ..spec.source import SpecSource
 from ..usage.jobs import JobRecorder
 from ..ledger.store import Ledger
 from ..logtext import shown
-from ..serviceauth import OAuthCallback, ServiceAPI
+from ..serviceauth import BODY_HARD_LIMIT, OAuthCallback, ServiceAPI
 from . import cluster
 from .cluster import owner
 from .request import MAX_BODY_BYTES, JobRefused, check_submission, job_name, job_request
@@ -58,11 +58,6 @@ UNSEEN_FOR = 600.0
 #: a followed log stream ends after this many bytes or seconds, and says so
 MAX_LOG_BYTES = 16 * 2**20
 MAX_LOG_SECONDS = 3600.0
-#: beyond this, Tornado drops the connection without reading the body (the proxy then
-#: answers 503); up to it, a body over MAX_BODY_BYTES is read and gets a 413 that
-#: names that limit. Not streamed: a request rejected before its body is read (an
-#: unknown token, say) would leave the proxy's kept-alive connection broken for the next
-BODY_HARD_LIMIT = 32 * 2**20
 
 
 class Jobs:

@@ -7,7 +7,8 @@ from traitlets.config import Config
 
 from jupyterhub_gpu.contract import (ENV_JOBS_BIND, ENV_JOBS_URL, ENV_PLATFORM_FILE,
                                      JOBS_ACCESS_SCOPE, JOBS_SERVICE_NAME)
-from jupyterhub_gpu.jobs.config import SERVER_TOKEN_SCOPES, add_jobs_service
+from jupyterhub_gpu.jobs.config import add_jobs_service
+from jupyterhub_gpu.services import SERVER_TOKEN_SCOPES
 
 
 def test_a_hub_with_the_service(example_spec_path):

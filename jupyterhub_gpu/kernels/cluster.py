@@ -1,0 +1,114 @@
+"""What the gpu-kernels service reads and changes in the cluster, with the hub's
+credentials.
+
+Reads come from the shared watches of every team namespace
+(:mod:`jupyterhub_gpu.watches.teams`): the users' notebook pods (a kernel belongs to
+one of its user's running servers) and the GPU kernels' pods (what the per-user cap
+counts). No request lists anything from the API server. Writes are a kernel's pod,
+then its two NetworkPolicies owned by the pod (the garbage collector deletes them
+with it), and the pod's deletion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Iterable
+
+from kubespawner.clients import shared_client
+
+from ..contract import KERNEL_COMPONENT, KERNEL_ID_LABEL
+from ..watches.teams import TeamWatches, component, owner
+from .request import KernelRefused
+
+log = logging.getLogger("jupyterhub_gpu.kernels")
+#: how long a new kernel pod may take to reach the watch before its creator goes on
+SEEN_TIMEOUT = 10.0
+#: the phases of a pod whose kernel has ended
+ENDED = ("Succeeded", "Failed")
+
+
+def kernel_id(pod: dict) -> str:
+    return (pod["metadata"].get("labels") or {}).get(KERNEL_ID_LABEL, "")
+
+
+def active(pod: dict) -> bool:
+    """Queued, starting or running: neither ended nor being deleted."""
+    return ((pod.get("status") or {}).get("phase") not in ENDED
+            and not pod["metadata"].get("deletionTimestamp"))
+
+
+class Watches(TeamWatches):
+    """The service's watches of every team namespace, and what it reads from them."""
+
+    def __init__(self, namespaces: Iterable[str]):
+        super().__init__(namespaces, log)
+
+    def kernels_of(self, user: str) -> list[dict]:
+        """The user's kernel pods, oldest first."""
+        found = [p for r in self.pods.values() for p in r.resources.values()
+                 if component(p) == KERNEL_COMPONENT and owner(p) == user]
+        return sorted(found, key=lambda p: (p["metadata"].get("creationTimestamp") or "",
+                                            p["metadata"]["name"]))
+
+    def kernel(self, user: str, kid: str) -> dict | None:
+        """The user's kernel of id ``kid``, if they have it."""
+        return next((p for p in self.kernels_of(user) if kernel_id(p) == kid), None)
+
+    def running_servers(self, user: str) -> list[dict]:
+        """The user's running notebook pods that have an address."""
+        return [p for p in self.notebooks_of(user)
+                if (p.get("status") or {}).get("phase") == "Running"
+                and (p.get("status") or {}).get("podIP")
+                and not p["metadata"].get("deletionTimestamp")]
+
+    async def seen(self, namespace: str, name: str) -> bool:
+        """Wait (briefly) until a pod just created is in the watch."""
+        key = f"{namespace}/{name}"
+        deadline = asyncio.get_running_loop().time() + SEEN_TIMEOUT
+        while key not in self.pods[namespace].resources:
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+
+async def create(pod: dict, policies: Iterable[dict]) -> dict:
+    """Create the kernel's pod, then its policies, each owned by the pod. If a policy
+    cannot be made, the pod is deleted again and the error raised: a kernel its
+    server cannot reach would only hang. A pod of that name already there (the watch
+    has not shown it yet) is a :class:`KernelRefused`."""
+    from kubernetes_asyncio.client import ApiException
+
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    core = shared_client("CoreV1Api")
+    try:
+        created = core.api_client.sanitize_for_serialization(
+            await core.create_namespaced_pod(ns, pod))
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        raise KernelRefused(f"You already have kernel {kernel_id(pod)}.",
+                            f"pod {ns}/{name} exists", status=409) from None
+    owner_ref = [{"apiVersion": "v1", "kind": "Pod", "name": name,
+                  "uid": created["metadata"]["uid"], "blockOwnerDeletion": False}]
+    try:
+        for policy in policies:
+            policy["metadata"]["ownerReferences"] = owner_ref
+            await shared_client("NetworkingV1Api").create_namespaced_network_policy(ns, policy)
+    except Exception:
+        await core.delete_namespaced_pod(name, ns)
+        raise
+    return created
+
+
+async def delete(pod: dict) -> None:
+    """Delete the kernel's pod (its policies follow it: the garbage collector)."""
+    from kubernetes_asyncio.client import ApiException
+
+    meta = pod["metadata"]
+    try:
+        await shared_client("CoreV1Api").delete_namespaced_pod(meta["name"], meta["namespace"])
+    except ApiException as e:
+        if e.status != 404:
+            raise

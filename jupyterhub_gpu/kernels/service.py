@@ -1,0 +1,234 @@
+"""The hub service ``gpu-kernels``: users' GPU kernels' pods, through JupyterHub's auth
+(docs/kernels.md).
+
+Its API, under the service's prefix (``/services/gpu-kernels/``), answers JSON:
+
+* ``GET api/kernels``: the caller's kernels, each with its pod's phase and address;
+* ``POST api/kernels`` with ``{"profile": ..., "kernel_id": ..., "response_address":
+  ..., "public_key": ...}``: start one (:mod:`jupyterhub_gpu.kernels.request` checks it
+  before any Kubernetes call): the kernel's pod
+  (:func:`jupyterhub_gpu.builders.kernel.build_kernel_pod`) in the caller's team
+  namespace, belonging to the caller's running server whose address the response
+  address names, and its two NetworkPolicies; answers the kernel as ``GET`` does;
+* ``GET api/kernels/<kernel id>``: one kernel; ``DELETE api/kernels/<kernel id>``:
+  delete its pod (its policies go with it).
+
+A caller is a JupyterHub user with the scope ``access:services!service=gpu-kernels``,
+known as :mod:`jupyterhub_gpu.serviceauth` says (a server's API token, or OAuth in
+the browser with XSRF for writes); a caller sees and touches only their own kernels.
+Kubernetes is reached with the hub's ServiceAccount (:mod:`jupyterhub_gpu.kernels.cluster`).
+
+Run as a managed service by :func:`jupyterhub_gpu.kernels.config.add_kernels_service`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import secrets
+import time
+from urllib.parse import urlparse
+
+from jupyterhub.services.auth import HubOAuth
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from ..builders.job import DEFAULT_HOME_MOUNT_PATH, home_of, identity_of
+from ..builders.kernel import KernelRequest, Launch, Owner, build_kernel_pod, kernel_name, \
+    kernel_policies
+from ..contract import (ENV_KERNELS_BIND, ENV_PLATFORM_FILE, ENV_SERVICE_PREFIX,
+                        ENV_SERVICE_URL, KERNELS_ACCESS_SCOPE, KERNELS_API_PATH,
+                        KERNELS_SERVICE_NAME, PROFILE_LABEL, USERNAME_KEY)
+from ..logtext import shown
+from ..serviceauth import BODY_HARD_LIMIT, OAuthCallback, ServiceAPI
+from ..spec.grant import UserRef
+from ..spec.source import SpecSource
+from . import cluster
+from .cluster import active, kernel_id
+from .request import KernelRefused, KernelStart, check_response_address, check_start, read_body
+
+log = logging.getLogger("jupyterhub_gpu.kernels")
+#: a kernel's id in a path, as Jupyter makes them (a UUID)
+KERNEL_ID = r"([0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12})"
+#: how long a pod this service created counts against its user's cap while the pod
+#: watch has not shown it (the watch normally shows it within a second)
+UNSEEN_FOR = 600.0
+
+
+class Kernels:
+    """The service's state: the live spec, the watches, a lock per user (so two
+    starts at once cannot both pass the cap), and the pods this service created that
+    the watch has not shown yet (so a lagging watch cannot let a user past the cap)."""
+
+    def __init__(self, platform_file: str, watches: cluster.Watches,
+                 home_path: str = DEFAULT_HOME_MOUNT_PATH):
+        self.source, self.watches = SpecSource.shared(platform_file), watches
+        self.home_path = home_path  # where notebooks mount the home volume
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._unseen: dict[str, dict[str, float]] = {}  # user -> {ns/name: created at}
+
+    @property
+    def platform(self):
+        return self.source.current()
+
+    def lock(self, user: str) -> asyncio.Lock:
+        return self._locks.setdefault(user, asyncio.Lock())
+
+    def created(self, user: str, pod: dict) -> None:
+        """Count ``pod``, just created for ``user``, until the watch shows it."""
+        meta = pod["metadata"]
+        self._unseen.setdefault(user, {})[f"{meta['namespace']}/{meta['name']}"] = \
+            time.monotonic()
+
+    def active_count(self, user: str) -> int:
+        """What the cap counts: the user's active kernel pods in the watch, and those
+        created here that it does not hold yet (forgotten once it does, or after
+        :data:`UNSEEN_FOR` seconds: a pod deleted before the watch saw it)."""
+        unseen, now = self._unseen.get(user, {}), time.monotonic()
+        for key, at in list(unseen.items()):
+            reflector = self.watches.pods.get(key.partition("/")[0])
+            if now - at > UNSEEN_FOR or (reflector is not None and key in reflector.resources):
+                del unseen[key]
+        if not unseen:
+            self._unseen.pop(user, None)
+        return sum(map(active, self.watches.kernels_of(user))) + len(unseen)
+
+
+def view(pod: dict) -> dict:
+    """A kernel as the API answers it."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    return {"id": kernel_id(pod), "name": meta["name"], "namespace": meta["namespace"],
+            "profile": (meta.get("labels") or {}).get(PROFILE_LABEL),
+            "created": meta.get("creationTimestamp"),
+            "phase": "Deleting" if meta.get("deletionTimestamp") else status.get("phase"),
+            "address": status.get("podIP")}
+
+
+class _API(ServiceAPI):
+    service_words = "The kernels service"
+    access_scope = KERNELS_ACCESS_SCOPE
+    owned = "kernels"
+
+    @property
+    def kernels(self) -> Kernels:
+        return self.state
+
+    def own_kernel(self, kid: str) -> dict:
+        pod = self.kernels.watches.kernel(self.caller().name, kid)
+        if pod is None:
+            raise web.HTTPError(404, f"You have no kernel {kid!r}.")
+        return pod
+
+
+class KernelsHandler(_API):
+    """``GET`` and ``POST api/kernels``."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        pods = self.kernels.watches.kernels_of(self.caller().name)
+        self.answer({"kernels": [view(p) for p in pods]})
+
+    @web.authenticated
+    async def post(self) -> None:
+        user = self.caller()
+        async with self.kernels.lock(user.name):
+            try:
+                start = check_start(self.kernels.platform, user, read_body(self.request.body),
+                                    self.kernels.active_count(user.name))
+                pod = await self._create(user, start, self._server(user, start.launch))
+            except KernelRefused as e:
+                log.warning("Refused kernel of user %s: %s", shown(user.name),
+                            shown(e.log_detail))
+                raise web.HTTPError(e.status, "%s", e.user_message) from None
+        self.answer(view(pod), 201)
+
+    def _server(self, user: UserRef, launch: Launch) -> dict:
+        """The caller's running server the kernel belongs to: the one at the response
+        address; refused if they run none, or none there."""
+        if self.kernels.watches.kernel(user.name, launch.kernel_id) is not None:
+            raise KernelRefused(f"You already have kernel {launch.kernel_id}.",
+                                f"kernel {launch.kernel_id} exists", status=409)
+        servers = self.kernels.watches.running_servers(user.name)
+        if not servers:
+            raise KernelRefused("Start your server first: a GPU kernel belongs to one of "
+                                "your running servers.", "no running server", status=409)
+        host = launch.response_address.rpartition(":")[0].strip("[]")
+        server = next((p for p in servers if p["status"]["podIP"] == host), servers[0])
+        check_response_address(launch, server["status"]["podIP"])
+        return server
+
+    async def _create(self, user: UserRef, start: KernelStart, server: dict) -> dict:
+        owner_ = Owner.of(server)
+        req = KernelRequest(kernel_name(owner_.user_slug or user.name, start.launch.kernel_id),
+                            user.name, owner_, start.grant, start.launch,
+                            home_of(server, self.kernels.home_path), identity_of(server))
+        pod = build_kernel_pod(self.kernels.platform, req)
+        pod["metadata"]["annotations"] = {USERNAME_KEY: user.name}
+        created = await cluster.create(pod, kernel_policies(req))
+        self.kernels.created(user.name, created)
+        await self.kernels.watches.seen(req.grant.team.namespace, req.name)
+        log.info("User %s started kernel %s/%s (%s) for server %s", shown(user.name),
+                 req.grant.team.namespace, req.name, start.grant.profile.slug,
+                 shown(server["metadata"]["name"]))
+        return self.kernels.watches.kernel(user.name, start.launch.kernel_id) or created
+
+
+class KernelHandler(_API):
+    """``GET`` and ``DELETE api/kernels/<kernel id>``."""
+
+    @web.authenticated
+    async def get(self, kid: str) -> None:
+        self.answer(view(self.own_kernel(kid)))
+
+    @web.authenticated
+    async def delete(self, kid: str) -> None:
+        pod = self.own_kernel(kid)
+        await cluster.delete(pod)
+        log.info("User %s deleted kernel %s/%s", shown(self.caller().name),
+                 pod["metadata"]["namespace"], pod["metadata"]["name"])
+        self.answer({**view(pod), "phase": "Deleting"})
+
+
+def make_app(kernels: Kernels, prefix: str, hub_auth: HubOAuth) -> web.Application:
+    """The service's Tornado app: its API under ``prefix``, users known by ``hub_auth``
+    (JupyterHub's, from the service's environment)."""
+    api = url_path_join(prefix, KERNELS_API_PATH)
+    args = {"state": kernels, "hub_auth": hub_auth}
+    return web.Application([
+        (url_path_join(prefix, "oauth_callback"), OAuthCallback, {"hub_auth": hub_auth}),
+        (api, KernelsHandler, args),
+        (url_path_join(api, KERNEL_ID), KernelHandler, args),
+    ], cookie_secret=secrets.token_bytes(32))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=f"{KERNELS_SERVICE_NAME} service")
+    parser.add_argument("--spec", default=os.environ.get(ENV_PLATFORM_FILE),
+                        help=f"the platform spec (default: ${ENV_PLATFORM_FILE})")
+    parser.add_argument("--home-mount-path", default=DEFAULT_HOME_MOUNT_PATH,
+                        help="where notebooks mount the home volume, the z2jh chart's "
+                        "singleuser.storage.homeMountPath (default: %(default)s)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s %(asctime)s %(name)s] "
+                        "%(message)s")
+    asyncio.run(_serve(args.spec, args.home_mount_path))
+
+
+async def _serve(platform_file: str, home_path: str) -> None:
+    platform = SpecSource.shared(platform_file).current()
+    watches = cluster.Watches(t.namespace for t in platform.teams)
+    url = urlparse(os.environ[ENV_SERVICE_URL])
+    prefix = os.environ[ENV_SERVICE_PREFIX]
+    app = make_app(Kernels(platform_file, watches, home_path), prefix, HubOAuth())
+    # listen at once (the hub waits for its services at start-up), then watch
+    app.listen(url.port or 80, os.environ.get(ENV_KERNELS_BIND) or url.hostname,
+               max_body_size=BODY_HARD_LIMIT)
+    log.info("Serving %s on %s (prefix %s)", KERNELS_SERVICE_NAME, url.geturl(), prefix)
+    await watches.keep_starting()
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,328 @@
+"""The gpu-kernels service's guards, against its real Tornado app and JupyterHub's
+HubOAuth, as tests/unit/test_job_service.py does for gpu-jobs: a stand-in hub answers
+``GET /hub/api/user`` for a few tokens, watches hold objects shaped as the API server
+sends them, and a stand-in Kubernetes client records what the service's real
+:func:`jupyterhub_gpu.kernels.cluster.create` and ``delete`` ask of the API server.
+A user cannot start a kernel of a profile they may not use, exceed the cap, answer to
+another's server, or see or delete another user's kernel; a forged field creates
+nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import urllib.error
+import urllib.request
+from http.cookies import SimpleCookie
+from types import SimpleNamespace
+
+import pytest
+from jupyterhub.services.auth import HubOAuth
+from kubernetes_asyncio.client import ApiException
+from tornado import web
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+
+from jupyterhub_gpu.contract import (COMPONENT_LABEL, KERNEL_COMPONENT, KERNEL_ID_LABEL,
+                                     KERNELS_ACCESS_SCOPE, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
+                                     USERNAME_KEY)
+from jupyterhub_gpu.kernels import cluster
+from jupyterhub_gpu.kernels.config import service_url
+from jupyterhub_gpu.kernels.request import MAX_BODY_BYTES, gpu_profiles_for
+from jupyterhub_gpu.kernels.service import Kernels, make_app
+
+ML, DS = "jhub-ml-eng", "jhub-data-science"
+KEY = "MCowBQYDK2VuAyEA" + "B" * 28
+IDS = [f"5f0c2d{n:02x}-8b1a-4c3e-9d7f-0a1b2c3d4e5f" for n in range(8)]  # pod names differ
+CAROLS = "c0ffee00-8b1a-4c3e-9d7f-0a1b2c3d4e5f"
+USERS = {  # token -> the model JupyterHub's GET /hub/api/user answers
+    "bob-token": {"kind": "user", "name": "bob", "groups": ["ml-eng"],
+                  "scopes": [KERNELS_ACCESS_SCOPE]},
+    "carol-token": {"kind": "user", "name": "carol", "groups": ["ml-eng"],
+                    "scopes": [KERNELS_ACCESS_SCOPE]},
+    "dana-token": {"kind": "user", "name": "dana", "groups": ["data-science"],
+                   "scopes": [KERNELS_ACCESS_SCOPE]},
+    "erin-token": {"kind": "user", "name": "erin", "groups": ["ml-eng"],
+                   "scopes": [KERNELS_ACCESS_SCOPE]},  # runs no server
+    "unscoped-token": {"kind": "user", "name": "bob", "groups": ["ml-eng"], "scopes": []},
+    "service-token-of-usage": {"kind": "service", "name": "gpu-usage",
+                               "scopes": [KERNELS_ACCESS_SCOPE]},
+    # a name that would forge a log line if logged as it is
+    "mallory-token": {"kind": "user", "name": "mallory\n[W 2026 kernels] admin deleted all",
+                      "groups": ["ml-eng"], "scopes": [KERNELS_ACCESS_SCOPE]},
+}
+
+
+class HubUser(web.RequestHandler):
+    def get(self):
+        model = USERS.get(self.request.headers.get("Authorization", "").removeprefix("token "))
+        if model is None:
+            raise web.HTTPError(403)
+        self.finish(json.dumps(model))
+
+
+def _server(user: str, ns: str, ip: str) -> dict:
+    return {"metadata": {"name": f"jupyter-{user}", "namespace": ns,
+                         "labels": {COMPONENT_LABEL: SINGLEUSER_COMPONENT, USERNAME_KEY: user,
+                                    SERVERNAME_KEY: ""},
+                         "annotations": {USERNAME_KEY: user}},
+            "spec": {"securityContext": {"runAsUser": 1000, "fsGroup": 100},
+                     "volumes": [{"name": "home",
+                                  "persistentVolumeClaim": {"claimName": f"claim-{user}"}}],
+                     "containers": [{"image": "acr.io/nb:1", "volumeMounts": [
+                         {"name": "home", "mountPath": "/home/jovyan"}]}]},
+            "status": {"phase": "Running", "podIP": ip}}
+
+
+def _carols_kernel() -> dict:
+    return {"metadata": {"name": "kernel-carol-c0ffee008b1a", "namespace": ML,
+                         "labels": {COMPONENT_LABEL: KERNEL_COMPONENT, KERNEL_ID_LABEL: CAROLS},
+                         "annotations": {USERNAME_KEY: "carol"}},
+            "spec": {}, "status": {"phase": "Running", "podIP": "10.244.2.9"}}
+
+
+def _watches(platform) -> cluster.Watches:
+    """Bob's, carol's and dana's running servers, and carol's running kernel."""
+    watches = cluster.Watches(t.namespace for t in platform.teams)
+    for ns in watches.namespaces:
+        for kind in (watches.jobs, watches.pods, watches.workloads):
+            kind[ns] = SimpleNamespace(resources={})
+    for pod in (_server("bob", ML, "10.244.1.7"), _server("carol", ML, "10.244.1.8"),
+                _server("dana", DS, "10.244.3.4"), _carols_kernel()):
+        meta = pod["metadata"]
+        watches.pods[meta["namespace"]].resources[f"{meta['namespace']}/{meta['name']}"] = pod
+    watches.ready = True
+    return watches
+
+
+class _Api:
+    """A stand-in for the kubernetes_asyncio clients ``cluster`` asks for: records
+    each call; a NetworkPolicy fails when ``fail_policies`` is set."""
+
+    def __init__(self, calls: list, fail_policies: list):
+        self.calls, self.fail = calls, fail_policies
+        self.api_client = SimpleNamespace(sanitize_for_serialization=lambda o: o)
+
+    async def create_namespaced_pod(self, ns, pod):
+        if any(c[0] == "create pod" and c[2]["metadata"]["name"] == pod["metadata"]["name"]
+               for c in self.calls):
+            raise ApiException(status=409, reason="AlreadyExists")
+        pod = json.loads(json.dumps(pod))
+        pod["metadata"]["uid"] = f"uid-{len(self.calls)}"
+        self.calls.append(("create pod", ns, pod))
+        return pod
+
+    async def create_namespaced_network_policy(self, ns, policy):
+        if self.fail:
+            raise ApiException(status=403, reason="Forbidden")
+        self.calls.append(("create policy", ns, json.loads(json.dumps(policy))))
+
+    async def delete_namespaced_pod(self, name, ns):
+        self.calls.append(("delete pod", ns, name))
+
+
+@pytest.fixture
+def kube(monkeypatch):
+    """What the API server was asked; the pod watch never shows the new pods."""
+    calls: list = []
+    fail: list = []
+    monkeypatch.setattr(cluster, "shared_client", lambda kind: _Api(calls, fail))
+    monkeypatch.setattr(cluster, "SEEN_TIMEOUT", 0.05)
+    return SimpleNamespace(calls=calls, fail=fail)
+
+
+@pytest.fixture
+def service(example_spec_path, platform):
+    loop = asyncio.new_event_loop()
+    (sock,) = bind_sockets(0, "127.0.0.1", family=2)
+    port = sock.getsockname()[1]
+    prefix = "/services/gpu-kernels/"
+
+    async def start():
+        auth = HubOAuth(api_token="service-token", api_url=f"http://127.0.0.1:{port}/hub/api",
+                        access_scopes={KERNELS_ACCESS_SCOPE}, cache_max_age=0,
+                        oauth_client_id="service-gpu-kernels", base_url=prefix)
+        kernels = Kernels(str(example_spec_path), _watches(platform))
+        app = make_app(kernels, prefix, auth)
+        app.add_handlers(".*", [("/hub/api/user", HubUser)])
+        server = HTTPServer(app)
+        server.add_sockets([sock])
+        return server, SimpleNamespace(kernels=kernels, app=app, auth=auth,
+                                       url=service_url(f"http://127.0.0.1:{port}"))
+
+    server, made = loop.run_until_complete(start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield made
+    loop.call_soon_threadsafe(server.stop)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+def _call(url: str, method: str = "GET", body: bytes | None = None,
+          headers: dict | None = None) -> tuple[int, dict, dict]:
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request) as r:
+            return r.status, json.loads(r.read()), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()), dict(e.headers)
+
+
+def _body(n: int = 0, **changes) -> dict:
+    return {"profile": "t4-shared", "kernel_id": IDS[n], "response_address": "10.244.1.7:52699",
+            "public_key": KEY, **changes}
+
+
+def _start(service, body, token: str = "bob-token") -> tuple[int, dict]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    status, said, _ = _call(service.url + "api/kernels", "POST", data,
+                            {"Authorization": f"token {token}"})
+    return status, said
+
+
+def _created(kube, kind: str) -> list[dict]:
+    return [c[2] for c in kube.calls if c[0] == f"create {kind}"]
+
+
+def test_a_kernel_starts_in_the_users_team_namespace_for_their_server(service, kube):
+    status, said = _start(service, _body())
+    assert status == 201, said
+    assert said["id"] == IDS[0] and said["namespace"] == ML and said["profile"] == "t4-shared"
+    (pod,) = _created(kube, "pod")
+    assert pod["metadata"]["annotations"] == {USERNAME_KEY: "bob"}
+    assert pod["metadata"]["labels"][KERNEL_ID_LABEL] == IDS[0]
+    assert pod["spec"]["containers"][0]["command"][-1] == KEY
+    assert {"claimName": "claim-bob"} in [v.get("persistentVolumeClaim")
+                                          for v in pod["spec"]["volumes"]]  # bob's home
+    policies = _created(kube, "policy")
+    assert len(policies) == 2
+    for policy in policies:  # owned by the pod: they go with it
+        assert policy["metadata"]["namespace"] == ML
+        assert policy["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+    on_server = policies[1]["spec"]["podSelector"]["matchLabels"]
+    assert on_server[USERNAME_KEY] == "bob" and on_server[SERVERNAME_KEY] == ""
+
+
+def test_a_profile_the_user_may_not_use_creates_nothing(service, kube, platform):
+    dana = frozenset({"data-science"})
+    forbidden = next(p.slug for p in platform.profiles
+                     if platform.uses_gpu(p) and p not in gpu_profiles_for(platform, dana))
+    status, said = _start(service, _body(profile=forbidden,
+                                         response_address="10.244.3.4:52699"), "dana-token")
+    assert status == 403 and said["error"].startswith(f"You may not use profile '{forbidden}'")
+    status, said = _start(service, _body(profile="cpu"))
+    assert status == 400 and "has no GPU kernel" in said["error"]
+    assert kube.calls == []
+
+
+@pytest.mark.parametrize("forged,words", [
+    ({"namespace": "kube-system"}, "may not set namespace"),
+    ({"image": "evil:latest"}, "may not set image"),
+    ({"command": ["sh"]}, "unknown: 'command'"),
+    ({"kernel_id": "../../etc"}, "Invalid kernel_id"),
+    ({"public_key": "--exec=sh"}, "Invalid public_key"),
+])
+def test_a_forged_field_creates_nothing(service, kube, forged, words):
+    status, said = _start(service, _body(**forged))
+    assert status == 400 and words in said["error"], said
+    assert kube.calls == []
+
+
+def test_the_kernel_answers_only_to_the_callers_own_running_server(service, kube):
+    status, said = _start(service, _body(response_address="10.244.1.8:52699"))  # carol's
+    assert status == 403 and "must be your server's, 10.244.1.7:52699" in said["error"]
+    status, said = _start(service, _body(response_address="10.244.1.7:8888"))
+    assert status == 403
+    status, said = _start(service, _body(), "erin-token")
+    assert status == 409 and said["error"].startswith("Start your server first")
+    assert kube.calls == []
+
+
+def test_the_cap_holds_while_the_pod_watch_lags(service, kube):
+    """The watch has not shown the pods just created: the cap (2) still counts them;
+    once it shows them they count once, and once their kernels end, no more."""
+    answers = [_start(service, _body(n))[0] for n in range(4)]
+    assert answers == [201, 201, 409, 409] and len(_created(kube, "pod")) == 2
+    status, said = _start(service, _body(5))
+    assert said["error"].startswith("You have 2 GPU kernel(s) running or queued")
+    pods = service.kernels.watches.pods[ML].resources
+    for pod in _created(kube, "pod"):  # the watch catches up
+        pod["status"] = {"phase": "Pending"}
+        pods[f"{ML}/{pod['metadata']['name']}"] = pod
+    assert service.kernels.active_count("bob") == 2
+    assert _start(service, _body(6))[0] == 409
+    for pod in _created(kube, "pod"):
+        pod["status"] = {"phase": "Succeeded"}
+    assert service.kernels.active_count("bob") == 0
+    assert _start(service, _body(7))[0] == 201
+
+
+def test_a_kernel_id_already_taken_creates_no_second_pod(service, kube):
+    assert _start(service, _body())[0] == 201
+    service.kernels._unseen.clear()  # a kernel that ended, its pod not yet gone
+    status, said = _start(service, _body())
+    assert status == 409 and said["error"] == f"You already have kernel {IDS[0]}."
+    assert len(_created(kube, "pod")) == 1
+
+
+def test_no_user_sees_or_deletes_another_users_kernel(service, kube):
+    bob = {"Authorization": "token bob-token"}
+    assert _call(service.url + "api/kernels", headers=bob)[1] == {"kernels": []}
+    for method in ("GET", "DELETE"):
+        status, said, _ = _call(service.url + f"api/kernels/{CAROLS}", method, headers=bob)
+        assert status == 404 and said["error"] == f"You have no kernel '{CAROLS}'."
+    status, said, _ = _call(service.url + "api/kernels",
+                            headers={"Authorization": "token service-token-of-usage"})
+    assert status == 403 and said["error"] == "Only users have kernels."
+    assert kube.calls == []
+    carol = {"Authorization": "token carol-token"}
+    (mine,) = _call(service.url + "api/kernels", headers=carol)[1]["kernels"]
+    assert mine["id"] == CAROLS and mine["phase"] == "Running" and mine["address"] == "10.244.2.9"
+    status, said, _ = _call(service.url + f"api/kernels/{CAROLS}", "DELETE", headers=carol)
+    assert status == 200 and said["phase"] == "Deleting"
+    assert kube.calls == [("delete pod", ML, "kernel-carol-c0ffee008b1a")]
+
+
+def test_a_policy_that_cannot_be_made_takes_the_pod_with_it(service, kube):
+    kube.fail.append(True)
+    status, _ = _start(service, _body())
+    assert status == 500
+    (pod,) = _created(kube, "pod")
+    assert kube.calls[-1] == ("delete pod", ML, pod["metadata"]["name"])
+
+
+def test_the_callers_token_and_scope_and_a_browsers_xsrf_are_checked(service, kube):
+    data = json.dumps(_body()).encode()
+    cookie = web.create_signed_value(service.app.settings["cookie_secret"],
+                                     service.auth.cookie_name, "bob-token").decode()
+    browser = {"Cookie": f"{service.auth.cookie_name}={cookie}", "Sec-Fetch-Mode": "cors",
+               "Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"}
+    status, said, _ = _call(service.url + "api/kernels", "POST", data,
+                            {**browser, "Authorization": "token x"})
+    assert status == 403 and "does not know this token" in said["error"]
+    status, said, _ = _call(service.url + "api/kernels", "POST", data,
+                            {"Authorization": "token unscoped-token"})
+    assert status == 403 and "lacks the scope" in said["error"]
+    assert _call(service.url + "api/kernels", "POST", data, browser)[0] == 403, "no XSRF"
+    assert kube.calls == []
+    _, _, headers = _call(service.url + "api/kernels",
+                          headers={**browser, "Sec-Fetch-Mode": "navigate"})
+    xsrf = SimpleCookie(headers["Set-Cookie"])["_xsrf"].value
+    browser.update({"Cookie": f"{browser['Cookie']}; _xsrf={xsrf}", "X-XSRFToken": xsrf})
+    assert _call(service.url + "api/kernels", "POST", data, browser)[0] == 201
+
+
+def test_the_body_is_bounded_and_log_lines_escape_user_input(service, kube, caplog):
+    caplog.set_level(logging.INFO, "jupyterhub_gpu.kernels")
+    status, said = _start(service, _body(public_key="A" * MAX_BODY_BYTES))
+    assert status == 413 and f"at most {MAX_BODY_BYTES} bytes" in said["error"]
+    assert _start(service, b"\xff\xfe")[0] == 400
+    _start(service, _body(profile="x\n[I] forged"), "mallory-token")
+    lines = [r.getMessage() for r in caplog.records if r.name == "jupyterhub_gpu.kernels"]
+    assert lines and all("\n" not in line for line in lines), lines
+    assert any(line.startswith("Refused kernel of user mallory\\n[W 2026 kernels] admin")
+               for line in lines)
+    assert kube.calls == []
