@@ -59,7 +59,9 @@ HUB_PORT_NAME = "hub"  # of the z2jh hub Service (templates/hub/service.yaml)
 
 _READ = ["get", "list", "watch"]
 HUB_RULES: tuple[dict, ...] = (
-    # KubeSpawner: the user's pod and home PVC (created and deleted by the hub)
+    # KubeSpawner: the user's pod and home PVC (created and deleted by the hub); the
+    # gpu-kernels service (jupyterhub_gpu.kernels): GPU kernels' pods, and its watch of
+    # the notebook and kernel pods
     {"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims"],
      "verbs": [*_READ, "create", "delete"]},
     # a fallback profile's pod: the hub records the pool Kueue admitted it to and lifts
@@ -75,7 +77,8 @@ HUB_RULES: tuple[dict, ...] = (
      "resources": ["localqueues/pendingworkloads"], "verbs": list(_READ)},
     # training jobs the hub submits for its users (jupyterhub_gpu.builders.job): the
     # Job, and a multi-pod job's headless Service (its pods' rendezvous) and the
-    # NetworkPolicy that lets its pods reach each other
+    # NetworkPolicy that lets its pods reach each other; a GPU kernel's two
+    # NetworkPolicies (jupyterhub_gpu.builders.kernel.kernel_policies), owned by its pod
     {"apiGroups": [BATCH_GROUP], "resources": ["jobs"], "verbs": [*_READ, "create", "delete"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": [*_READ, "create", "delete"]},
     {"apiGroups": [NETWORKING_GROUP], "resources": ["networkpolicies"],
