@@ -4,9 +4,11 @@ credentials.
 Reads come from the shared watches of every team namespace
 (:mod:`jupyterhub_gpu.watches.teams`): the users' notebook pods (a kernel belongs to
 one of its user's running servers) and the GPU kernels' pods (what the per-user cap
-counts). No request lists anything from the API server. Writes are a kernel's pod,
-then its two NetworkPolicies owned by the pod (the garbage collector deletes them
-with it), and the pod's deletion.
+counts), and Kueue's Workloads. No request lists anything from the API server.
+Writes are a kernel's pod, then its two NetworkPolicies owned by the pod (the garbage
+collector deletes them with it), the pod's deletion, and for a fallback profile's
+kernel the pool Kueue admitted it to, recorded on its pod as the hub records a
+server's (:mod:`jupyterhub_gpu.kueue.poolgate`, :func:`record_pools`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ from typing import Iterable
 
 from kubespawner.clients import shared_client
 
-from ..contract import KERNEL_COMPONENT, KERNEL_ID_LABEL
+from ..builders.pod import pool_annotations
+from ..contract import KERNEL_COMPONENT, KERNEL_ID_LABEL, POOL_GATE, PROFILE_LABEL
+from ..kueue import status as st
+from ..kueue.poolgate import record_pool
+from ..spec.grant import Grant
+from ..spec.model import Platform
 from ..watches.teams import TeamWatches, component, owner
 from .request import KernelRefused
 
@@ -61,6 +68,13 @@ class Watches(TeamWatches):
                 if (p.get("status") or {}).get("phase") == "Running"
                 and (p.get("status") or {}).get("podIP")
                 and not p["metadata"].get("deletionTimestamp")]
+
+    def gated_kernels(self) -> list[dict]:
+        """Every kernel pod our pool gate still holds (a fallback profile's)."""
+        return [p for r in self.pods.values() for p in r.resources.values()
+                if component(p) == KERNEL_COMPONENT and active(p)
+                and any(g.get("name") == POOL_GATE
+                        for g in (p.get("spec") or {}).get("schedulingGates") or [])]
 
     async def seen(self, namespace: str, name: str) -> bool:
         """Wait (briefly) until a pod just created is in the watch."""
@@ -112,3 +126,34 @@ async def delete(pod: dict) -> None:
     except ApiException as e:
         if e.status != 404:
             raise
+
+
+async def record_pools(watches: Watches, platform: Platform) -> list[str]:
+    """One pass over the kernel pods our pool gate holds: for each whose Workload Kueue
+    admitted, record the pool on the pod and lift the gate, as the hub does for a
+    server (:func:`jupyterhub_gpu.kueue.poolgate.record_pool`). A patch the API refuses
+    because the gates moved, or a pod gone, waits for the next pass. The pods
+    patched, as ``namespace/name``."""
+    from kubernetes_asyncio.client import ApiException
+
+    teams = {t.namespace: t for t in platform.teams}
+    done = []
+    for pod in watches.gated_kernels():
+        meta = pod["metadata"]
+        profile = platform.profile((meta.get("labels") or {}).get(PROFILE_LABEL, ""))
+        team = teams.get(meta["namespace"])
+        if profile is None or team is None:  # the spec changed under it: nothing to record
+            continue
+        workload = st.workload_for(pod, watches.workloads[meta["namespace"]].resources.values())
+        try:
+            pool = await record_pool(shared_client("CoreV1Api"), pod, workload,
+                                     pool_annotations(Grant.of(platform, profile, team)))
+        except ApiException as e:
+            if e.status not in (404, 409, 422):
+                raise
+            continue
+        if pool is not None:
+            log.info("Kernel %s/%s was admitted to pool %s", meta["namespace"], meta["name"],
+                     pool)
+            done.append(f"{meta['namespace']}/{meta['name']}")
+    return done

@@ -13,6 +13,10 @@ Its API, under the service's prefix (``/services/gpu-kernels/``), answers JSON:
 * ``GET api/kernels/<kernel id>``: one kernel; ``DELETE api/kernels/<kernel id>``:
   delete its pod (its policies go with it).
 
+Beside its API, the service lets a fallback profile's kernel start once Kueue admits
+it: it records the admitted pool on the pod and lifts the pool gate, as the hub does
+for a server (:func:`keep_recording_pools`).
+
 A caller is a JupyterHub user with the scope ``access:services!service=gpu-kernels``,
 known as :mod:`jupyterhub_gpu.serviceauth` says (a server's API token, or OAuth in
 the browser with XSRF for writes); a caller sees and touches only their own kernels.
@@ -52,6 +56,8 @@ from .request import KernelRefused, KernelStart, check_response_address, check_s
 log = logging.getLogger("jupyterhub_gpu.kernels")
 #: a kernel's id in a path, as Jupyter makes them (a UUID)
 KERNEL_ID = r"([0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12})"
+#: seconds between two passes that record a fallback profile's kernel's admitted pool
+POOL_EVERY = 1.0
 #: how long a pod this service created counts against its user's cap while the pod
 #: watch has not shown it (the watch normally shows it within a second)
 UNSEEN_FOR = 600.0
@@ -221,13 +227,27 @@ async def _serve(platform_file: str, home_path: str) -> None:
     watches = cluster.Watches(t.namespace for t in platform.teams)
     url = urlparse(os.environ[ENV_SERVICE_URL])
     prefix = os.environ[ENV_SERVICE_PREFIX]
-    app = make_app(Kernels(platform_file, watches, home_path), prefix, HubOAuth())
+    kernels = Kernels(platform_file, watches, home_path)
+    app = make_app(kernels, prefix, HubOAuth())
     # listen at once (the hub waits for its services at start-up), then watch
     app.listen(url.port or 80, os.environ.get(ENV_KERNELS_BIND) or url.hostname,
                max_body_size=BODY_HARD_LIMIT)
     log.info("Serving %s on %s (prefix %s)", KERNELS_SERVICE_NAME, url.geturl(), prefix)
     await watches.keep_starting()
-    await asyncio.Event().wait()
+    await keep_recording_pools(kernels)
+
+
+async def keep_recording_pools(kernels: Kernels) -> None:
+    """Let fallback profiles' kernels start once Kueue admits them
+    (:func:`jupyterhub_gpu.kernels.cluster.record_pools`), every :data:`POOL_EVERY`
+    seconds, from the watches: no request to the API server unless there is a pod to
+    patch."""
+    while True:
+        try:
+            await cluster.record_pools(kernels.watches, kernels.platform)
+        except Exception as e:  # noqa: BLE001 - the next pass tries again
+            log.error("Recording kernels' pools failed (%s); trying again", e)
+        await asyncio.sleep(POOL_EVERY)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,13 @@ class Grant:
     priority: Priority
     fallbacks: tuple[Pool, ...] = ()  # a fallback profile's other pools, in order
 
+    @classmethod
+    def of(cls, platform: Platform, profile: Profile, team: Team) -> "Grant":
+        """What ``profile`` resolves to for ``team`` (who may use it is
+        :func:`authorize`'s to say)."""
+        pool, *fallbacks = platform.pools_of(profile)
+        return cls(profile, pool, team, platform.priority(profile.priority), tuple(fallbacks))
+
     @property
     def pools(self) -> tuple[Pool, ...]:
         """Every pool the server may run on, the preferred first."""
@@ -80,5 +87,4 @@ def authorize(platform: Platform, user: UserRef, options: Any) -> Grant:
             f"The profile {slug!r} {reason}. Choose one of: "
             f"{', '.join(p.slug for p in allowed) or 'none'}.",
             f"{who}: requested {'forbidden' if known else 'unknown'} profile {slug!r}")
-    pool, *fallbacks = platform.pools_of(profile)
-    return Grant(profile, pool, team, platform.priority(profile.priority), tuple(fallbacks))
+    return Grant.of(platform, profile, team)

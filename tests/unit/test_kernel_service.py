@@ -25,8 +25,9 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from jupyterhub_gpu.contract import (COMPONENT_LABEL, KERNEL_COMPONENT, KERNEL_ID_LABEL,
-                                     KERNELS_ACCESS_SCOPE, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
+from jupyterhub_gpu.contract import (COMPONENT_LABEL, JOB_UID_LABEL, KERNEL_COMPONENT,
+                                     KERNEL_ID_LABEL, KERNELS_ACCESS_SCOPE, POOL_ANNOTATION,
+                                     POOL_GATE, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
                                      USERNAME_KEY)
 from jupyterhub_gpu.kernels import cluster
 from jupyterhub_gpu.kernels.config import service_url
@@ -121,6 +122,9 @@ class _Api:
 
     async def delete_namespaced_pod(self, name, ns):
         self.calls.append(("delete pod", ns, name))
+
+    async def patch_namespaced_pod(self, name, ns, patch):
+        self.calls.append(("patch pod", ns, name, patch))
 
 
 @pytest.fixture
@@ -326,3 +330,31 @@ def test_the_body_is_bounded_and_log_lines_escape_user_input(service, kube, capl
     assert any(line.startswith("Refused kernel of user mallory\\n[W 2026 kernels] admin")
                for line in lines)
     assert kube.calls == []
+
+
+def test_a_fallback_profiles_kernel_starts_once_kueue_admits_it(service, kube, platform):
+    """Its pod carries the pool gate, as a server of the profile would; the service
+    records the pool Kueue admitted it to and lifts the gate, as the hub does for a
+    server, and only then."""
+    assert _start(service, _body(profile="a100-training"))[0] == 201
+    (pod,) = _created(kube, "pod")
+    assert {"name": POOL_GATE} in pod["spec"]["schedulingGates"]
+    pod["status"] = {"phase": "Pending"}
+    service.kernels.watches.pods[ML].resources[f"{ML}/{pod['metadata']['name']}"] = pod
+    workload = {"metadata": {"name": "pod-kernel", "namespace": ML,
+                             "labels": {JOB_UID_LABEL: pod["metadata"]["uid"]}},
+                "spec": {"queueName": "ml-eng"}, "status": {}}
+    service.kernels.watches.workloads[ML].resources = {"w": workload}
+    assert asyncio.run(cluster.record_pools(service.kernels.watches, platform)) == []
+    workload["status"] = {"admission": {"podSetAssignments": [{"flavors": {"cpu": "a100"}}]},
+                          "conditions": [{"type": "Admitted", "status": "True"}]}
+    name = pod["metadata"]["name"]
+    assert asyncio.run(cluster.record_pools(service.kernels.watches, platform)) == [
+        f"{ML}/{name}"]
+    (_, ns, patched, patch), = [c for c in kube.calls if c[0] == "patch pod"]
+    assert (ns, patched) == (ML, name)
+    assert {"op": "remove", "path": f"/spec/schedulingGates/"
+            f"{pod['spec']['schedulingGates'].index({'name': POOL_GATE})}"} in patch
+    (added,) = [op["value"] for op in patch if op["path"] == "/metadata/annotations/"
+                + POOL_ANNOTATION.replace("/", "~1")]
+    assert added == "a100"
