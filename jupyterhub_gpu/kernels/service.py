@@ -143,6 +143,9 @@ class KernelsHandler(_API):
             try:
                 start = check_start(self.kernels.platform, user, read_body(self.request.body),
                                     self.kernels.active_count(user.name))
+                if self.kernels.watches.kernel(user.name, start.launch.kernel_id) is not None:
+                    raise KernelRefused(f"You already have kernel {start.launch.kernel_id}.",
+                                        f"kernel {start.launch.kernel_id} exists", status=409)
                 pod = await self._create(user, start, self._server(user, start.launch))
             except KernelRefused as e:
                 log.warning("Refused kernel of user %s: %s", shown(user.name),
@@ -153,9 +156,6 @@ class KernelsHandler(_API):
     def _server(self, user: UserRef, launch: Launch) -> dict:
         """The caller's running server the kernel belongs to: the one at the response
         address; refused if they run none, or none there."""
-        if self.kernels.watches.kernel(user.name, launch.kernel_id) is not None:
-            raise KernelRefused(f"You already have kernel {launch.kernel_id}.",
-                                f"kernel {launch.kernel_id} exists", status=409)
         servers = self.kernels.watches.running_servers(user.name)
         if not servers:
             raise KernelRefused("Start your server first: a GPU kernel belongs to one of "

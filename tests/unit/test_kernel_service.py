@@ -109,6 +109,7 @@ class _Api:
     async def create_namespaced_pod(self, ns, pod):
         if any(c[0] == "create pod" and c[2]["metadata"]["name"] == pod["metadata"]["name"]
                for c in self.calls):
+            self.calls.append(("conflict", ns, pod["metadata"]["name"]))
             raise ApiException(status=409, reason="AlreadyExists")
         pod = json.loads(json.dumps(pod))
         pod["metadata"]["uid"] = f"uid-{len(self.calls)}"
@@ -269,7 +270,12 @@ def test_a_kernel_id_already_taken_creates_no_second_pod(service, kube):
     service.kernels._unseen.clear()  # a kernel that ended, its pod not yet gone
     status, said = _start(service, _body())
     assert status == 409 and said["error"] == f"You already have kernel {IDS[0]}."
-    assert len(_created(kube, "pod")) == 1
+    (pod,) = _created(kube, "pod")
+    service.kernels.watches.pods[ML].resources[f"{ML}/{pod['metadata']['name']}"] = pod
+    status, said = _start(service, _body())  # now the watch knows it: no API call
+    assert status == 409 and said["error"] == f"You already have kernel {IDS[0]}."
+    assert [c[0] for c in kube.calls if "pod" in c[0] or c[0] == "conflict"] == [
+        "create pod", "conflict"]
 
 
 def test_no_user_sees_or_deletes_another_users_kernel(service, kube):
