@@ -26,7 +26,9 @@ Every open spawn form asks every :data:`~jupyterhub_gpu.hub.form.REFRESH_SECONDS
 what a team's profiles read -- the pools' room over every notebook pod, the team's
 queue and quota in use, its queue waits -- is computed once per team and reused for
 :data:`CACHE_SECONDS` (:class:`TeamCache`); callers that ask meanwhile share one
-computation. So an answer may be up to that old (its ``at`` says when it was made),
+computation. The pools' room and every team's quota in use, the same for every team,
+are computed once per change of the nodes and pods watched (:class:`LastCluster`), and
+the queue waits' medians by the ledger's database. So an answer may be up to that old (its ``at`` says when it was made),
 except that one made before the hub wrote the usage ledger (a spawn's outcome, with
 its wait; a stop) is not used after that write.
 
@@ -42,17 +44,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
 from . import queuewaits
-from .availability import Cluster, QueueWait, TeamNow, profile_availability
+from .availability import Cluster, ClusterNow, TeamNow, TypicalWaits, profile_availability
 from ..contract import COMPONENT_LABEL, PROFILES_API_PATH, USER_PROFILES_API_PATH
 from .form import REFRESH_SECONDS, profile_card
 from ..watches.reflectors import RecordingPodReflector, WorkloadReflector
@@ -123,15 +126,51 @@ class TeamCache:
         return value
 
 
+class LastCluster:
+    """The last :class:`ClusterNow` computed, reused while the watches hold the same
+    node and pod objects (a watch event stores a new object: KubeSpawner's reflectors
+    never change one in place), so that every team's answer between two changes reads
+    the nodes and pods once between them. It holds the lists it was computed from (so
+    that their objects' ids are not reused) and nothing more."""
+
+    def __init__(self) -> None:
+        self._from: tuple[Any, ...] = (None, (), ())
+        self._value: ClusterNow | None = None
+        self.computed = 0  # how many it computed
+
+    def of(self, platform: Platform, nodes: Sequence[dict], pods: Sequence[dict]
+           ) -> ClusterNow:
+        last_platform, last_nodes, last_pods = self._from
+        if (self._value is None or last_platform is not platform
+                or not _same(last_nodes, nodes) or not _same(last_pods, pods)):
+            self._from = (platform, nodes, pods)
+            self._value = ClusterNow.of(platform, nodes, pods)
+            self.computed += 1
+        return self._value
+
+
+def _same(old: Sequence[dict], new: Sequence[dict]) -> bool:
+    return len(old) == len(new) and all(map(operator.is_, old, new))
+
+
 _TEAMS = TeamCache()  # the hub process's
+_CLUSTER = LastCluster()  # the hub process's
+
+
+def team_of(platform: Platform, team: Team, cluster: Cluster,
+            last: LastCluster = _CLUSTER) -> TeamNow:
+    """:meth:`TeamNow.of` ``cluster``, its nodes' and pods' part shared (``last``)."""
+    known = cluster.nodes is not None and cluster.pods is not None
+    return TeamNow.of(platform, team, cluster,
+                      last.of(platform, cluster.nodes, cluster.pods) if known else None)
 
 
 async def team_now(spawner: Any, platform: Platform, team: Team, ledger: Ledger
-                   ) -> tuple[datetime, TeamNow, list[QueueWait]]:
+                   ) -> tuple[datetime, TeamNow, TypicalWaits]:
     """What every profile of ``team`` reads, now: when, the cluster's part, the waits."""
     now = datetime.now(timezone.utc)
     cluster = await cluster_now(spawner, platform, team)
-    return now, TeamNow.of(platform, team, cluster), await queuewaits.recent(ledger, team, now)
+    return now, team_of(platform, team, cluster), await queuewaits.typical(ledger, team, now)
 
 
 async def profiles_of(user: Any) -> dict:
@@ -150,7 +189,7 @@ async def profiles_of(user: Any) -> dict:
         now, team_now_, waits = (await _TEAMS.get(
             (team.name, id(platform), ledger.writes),
             lambda: _with(platform, team_now(spawner, platform, team, ledger))))[1]
-        found = [profile_availability(platform, team, p, team_now_, waits, now)
+        found = [profile_availability(platform, team, p, team_now_, waits)
                  for p in platform.profiles_for(ref.groups)]
     return {
         "user": user.name, "team": team.name if team else None,

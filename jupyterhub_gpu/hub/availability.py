@@ -27,7 +27,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ..spec.grant import UserRef
 from ..contract import KARPENTER_DISRUPTED_TAINT, JOB_UID_LABEL, PROFILE_LABEL
@@ -262,28 +262,59 @@ def _profile_of(platform: Platform, workload: dict, pods_by_uid: dict[str, dict]
     return platform.profile(slug) if slug else None
 
 
+#: profile -> (median seconds, how many) of a queue's waits: what the form shows
+TypicalWaits = Mapping[str, tuple[float, int]]
+
+
+def typical_waits(waits: Iterable[QueueWait], queue: str, now: datetime) -> TypicalWaits:
+    """Per profile, (median seconds, how many) of the waits in ``queue`` over the last
+    :data:`WAIT_DAYS` days (the definition: the ledger computes the same in SQL,
+    :meth:`~jupyterhub_gpu.ledger.store.Ledger.median_waits_sync`)."""
+    since = now - timedelta(days=WAIT_DAYS)
+    seconds: dict[str, list[float]] = {}
+    for w in waits:
+        if w.queue == queue and w.at >= since:
+            seconds.setdefault(w.profile, []).append(w.seconds)
+    return {profile: (statistics.median(s), len(s)) for profile, s in seconds.items()}
+
+
 def typical_wait(waits: Iterable[QueueWait], queue: str, profile: str,
                  now: datetime) -> tuple[float | None, int]:
     """(median seconds, how many) of the waits in ``queue`` for ``profile`` over the
     last :data:`WAIT_DAYS` days."""
-    since = now - timedelta(days=WAIT_DAYS)
-    seconds = [w.seconds for w in waits
-               if w.queue == queue and w.profile == profile and w.at >= since]
-    return (statistics.median(seconds) if seconds else None), len(seconds)
+    return typical_waits(waits, queue, now).get(profile, (None, 0))
 
 
-def team_units(platform: Platform, team: Team, pods: Iterable[dict],
-               nodes: dict[str, Pool]) -> dict[str, int]:
-    """Pool name -> the units of its GPU resource the team's admitted notebooks hold
-    (its quota in use), in one pass over the pods."""
-    used: dict[str, int] = {}
+def _team_units(platform: Platform, pods: Iterable[dict], nodes: dict[str, Pool]
+                ) -> dict[str, dict[str, int]]:
+    """Namespace -> pool name -> the units of its GPU resource the namespace's admitted
+    notebooks hold (a team's quota in use), in one pass over the pods."""
+    used: dict[str, dict[str, int]] = {}
     for pod in pods:
-        if ((pod.get("metadata") or {}).get("namespace") == team.namespace
-                and holds_room(pod)):
+        if holds_room(pod):
             pool = pod_pool(platform, pod, nodes)
             if pool is not None:
-                used[pool.name] = used.get(pool.name, 0) + pod_units(pool, pod)
+                mine = used.setdefault((pod.get("metadata") or {}).get("namespace"), {})
+                mine[pool.name] = mine.get(pool.name, 0) + pod_units(pool, pod)
     return used
+
+
+@dataclass(frozen=True)
+class ClusterNow:
+    """What every team reads of the nodes and notebook pods: the pools' room, the units
+    each namespace holds per pool, the pods by uid. The same for every team, so the hub
+    computes it once per change of the watches (:class:`jupyterhub_gpu.hub.api.LastCluster`)."""
+
+    rooms: dict[str, PoolRoom]
+    used: dict[str, dict[str, int]]
+    pods_by_uid: dict[str, dict]
+
+    @classmethod
+    def of(cls, platform: Platform, nodes: Sequence[dict], pods: Sequence[dict]
+           ) -> "ClusterNow":
+        return cls(pool_rooms(platform, nodes, pods),
+                   _team_units(platform, pods, node_pools(platform, nodes)),
+                   {(p.get("metadata") or {}).get("uid"): p for p in pods})
 
 
 @dataclass(frozen=True)
@@ -298,20 +329,23 @@ class TeamNow:
     used: dict[str, int] | None
 
     @classmethod
-    def of(cls, platform: Platform, team: Team, cluster: Cluster) -> "TeamNow":
+    def of(cls, platform: Platform, team: Team, cluster: Cluster,
+           shared: ClusterNow | None = None) -> "TeamNow":
+        """``shared``: :meth:`ClusterNow.of` the cluster's nodes and pods, if known."""
         known = cluster.nodes is not None and cluster.pods is not None
-        rooms = pool_rooms(platform, cluster.nodes, cluster.pods) if known else None
-        used = (team_units(platform, team, cluster.pods, node_pools(platform, cluster.nodes))
-                if known else None)
+        if known and shared is None:
+            shared = ClusterNow.of(platform, cluster.nodes, cluster.pods)
         pending_pools = None
         if cluster.workloads is not None:
-            by_uid = {(p.get("metadata") or {}).get("uid"): p for p in cluster.pods or ()}
+            by_uid = shared.pods_by_uid if shared is not None else {}
             profiles = [_profile_of(platform, w, by_uid)
                         for w in pending(cluster.workloads, team.local_queue)]
             pending_pools = tuple(frozenset(p.name for p in platform.pools_of(profile))
                                   if profile is not None else frozenset()
                                   for profile in profiles)
-        return cls(rooms, pending_pools, used)
+        if not known:
+            return cls(None, pending_pools, None)
+        return cls(shared.rooms, pending_pools, shared.used.get(team.namespace, {}))
 
 
 # -- one profile ------------------------------------------------------------------------
@@ -392,11 +426,12 @@ def _quota(team: Team, pools: tuple[Pool, ...], now: TeamNow) -> tuple[int | Non
 
 
 def profile_availability(platform: Platform, team: Team, profile: Profile, now_: TeamNow,
-                         waits: Iterable[QueueWait], now: datetime) -> ProfileAvailability:
+                         waits: TypicalWaits) -> ProfileAvailability:
+    """One profile, from what its team reads now and its queue's :func:`typical_waits`."""
     pools = platform.pools_of(profile)
     waiting, queue_waiting = _queue(pools, now_)
     used, quota = _quota(team, pools, now_)
-    p50, samples = typical_wait(waits, team.local_queue, profile.slug, now)
+    p50, samples = waits.get(profile.slug, (None, 0))
     found = ProfileAvailability(
         slug=profile.slug, pools=tuple(p.name for p in pools), gpu=pools[0].has_gpu,
         unit=pools[0].unit_name, max_machines=sum(p.max_nodes for p in pools),
@@ -414,7 +449,8 @@ def user_availability(platform: Platform, user: UserRef, cluster: Cluster,
     if team is None:
         return []
     team_now = TeamNow.of(platform, team, cluster)
-    return [profile_availability(platform, team, p, team_now, waits, now)
+    typical = typical_waits(waits, team.local_queue, now)
+    return [profile_availability(platform, team, p, team_now, typical)
             for p in platform.profiles_for(user.groups)]
 
 

@@ -307,3 +307,45 @@ async def test_a_teams_answer_is_reused_within_its_ttl():
                                 cache.get("data-science", compute))
     assert both == [3, 3] and len(computed) == 3, "callers meanwhile share one computation"
     assert set(cache._values) == {"data-science"}, "the expired team's entry is dropped"
+
+
+def test_the_pools_room_is_computed_once_per_change_of_the_watches(platform, manifests,
+                                                                   monkeypatch):
+    """Every team's answer between two changes of the nodes and pods watched reads them
+    once (the hub builds new lists of the same objects per answer); a pod changed (a
+    new object in its place) or another node computes it again; each team's answer is
+    the one computed from scratch."""
+    from jupyterhub_gpu.hub import availability
+    from jupyterhub_gpu.hub.api import LastCluster, team_of
+
+    t4 = node(platform, "t4dev")
+    pods = [running(manifests, "t4-shared", f"u{i}", t4) for i in range(3)]
+    other = copy.deepcopy(pods[0])
+    other["metadata"]["namespace"] = next(t.namespace for t in platform.teams
+                                          if t.name != "data-science")
+    pods.append(other)
+    wanted = gated(manifests, "t4-shared", "w1")
+    reads = []
+    real = availability.pool_rooms
+    monkeypatch.setattr(availability, "pool_rooms",
+                        lambda *a: reads.append(1) or real(*a))
+    last = LastCluster()
+
+    def answers(nodes, pods_):
+        return {team.name: team_of(platform, team, Cluster(list(nodes), list(pods_),
+                                                           [workload(wanted)]), last)
+                for team in platform.teams}
+
+    first = answers([t4], [*pods, wanted])
+    assert answers([t4], [*pods, wanted]) == first and len(reads) == 1
+    assert first == {team.name: availability.TeamNow.of(
+        platform, team, Cluster([t4], [*pods, wanted], [workload(wanted)]))
+        for team in platform.teams}
+    assert first["data-science"].used == {"t4dev": 3}
+    assert first["data-science"].pending_pools == (frozenset({"t4dev"}),)
+    reads.clear()
+    changed = [copy.deepcopy(pods[0]), *pods[1:], wanted]
+    answers([t4], changed)
+    assert len(reads) == 1 and last.computed == 2
+    answers([t4, node(platform, "t4dev", 1)], changed)
+    assert len(reads) == 2
