@@ -96,13 +96,6 @@ def typical_waits(waits: Iterable[QueueWait], queue: str, now: datetime) -> Typi
     return {profile: (statistics.median(s), len(s)) for profile, s in seconds.items()}
 
 
-def typical_wait(waits: Iterable[QueueWait], queue: str, profile: str,
-                 now: datetime) -> tuple[float | None, int]:
-    """(median seconds, how many) of the waits in ``queue`` for ``profile`` over the
-    last :data:`WAIT_DAYS` days."""
-    return typical_waits(waits, queue, now).get(profile, (None, 0))
-
-
 @dataclass(frozen=True)
 class TeamNow:
     """What every profile of one team reads, computed once per answer (not per

@@ -5,7 +5,7 @@ wait in its team's queue (``queue_wait_seconds``: requested to admitted; a reque
 left the queue unadmitted, its time there), written once with the spawn's outcome.
 The typical wait on the form is their median over the last
 :data:`~jupyterhub_gpu.hub.availability.WAIT_DAYS` days
-(:func:`jupyterhub_gpu.hub.availability.typical_wait`), of the spawns that were
+(:func:`jupyterhub_gpu.hub.availability.typical_waits`), of the spawns that were
 admitted or that ran out of queue patience or were stopped by their user while they
 waited (so a queue where most requests give up does not look fast); a start that
 failed for another reason is not a wait.

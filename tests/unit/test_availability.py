@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from jupyterhub_gpu.hub.availability import (Cluster, QueueWait, TeamNow, pending,
-                                             typical_wait, user_availability)
+                                             typical_waits, user_availability)
 from jupyterhub_gpu.hub.rooms import pool_rooms
 from jupyterhub_gpu.builders.nodes import fake_node
 from jupyterhub_gpu.spec.grant import UserRef
@@ -202,8 +202,8 @@ def test_the_typical_wait_is_the_median_of_the_last_seven_days():
     waits = [QueueWait(NOW - timedelta(hours=h), "data-science", "t4-shared", s)
              for h, s in ((1, 30), (2, 600), (30, 90), (24 * 8, 5000))]  # the last: too old
     waits += [QueueWait(NOW, "ml-eng", "t4-shared", 1), QueueWait(NOW, "data-science", "cpu", 1)]
-    assert typical_wait(waits, "data-science", "t4-shared", NOW) == (90, 3)
-    assert typical_wait(waits, "experimentation", "t4-shared", NOW) == (None, 0)
+    assert typical_waits(waits, "data-science", NOW) == {"t4-shared": (90, 3), "cpu": (1, 1)}
+    assert typical_waits(waits, "experimentation", NOW) == {}
 
 
 def test_the_typical_wait_in_words(platform):
