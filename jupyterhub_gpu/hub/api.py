@@ -26,7 +26,10 @@ Every open spawn form asks every :data:`~jupyterhub_gpu.hub.form.REFRESH_SECONDS
 what a team's profiles read -- the pools' room over every notebook pod, the team's
 queue and quota in use, its queue waits -- is computed once per team and reused for
 :data:`CACHE_SECONDS` (:class:`TeamCache`); callers that ask meanwhile share one
-computation. So an answer may be up to that old (its ``at`` says when it was made),
+computation. The pools' room and every team's quota in use, the same for every team,
+are computed once per change of the nodes and pods watched (:class:`LastCluster`); the
+queue waits' medians by the ledger's database, reused for
+:data:`WAITS_CACHE_SECONDS` until the hub next writes the ledger. So an answer may be up to that old (its ``at`` says when it was made),
 except that one made before the hub wrote the usage ledger (a spawn's outcome, with
 its wait; a stop) is not used after that write.
 
@@ -45,14 +48,15 @@ import json
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
 from . import queuewaits
-from .availability import Cluster, QueueWait, TeamNow, profile_availability
+from .availability import Cluster, TeamNow, TypicalWaits, profile_availability
+from .rooms import ClusterNow, NodeFacts, PodFacts, node_facts, pod_facts
 from ..contract import COMPONENT_LABEL, PROFILES_API_PATH, USER_PROFILES_API_PATH
 from .form import REFRESH_SECONDS, profile_card
 from ..watches.reflectors import RecordingPodReflector, WorkloadReflector
@@ -65,6 +69,9 @@ from ..usage.config import UsageLedger
 #: how long one team's availability (:class:`TeamNow` and its queue waits) is reused:
 #: the spawn form asks every REFRESH_SECONDS (15 s) per open form
 CACHE_SECONDS = 5.0
+#: how long one team's typical waits (medians over the last 7 days) are reused while
+#: the hub writes nothing to the usage ledger
+WAITS_CACHE_SECONDS = 60.0
 
 
 async def _node_watch(spawner: Any) -> Any:
@@ -123,15 +130,79 @@ class TeamCache:
         return value
 
 
+class LastCluster:
+    """The last :class:`ClusterNow` computed, reused while the watches hold the same
+    node and pod objects, and otherwise computed again from each object's facts
+    (:mod:`.rooms`), read again only for the objects that changed: a watch event
+    stores a new object in place of the old (KubeSpawner's reflectors never change
+    one in place). So every team's answer reads the nodes and pods once per change,
+    and a change costs its objects and a sum over the facts. It holds the objects it
+    read (so that their ids are not reused) and nothing more."""
+
+    def __init__(self) -> None:
+        self._platform: Platform | None = None
+        self._nodes: dict[int, tuple[dict, NodeFacts]] = {}
+        self._pods: dict[int, tuple[dict, PodFacts]] = {}
+        self._value: ClusterNow | None = None
+        self.read = 0  # objects read into facts
+
+    def of(self, platform: Platform, nodes: Sequence[dict], pods: Sequence[dict]
+           ) -> ClusterNow:
+        if platform is not self._platform:
+            self._platform, self._nodes, self._pods = platform, {}, {}
+        elif (self._value is not None and _same(self._nodes, nodes)
+              and _same(self._pods, pods)):
+            return self._value
+        self._nodes = self._facts(self._nodes, nodes, node_facts)
+        self._pods = self._facts(self._pods, pods, pod_facts)
+        self._value = ClusterNow.of(platform, [f for _, f in self._nodes.values()],
+                                    [f for _, f in self._pods.values()])
+        return self._value
+
+    def _facts(self, known: dict, objs: Sequence[dict], read: Callable) -> dict:
+        facts = {}
+        for obj in objs:
+            found = known.get(id(obj))
+            if found is None or found[0] is not obj:
+                found = (obj, read(self._platform, obj))
+                self.read += 1
+            facts[id(obj)] = found
+        return facts
+
+
+def _same(known: dict[int, tuple[dict, Any]], objs: Sequence[dict]) -> bool:
+    """``objs`` are the objects ``known`` was read from, in its order."""
+    return len(known) == len(objs) and all(
+        obj is seen for obj, (seen, _) in zip(objs, known.values()))
+
+
 _TEAMS = TeamCache()  # the hub process's
+_WAITS = TeamCache(WAITS_CACHE_SECONDS)  # the hub process's
+_CLUSTER = LastCluster()  # the hub process's
+
+
+def team_of(platform: Platform, team: Team, cluster: Cluster,
+            last: LastCluster = _CLUSTER) -> TeamNow:
+    """:meth:`TeamNow.of` ``cluster``, its nodes' and pods' part shared (``last``)."""
+    known = cluster.nodes is not None and cluster.pods is not None
+    return TeamNow.of(platform, team, cluster,
+                      last.of(platform, cluster.nodes, cluster.pods) if known else None)
 
 
 async def team_now(spawner: Any, platform: Platform, team: Team, ledger: Ledger
-                   ) -> tuple[datetime, TeamNow, list[QueueWait]]:
+                   ) -> tuple[datetime, TeamNow, TypicalWaits]:
     """What every profile of ``team`` reads, now: when, the cluster's part, the waits."""
     now = datetime.now(timezone.utc)
     cluster = await cluster_now(spawner, platform, team)
-    return now, TeamNow.of(platform, team, cluster), await queuewaits.recent(ledger, team, now)
+    return now, team_of(platform, team, cluster), await typical_waits(ledger, team, now)
+
+
+async def typical_waits(ledger: Ledger, team: Team, now: datetime,
+                        cache: TeamCache = _WAITS) -> TypicalWaits:
+    """:func:`queuewaits.typical`, reused for :data:`WAITS_CACHE_SECONDS` until the
+    hub next writes the ledger (a start's outcome and its wait, a stop)."""
+    return await cache.get((team.name, ledger.writes),
+                           lambda: queuewaits.typical(ledger, team, now))
 
 
 async def profiles_of(user: Any) -> dict:
@@ -150,7 +221,7 @@ async def profiles_of(user: Any) -> dict:
         now, team_now_, waits = (await _TEAMS.get(
             (team.name, id(platform), ledger.writes),
             lambda: _with(platform, team_now(spawner, platform, team, ledger))))[1]
-        found = [profile_availability(platform, team, p, team_now_, waits, now)
+        found = [profile_availability(platform, team, p, team_now_, waits)
                  for p in platform.profiles_for(ref.groups)]
     return {
         "user": user.name, "team": team.name if team else None,

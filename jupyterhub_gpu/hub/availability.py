@@ -18,6 +18,8 @@ queue waits in the usage ledger (:mod:`jupyterhub_gpu.hub.queuewaits`):
   that the pool is at its ``maxNodes``;
 * the team's quota in use on the pool (GPU pools).
 
+The pools' room and the units in use come from :mod:`jupyterhub_gpu.hub.rooms`.
+
 A profile's pools come from :meth:`Platform.pools_of <jupyterhub_gpu.spec.model.Platform.pools_of>`, the one place that says which pools
 a profile may run on; everything here sums over them.
 """
@@ -27,18 +29,16 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ..spec.grant import UserRef
-from ..contract import KARPENTER_DISRUPTED_TAINT, JOB_UID_LABEL, PROFILE_LABEL
-from ..kueue.status import condition, is_gated, is_true
-from ..watches.poolnodes import pool_of
+from ..contract import JOB_UID_LABEL
+from ..kueue.status import is_true
 from ..spec.model import Platform, Pool, Profile, Team
+from .rooms import ClusterNow, PoolRoom
 
 #: the window of the typical wait
 WAIT_DAYS = 7
-#: pod phases in which a notebook holds (or is about to hold) its node's room
-HOLDING_PHASES = ("Pending", "Running")
 
 
 @dataclass(frozen=True)
@@ -61,187 +61,6 @@ class Cluster:
     workloads: Sequence[dict] | None  # the Workloads of the user's team namespace
 
 
-# -- nodes and pods ---------------------------------------------------------------
-
-def _cpu_millis(value: object) -> int:
-    text = str(value)
-    try:
-        return round(float(text[:-1])) if text.endswith("m") else round(float(text) * 1000)
-    except ValueError:
-        return 0
-
-
-_MEMORY_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-                  "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "m": 10**-3}
-
-
-def _memory_bytes(value: object) -> int:
-    text = str(value)
-    for suffix in sorted(_MEMORY_SUFFIX, key=len, reverse=True):
-        if text.endswith(suffix):
-            number, factor = text[:-len(suffix)], _MEMORY_SUFFIX[suffix]
-            break
-    else:
-        number, factor = text, 1
-    try:
-        return int(float(number) * factor)
-    except ValueError:
-        return 0
-
-
-def _count(value: object) -> int:
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
-
-
-def leaving(node: dict) -> bool:
-    """The node takes no new pods: cordoned, being deleted or disrupted (Karpenter's
-    consolidation), or lost (its Ready condition Unknown: the kubelet stopped
-    reporting)."""
-    spec = node.get("spec") or {}
-    ready = (condition(node, "Ready") or {}).get("status")
-    return bool(spec.get("unschedulable") or (node.get("metadata") or {}).get("deletionTimestamp")
-                or any(t.get("key") == KARPENTER_DISRUPTED_TAINT for t in spec.get("taints") or [])
-                or ready == "Unknown")
-
-
-def node_units(pool: Pool, node: dict) -> int:
-    """The units the node offers: its allocatable GPU resource (0 until the device
-    plugin advertises it), or on a CPU-only pool 1 (the node)."""
-    if not pool.has_gpu:
-        return 1
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    return _count(allocatable.get(pool.resource_name, 0))
-
-
-def holds_room(pod: dict) -> bool:
-    """The pod holds (or, admitted, is about to hold) room on a node of its pool."""
-    phase = (pod.get("status") or {}).get("phase")
-    return phase in HOLDING_PHASES and not is_gated(pod)
-
-
-def _requests(pod: dict) -> dict[str, str]:
-    """What the pod's containers request, summed by resource (a limit stands in for a
-    request not given, as the API server defaults it)."""
-    total: dict[str, float] = {}
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        for name, value in asked.items():
-            amount = (_cpu_millis(value) if name == "cpu" else _memory_bytes(value)
-                      if name == "memory" else _count(value))
-            total[name] = total.get(name, 0) + amount
-    return total
-
-
-def pod_units(pool: Pool, pod: dict) -> int:
-    """The units of ``pool``'s GPU resource the pod requests (0 on a CPU-only pool)."""
-    return _units(pool.resource_name, _requests(pod))
-
-
-def _units(resource: str, asked: dict[str, float]) -> int:
-    return int(asked.get(resource, 0)) if resource else 0
-
-
-def pod_pool(platform: Platform, pod: dict, node_pools: dict[str, Pool]) -> Pool | None:
-    """The pool a notebook pod is on (its node's), or, admitted and not yet bound, the
-    one its node selector names (Kueue has merged the admitted flavor's labels)."""
-    node = (pod.get("spec") or {}).get("nodeName")
-    if node:
-        return node_pools.get(node)
-    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-    return next((p for p in platform.pools if p.node_selector.items() <= selector.items()),
-                None)
-
-
-@dataclass(frozen=True)
-class PoolRoom:
-    """One pool now: its machines, its units and what is left of them."""
-
-    pool: str
-    unit: str  # the sharing mode's unit: GPU, MIG slice, share, node
-    total: int  # units of the schedulable Ready nodes
-    free: int  # of those, not requested by a notebook bound or admitted there
-    ready_nodes: int
-    starting_nodes: int  # not Ready yet (or Ready without the GPU resource yet)
-    max_nodes: int
-    boot_seconds: int
-    node_free: tuple[int, ...]  # free units per schedulable node
-    #: per schedulable node: (millicores, bytes) left for notebooks
-    node_room: tuple[tuple[int, int], ...]
-
-    @property
-    def nodes(self) -> int:
-        return self.ready_nodes + self.starting_nodes
-
-
-def _node_room(pool: Pool, node: dict, bound: list[dict[str, float]]) -> tuple[int, int]:
-    """(millicores, bytes) left on ``node`` by the requests of the pods ``bound`` to it."""
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    overhead = pool.daemonset_overhead
-    cpu = _cpu_millis(allocatable.get("cpu", 0)) - round(overhead.cpu * 1000)
-    memory = _memory_bytes(allocatable.get("memory", 0)) - overhead.memory_bytes
-    for asked in bound:
-        cpu, memory = cpu - int(asked.get("cpu", 0)), memory - int(asked.get("memory", 0))
-    return cpu, memory
-
-
-def _pool_room(pool: Pool, nodes: list[dict], on_node: dict[str, list[dict[str, float]]],
-               unbound: int) -> PoolRoom:
-    """``on_node``: the requests of the pods bound to each node (each pod's read once)."""
-    ready, starting, node_free, node_room = 0, 0, [], []
-    resource = pool.resource_name
-    for node in nodes:
-        if leaving(node):
-            continue
-        has = node_units(pool, node)
-        if not is_true(node, "Ready") or has == 0:
-            starting += 1
-            continue
-        ready += 1
-        bound = on_node.get(node["metadata"]["name"], [])
-        node_free.append(max(has - sum(_units(resource, asked) for asked in bound), 0)
-                         if pool.has_gpu else has)
-        node_room.append(_node_room(pool, node, bound))
-    total = sum(node_units(pool, n) for n in nodes
-                if not leaving(n) and is_true(n, "Ready"))
-    return PoolRoom(pool=pool.name, unit=pool.unit_name, total=total,
-                    free=max(sum(node_free) - unbound, 0), ready_nodes=ready,
-                    starting_nodes=starting, max_nodes=pool.max_nodes,
-                    boot_seconds=pool.boot_seconds, node_free=tuple(node_free),
-                    node_room=tuple(node_room))
-
-
-def node_pools(platform: Platform, nodes: Iterable[dict]) -> dict[str, Pool]:
-    """Node name -> its pool, for the nodes of the spec's pools."""
-    return {n["metadata"]["name"]: pool for n in nodes
-            if (pool := pool_of(platform, n)) is not None}
-
-
-def pool_rooms(platform: Platform, nodes: Iterable[dict],
-               pods: Iterable[dict]) -> dict[str, PoolRoom]:
-    """Every pool of the spec, by name, from the nodes and notebook pods watched."""
-    nodes = list(nodes)
-    node_pools_ = node_pools(platform, nodes)
-    on_node: dict[str, list[dict[str, float]]] = {}
-    unbound: dict[str, int] = {}
-    for pod in pods:
-        pool = pod_pool(platform, pod, node_pools_) if holds_room(pod) else None
-        if pool is None:
-            continue
-        node, asked = pod["spec"].get("nodeName"), _requests(pod)
-        if node:
-            on_node.setdefault(node, []).append(asked)
-        else:
-            unbound[pool.name] = unbound.get(pool.name, 0) + _units(pool.resource_name, asked)
-    return {pool.name: _pool_room(pool, [n for n in nodes
-                                         if node_pools_.get(n["metadata"]["name"]) is pool],
-                                  on_node, unbound.get(pool.name, 0))
-            for pool in platform.pools}
-
-
 # -- queue, waits, quota --------------------------------------------------------------
 
 def pending(workloads: Iterable[dict], queue: str) -> list[dict]:
@@ -253,37 +72,28 @@ def pending(workloads: Iterable[dict], queue: str) -> list[dict]:
             and not (w.get("metadata") or {}).get("deletionTimestamp")]
 
 
-def _profile_of(platform: Platform, workload: dict, pods_by_uid: dict[str, dict]
+def _profile_of(platform: Platform, workload: dict, profiles: dict[str | None, str | None]
                 ) -> Profile | None:
-    """The profile of the pending Workload's pod."""
+    """The profile of the pending Workload's pod (``profiles``: pod uid -> slug)."""
     uid = ((workload.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL)
-    pod = pods_by_uid.get(uid or "")
-    slug = ((pod or {}).get("metadata", {}).get("labels") or {}).get(PROFILE_LABEL)
+    slug = profiles.get(uid or "")
     return platform.profile(slug) if slug else None
 
 
-def typical_wait(waits: Iterable[QueueWait], queue: str, profile: str,
-                 now: datetime) -> tuple[float | None, int]:
-    """(median seconds, how many) of the waits in ``queue`` for ``profile`` over the
-    last :data:`WAIT_DAYS` days."""
+#: profile -> (median seconds, how many) of a queue's waits: what the form shows
+TypicalWaits = Mapping[str, tuple[float, int]]
+
+
+def typical_waits(waits: Iterable[QueueWait], queue: str, now: datetime) -> TypicalWaits:
+    """Per profile, (median seconds, how many) of the waits in ``queue`` over the last
+    :data:`WAIT_DAYS` days (the definition: the ledger computes the same in SQL,
+    :meth:`~jupyterhub_gpu.ledger.store.Ledger.median_waits_sync`)."""
     since = now - timedelta(days=WAIT_DAYS)
-    seconds = [w.seconds for w in waits
-               if w.queue == queue and w.profile == profile and w.at >= since]
-    return (statistics.median(seconds) if seconds else None), len(seconds)
-
-
-def team_units(platform: Platform, team: Team, pods: Iterable[dict],
-               nodes: dict[str, Pool]) -> dict[str, int]:
-    """Pool name -> the units of its GPU resource the team's admitted notebooks hold
-    (its quota in use), in one pass over the pods."""
-    used: dict[str, int] = {}
-    for pod in pods:
-        if ((pod.get("metadata") or {}).get("namespace") == team.namespace
-                and holds_room(pod)):
-            pool = pod_pool(platform, pod, nodes)
-            if pool is not None:
-                used[pool.name] = used.get(pool.name, 0) + pod_units(pool, pod)
-    return used
+    seconds: dict[str, list[float]] = {}
+    for w in waits:
+        if w.queue == queue and w.at >= since:
+            seconds.setdefault(w.profile, []).append(w.seconds)
+    return {profile: (statistics.median(s), len(s)) for profile, s in seconds.items()}
 
 
 @dataclass(frozen=True)
@@ -298,20 +108,23 @@ class TeamNow:
     used: dict[str, int] | None
 
     @classmethod
-    def of(cls, platform: Platform, team: Team, cluster: Cluster) -> "TeamNow":
+    def of(cls, platform: Platform, team: Team, cluster: Cluster,
+           shared: ClusterNow | None = None) -> "TeamNow":
+        """``shared``: :meth:`ClusterNow.read` the cluster's nodes and pods, if known."""
         known = cluster.nodes is not None and cluster.pods is not None
-        rooms = pool_rooms(platform, cluster.nodes, cluster.pods) if known else None
-        used = (team_units(platform, team, cluster.pods, node_pools(platform, cluster.nodes))
-                if known else None)
+        if known and shared is None:
+            shared = ClusterNow.read(platform, cluster.nodes, cluster.pods)
         pending_pools = None
         if cluster.workloads is not None:
-            by_uid = {(p.get("metadata") or {}).get("uid"): p for p in cluster.pods or ()}
+            by_uid = shared.profiles if shared is not None else {}
             profiles = [_profile_of(platform, w, by_uid)
                         for w in pending(cluster.workloads, team.local_queue)]
             pending_pools = tuple(frozenset(p.name for p in platform.pools_of(profile))
                                   if profile is not None else frozenset()
                                   for profile in profiles)
-        return cls(rooms, pending_pools, used)
+        if not known:
+            return cls(None, pending_pools, None)
+        return cls(shared.rooms, pending_pools, shared.used.get(team.namespace, {}))
 
 
 # -- one profile ------------------------------------------------------------------------
@@ -392,11 +205,12 @@ def _quota(team: Team, pools: tuple[Pool, ...], now: TeamNow) -> tuple[int | Non
 
 
 def profile_availability(platform: Platform, team: Team, profile: Profile, now_: TeamNow,
-                         waits: Iterable[QueueWait], now: datetime) -> ProfileAvailability:
+                         waits: TypicalWaits) -> ProfileAvailability:
+    """One profile, from what its team reads now and its queue's :func:`typical_waits`."""
     pools = platform.pools_of(profile)
     waiting, queue_waiting = _queue(pools, now_)
     used, quota = _quota(team, pools, now_)
-    p50, samples = typical_wait(waits, team.local_queue, profile.slug, now)
+    p50, samples = waits.get(profile.slug, (None, 0))
     found = ProfileAvailability(
         slug=profile.slug, pools=tuple(p.name for p in pools), gpu=pools[0].has_gpu,
         unit=pools[0].unit_name, max_machines=sum(p.max_nodes for p in pools),
@@ -414,7 +228,8 @@ def user_availability(platform: Platform, user: UserRef, cluster: Cluster,
     if team is None:
         return []
     team_now = TeamNow.of(platform, team, cluster)
-    return [profile_availability(platform, team, p, team_now, waits, now)
+    typical = typical_waits(waits, team.local_queue, now)
+    return [profile_availability(platform, team, p, team_now, typical)
             for p in platform.profiles_for(user.groups)]
 
 

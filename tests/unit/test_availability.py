@@ -12,8 +12,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jupyterhub_gpu.hub.availability import (Cluster, QueueWait, pending, pool_rooms,
-                                             typical_wait, user_availability)
+from jupyterhub_gpu.hub.availability import (Cluster, QueueWait, TeamNow, pending,
+                                             typical_waits, user_availability)
+from jupyterhub_gpu.hub.rooms import pool_rooms
 from jupyterhub_gpu.builders.nodes import fake_node
 from jupyterhub_gpu.spec.grant import UserRef
 from jupyterhub_gpu.contract import ADMISSION_GATE, JOB_UID_LABEL, KARPENTER_DISRUPTED_TAINT
@@ -201,8 +202,8 @@ def test_the_typical_wait_is_the_median_of_the_last_seven_days():
     waits = [QueueWait(NOW - timedelta(hours=h), "data-science", "t4-shared", s)
              for h, s in ((1, 30), (2, 600), (30, 90), (24 * 8, 5000))]  # the last: too old
     waits += [QueueWait(NOW, "ml-eng", "t4-shared", 1), QueueWait(NOW, "data-science", "cpu", 1)]
-    assert typical_wait(waits, "data-science", "t4-shared", NOW) == (90, 3)
-    assert typical_wait(waits, "experimentation", "t4-shared", NOW) == (None, 0)
+    assert typical_waits(waits, "data-science", NOW) == {"t4-shared": (90, 3), "cpu": (1, 1)}
+    assert typical_waits(waits, "experimentation", NOW) == {}
 
 
 def test_the_typical_wait_in_words(platform):
@@ -307,3 +308,73 @@ async def test_a_teams_answer_is_reused_within_its_ttl():
                                 cache.get("data-science", compute))
     assert both == [3, 3] and len(computed) == 3, "callers meanwhile share one computation"
     assert set(cache._values) == {"data-science"}, "the expired team's entry is dropped"
+
+
+def test_the_pools_room_is_computed_once_per_change_of_the_watches(platform, manifests,
+                                                                   monkeypatch):
+    """Every team's answer between two changes of the nodes and pods watched reads them
+    once (the hub builds new lists of the same objects per answer); a pod changed (a
+    new object in its place) or another node is read again, alone, and the room summed
+    again; each team's answer is the one computed from scratch."""
+    from jupyterhub_gpu.hub import rooms
+    from jupyterhub_gpu.hub.api import LastCluster, team_of
+
+    t4 = node(platform, "t4dev")
+    pods = [running(manifests, "t4-shared", f"u{i}", t4) for i in range(3)]
+    other = copy.deepcopy(pods[0])
+    other["metadata"]["namespace"] = next(t.namespace for t in platform.teams
+                                          if t.name != "data-science")
+    pods.append(other)
+    wanted = gated(manifests, "t4-shared", "w1")
+    sums = []
+    real = rooms.rooms_of
+    monkeypatch.setattr(rooms, "rooms_of", lambda *a: sums.append(1) or real(*a))
+    last = LastCluster()
+
+    def answers(nodes, pods_):
+        return {team.name: team_of(platform, team, Cluster(list(nodes), list(pods_),
+                                                           [workload(wanted)]), last)
+                for team in platform.teams}
+
+    first = answers([t4], [*pods, wanted])
+    assert answers([t4], [*pods, wanted]) == first
+    assert (len(sums), last.read) == (1, 6), "one node and five pods, read once"
+    assert first == {team.name: TeamNow.of(
+        platform, team, Cluster([t4], [*pods, wanted], [workload(wanted)]))
+        for team in platform.teams}
+    assert first["data-science"].used == {"t4dev": 3}
+    assert first["data-science"].pending_pools == (frozenset({"t4dev"}),)
+    sums.clear()
+    changed = [copy.deepcopy(pods[0]), *pods[1:], wanted]
+    changed[0]["status"]["phase"] = "Succeeded"
+    assert answers([t4], changed)["data-science"].used == {"t4dev": 2}
+    assert (len(sums), last.read) == (1, 7)
+    answers([t4, node(platform, "t4dev", 1)], changed)
+    assert (len(sums), last.read) == (2, 8)
+
+
+async def test_the_typical_waits_are_taken_again_after_a_write(platform, tmp_path):
+    """Reused while the hub writes nothing to the ledger (one query for many answers),
+    taken again after a write: the new wait is counted at once."""
+    from jupyterhub_gpu.hub.api import TeamCache, typical_waits
+    from jupyterhub_gpu.ledger.store import Kind, Ledger, Usage
+
+    team = next(t for t in platform.teams if t.name == "data-science")
+    ledger = Ledger(f"sqlite:///{tmp_path}/usage.sqlite")
+    t = NOW - timedelta(hours=1)
+
+    def wait(key, s):
+        return Usage(key, Kind.SESSION, team=team.name, profile="t4", requested_at=t,
+                     admitted_at=t + timedelta(seconds=s))
+    await ledger.record(wait("a", 10))
+    reads = []
+    real = ledger.median_waits_sync
+    ledger.median_waits_sync = lambda *a: reads.append(1) or real(*a)
+    cache = TeamCache(60)
+    for _ in range(3):
+        assert await typical_waits(ledger, team, NOW, cache) == {"t4": (10.0, 1)}
+    assert len(reads) == 1
+    await ledger.record(wait("b", 30))
+    assert await typical_waits(ledger, team, NOW, cache) == {"t4": (20.0, 2)}
+    assert len(reads) == 2
+    ledger.dispose()

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from benchmarks.pages import fill, ledger_rows
 from jupyterhub_gpu.hub import queuewaits
+from jupyterhub_gpu.hub.availability import typical_waits
 from jupyterhub_gpu.ledger.store import Kind, Ledger, StopReason, Usage
 from jupyterhub_gpu.usage import figures as fg
 from jupyterhub_gpu.usage import queries
@@ -142,7 +143,8 @@ def _plan(ledger, query) -> str:  # noqa: F811
 
 def test_the_queries_use_the_indexes(tmp_path, platform):
     """SQLite's plans: a user's page searches the index on (user, requested_at), the
-    queue waits of a team the one on (team, requested_at) -- not a scan of the table."""
+    queue waits of a team the one on (team, requested_at, ...) alone, without reading
+    the table -- not a scan of the table."""
     ledger_ = Ledger(f"sqlite:///{tmp_path}/usage.sqlite")
     try:
         fill(ledger_, ledger_rows(platform, 10, 3, NOW))
@@ -150,16 +152,19 @@ def test_the_queries_use_the_indexes(tmp_path, platform):
             *queries.visible(Viewer("user0001"), Selection()),
             queries.of_period(NOW - timedelta(days=7)))
         assert "USING INDEX ix_jupyterhub_gpu_usage_user_requested_at" in _plan(ledger_, mine)
-        seen, stop = _statements(ledger_.engine)
-        ledger_.queue_waits_sync("data-science", NOW - timedelta(days=7))
-        stop()
-        with ledger_.engine.connect() as conn:
-            plan = conn.exec_driver_sql(
-                f"EXPLAIN QUERY PLAN {seen[-1]}",
-                ("data-science", "2026-11-30 12:00:00.000000", "session",
-                 "queue-timeout", "user")).all()
-        assert "USING INDEX ix_jupyterhub_gpu_usage_team_requested_at (team=? AND " \
-               "requested_at>?)" in " | ".join(str(r[-1]) for r in plan)
+        for read in (ledger_.queue_waits_sync, ledger_.median_waits_sync):
+            seen = []
+
+            def keep(conn, cursor, statement, parameters, *args):
+                seen.append((statement, parameters))
+            sa.event.listen(ledger_.engine, "before_cursor_execute", keep)
+            read("data-science", NOW - timedelta(days=7))
+            sa.event.remove(ledger_.engine, "before_cursor_execute", keep)
+            with ledger_.engine.connect() as conn:
+                plan = " | ".join(str(r[-1]) for r in conn.exec_driver_sql(
+                    f"EXPLAIN QUERY PLAN {seen[-1][0]}", seen[-1][1]).all())
+            assert "USING COVERING INDEX ix_jupyterhub_gpu_usage_team_waits (team=? AND " \
+                   "requested_at>?)" in plan, (read, plan)
     finally:
         ledger_.dispose()
 
@@ -188,6 +193,31 @@ def test_queue_waits_come_from_the_ledger(ledger, platform):  # noqa: F811
     assert sorted(w.seconds for w in waits) == [30.0, 60.0, 300.0]
     assert {(w.queue, w.profile) for w in waits} == {(team.local_queue, "t4-shared")}
     assert {w.at for w in waits} == {t + timedelta(seconds=s) for s in (30, 60, 300)}
+
+
+def test_the_typical_waits_are_the_medians_the_definition_gives(ledger, platform):  # noqa: F811
+    """The medians the database takes (odd and even counts, ties, profiles with a
+    single wait) equal :func:`typical_waits` over the waits read row by row, for each
+    team of a generated ledger, in one query however many waits."""
+    fill(ledger, ledger_rows(platform, users=30, days=10, now=NOW))
+    t = NOW - timedelta(days=6)
+    spread = {"odd": (50.0, 10.0, 90.0, 30.0, 70.0), "even": (10.0, 31.0), "tie": (4.0, 4.0),
+              "one": (2.5,)}
+    for team in platform.teams:
+        for profile, waits in spread.items():
+            for i, seconds in enumerate(waits):
+                ledger.record_sync(Usage(
+                    f"{team.name}-{profile}-{i}", Kind.SESSION, team=team.name,
+                    profile=profile, requested_at=t, admitted_at=t + timedelta(seconds=seconds)))
+    for team in platform.teams:
+        rows = asyncio.run(queuewaits.recent(ledger, team, NOW))
+        seen, stop = _statements(ledger.engine)
+        found = asyncio.run(queuewaits.typical(ledger, team, NOW))
+        stop()
+        assert len(seen) == 1 and len(rows) > 20
+        assert found == typical_waits(rows, team.local_queue, NOW), team.name
+        assert {p: found[p] for p in spread} == {
+            "odd": (50.0, 5), "even": (20.5, 2), "tie": (4.0, 2), "one": (2.5, 1)}
 
 
 def test_writes_made_while_the_thread_is_busy_share_one_transaction(ledger):  # noqa: F811
