@@ -27,6 +27,7 @@ from .devcluster import EXAMPLE_SPEC, dev_cluster, prometheus_url, write_bench_s
 from .hubs import REPO, Ports, ok_server, running_hub
 from .report import Row, git_commit, render_table, this_machine
 from .rows import spawn_rows, widest
+from tests.integration.ports import ENV_OFFSET
 
 DOC = REPO / "docs" / "benchmarks.md"
 #: minutes the sections after the spawn rounds take besides the soak's churn (watch
@@ -236,7 +237,7 @@ async def main(args) -> int:
     if (missing := missing_reference()) is not None:
         print(missing, file=sys.stderr)
         return 2
-    offset = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
+    offset = int(os.environ.get(ENV_OFFSET, "0"))
     ports = Ports.shifted(offset)
     work = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-bench-"))
     print(f"benchmarks: working in {work}", flush=True)

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from jupyterhub_gpu.builders.nodes import fake_node
-from jupyterhub_gpu.contract import JOB_UID_LABEL, PROFILE_LABEL
+from jupyterhub_gpu.contract import ADMISSION_GATE, JOB_UID_LABEL, PROFILE_LABEL
 from jupyterhub_gpu.hub.api import (WAITS_CACHE_SECONDS, LastCluster, TeamCache, team_of,
                                      typical_waits)
 from jupyterhub_gpu.hub.availability import Cluster, profile_availability
@@ -140,7 +140,7 @@ def cluster(platform: Platform, pods: int, seed: int = 30) -> Cluster:
                        "cpu": "1", "memory": "1Gi", **pool.gpu_resources(profile.units)}}}]},
                "status": {"phase": "Pending" if pending else "Running"}}
         if pending:
-            pod["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+            pod["spec"]["schedulingGates"] = [{"name": ADMISSION_GATE}]
             workloads.append({"metadata": {"name": f"w-{i}", "labels": {
                 JOB_UID_LABEL: f"uid-{i}"}}, "spec": {"queueName": platform.teams[0].local_queue},
                 "status": {"conditions": []}})

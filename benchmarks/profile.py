@@ -25,6 +25,7 @@ from pathlib import Path
 from .devcluster import dev_cluster, write_bench_spec
 from .hubs import Ports, ok_server, running_hub
 from .spawns import _make_users, _options, spawn_until_ready, stop_until_gone
+from tests.integration.ports import ENV_OFFSET
 
 #: what to look for in a stack, by a name for the report
 PARTS = {
@@ -62,7 +63,7 @@ def shares(raw: str) -> dict[str, float]:
 
 
 async def profile(mode: str, n: int, work: Path) -> dict[str, float]:
-    offset = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
+    offset = int(os.environ.get(ENV_OFFSET, "0"))
     ports, spec = Ports.shifted(offset), write_bench_spec(work, room=10)
     state = work / "cluster"
     with dev_cluster(spec, state, offset) as (_, kubeconfig), ok_server(ports.ok):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import aiohttp
 
-from jupyterhub_gpu.contract import NODEPOOL_LABEL
+from jupyterhub_gpu.contract import NODEPOOL_LABEL, USERNAME_KEY
 
 from . import lag
 from .hubs import Hub
@@ -97,7 +97,7 @@ async def _pools_of(admin_kubeconfig: Path, namespace: str, users) -> Counter:
         pods = (await core.list_namespaced_pod(namespace)).items
         wanted = set(users)
         return Counter(nodes.get(p.spec.node_name, "unscheduled") for p in pods
-                       if (p.metadata.annotations or {}).get("hub.jupyter.org/username")
+                       if (p.metadata.annotations or {}).get(USERNAME_KEY)
                        in wanted)
     finally:
         await api.close()

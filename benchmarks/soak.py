@@ -46,6 +46,7 @@ from .devcluster import EXAMPLE_SPEC, dev_cluster
 from .hubs import Hub, Ports, ok_server, running_hub
 from .spawns import spawn_until_ready, stop_until_gone
 from .stats import percentile, ratio
+from tests.integration.ports import ENV_OFFSET
 
 HOLD = 15.0  # seconds a cycled server runs
 LIVE = 100  # directly made pairs alive at once
@@ -302,7 +303,7 @@ def main(argv=None) -> int:
     p.add_argument("--every", type=float, default=60.0, help="seconds between lines (60)")
     args = p.parse_args(argv)
     sizes = SoakSizes(args.teams, args.users, args.minutes * 60, args.rate, args.every)
-    offset = int(os.environ.get("JUPYTERHUB_GPU_TEST_PORT_OFFSET", "0"))
+    offset = int(os.environ.get(ENV_OFFSET, "0"))
     work = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-soak-"))
     print(f"soak: working in {work}", flush=True)
     return 0 if asyncio.run(run(sizes, work, offset)).ok else 1
