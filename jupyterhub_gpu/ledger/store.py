@@ -177,12 +177,29 @@ def _from_row(row: Any) -> Usage:
     return Usage(**values)
 
 
+class TooLong(ValueError):
+    """A value longer than its ledger column: refused before it is written, on every
+    database (SQLite does not enforce a column's length; PostgreSQL truncates a value
+    silently where the driver casts its parameter to the column's type, as psycopg
+    does under SQLAlchemy 2.0.0)."""
+
+
+#: the longest string each column holds, from the table's definition
+LENGTHS = {c.name: c.type.length for c in USAGE.columns
+           if isinstance(c.type, sa.String) and c.type.length}
+
+
 def _to_row(u: Usage) -> dict:
     values = dataclasses.asdict(u)
     for name in TIMES:
         values[name] = _utc(values[name])
     values["kind"] = str(u.kind)
     values["stop_reason"] = str(u.stop_reason) if u.stop_reason else None
+    too_long = [f"{name} ({len(values[name])} characters; at most {most})"
+                for name, most in LENGTHS.items()
+                if values[name] is not None and len(values[name]) > most]
+    if too_long:
+        raise TooLong(f"usage row {u.key[:80]!r}: too long: {', '.join(too_long)}")
     return values
 
 
