@@ -38,6 +38,7 @@ class KernelScenario:
     idle_minutes: int = 15  # T: the kernel idle timeout, and the others' idle rule
     bursts: BurstModel = field(default_factory=BurstModel)
     jobs: bool = True  # False: the notebooks alone (the trace's jobs left out)
+    cpu_idle_minutes: int | None = None  # the CPU profiles' idle timeout (None: the spec's)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,12 @@ class KernelWeek:
     worlds: dict  # WORLDS -> World
     kernel_starts: int
     start_waits: tuple[float, ...]
+    # the kernels' utilization, factored: work / GPU held while executing (the GPU %
+    # of the executions), executing / held (the idle tail), held / billed (packing,
+    # boots, empty nodes); the jobs' GPU-hours are left out of all three
+    use_while_executing: float = 0.0
+    executing_share: float = 0.0
+    held_share: float = 0.0
 
 
 def scenarios() -> list[KernelScenario]:
@@ -61,6 +68,7 @@ def scenarios() -> list[KernelScenario]:
     return [
         KernelScenario("base: T 15 min, bursts as cited"),
         KernelScenario("notebooks only (no training jobs)", jobs=False),
+        KernelScenario("CPU servers culled after 30 min idle (not 4 h)", cpu_idle_minutes=30),
         KernelScenario("T 5 min (VMs 15)", idle_minutes=5),
         KernelScenario("T 30 min", idle_minutes=30),
         KernelScenario("T 60 min", idle_minutes=60),
@@ -84,9 +92,28 @@ def _gpu_cost(platform: Platform, f: Figures, until) -> float:
     return total
 
 
+def _cpu_idle(platform: Platform, minutes: int | None) -> Platform:
+    if minutes is None:
+        return platform
+    return dataclasses.replace(platform, profiles=tuple(
+        p if platform.uses_gpu(p) else dataclasses.replace(p, idle_timeout_seconds=minutes * 60)
+        for p in platform.profiles))
+
+
+def _factors(kernels) -> tuple[float, float, float]:
+    """:class:`KernelWeek`'s three factors of the kernels' utilization (of a week
+    without jobs)."""
+    f = kernels.model.figures
+    executing, held = kernels.executing_gpu_hours, kernels.model.held_gpu_hours
+    return (f.used_gpu_hours / executing if executing else 0.0,
+            executing / held if held else 0.0,
+            held / f.gpu_node_hours if f.gpu_node_hours else 0.0)
+
+
 def week(platform: Platform, bundle: Bundle, scenario: KernelScenario, seed: int) -> KernelWeek:
     timeout = scenario.idle_minutes * 60
-    spec = spec_for(platform, Scenario("", gpu_idle_timeout_seconds=timeout))
+    spec = spec_for(_cpu_idle(platform, scenario.cpu_idle_minutes),
+                    Scenario("", gpu_idle_timeout_seconds=timeout))
     trace = generate(spec, GeneratorConfig(seed=seed, bursts=scenario.bursts))
     if not scenario.jobs:
         trace = dataclasses.replace(trace, jobs=())
@@ -96,7 +123,9 @@ def week(platform: Platform, bundle: Bundle, scenario: KernelScenario, seed: int
     vm_minutes = max(scenario.idle_minutes, IDLE_SHUTDOWN_MINUTES[0])
     vms = baseline(spec, trace, BaselineConfig(vm_minutes))
     servers = model(spec, trace, cfg).figures
-    kernels = model_kernels(spec, trace, cfg, KernelConfig(idle_timeout_seconds=timeout))
+    kcfg = KernelConfig(idle_timeout_seconds=timeout)
+    kernels = model_kernels(spec, trace, cfg, kcfg)
+    notebooks = model_kernels(spec, dataclasses.replace(trace, jobs=()), cfg, kcfg)
     fixed_platform = sum(c.amount for c in platform_fixed(bundle, people, hours))
     fixed_vms = sum(c.amount for c in vm_fixed(people, hours))
 
@@ -107,7 +136,7 @@ def week(platform: Platform, bundle: Bundle, scenario: KernelScenario, seed: int
     return KernelWeek({"VMs": world(vms, fixed_vms),
                        "GPU servers": world(servers, fixed_platform),
                        "GPU kernels": world(kernels.model.figures, fixed_platform)},
-                      kernels.kernels_started, kernels.start_waits)
+                      kernels.kernels_started, kernels.start_waits, *_factors(notebooks))
 
 
 def _spread(values: Sequence[float], percent: bool = False, digits: int = 0) -> str:
@@ -133,27 +162,48 @@ def world_table(weeks: Sequence[KernelWeek]) -> str:
 
 
 SENSITIVITY = ("scenario", "kernels' GPU cost / VMs'", "kernels' GPU cost / servers'",
+               "every cost: kernels / VMs", "every cost: kernels / servers",
                "utilization: kernels", "utilization: servers", "kernel starts",
-               "kernel start wait p95")
+               "kernel start wait p50 / p95")
 
 
 def sensitivity_row(scenario: KernelScenario, weeks: Sequence[KernelWeek]) -> list[str]:
-    def share(a: str, b: str) -> list[float]:
-        return [w.worlds[a].gpu_cost / w.worlds[b].gpu_cost for w in weeks]
+    def share(a: str, b: str, cost: str = "gpu_cost") -> list[float]:
+        return [getattr(w.worlds[a], cost) / getattr(w.worlds[b], cost) for w in weeks]
 
-    p95 = [(percentile(w.start_waits, 95) or 0.0) / 60 for w in weeks]
+    def wait(p: int) -> float:
+        return quantile([(percentile(w.start_waits, p) or 0.0) / 60 for w in weeks], 0.5)
+
     return [scenario.label, _spread(share("GPU kernels", "VMs"), percent=True),
             _spread(share("GPU kernels", "GPU servers"), percent=True),
+            _spread(share("GPU kernels", "VMs", "every_cost"), percent=True),
+            _spread(share("GPU kernels", "GPU servers", "every_cost"), percent=True),
             _spread([w.worlds["GPU kernels"].utilization for w in weeks], percent=True),
             _spread([w.worlds["GPU servers"].utilization for w in weeks], percent=True),
             _spread([float(w.kernel_starts) for w in weeks]),
-            _spread(p95, digits=1) + " min"]
+            f"{wait(50):.1f} / {wait(95):.1f} min"]
 
 
 def sensitivity_table(rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(SENSITIVITY) + " |", "|" + "---|" * len(SENSITIVITY)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def factor_lines(weeks: Sequence[KernelWeek]) -> list[str]:
+    """The kernels' utilization (notebooks only), factored: what stands in its way."""
+    use = [w.use_while_executing for w in weeks]
+    executing = [w.executing_share for w in weeks]
+    held = [w.held_share for w in weeks]
+    product = [a * b * c for a, b, c in zip(use, executing, held)]
+    return ["the kernels' utilization of billed GPU-hours, notebooks only, as a product:",
+            f"  GPU use while a cell runs (work / GPU held while executing): "
+            f"{_spread(use, percent=True)}",
+            f"  x share of a kernel's GPU time with a cell running: "
+            f"{_spread(executing, percent=True)}",
+            f"  x share of billed GPU-hours held by a kernel (packing, boots, empty "
+            f"nodes): {_spread(held, percent=True)}",
+            f"  = {_spread(product, percent=True)}"]
 
 
 def verdict(weeks: Sequence[KernelWeek]) -> list[str]:

@@ -56,6 +56,7 @@ class KernelResult:
     kernels_released_idle: int  # by kernelIdleTimeout (the rest: their server stopped)
     start_waits: tuple[float, ...]  # seconds, first execution to its kernel running
     executions_lost: int  # not yet run when their kernel went (server stopped, eviction)
+    executing_gpu_hours: float = 0.0  # GPUs held by kernels while a cell ran in them
 
 
 @dataclass(eq=False)
@@ -187,4 +188,17 @@ def model_kernels(platform: Platform, trace: Trace, cfg: ModelConfig = ModelConf
         _kernel_session(sim, session, cfg, kcfg)
     sim.run()
     return KernelResult(result(sim, WORLD, culls=sim.idle_releases), sim.started_kernels,
-                        sim.idle_releases, tuple(sim.start_waits), sim.lost_executions)
+                        sim.idle_releases, tuple(sim.start_waits), sim.lost_executions,
+                        _executing(sim) / 3600)
+
+
+def _executing(sim: _KernelSim) -> float:
+    """GPU-seconds held by kernels while one of their executions ran."""
+    held = 0.0
+    for node in sim.nodes:
+        for start, end, pod in node.work if node.pool.has_gpu else ():
+            if pod.kind == "kernel":
+                share = pod.units / node.pool.units_per_gpu
+                held += share * sum(max(0.0, min(end, e) - max(start, s))
+                                    for s, e, _ in pod.busy)
+    return held

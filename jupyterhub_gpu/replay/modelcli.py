@@ -80,6 +80,8 @@ def _kernels(platform, bundle, args) -> int:
     sys.stdout.write(k.world_table(results[0][1]))
     print()
     print("\n".join(k.verdict(results[0][1])))
+    print()
+    print("\n".join(k.factor_lines(results[0][1])))
     if len(results) > 1:
         print()
         sys.stdout.write(k.sensitivity_table([k.sensitivity_row(s, w) for s, w in results]))
