@@ -47,7 +47,7 @@ class GeneratorConfig:
     # the cell executions in a working period: lengths, gaps and GPU use from the
     # NotebookOS authors' production notebook workload (replay/bursts.py cites each)
     bursts: BurstModel = field(default_factory=BurstModel)
-    # no public trace gives notebook activity (arrivals, busy stretches, idling,
+    # no public trace gives notebook activity (arrivals, working periods, idling,
     # walking away): every session figure is an assumption
     abandon_probability: float = 0.3  # leaves the server running at the end of the day
     # an assumption: 7 in 9 GPU users on a shared GPU, against 44% of the GPU tasks of

@@ -5,7 +5,7 @@ platform's rules, in pure Python and in well under a second (docs/replay.md, "Th
 * **The culler**: a server stops ``idleTimeout`` after its user's last activity, at
   ``maxAge``, or when its GPU stayed under ``gpuIdle``'s threshold for its window,
   each at the culler's next run (every 60 s); a person whose server was culled starts
-  it again at their next busy period (as the replay's people do); a session that is
+  it again at their next working period (as the replay's people do); a session that is
   not ``abandoned`` is stopped by its user at its end.
 * **Packing**: a pod goes to a node of the first of its profile's pools that has room
   (GPU units and CPU), the fullest first (the user-scheduler packs), else to a new
@@ -20,7 +20,7 @@ platform's rules, in pure Python and in well under a second (docs/replay.md, "Th
   elsewhere, and each loses the work since its last checkpoint (uniform up to
   ``checkpoint_interval_seconds``): a job runs that much longer, a notebook's work
   is lost.
-* **Work done**: the trace's busy periods (and jobs' run times) while their pod ran,
+* **Work done**: the trace's cell executions (and jobs' run times) while their pod ran,
   times their GPU %, with the pods on one GPU capped at the GPU's capacity.
 """
 

@@ -243,7 +243,7 @@ def _session(line: _Line, header: Header) -> Session:
     for i, b in enumerate(busy):
         if b.start < (busy[i - 1].end if i else start) or b.end > end:
             raise line.fail(f"busy[{i}]", "overlaps the one before or lies outside "
-                            "the session (busy periods are in order, within start..end)")
+                            "the session (working periods are in order, within start..end)")
     return Session(r["user"], r["profile"], start, end, busy, r.get("abandoned", False))
 
 

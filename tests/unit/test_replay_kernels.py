@@ -150,3 +150,18 @@ def test_the_kernels_mode_is_deterministic(platform):
     trace = generate(platform, GeneratorConfig(seed=4))
     cfg = ModelConfig(spot_evictions_per_hour=0.05, seed=4)
     assert model_kernels(platform, trace, cfg) == model_kernels(platform, trace, cfg)
+
+
+def test_an_evicted_kernel_is_not_started_again_the_next_execution_starts_one(platform):
+    """A spot kernel (a100-spot) evicted about hourly through a day of cells: no
+    kernel is placed twice, and there are more kernels than the idle rule alone makes."""
+    runs = [(10 + i / 6, 10 + i / 6 + 0.1, 60) for i in range(36)]  # a cell every 10 min
+    trace = day((10, 16.1, runs), profile="a100-spot")
+    trace = dataclasses.replace(trace, people=(dataclasses.replace(
+        trace.people[0], groups=("ml-eng",)),))
+    calm = model_kernels(platform, trace, ModelConfig(), KernelConfig())
+    assert (calm.kernels_started, calm.model.evictions) == (1, 0)
+    stormy = model_kernels(platform, trace, ModelConfig(spot_evictions_per_hour=1.0, seed=3))
+    assert stormy.model.evictions >= 1
+    assert stormy.kernels_started > 1
+    assert len(stormy.start_waits) == stormy.kernels_started  # each placed once
