@@ -128,6 +128,7 @@ def test_the_cell_executions_of_many_weeks_have_the_cited_figures(platform):
         assert close(statistics.median(values), cited.median, 0.1)
         assert close(quantile(values, 0.9), cited.p90, 0.15)
     assert close(statistics.fmean(lengths), model.length_minutes.mean, 0.15)
+    assert close(statistics.fmean(gpus), model.gpu_percent.mean, 0.1)  # a few are capped at 100
     assert abs(no_gpu / count - 272 / 790) < 0.03
 
 
