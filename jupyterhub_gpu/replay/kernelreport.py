@@ -23,7 +23,7 @@ from .costs import Bundle, platform_fixed, vm_fixed
 from .figures import Figures, percentile
 from .generate import GeneratorConfig, generate
 from .intervals import BASE_EVICTIONS, Scenario, quantile, spec_for
-from .kernels import KernelConfig, model_kernels
+from .kernels import KernelConfig, kernel_idle_minutes, model_kernels
 from .model import ModelConfig, model
 
 WORLDS = ("VMs", "GPU servers", "GPU kernels")
@@ -35,10 +35,13 @@ TARGET_COST_SHARE = 0.50
 @dataclass(frozen=True)
 class KernelScenario:
     label: str
-    idle_minutes: int = 15  # T: the kernel idle timeout, and the others' idle rule
+    # T: the kernel idle timeout, and the others' idle rule (None: the spec's
+    # kernelIdleTimeout, the same on every GPU profile)
+    idle_minutes: float | None = None
     bursts: BurstModel = field(default_factory=BurstModel)
     jobs: bool = True  # False: the notebooks alone (the trace's jobs left out)
     cpu_idle_minutes: int | None = None  # the CPU profiles' idle timeout (None: the spec's)
+    gpu_executions_only: bool = False  # executions without a GPU run in a CPU kernel
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ def scenarios() -> list[KernelScenario]:
     """The base case, then one knob changed in each."""
     base = BurstModel()
     return [
-        KernelScenario("base: T 15 min, bursts as cited"),
+        KernelScenario("base: T = kernelIdleTimeout, bursts as cited"),
         KernelScenario("notebooks only (no training jobs)", jobs=False),
         KernelScenario("CPU servers culled after 30 min idle (not 4 h)", cpu_idle_minutes=30),
         KernelScenario("T 5 min (VMs 15)", idle_minutes=5),
@@ -79,6 +82,8 @@ def scenarios() -> list[KernelScenario]:
         KernelScenario("GPU % in an execution x3", bursts=base.scaled(gpu=3)),
         KernelScenario("every execution uses the GPU", bursts=dataclasses.replace(
             base, no_gpu_probability=0.0)),
+        KernelScenario("executions without a GPU run in a CPU kernel",
+                       gpu_executions_only=True),
     ]
 
 
@@ -111,7 +116,8 @@ def _factors(kernels) -> tuple[float, float, float]:
 
 
 def week(platform: Platform, bundle: Bundle, scenario: KernelScenario, seed: int) -> KernelWeek:
-    timeout = scenario.idle_minutes * 60
+    minutes = scenario.idle_minutes or kernel_idle_minutes(platform)
+    timeout = round(minutes * 60)
     spec = spec_for(_cpu_idle(platform, scenario.cpu_idle_minutes),
                     Scenario("", gpu_idle_timeout_seconds=timeout))
     trace = generate(spec, GeneratorConfig(seed=seed, bursts=scenario.bursts))
@@ -120,10 +126,11 @@ def week(platform: Platform, bundle: Bundle, scenario: KernelScenario, seed: int
     hours = (trace.header.end - trace.header.start).total_seconds() / 3600
     people, end = len(trace.people), trace.header.end
     cfg = ModelConfig(spot_evictions_per_hour=BASE_EVICTIONS, seed=seed)
-    vm_minutes = max(scenario.idle_minutes, IDLE_SHUTDOWN_MINUTES[0])
+    vm_minutes = max(minutes, IDLE_SHUTDOWN_MINUTES[0])
     vms = baseline(spec, trace, BaselineConfig(vm_minutes))
     servers = model(spec, trace, cfg).figures
-    kcfg = KernelConfig(idle_timeout_seconds=timeout)
+    kcfg = KernelConfig(idle_timeout_seconds=timeout,
+                        gpu_executions_only=scenario.gpu_executions_only)
     kernels = model_kernels(spec, trace, cfg, kcfg)
     notebooks = model_kernels(spec, dataclasses.replace(trace, jobs=()), cfg, kcfg)
     fixed_platform = sum(c.amount for c in platform_fixed(bundle, people, hours))

@@ -41,6 +41,9 @@ class KernelConfig:
     start_seconds: int = KERNEL_START_SECONDS
     cpu_profile: str | None = None  # None: the first CPU profile the person may use
     warm_cpu_nodes: int = 1  # the CPU pool's nodes kept up all week (minNodes)
+    # True: only executions that use the GPU run in the GPU kernel (the person runs the
+    # others in a CPU kernel of their server); False: every execution does
+    gpu_executions_only: bool = False
 
     def __post_init__(self):
         if self.idle_timeout_seconds is not None and self.idle_timeout_seconds <= 0:
@@ -139,6 +142,17 @@ class _KernelSim(_Sim):
         return True
 
 
+def kernel_idle_minutes(platform: Platform) -> float:
+    """The ``kernelIdleTimeout`` of the spec's GPU profiles, in minutes: one value, or
+    a ValueError naming each profile's."""
+    values = {p.slug: p.kernel_idle_timeout_seconds for p in platform.profiles
+              if platform.uses_gpu(p)}
+    if len(set(values.values())) != 1:
+        raise ValueError("the GPU profiles' kernelIdleTimeout differ (" + ", ".join(
+            f"{slug}: {v} s" for slug, v in values.items()) + "): give one idle timeout")
+    return next(iter(values.values())) / 60
+
+
 def cpu_profile_of(platform: Platform, groups: tuple[str, ...], slug: str | None) -> Profile:
     """The CPU profile a person's server uses in kernels mode."""
     allowed = [p for p in platform.profiles_for(set(groups)) if not platform.uses_gpu(p)]
@@ -163,6 +177,8 @@ def _kernel_session(sim: _KernelSim, session: Session, cfg: ModelConfig,
                         round(cpu.cpu * 1000), start, stop, culled=culled))
         sim.at(min(stop, sim.until), sim.server_stop, k)
     for b in session.bursts:
+        if kcfg.gpu_executions_only and not b.gpu_percent:
+            continue
         run = ((b.start - t0).total_seconds(), (b.end - t0).total_seconds(), b.gpu_percent)
         sim.at(run[0], sim.execution, k, run)
 

@@ -62,7 +62,7 @@ def _sensitivity(platform, bundle, args) -> int:
 def _kernels(platform, bundle, args) -> int:
     from . import kernelreport as k
     from .bursts import SOURCE
-    from .kernels import KERNEL_START_SECONDS
+    from .kernels import KERNEL_START_SECONDS, kernel_idle_minutes
 
     chosen = k.scenarios()[:1] if args.base_only else k.scenarios()
     results = [(s, [k.week(platform, bundle, s, seed) for seed in range(args.seeds)])
@@ -75,7 +75,7 @@ def _kernels(platform, bundle, args) -> int:
           "pool with 1 node kept warm (billed all week)")
     print(f"cell executions: {SOURCE}")
     print()
-    print(f"{chosen[0].label}:")
+    print(f"{chosen[0].label} ({kernel_idle_minutes(platform):g} min in the spec):")
     print()
     sys.stdout.write(k.world_table(results[0][1]))
     print()

@@ -165,3 +165,25 @@ def test_an_evicted_kernel_is_not_started_again_the_next_execution_starts_one(pl
     assert stormy.model.evictions >= 1
     assert stormy.kernels_started > 1
     assert len(stormy.start_waits) == stormy.kernels_started  # each placed once
+
+
+def test_cells_without_a_gpu_can_run_in_a_cpu_kernel(platform):
+    """A cell at 0% at 10:00 and one at 50% at 11:00: each starts a GPU kernel, unless
+    the one without a GPU runs in a CPU kernel of the server."""
+    trace = day((10, 12, [(10.0, 10.1, 0), (11.0, 11.1, 50)]))
+    every = model_kernels(platform, trace, ModelConfig(), KernelConfig())
+    gpu_only = model_kernels(platform, trace, ModelConfig(),
+                             KernelConfig(gpu_executions_only=True))
+    assert (every.kernels_started, gpu_only.kernels_started) == (2, 1)
+    assert gpu_only.model.figures.gpu_node_hours < every.model.figures.gpu_node_hours
+
+
+def test_the_kernel_idle_timeout_of_the_spec_is_one_value(platform):
+    from jupyterhub_gpu.replay.kernels import kernel_idle_minutes
+
+    assert kernel_idle_minutes(platform) == 15
+    mixed = dataclasses.replace(platform, profiles=tuple(
+        dataclasses.replace(p, kernel_idle_timeout_seconds=600) if p.slug == "t4-shared"
+        else p for p in platform.profiles))
+    with pytest.raises(ValueError, match="t4-shared: 600 s, a100-mig-3g: 900 s"):
+        kernel_idle_minutes(mixed)
