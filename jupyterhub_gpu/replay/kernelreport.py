@@ -115,7 +115,10 @@ def _factors(kernels) -> tuple[float, float, float]:
             held / f.gpu_node_hours if f.gpu_node_hours else 0.0)
 
 
-def week(platform: Platform, bundle: Bundle, scenario: KernelScenario, seed: int) -> KernelWeek:
+def week(platform: Platform, bundle: Bundle, scenario: KernelScenario, seed: int,
+         factors: bool = True) -> KernelWeek:
+    """One seed's week in the three worlds (``factors``: also the kernels' factored
+    utilization, one more run of the kernels without the jobs)."""
     minutes = scenario.idle_minutes or kernel_idle_minutes(platform)
     timeout = round(minutes * 60)
     spec = spec_for(_cpu_idle(platform, scenario.cpu_idle_minutes),
@@ -132,7 +135,8 @@ def week(platform: Platform, bundle: Bundle, scenario: KernelScenario, seed: int
     kcfg = KernelConfig(idle_timeout_seconds=timeout,
                         gpu_executions_only=scenario.gpu_executions_only)
     kernels = model_kernels(spec, trace, cfg, kcfg)
-    notebooks = model_kernels(spec, dataclasses.replace(trace, jobs=()), cfg, kcfg)
+    notebooks = (model_kernels(spec, dataclasses.replace(trace, jobs=()), cfg, kcfg)
+                 if factors else None)
     fixed_platform = sum(c.amount for c in platform_fixed(bundle, people, hours))
     fixed_vms = sum(c.amount for c in vm_fixed(people, hours))
 
@@ -143,7 +147,8 @@ def week(platform: Platform, bundle: Bundle, scenario: KernelScenario, seed: int
     return KernelWeek({"VMs": world(vms, fixed_vms),
                        "GPU servers": world(servers, fixed_platform),
                        "GPU kernels": world(kernels.model.figures, fixed_platform)},
-                      kernels.kernels_started, kernels.start_waits, *_factors(notebooks))
+                      kernels.kernels_started, kernels.start_waits,
+                      *(_factors(notebooks) if notebooks else ()))
 
 
 def _spread(values: Sequence[float], percent: bool = False, digits: int = 0) -> str:

@@ -65,8 +65,8 @@ def _kernels(platform, bundle, args) -> int:
     from .kernels import KERNEL_START_SECONDS, kernel_idle_minutes
 
     chosen = k.scenarios()[:1] if args.base_only else k.scenarios()
-    results = [(s, [k.week(platform, bundle, s, seed) for seed in range(args.seeds)])
-               for s in chosen]
+    results = [(s, [k.week(platform, bundle, s, seed, factors=i == 0)
+                    for seed in range(args.seeds)]) for i, s in enumerate(chosen)]
     print(f"{args.seeds} generated weeks per scenario (seeds 0 to {args.seeds - 1}); each "
           "cell: median [5th, 95th percentile] over the weeks. One idle timeout T for all: "
           "VMs shut down T after the last activity (at least 15 min), GPU servers culled T "
