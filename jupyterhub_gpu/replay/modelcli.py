@@ -127,6 +127,10 @@ def model_command(args: argparse.Namespace) -> int:
     if args.seeds < 2:
         print("error: --seeds must be at least 2 (a range needs weeks)", file=sys.stderr)
         return 1
+    if args.kernels and (args.trace or args.compare):
+        print("error: --kernels runs generated weeks: it takes no --trace or --compare",
+              file=sys.stderr)
+        return 1
     platform = load_platform(args.spec)
     try:
         bundle = read_bundle(Path(args.bundle), platform)

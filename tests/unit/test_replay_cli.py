@@ -202,6 +202,12 @@ def test_model_refuses_a_single_seed(example_spec_path):
     assert result.stderr.startswith("error: --seeds must be at least 2")
 
 
+def test_model_kernels_refuses_a_trace(week, example_spec_path):
+    result = run("model", "--kernels", "--spec", example_spec_path, "--trace", week)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: --kernels runs generated weeks")
+
+
 def test_model_compare_reads_a_replays_outcome_and_prints_both(week, example_spec_path,
                                                                 tmp_path):
     """An outcome whose nodes are the model's own: the two columns agree on node-hours."""
