@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..spec.model import Platform
 from .baseline import IDLE_SHUTDOWN_MINUTES, BaselineConfig, baseline
@@ -54,7 +54,7 @@ class World:
 
 @dataclass(frozen=True)
 class KernelWeek:
-    worlds: dict  # WORLDS -> World
+    worlds: Mapping[str, World]  # WORLDS -> World
     kernel_starts: int
     start_waits: tuple[float, ...]
     # the kernels' utilization, factored: work / GPU held while executing (the GPU %
