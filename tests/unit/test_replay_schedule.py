@@ -189,3 +189,23 @@ def test_a_node_going_before_the_replay_starts_bills_nothing_and_one_up_counts_f
     assert (going.start, going.end) == (start, start)
     assert (up.start, up.end) == (start, start + timedelta(seconds=600))
     assert (new.start, new.end) == (start + timedelta(seconds=120), None)
+
+
+async def test_a_gpu_action_sets_the_users_pod_annotation_and_nothing_else():
+    """What the replayer's person does for a "gpu" action: the fake DCGM annotation on
+    their running pod says the execution's utilization, then 0 when it ends; no hub
+    request is made (the hub is not involved: ``http`` is None)."""
+    import json
+
+    from jupyterhub_gpu.contract import DCGM_GPU_UTIL
+    from jupyterhub_gpu.replay.schedule import Action
+    from jupyterhub_gpu.replay.users import Users
+
+    written = []
+    users = Users(None, "http://hub.invalid", lambda user: ("team-a", f"jupyter-{user}"),
+                  lambda ns, name, value: written.append((ns, name, value)) or True)
+    await users.act(Action(1.0, "gpu", "alice", gpu_percent=40.0))
+    await users.act(Action(2.0, "gpu", "alice"))
+    assert written == [("team-a", "jupyter-alice", json.dumps({DCGM_GPU_UTIL: 40.0})),
+                       ("team-a", "jupyter-alice", json.dumps({DCGM_GPU_UTIL: 0.0}))]
+    assert not users.counts  # no error, no hub call counted
