@@ -187,6 +187,8 @@ def model_kernels(platform: Platform, trace: Trace, cfg: ModelConfig = ModelConf
                   kcfg: KernelConfig = KernelConfig()) -> KernelResult:
     """``trace`` through the model with GPU kernels for every session of a GPU
     profile (CPU profiles' sessions and the jobs as in :func:`~.model.model`)."""
+    if not platform.gpu_kernels_per_user:
+        raise ValueError("the spec switches GPU kernels off (gpuKernelsPerUser: 0)")
     sim = _KernelSim(platform, trace, cfg)
     uses_gpu = {s.profile: platform.uses_gpu(platform.profile(s.profile)) for s in trace.sessions}
     gpu_sessions = [s for s in trace.sessions if uses_gpu[s.profile]]

@@ -187,3 +187,9 @@ def test_the_kernel_idle_timeout_of_the_spec_is_one_value(platform):
         else p for p in platform.profiles))
     with pytest.raises(ValueError, match="t4-shared: 600 s, a100-mig-3g: 900 s"):
         kernel_idle_minutes(mixed)
+
+
+def test_a_spec_without_gpu_kernels_is_refused(platform):
+    off = dataclasses.replace(platform, gpu_kernels_per_user=0)
+    with pytest.raises(ValueError, match="gpuKernelsPerUser: 0"):
+        model_kernels(off, day((10, 11, [(10.25, 10.75, 40)])))
