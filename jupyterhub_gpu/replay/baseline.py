@@ -111,7 +111,7 @@ def vm_pool(platform: Platform, profile: Profile | None) -> Pool:
 
 
 def _activity(session: Session) -> list[tuple[datetime, datetime]]:
-    """Opening the session, then each busy period."""
+    """Opening the session, then each working period (activity: the VM is not idle)."""
     return [(session.start, session.start), *((b.start, b.end) for b in session.busy)]
 
 
@@ -179,7 +179,7 @@ def _job_nodes(platform: Platform, trace: Trace, cfg: BaselineConfig) -> list[No
 def _used_gpu_hours(platform: Platform, trace: Trace) -> float:
     """The GPU work the trace asks for (a dedicated VM does all of it)."""
     sessions = sum((b.end - b.start).total_seconds() * b.gpu_percent / 100
-                   for s in trace.sessions for b in s.busy)
+                   for s in trace.sessions for b in s.bursts)
     jobs = sum(j.run_seconds * j.gpu_percent / 100 * platform.job_profile(j.profile).pods
                for j in trace.jobs)
     return (sessions + jobs) / 3600

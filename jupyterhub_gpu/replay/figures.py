@@ -93,7 +93,7 @@ def _merged(spans: list[tuple[datetime, datetime]]) -> list[tuple[datetime, date
 
 
 def _session_work(trace: Trace, rows: list[Usage]) -> float:
-    """GPU-hours of the trace's busy periods while one of the user's servers ran
+    """GPU-hours of the trace's cell executions while one of the user's servers ran
     (counted once however many ran)."""
     until = trace.header.end
     running: dict[str, list[tuple[datetime, datetime]]] = {}
@@ -102,7 +102,7 @@ def _session_work(trace: Trace, rows: list[Usage]) -> float:
             running.setdefault(r.user, []).append((r.running_at, r.stopped_at or until))
     used = 0.0
     for s in trace.sessions:
-        for b in s.busy:
+        for b in s.bursts:
             for start, stop in _merged(running.get(s.user, [])):
                 used += _overlap_hours(b.start, b.end, start, stop) * b.gpu_percent / 100
     return used

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..spec.model import Platform, Profile
+from .bursts import BurstModel, bursts
 from .trace import Busy, Header, Job, Person, Session, Trace
 
 
@@ -39,13 +40,14 @@ class GeneratorConfig:
     lunch_minutes: tuple[int, int] = (30, 60)
     meetings_per_day: float = 2.0  # Poisson mean
     meeting_minutes: tuple[int, ...] = (30, 60)
-    busy_minutes: float = 40  # mean (exponential) of a busy stretch in a notebook
-    pause_minutes: float = 10  # mean (exponential) of a pause between busy stretches
-    # triangular: low, mode, high; an assumption. Alibaba PAI's 2020 trace (Weng et al.,
-    # NSDI 2022) has only lifetime averages per instance, idle time included, so it does
-    # not give this (docs/replay.md, "Public GPU-cluster traces")
-    gpu_percent: tuple[float, float, float] = (0, 30, 100)
-    # no public trace gives notebook activity (arrivals, busy stretches, idling,
+    # mean (exponential) a person means to spend in a working period at the notebook;
+    # an assumption (the period runs longer if a cell is still running at its end)
+    busy_minutes: float = 40
+    pause_minutes: float = 10  # mean (exponential) of a pause between working periods
+    # the cell executions in a working period: lengths, gaps and GPU use from the
+    # NotebookOS authors' production notebook workload (replay/bursts.py cites each)
+    bursts: BurstModel = field(default_factory=BurstModel)
+    # no public trace gives notebook activity (arrivals, working periods, idling,
     # walking away): every session figure is an assumption
     abandon_probability: float = 0.3  # leaves the server running at the end of the day
     # an assumption: 7 in 9 GPU users on a shared GPU, against 44% of the GPU tasks of
@@ -132,6 +134,8 @@ def _blocked(rng: random.Random, cfg: GeneratorConfig, day: datetime,
 
 def _busy(rng: random.Random, cfg: GeneratorConfig, start: datetime, end: datetime,
           blocked: list[tuple[datetime, datetime]], cap: float) -> tuple[Busy, ...]:
+    """The working periods from ``start`` to ``end`` (away while ``blocked``), each
+    with its cell executions; a period lasts until its last execution ends."""
     out, t = [], start
     while t < end:
         while any(a <= t < b for a, b in blocked):
@@ -139,9 +143,9 @@ def _busy(rng: random.Random, cfg: GeneratorConfig, start: datetime, end: dateti
         stop = min([end, t + _seconds(rng.expovariate(1 / cfg.busy_minutes))]
                    + [a for a, _ in blocked if a > t])
         if stop > t:
-            low, mode, high = cfg.gpu_percent
-            gpu = round(min(rng.triangular(low, high, mode), cap), 1) if cap else 0.0
-            out.append(Busy(t, stop, gpu))
+            runs = bursts(rng, cfg.bursts, t, stop, end, cap)
+            stop = max([stop] + [b.end for b in runs])
+            out.append(Busy(t, stop, runs))
         t = stop + _seconds(rng.expovariate(1 / cfg.pause_minutes))
     return tuple(out)
 

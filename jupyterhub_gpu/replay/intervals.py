@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 from ..spec.model import Platform
 from . import prices
 from .baseline import BaselineConfig, baseline
+from .bursts import BurstModel
 from .costs import Bundle, platform_fixed, spot_at_on_demand, vm_fixed
 from .generate import GeneratorConfig, generate
 from .model import ModelConfig, model
@@ -28,7 +29,7 @@ class Scenario:
     label: str
     team_size: int = 20
     profile_weights: Mapping[str, float] | None = None  # None: the generator's
-    gpu_percent_mode: float | None = None  # None: the generator's
+    gpu_scale: float | None = None  # the executions' GPU % times this (None: as cited)
     gpu_idle_timeout_seconds: int | None = None  # the GPU profiles' idleTimeout
     model: ModelConfig = field(default_factory=lambda: ModelConfig(
         spot_evictions_per_hour=BASE_EVICTIONS))
@@ -44,7 +45,7 @@ def scenarios() -> list[Scenario]:
         Scenario("A100-heavier profile mix", profile_weights=A100_HEAVY),
         Scenario("idle timeout 15 min (both sides)", gpu_idle_timeout_seconds=15 * 60),
         Scenario("idle timeout 60 min (both sides)", gpu_idle_timeout_seconds=60 * 60),
-        Scenario("GPU % while busy: mode 60", gpu_percent_mode=60),
+        Scenario("GPU % in an execution x3", gpu_scale=3),
         Scenario(f"spot evictions {100 * low:g}%/h", model=ModelConfig(
             spot_evictions_per_hour=low)),
         Scenario(f"spot evictions {100 * high:g}%/h", model=ModelConfig(
@@ -93,8 +94,8 @@ def generator(scenario: Scenario, seed: int) -> GeneratorConfig:
     extra = {}
     if scenario.profile_weights is not None:
         extra["profile_weights"] = scenario.profile_weights
-    if scenario.gpu_percent_mode is not None:
-        extra["gpu_percent"] = (0, scenario.gpu_percent_mode, 100)
+    if scenario.gpu_scale is not None:
+        extra["bursts"] = BurstModel().scaled(gpu=scenario.gpu_scale)
     return GeneratorConfig(team_size=scenario.team_size, seed=seed, **extra)
 
 

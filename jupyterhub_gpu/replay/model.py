@@ -5,7 +5,7 @@ platform's rules, in pure Python and in well under a second (docs/replay.md, "Th
 * **The culler**: a server stops ``idleTimeout`` after its user's last activity, at
   ``maxAge``, or when its GPU stayed under ``gpuIdle``'s threshold for its window,
   each at the culler's next run (every 60 s); a person whose server was culled starts
-  it again at their next busy period (as the replay's people do); a session that is
+  it again at their next working period (as the replay's people do); a session that is
   not ``abandoned`` is stopped by its user at its end.
 * **Packing**: a pod goes to a node of the first of its profile's pools that has room
   (GPU units and CPU), the fullest first (the user-scheduler packs), else to a new
@@ -20,7 +20,7 @@ platform's rules, in pure Python and in well under a second (docs/replay.md, "Th
   elsewhere, and each loses the work since its last checkpoint (uniform up to
   ``checkpoint_interval_seconds``): a job runs that much longer, a notebook's work
   is lost.
-* **Work done**: the trace's busy periods (and jobs' run times) while their pod ran,
+* **Work done**: the trace's cell executions (and jobs' run times) while their pod ran,
   times their GPU %, with the pods on one GPU capped at the GPU's capacity.
 """
 
@@ -32,6 +32,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import MappingProxyType
+from typing import Mapping
 
 from ..spec.allocatable import node_resources
 from ..spec.model import Platform, Pool
@@ -54,6 +55,8 @@ class ModelConfig:
     checkpoint_interval_seconds: int = prices.CHECKPOINT_INTERVAL_SECONDS
     seed: int = 0  # the evictions' draws
     cull_every_seconds: int = CULL_EVERY
+    # pool name -> nodes kept up all week besides the spec's minNodes (a warm pool)
+    warm_nodes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self):
         if self.empty_node_seconds is not None and self.empty_node_seconds < 0:
@@ -71,12 +74,15 @@ class ModelResult:
     figures: Figures
     evictions: int
     lost_gpu_hours: float  # work done since a checkpoint, lost to an eviction
+    held_gpu_hours: float = 0.0  # GPUs (a share counted as its part) held by pods
 
 
 def server_segments(session: Session, profile, t0: datetime, cull_every: int
                     ) -> list[tuple[float, float, bool]]:
     """When ``session``'s server runs, in seconds from ``t0``: (start, stop, culled)
-    for each time it is started (again after a cull)."""
+    for each time it is started (again after a cull). Its working periods are
+    activity; its GPU is busy (for ``gpuIdle``) only in the cell executions at or over
+    the threshold."""
     def s(at: datetime) -> float:
         return (at - t0).total_seconds()
 
@@ -88,26 +94,34 @@ def server_segments(session: Session, profile, t0: datetime, cull_every: int
     segments = []
     seg = act = gpu = s(session.start)
 
-    def off(low: bool = False, busy: bool = False) -> float:
+    def off(busy: bool = False, gpu_busy: bool = False) -> float:
+        """When the culler stops the server if nothing changes from now."""
         cuts = [] if busy else [act + idle]
         if max_age:
             cuts.append(seg + max_age)
-        if gpu_idle and (low or not busy):
+        if gpu_idle and not gpu_busy:
             cuts.append(gpu + gpu_idle.window_seconds)
         return tick(min(cuts)) if cuts else math.inf
+
+    def culled_until(t: float, gpu_busy: bool = False) -> None:
+        """Its person at work until ``t``: each cull meanwhile, and the start again."""
+        nonlocal seg, act, gpu
+        while (cut := off(True, gpu_busy)) < t:
+            segments.append((seg, cut, True))
+            seg = act = gpu = cut
 
     for b in session.busy:
         a, e = s(b.start), s(b.end)
         if a >= off():  # culled in the gap before it: started again now
             segments.append((seg, off(), True))
             seg = act = gpu = a
-        low = gpu_idle is not None and b.gpu_percent < gpu_idle.threshold_percent
-        while (cut := off(low, busy=True)) < e:  # max age, or GPU idle while busy
-            segments.append((seg, cut, True))
-            seg = act = gpu = cut
+        for x in b.bursts if gpu_idle else ():
+            if x.gpu_percent >= gpu_idle.threshold_percent:
+                culled_until(s(x.start))
+                culled_until(s(x.end), gpu_busy=True)
+                gpu = max(gpu, s(x.end))
+        culled_until(e)
         act = e
-        if not low:
-            gpu = e
     stop, end = off(), s(session.end)
     segments.append((seg, end, False) if not session.abandoned and end < stop
                     else (seg, stop, True))
@@ -126,11 +140,12 @@ class _Node:
     end: float | None = None
     token: int = 0  # changes whenever a pod arrives: a stale removal is ignored
     work: list = field(default_factory=list)  # (start, end, pod) while a pod ran
+    warm: bool = False  # one of the pool's minimum nodes: never removed
 
 
 @dataclass(eq=False)
 class _Pod:
-    kind: str  # "session" or "job"
+    kind: str  # "session", "job" or "kernel"
     profile: str
     pools: tuple[Pool, ...]
     units: int
@@ -139,13 +154,15 @@ class _Pod:
     stop: float | None  # a session's: when it is stopped
     run: float = 0.0  # a job's run time still to do
     gpu_percent: float = 0.0
-    busy: tuple = ()  # a session's busy periods, seconds: (start, end, gpu %)
+    busy: tuple | list = ()  # its cell executions, seconds: (start, end, gpu %)
     culled: bool = False
     node: _Node | None = None
     started: float | None = None
     generation: int = 0
     first_wait: float | None = None  # request to running, the first time it ran
     queue_wait: float | None = None  # request to a place on a node, the first time
+    start_delay: float = 0.0  # from its node's readiness to running (a kernel's start)
+    owner: object = None  # a kernel's session (kernels.py)
 
 
 class _Sim:
@@ -204,13 +221,17 @@ class _Sim:
         node.cpu -= pod.cpu
         node.pods.add(pod)
         node.token += 1
-        pod.node, pod.started = node, max(t, node.ready)
+        pod.node, pod.started = node, max(t, node.ready) + pod.start_delay
         if pod.queue_wait is None:
             pod.queue_wait = t - pod.requested
         if pod.first_wait is None and (pod.stop is None or pod.started < pod.stop):
             pod.first_wait = pod.started - pod.requested
         end = pod.started + pod.run if pod.kind == "job" else max(pod.stop, pod.started)
         self.at(min(end, self.until) if end > t else t, self.finish, pod, pod.generation)
+        self.placed(t, pod)
+
+    def placed(self, t: float, pod: _Pod) -> None:
+        """``pod`` has a node and a start time (the kernels' model acts on it)."""
 
     def release(self, t: float, pod: _Pod, worked_until: float) -> None:
         node = pod.node
@@ -220,13 +241,19 @@ class _Sim:
         node.cpu += pod.cpu
         node.pods.discard(pod)
         pod.node = None
-        if not node.pods and node.end is None:
+        if not node.pods and node.end is None and not node.warm:
             self.at(t + self.empty_seconds(node.pool), self.remove, node, node.token)
 
     def empty_seconds(self, pool: Pool) -> float:
         if self.cfg.empty_node_seconds is not None:
             return self.cfg.empty_node_seconds
         return pool.consolidate_after_seconds + KARPENTER_DISRUPTION_SECONDS
+
+    def submit(self, pod: _Pod) -> None:
+        """``pod`` is asked for at its ``requested`` time (if within the week)."""
+        if pod.requested < self.until:
+            self.pods.append(pod)
+            self.at(pod.requested, self.request, pod)
 
     def retry(self, t: float) -> None:
         waiting, self.pending = self.pending, []
@@ -259,7 +286,12 @@ class _Sim:
                 pod.run -= ran - lost
             pod.generation += 1
             pod.requested = t
-            self.request(t, pod)
+            if not self.evicted(t, pod):
+                self.request(t, pod)
+
+    def evicted(self, t: float, pod: _Pod) -> bool:
+        """True if ``pod``, evicted, is not started again (a kernel is not)."""
+        return False
 
     # --- accounting -------------------------------------------------------------
     def work_of(self, pod: _Pod, a: float, b: float) -> float:
@@ -267,6 +299,14 @@ class _Sim:
         if pod.kind == "job":
             return max(0.0, b - a) * pod.gpu_percent / 100
         return sum(max(0.0, min(b, e) - max(a, s)) * g / 100 for s, e, g in pod.busy)
+
+    def warm_up(self, warm: dict[str, int]) -> None:
+        """Each pool's minimum nodes, up (and billed) from the start: the spec's
+        ``minNodes``, or more from ``warm`` (pool name -> nodes)."""
+        for pool in self.platform.pools:
+            for _ in range(max(pool.min_nodes, warm.get(pool.name, 0))):
+                node = self.new_node(-pool.boot_seconds, pool)
+                node.created, node.warm = 0.0, True
 
 
 def _capped_work(node: _Node) -> float:
@@ -296,7 +336,7 @@ def _pods(platform: Platform, trace: Trace, cfg: ModelConfig, t0: datetime) -> l
     for session in trace.sessions:
         profile = platform.profile(session.profile)
         busy = tuple(((b.start - t0).total_seconds(), (b.end - t0).total_seconds(),
-                      b.gpu_percent) for b in session.busy)
+                      b.gpu_percent) for b in session.bursts)
         for start, stop, culled in server_segments(session, profile, t0,
                                                    cfg.cull_every_seconds):
             pods.append(_Pod("session", profile.slug, platform.pools_of(profile),
@@ -316,12 +356,17 @@ def model(platform: Platform, trace: Trace, cfg: ModelConfig = ModelConfig()) ->
     """``trace`` through the model of the platform (``cfg``); the trace must agree
     with the spec (:func:`~.trace.check_against`)."""
     sim = _Sim(platform, trace, cfg)
-    t0 = sim.t0
-    for pod in _pods(platform, trace, cfg, t0):
-        if pod.requested < sim.until:
-            sim.pods.append(pod)
-            sim.at(pod.requested, sim.request, pod)
+    sim.warm_up(dict(cfg.warm_nodes))
+    for pod in _pods(platform, trace, cfg, sim.t0):
+        sim.submit(pod)
     sim.run()
+    return result(sim, WORLD)
+
+
+def result(sim: _Sim, world: str, culls: int = 0) -> ModelResult:
+    """The figures of a finished ``sim`` (``culls``: idle shutdowns besides the
+    servers' culls)."""
+    platform, trace, t0 = sim.platform, sim.trace, sim.t0
     when = lambda s: t0 + timedelta(seconds=s)  # noqa: E731
     nodes = tuple(NodeLifetime(n.pool.name, n.name, when(n.created),
                                when(min(n.end if n.end is not None else sim.until,
@@ -334,11 +379,13 @@ def model(platform: Platform, trace: Trace, cfg: ModelConfig = ModelConfig()) ->
         if p.queue_wait is not None:
             waits.setdefault(p.profile, []).append(p.queue_wait)
     figures = Figures(
-        world=WORLD, gpu_node_hours=gpu_hours, cost=cost,
+        world=world, gpu_node_hours=gpu_hours, cost=cost,
         used_gpu_hours=sum(_capped_work(n) for n in sim.nodes) / 3600,
         node_hours_by_pool=MappingProxyType(by_pool),
         time_to_notebook=tuple(p.first_wait for p in sessions if p.first_wait is not None),
         queue_waits=MappingProxyType({k: tuple(v) for k, v in sorted(waits.items())}),
-        culls=sum(p.culled for p in sessions), preemptions=sim.evictions,
+        culls=sum(p.culled for p in sessions) + culls, preemptions=sim.evictions,
         sessions_without_server=sum(p.first_wait is None for p in sessions), nodes=nodes)
-    return ModelResult(figures, sim.evictions, sim.lost_gpu_hours)
+    held = sum((end - start) * pod.units / n.pool.units_per_gpu
+               for n in sim.nodes if n.pool.has_gpu for start, end, pod in n.work)
+    return ModelResult(figures, sim.evictions, sim.lost_gpu_hours, held / 3600)

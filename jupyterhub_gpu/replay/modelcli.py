@@ -23,6 +23,10 @@ def add_model_parser(commands, default_spec: str) -> None:
     add_bundle_option(p)
     p.add_argument("--seeds", type=int, default=20, help="weeks per scenario (default: 20)")
     p.add_argument("--base-only", action="store_true", help="only the base scenario")
+    p.add_argument("--kernels", action="store_true",
+                   help="instead: GPU kernels (each cell execution in a GPU kernel started "
+                   "from a CPU server) against GPU servers and VMs with the same idle rule, "
+                   "and the sensitivity to the kernel idle timeout and the bursts")
     p.add_argument("--trace", metavar="TRACE",
                    help="instead: the model of this one trace beside its VM baselines")
     p.add_argument("--compare", nargs=2, metavar=("OUTCOME", "TRACE"),
@@ -52,6 +56,35 @@ def _sensitivity(platform, bundle, args) -> int:
     sys.stdout.write(markdown(rows))
     print()
     print("\n".join(fixed_lines(bundle, 20, 7 * 24)))
+    return 0
+
+
+def _kernels(platform, bundle, args) -> int:
+    from . import kernelreport as k
+    from .bursts import SOURCE
+    from .kernels import KERNEL_START_SECONDS, kernel_idle_minutes
+
+    chosen = k.scenarios()[:1] if args.base_only else k.scenarios()
+    results = [(s, [k.week(platform, bundle, s, seed, factors=i == 0)
+                    for seed in range(args.seeds)]) for i, s in enumerate(chosen)]
+    print(f"{args.seeds} generated weeks per scenario (seeds 0 to {args.seeds - 1}); each "
+          "cell: median [5th, 95th percentile] over the weeks. One idle timeout T for all: "
+          "VMs shut down T after the last activity (at least 15 min), GPU servers culled T "
+          "after it, GPU kernels released T after their last cell execution, started "
+          f"{KERNEL_START_SECONDS} s after their node is ready, from CPU servers on a CPU "
+          "pool with 1 node kept warm (billed all week)")
+    print(f"cell executions: {SOURCE}")
+    print()
+    print(f"{chosen[0].label} ({kernel_idle_minutes(platform):g} min in the spec):")
+    print()
+    sys.stdout.write(k.world_table(results[0][1]))
+    print()
+    print("\n".join(k.verdict(results[0][1])))
+    print()
+    print("\n".join(k.factor_lines(results[0][1])))
+    if len(results) > 1:
+        print()
+        sys.stdout.write(k.sensitivity_table([k.sensitivity_row(s, w) for s, w in results]))
     return 0
 
 
@@ -94,11 +127,17 @@ def model_command(args: argparse.Namespace) -> int:
     if args.seeds < 2:
         print("error: --seeds must be at least 2 (a range needs weeks)", file=sys.stderr)
         return 1
+    if args.kernels and (args.trace or args.compare):
+        print("error: --kernels runs generated weeks: it takes no --trace or --compare",
+              file=sys.stderr)
+        return 1
     platform = load_platform(args.spec)
     try:
         bundle = read_bundle(Path(args.bundle), platform)
         if args.compare or args.trace:
             return _one_week(platform, bundle, args)
+        if args.kernels:
+            return _kernels(platform, bundle, args)
         return _sensitivity(platform, bundle, args)
     except (OSError, KeyError, TraceError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -186,8 +186,9 @@ class Action:
     session: int = -1  # the index of the trace's session it belongs to
 
 
-#: what users do, in the order actions at the same moment are taken
-KINDS = ("stop", "start", "busy", "activity", "idle", "job")
+#: what users do, in the order actions at the same moment are taken ("gpu": a cell
+#: execution starts or ends, and the user's GPU utilization changes)
+KINDS = ("stop", "start", "busy", "gpu", "activity", "idle", "job")
 
 
 def wall_seconds(trace: Trace, at: datetime, factor: float) -> float:
@@ -199,18 +200,38 @@ def trace_time(trace: Trace, wall: float, factor: float) -> datetime:
     return trace.header.start + timedelta(seconds=wall * factor)
 
 
+def _burst_actions(trace: Trace, factor: float, session: Session, index: int, busy: Busy
+                   ) -> list[Action]:
+    """The GPU utilization of each cell execution from its start, and 0 from its end
+    (unless the next starts then, or the working period ends then: its idle says so)."""
+    user, actions = session.user, []
+    for i, b in enumerate(busy.bursts):
+        if b.start > busy.start:
+            actions.append(Action(wall_seconds(trace, b.start, factor), "gpu", user,
+                                  gpu_percent=b.gpu_percent, session=index))
+        follows = busy.bursts[i + 1].start if i + 1 < len(busy.bursts) else busy.end
+        if b.end < follows:
+            actions.append(Action(wall_seconds(trace, b.end, factor), "gpu", user,
+                                  session=index))
+    return actions
+
+
 def _busy_actions(trace: Trace, factor: float, session: Session, index: int, busy: Busy
                   ) -> list[Action]:
     """Busy from ``busy.start`` (with the session's profile: a user whose server was
-    culled meanwhile starts it again), activity every ACTIVITY_INTERVAL, idle at the end."""
+    culled meanwhile starts it again), activity every ACTIVITY_INTERVAL, the GPU
+    utilization of each cell execution, idle at the end."""
     user = session.user
     start, end = wall_seconds(trace, busy.start, factor), wall_seconds(trace, busy.end, factor)
-    actions = [Action(start, "busy", user, session.profile, busy.gpu_percent, index)]
+    first = busy.bursts[0] if busy.bursts and busy.bursts[0].start == busy.start else None
+    actions = [Action(start, "busy", user, session.profile,
+                      first.gpu_percent if first else 0.0, index)]
     step = ACTIVITY_INTERVAL / factor
     at = start + step
     while at < end:
         actions.append(Action(at, "activity", user, session=index))
         at += step
+    actions += _burst_actions(trace, factor, session, index, busy)
     actions.append(Action(end, "idle", user, session=index))
     return actions
 
@@ -247,7 +268,9 @@ def window(trace: Trace, start: datetime, end: datetime) -> Trace:
     for s in trace.sessions:
         if not start <= s.start < end:
             continue
-        busy = tuple(replace(b, end=min(b.end, end)) for b in s.busy if b.start < end)
+        busy = tuple(replace(b, end=min(b.end, end), bursts=tuple(
+            replace(x, end=min(x.end, end)) for x in b.bursts if x.start < end))
+            for b in s.busy if b.start < end)
         cut = s.end > end
         sessions.append(replace(s, end=min(s.end, end), busy=busy,
                                 abandoned=s.abandoned or cut))

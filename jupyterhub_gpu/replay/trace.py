@@ -4,8 +4,9 @@ The first line is the header, every other line one record of a ``type``:
 
 * ``person``: a user, their groups, their time zone and the profile they pick;
 * ``session``: one notebook server, from when its user starts it to when they stop
-  it (or walk away from it: ``abandoned``), with the periods they were busy in it and
-  the GPU utilization of each;
+  it (or walk away from it: ``abandoned``), with the working periods they spent in it
+  (``busy``: the server is in use, its user typing, reading, running cells) and, in
+  each, the cell executions that ran (``bursts``) with the GPU utilization of each;
 * ``job``: one training job, when it was submitted and how long it runs.
 
 :func:`parse` reads it once into frozen dataclasses; every error names the line and
@@ -20,9 +21,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
-#: the header's ``trace`` value, and the one version this module reads and writes
+#: the header's ``trace`` value, and the version this module writes
 FORMAT = "jupyterhub-gpu-trace"
-VERSION = 1
+VERSION = 2
+#: the versions it reads: version 1's busy periods have a ``gpu_percent`` and no
+#: bursts, and are read as one burst over the whole period (what version 1 meant)
+VERSIONS = (1, 2)
 
 
 class TraceError(ValueError):
@@ -45,13 +49,25 @@ class Person:
 
 
 @dataclass(frozen=True)
-class Busy:
-    """A period of activity in a session; ``gpu_percent`` of one whole GPU of the
-    profile's pool is busy meanwhile (0 on a CPU profile)."""
+class Burst:
+    """One cell execution (or a run of cells one after another): a kernel is busy from
+    ``start`` to ``end``, and ``gpu_percent`` of one whole GPU of the profile's pool
+    with it (0: a cell that uses no GPU, and every cell on a CPU profile)."""
 
     start: datetime
     end: datetime
     gpu_percent: float
+
+
+@dataclass(frozen=True)
+class Busy:
+    """A working period in a session: its user is at the notebook (the server sees
+    activity), editing and reading between the cell executions in ``bursts``, which lie
+    within it, in order. The GPU is busy only in the bursts."""
+
+    start: datetime
+    end: datetime
+    bursts: tuple[Burst, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,6 +82,11 @@ class Session:
     @property
     def active_seconds(self) -> float:
         return sum((b.end - b.start).total_seconds() for b in self.busy)
+
+    @property
+    def bursts(self) -> tuple[Burst, ...]:
+        """Every cell execution of the session, in order."""
+        return tuple(x for b in self.busy for x in b.bursts)
 
 
 @dataclass(frozen=True)
@@ -99,15 +120,18 @@ _FIELDS = {
             "gpu_percent": (int, float)},
 }
 _OPTIONAL = {"utc_offset_hours", "busy", "abandoned"}
-_BUSY_FIELDS = {"start": str, "end": str, "gpu_percent": (int, float)}
+_BUSY_FIELDS = {1: {"start": str, "end": str, "gpu_percent": (int, float)},
+                2: {"start": str, "end": str, "bursts": list}}
+_BURST_FIELDS = {"start": str, "end": str, "gpu_percent": (int, float)}
 
 
 class _Line:
     """One line's record and where it is, for errors that name both."""
 
-    def __init__(self, where: str, record: Any):
+    def __init__(self, where: str, record: Any, version: int = VERSION):
         self.where = where
         self.record = record
+        self.version = version
 
     def fail(self, field: str, problem: str) -> TraceError:
         return TraceError(f"{self.where}: field {field!r}: {problem}")
@@ -156,9 +180,10 @@ def _header(line: _Line) -> Header:
                           "source": str}, {"source"})
     if record["trace"] != FORMAT:
         raise line.fail("trace", f"{record['trace']!r} is not {FORMAT!r}")
-    if record["version"] != VERSION:
+    if record["version"] not in VERSIONS:
         raise line.fail("version", f"{record['version']} is not supported "
-                        f"(this jupyterhub-gpu reads version {VERSION})")
+                        f"(this jupyterhub-gpu reads versions "
+                        f"{', '.join(map(str, VERSIONS))})")
     header = Header(line.time(record["start"], "start"), line.time(record["end"], "end"),
                     record.get("source", ""))
     if header.end <= header.start:
@@ -184,13 +209,30 @@ def _person(line: _Line, header: Header) -> Person:
     return Person(r["user"], tuple(r["groups"]), r["profile"], float(offset))
 
 
+def _burst(line: _Line, header: Header, record: Any, prefix: str) -> Burst:
+    r = line.fields(_BURST_FIELDS, record=record, prefix=prefix)
+    burst = Burst(line.time(r["start"], prefix + "start"), line.time(r["end"], prefix + "end"),
+                  line.percent(r["gpu_percent"], prefix + "gpu_percent"))
+    _in_window(line, header, burst.start, burst.end, prefix)
+    return burst
+
+
 def _busy(line: _Line, header: Header, record: Any, index: int) -> Busy:
     prefix = f"busy[{index}]."
-    r = line.fields(_BUSY_FIELDS, record=record, prefix=prefix)
-    busy = Busy(line.time(r["start"], prefix + "start"), line.time(r["end"], prefix + "end"),
-                line.percent(r["gpu_percent"], prefix + "gpu_percent"))
-    _in_window(line, header, busy.start, busy.end, prefix)
-    return busy
+    if line.version == 1:  # one steady burst over the whole period
+        burst = _burst(line, header, record, prefix)
+        return Busy(burst.start, burst.end, (burst,))
+    r = line.fields(_BUSY_FIELDS[2], {"bursts"}, record=record, prefix=prefix)
+    start, end = line.time(r["start"], prefix + "start"), line.time(r["end"], prefix + "end")
+    _in_window(line, header, start, end, prefix)
+    bursts = tuple(_burst(line, header, b, f"{prefix}bursts[{i}].")
+                   for i, b in enumerate(r.get("bursts", [])))
+    for i, b in enumerate(bursts):
+        if b.start < (bursts[i - 1].end if i else start) or b.end > end:
+            raise line.fail(f"{prefix}bursts[{i}]", "overlaps the one before or lies "
+                            "outside its working period (bursts are in order, within "
+                            "start..end)")
+    return Busy(start, end, bursts)
 
 
 def _session(line: _Line, header: Header) -> Session:
@@ -201,7 +243,7 @@ def _session(line: _Line, header: Header) -> Session:
     for i, b in enumerate(busy):
         if b.start < (busy[i - 1].end if i else start) or b.end > end:
             raise line.fail(f"busy[{i}]", "overlaps the one before or lies outside "
-                            "the session (busy periods are in order, within start..end)")
+                            "the session (working periods are in order, within start..end)")
     return Session(r["user"], r["profile"], start, end, busy, r.get("abandoned", False))
 
 
@@ -247,7 +289,7 @@ def _no_overlaps(sessions: list[tuple[str, Session]]) -> None:
 def parse(lines: Iterable[str], name: str = "<trace>") -> Trace:
     """The trace in ``lines`` (blank lines are skipped); :class:`TraceError` names
     ``name``, the line and the field of the first error."""
-    header, people, sessions, jobs = None, {}, [], []
+    header, people, sessions, jobs, version = None, {}, [], [], VERSION
     for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
@@ -257,8 +299,9 @@ def parse(lines: Iterable[str], name: str = "<trace>") -> Trace:
         except json.JSONDecodeError as e:
             raise TraceError(f"{where}: not JSON: {e.msg}") from None
         if header is None:
-            header = _header(line)
+            header, version = _header(line), line.record["version"]
             continue
+        line.version = version
         item = _record(line, header, people)
         if isinstance(item, Session):
             sessions.append((where, item))
@@ -289,8 +332,9 @@ def _lines(trace: Trace) -> Iterable[dict]:
     for s in trace.sessions:
         yield {"type": "session", "user": s.user, "profile": s.profile,
                "start": _time(s.start), "end": _time(s.end), "abandoned": s.abandoned,
-               "busy": [{"start": _time(b.start), "end": _time(b.end),
-                         "gpu_percent": b.gpu_percent} for b in s.busy]}
+               "busy": [{"start": _time(b.start), "end": _time(b.end), "bursts": [
+                   {"start": _time(x.start), "end": _time(x.end),
+                    "gpu_percent": x.gpu_percent} for x in b.bursts]} for b in s.busy]}
     for j in trace.jobs:
         yield {"type": "job", "user": j.user, "profile": j.profile,
                "submitted": _time(j.submitted), "run_seconds": j.run_seconds,

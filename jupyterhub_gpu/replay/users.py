@@ -153,6 +153,11 @@ class Users:
             await self._start(a)
         await self._activity(a)
 
+    async def _gpu(self, a: Action) -> None:
+        """A cell execution starts (its GPU utilization) or ends (0)."""
+        self.gpu[a.user] = a.gpu_percent
+        await self.set_gpu(a.user)
+
     async def _idle(self, a: Action) -> None:
         self.gpu[a.user] = 0.0
         await self.set_gpu(a.user)

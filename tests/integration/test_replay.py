@@ -1,6 +1,6 @@
 """The CI's short replay (issue #17): ten people's Monday morning (three hours of a
-generated week on the cluster tier's spec: the same six sessions as from 8 to 12, all
-still open when it ends) replayed 160 times faster against the real stack of the
+generated week on the cluster tier's spec: the sessions that start from 8 to 11, four
+with cell executions in them, all still open when it ends) replayed 160 times faster against the real stack of the
 session's cluster -- the demo hub with the real culler, the jobs service and the usage
 ledger, Kueue, Karpenter, Prometheus and the fake DCGM exporter -- by
 ``jupyterhub_gpu.replay.run.replay``, as ``jupyterhub-gpu replay run`` does. It asserts only the accounting invariants (docs/replay.md): every session the

@@ -175,10 +175,37 @@ def test_model_prints_the_median_and_the_90_percent_range_of_each_scenario(examp
     assert any(line.startswith("  platform: home shares: ") for line in lines)
 
 
+def test_model_kernels_prints_the_three_worlds_the_targets_and_what_stands_in_the_way(
+        example_spec_path):
+    from jupyterhub_gpu.replay import kernelreport as k
+    from jupyterhub_gpu.replay.costs import read_bundle
+
+    result = run("model", "--kernels", "--spec", example_spec_path, "--bundle", REPO,
+                 "--seeds", 3, "--base-only")
+    assert result.returncode == 0, result.stderr
+    platform = load_platform(example_spec_path)
+    base = k.scenarios()[0]
+    weeks = [k.week(platform, read_bundle(REPO, platform), base, seed) for seed in range(3)]
+    assert k.world_table(weeks) in result.stdout
+    for line in k.verdict(weeks) + k.factor_lines(weeks):
+        assert line in result.stdout.splitlines()
+    assert "| scenario |" not in result.stdout  # --base-only: no sensitivity table
+    for w in weeks:  # each world carries its every cost over its GPU cost
+        assert all(x.every_cost > x.gpu_cost > 0 for x in w.worlds.values())
+        assert 0 < w.use_while_executing <= 1 and 0 < w.executing_share <= 1
+        assert 0 < w.held_share <= 1
+
+
 def test_model_refuses_a_single_seed(example_spec_path):
     result = run("model", "--spec", example_spec_path, "--seeds", 1)
     assert result.returncode == 1
     assert result.stderr.startswith("error: --seeds must be at least 2")
+
+
+def test_model_kernels_refuses_a_trace(week, example_spec_path):
+    result = run("model", "--kernels", "--spec", example_spec_path, "--trace", week)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: --kernels runs generated weeks")
 
 
 def test_model_compare_reads_a_replays_outcome_and_prints_both(week, example_spec_path,

@@ -39,6 +39,28 @@ def test_the_timetable_is_the_trace_divided_by_the_factor():
     assert trace_time(trace(), 9 * 36, 100) == h(9)
 
 
+def test_each_cell_execution_sets_the_gpu_and_its_end_sets_it_back():
+    """A working period 9:30-10:30 with cells 9:30-9:40 (40%), 9:50-10:00 (0%) and
+    10:00-10:30 (70%): the first's GPU comes with the busy action, the second starts
+    when the first has ended, the third follows the second at once (no 0 between),
+    and the last ends with the period (its idle says so)."""
+    from dataclasses import replace
+
+    from jupyterhub_gpu.replay.trace import Burst
+
+    base = trace()
+    (session,) = base.sessions
+    period = replace(session.busy[0], start=h(9.5), end=h(10.5), bursts=(
+        Burst(h(9.5), h(9.5 + 1 / 6), 40.0), Burst(h(9.5 + 2 / 6), h(10), 0.0),
+        Burst(h(10), h(10.5), 70.0)))
+    bursty = replace(base, sessions=(replace(session, busy=(period,)),), jobs=())
+    actions = [(a.kind, round(a.at * 100 / 3600, 4), a.gpu_percent)
+               for a in schedule(bursty, 100) if a.kind in ("busy", "gpu", "idle")]
+    assert actions == [("busy", 9.5, 40.0), ("gpu", round(9.5 + 1 / 6, 4), 0.0),
+                       ("gpu", round(9.5 + 2 / 6, 4), 0.0), ("gpu", 10.0, 70.0),
+                       ("idle", 10.5, 0.0)]
+
+
 def test_an_abandoned_session_is_never_stopped_by_its_user():
     assert "stop" not in {a.kind for a in schedule(trace(abandoned=True), 100)}
 
@@ -167,3 +189,23 @@ def test_a_node_going_before_the_replay_starts_bills_nothing_and_one_up_counts_f
     assert (going.start, going.end) == (start, start)
     assert (up.start, up.end) == (start, start + timedelta(seconds=600))
     assert (new.start, new.end) == (start + timedelta(seconds=120), None)
+
+
+async def test_a_gpu_action_sets_the_users_pod_annotation_and_nothing_else():
+    """What the replayer's person does for a "gpu" action: the fake DCGM annotation on
+    their running pod says the execution's utilization, then 0 when it ends; no hub
+    request is made (the hub is not involved: ``http`` is None)."""
+    import json
+
+    from jupyterhub_gpu.contract import DCGM_GPU_UTIL
+    from jupyterhub_gpu.replay.schedule import Action
+    from jupyterhub_gpu.replay.users import Users
+
+    written = []
+    users = Users(None, "http://hub.invalid", lambda user: ("team-a", f"jupyter-{user}"),
+                  lambda ns, name, value: written.append((ns, name, value)) or True)
+    await users.act(Action(1.0, "gpu", "alice", gpu_percent=40.0))
+    await users.act(Action(2.0, "gpu", "alice"))
+    assert written == [("team-a", "jupyter-alice", json.dumps({DCGM_GPU_UTIL: 40.0})),
+                       ("team-a", "jupyter-alice", json.dumps({DCGM_GPU_UTIL: 0.0}))]
+    assert not users.counts  # no error, no hub call counted

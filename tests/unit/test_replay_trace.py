@@ -9,25 +9,33 @@ from datetime import datetime, timezone
 
 import pytest
 
-from jupyterhub_gpu.replay.trace import (Busy, Header, Job, Person, Session, Trace, TraceError,
-                                         check_against, dumps, load, parse)
+from jupyterhub_gpu.replay.trace import (Burst, Busy, Header, Job, Person, Session, Trace,
+                                         TraceError, check_against, dumps, load, parse)
 
-HEADER = {"trace": "jupyterhub-gpu-trace", "version": 1, "start": "2026-01-05T00:00:00Z",
+HEADER = {"trace": "jupyterhub-gpu-trace", "version": 2, "start": "2026-01-05T00:00:00Z",
           "end": "2026-01-12T00:00:00Z"}
+V1 = {**HEADER, "version": 1}
 ALICE = {"type": "person", "user": "alice", "groups": ["data-science"], "profile": "t4-shared",
          "utc_offset_hours": 1}
 SESSION = {"type": "session", "user": "alice", "profile": "t4-shared",
            "start": "2026-01-05T08:00:00Z", "end": "2026-01-05T16:00:00Z",
            "busy": [{"start": "2026-01-05T08:05:00Z", "end": "2026-01-05T09:00:00Z",
-                     "gpu_percent": 40}]}
+                     "bursts": [{"start": "2026-01-05T08:10:00Z",
+                                 "end": "2026-01-05T08:20:00Z", "gpu_percent": 40},
+                                {"start": "2026-01-05T08:30:00Z",
+                                 "end": "2026-01-05T08:31:00Z", "gpu_percent": 0}]}]}
+#: the same session as version 1 wrote it: one steady busy period
+SESSION_V1 = {**SESSION, "busy": [{"start": "2026-01-05T08:05:00Z",
+                                   "end": "2026-01-05T09:00:00Z", "gpu_percent": 40}]}
+BURST = SESSION["busy"][0]["bursts"][0]
 
 
 def at(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def lines(*records) -> list[str]:
-    return [json.dumps(r) for r in (HEADER, *records)]
+def lines(*records, header=HEADER) -> list[str]:
+    return [json.dumps(r) for r in (header, *records)]
 
 
 def test_a_trace_is_read_into_frozen_dataclasses():
@@ -38,10 +46,24 @@ def test_a_trace_is_read_into_frozen_dataclasses():
         Header(at("2026-01-05T00:00:00Z"), at("2026-01-12T00:00:00Z")),
         (Person("alice", ("data-science",), "t4-shared", 1.0),),
         (Session("alice", "t4-shared", at("2026-01-05T08:00Z"), at("2026-01-05T16:00Z"),
-                 (Busy(at("2026-01-05T08:05Z"), at("2026-01-05T09:00Z"), 40.0),)),),
+                 (Busy(at("2026-01-05T08:05Z"), at("2026-01-05T09:00Z"), (
+                     Burst(at("2026-01-05T08:10Z"), at("2026-01-05T08:20Z"), 40.0),
+                     Burst(at("2026-01-05T08:30Z"), at("2026-01-05T08:31Z"), 0.0))),)),),
         (Job("alice", "t4-job", datetime(2026, 1, 6, 9, tzinfo=timezone.utc), 3600, 85.0),))
+    assert trace.sessions[0].bursts == trace.sessions[0].busy[0].bursts
     with pytest.raises(dataclasses.FrozenInstanceError):
         trace.sessions[0].end = trace.header.end
+
+
+def test_a_version_1_busy_period_is_read_as_one_burst_over_the_whole_period(tmp_path):
+    trace = parse(lines(ALICE, SESSION_V1, header=V1))
+    period = Busy(at("2026-01-05T08:05Z"), at("2026-01-05T09:00Z"))
+    assert trace.sessions[0].busy == (
+        Busy(period.start, period.end, (Burst(period.start, period.end, 40.0),)),)
+    assert '"version": 2' in dumps(trace).splitlines()[0]  # written back as version 2
+    path = tmp_path / "week.jsonl"
+    path.write_text(dumps(trace))
+    assert load(path) == trace
 
 
 def test_writing_and_reading_gives_the_same_trace(tmp_path):
@@ -74,8 +96,16 @@ BAD = [
     (ALICE, {**SESSION, "end": "2026-01-05T07:00:00Z"}, "line 3: field 'end': is not after"),
     (ALICE, {**SESSION, "end": "2026-01-13T07:00:00Z"}, "line 3: field 'start': "),
     (ALICE, {**SESSION, "abandoned": "yes"}, "line 3: field 'abandoned': 'yes' is not true"),
-    (ALICE, {**SESSION, "busy": [{**SESSION["busy"][0], "gpu_percent": 140}]},
-     "line 3: field 'busy[0].gpu_percent': 140 is not a percentage"),
+    (ALICE, {**SESSION, "busy": [{**SESSION["busy"][0], "bursts": [
+        {**BURST, "gpu_percent": 140}]}]},
+     "line 3: field 'busy[0].bursts[0].gpu_percent': 140 is not a percentage"),
+    (ALICE, {**SESSION, "busy": [{**SESSION["busy"][0], "gpu_percent": 40}]},
+     "line 3: field 'busy[0].gpu_percent': unknown field"),
+    (ALICE, {**SESSION, "busy": [{**SESSION["busy"][0], "bursts": [
+        {**BURST, "start": "2026-01-05T08:00:00Z"}]}]},
+     "line 3: field 'busy[0].bursts[0]': overlaps the one before or lies outside"),
+    (ALICE, {**SESSION, "busy": [{**SESSION["busy"][0], "bursts": [BURST, BURST]}]},
+     "line 3: field 'busy[0].bursts[1]': overlaps"),
     (ALICE, {**SESSION, "busy": [{**SESSION["busy"][0], "start": "2026-01-05T07:00:00Z"}]},
      "line 3: field 'busy[0]': overlaps the one before or lies outside"),
     (ALICE, {**SESSION, "busy": [SESSION["busy"][0], SESSION["busy"][0]]},
@@ -90,6 +120,21 @@ BAD = [
 ]
 
 
+BAD_V1 = [
+    (ALICE, {**SESSION_V1, "busy": [{**SESSION_V1["busy"][0], "gpu_percent": 140}]},
+     "line 3: field 'busy[0].gpu_percent': 140 is not a percentage"),
+    (ALICE, {**SESSION_V1, "busy": [SESSION_V1["busy"][0], SESSION_V1["busy"][0]]},
+     "line 3: field 'busy[1]': overlaps"),
+    (ALICE, SESSION, "line 3: field 'busy[0].bursts': unknown field"),
+]
+
+
+@pytest.mark.parametrize("first, second, message", BAD_V1)
+def test_a_bad_version_1_record_is_refused_naming_line_and_field(first, second, message):
+    with pytest.raises(TraceError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse([json.dumps(V1), json.dumps(first), json.dumps(second)], "week.jsonl")
+
+
 @pytest.mark.parametrize("first, second, message", BAD)
 def test_a_bad_record_is_refused_naming_line_and_field(first, second, message):
     text = [json.dumps(HEADER), first if isinstance(first, str) else json.dumps(first)]
@@ -102,8 +147,8 @@ def test_a_bad_record_is_refused_naming_line_and_field(first, second, message):
 
 
 @pytest.mark.parametrize("header, message", [
-    ({**HEADER, "version": 2}, "field 'version': 2 is not supported (this jupyterhub-gpu "
-     "reads version 1)"),
+    ({**HEADER, "version": 3}, "field 'version': 3 is not supported (this jupyterhub-gpu "
+     "reads versions 1, 2)"),
     ({**HEADER, "trace": "other"}, "field 'trace': 'other' is not 'jupyterhub-gpu-trace'"),
     ({**HEADER, "end": HEADER["start"]}, "field 'end': is not after start"),
 ])
