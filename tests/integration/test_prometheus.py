@@ -42,6 +42,7 @@ from jupyterhub_gpu.bundle.files import PROMETHEUS_RULES
 from jupyterhub_gpu.cull.prometheus import PrometheusClient
 from jupyterhub_gpu.devcluster import build, cluster as devcluster, demo, prometheus
 from jupyterhub_gpu.devcluster.layout import Layout
+from jupyterhub_gpu.kueue.metrics import QUEUE_WAIT
 from jupyterhub_gpu.labext import dcgm as labext_dcgm
 from jupyterhub_gpu.usage.config import DEFAULT_DAYS
 from jupyterhub_gpu.ledger.store import StopReason
@@ -56,6 +57,11 @@ REPO = Path(__file__).resolve().parents[2]
 PROM = prometheus.url(TEST_PORTS)
 NAMESPACE, POD = "jhub-experimentation", "jupyter-carol"
 PROFILE = "t4-gpu-watched"
+#: carol's first queue wait, as Prometheus has scraped it: the rate of the histogram's
+#: buckets is above 0 only if a scrape saw the count at 1 before the second spawn
+#: made it 2 (Prometheus was stopped just after the first; under load, its first
+#: scrapes once started again can come after the second spawn)
+FIRST_WAIT = f'{QUEUE_WAIT.describe()[0].name}_count{{profile="{PROFILE}"}} == 1'
 SPOT = dict(user="bob", team="ml-eng", namespace="jhub-ml-eng", profile="a100-spot",
             pool="a100spot")
 IDLE = {contract.DCGM_GPU_UTIL: 0, contract.DCGM_ENGINE_ACTIVE: 0.0,
@@ -275,6 +281,8 @@ async def test_gpu_telemetry_rules_and_the_gpu_idle_cull(cluster, cluster_spec_p
             await wait_for(lambda: _pod_gone(kube, NAMESPACE, POD), timeout=60,
                            what="carol's pod to go")
             node = await _static_node(kube, a100mig)
+            await wait_for(lambda: _series(http, FIRST_WAIT), timeout=120,
+                           what="Prometheus, started again, to have the first queue wait")
             second = await _start(carol, kube, CAROL_2, {**IDLE, contract.DCGM_GPU_UTIL: 40},
                                   starts)
             await _check_exporter_and_our_queries(http, kube, CAROL_2.pod)
