@@ -117,6 +117,10 @@ USAGE = sa.Table(
     sa.Index(f"ix_{TABLE}_user_requested_at", "user", "requested_at"),
     sa.Index(f"ix_{TABLE}_team_waits", "team", "requested_at", "kind", "profile",
              "queue_wait_seconds", "admitted_at", "stopped_at", "stop_reason"),
+    # the rows billed on a day (the usage page's first and last day of a period); the
+    # idle culls of a period
+    sa.Index(f"ix_{TABLE}_running_at", "running_at"),
+    sa.Index(f"ix_{TABLE}_stop_reason_stopped_at", "stop_reason", "stopped_at"),
 )
 
 
@@ -301,17 +305,27 @@ class Ledger:
         with self._lock:
             self._ready()
             with self.engine.begin() as conn:
-                merged = self._merge_in(conn, new)
+                merged = self._merge_all(conn, [new])[0]
             self.writes += 1
             return merged
 
-    def _merge_in(self, conn: sa.Connection, new: Usage) -> Usage:
+    def _merge_all(self, conn: sa.Connection, news: list[Usage]) -> list[Usage]:
+        """Merge each of ``news`` in turn, then their change to the per-day rollup."""
+        from .rollup import apply
+        changes: dict = {}
+        merged = [self._merge_in(conn, new, changes) for new in news]
+        apply(conn, changes)
+        return merged
+
+    def _merge_in(self, conn: sa.Connection, new: Usage, changes: dict) -> Usage:
+        from .rollup import add_change
         where = USAGE.c.key == new.key
         row = conn.execute(sa.select(USAGE).where(where).with_for_update()).first()
         old = _from_row(row) if row is not None else None
         merged = merge(old, new)
         if old is None:
             if _insert_if_absent(conn, _to_row(merged)):
+                add_change(changes, None, merged)
                 return merged
             # another process inserted it just now
             row = conn.execute(sa.select(USAGE).where(where).with_for_update()).one()
@@ -319,6 +333,7 @@ class Ledger:
             merged = merge(old, new)
         if merged != old:
             conn.execute(USAGE.update().where(where).values(_to_row(merged)))
+            add_change(changes, old, merged)
         return merged
 
     def submit(self, new: Usage) -> Future:
@@ -341,7 +356,7 @@ class Ledger:
             with self._lock:
                 self._ready()
                 with self.engine.begin() as conn:
-                    merged = [self._merge_in(conn, new) for new, _ in batch]
+                    merged = self._merge_all(conn, [new for new, _ in batch])
                 self.writes += 1
         except Exception:  # noqa: BLE001 - one write at a time, so one bad write fails alone
             for new, done in batch:

@@ -1,0 +1,184 @@
+"""The ledger's per-day rollup: the sums the usage page shows, per UTC day and per
+(team, user, profile, pool), of the rows that have stopped.
+
+A stopped row adds to each day its billed span (``running_at`` to ``stopped_at``, as
+:func:`jupyterhub_gpu.usage.figures.billed` defines it) covers: its GPU-hours and cost
+on that day, that it was billed that day (``billed``), on the first of them that its
+span starts there (``starts``: over a run of whole days a row counts once), and how many
+days before that day its span started (``carry``, the largest of the day's rows: where
+the rows billed on a day are found from the index on ``running_at``); and to the day it
+stopped: that it ended, and why (preempted, a spot eviction, its maxAge). A row still
+open adds nothing: the page reads open rows from the ledger itself.
+
+The ledger's writer keeps it in step in the same transaction as the row
+(:func:`add_change` for each write, then :func:`apply`): a row merged into the ledger
+takes away what it added before and adds what it adds now, so a stop that arrives
+later, a running time learned after the stop, a team known only later, each move the
+row's sums to where they belong. :func:`rebuild` computes it again from every stopped
+row (migration 0004 fills it so for a ledger that existed before).
+
+A name the row does not have (team, user, profile, pool) is ``""`` in the rollup (a key
+column is never NULL): the page counts both under the same name, "(unknown)".
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterable, Mapping
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from .store import NAME_CHARS, USAGE, StopReason, Usage, _from_row, _utc, metadata
+
+#: the rollup's table, beside the ledger's
+ROLLUP_TABLE = "jupyterhub_gpu_usage_daily"
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+ONE_DAY = timedelta(days=1)
+KEY = ("day", "team", "user", "profile", "pool")
+#: the columns that add up (``carry`` is a maximum)
+SUMS = ("gpu_hours", "cost", "billed", "starts", "ended", "preempted", "spot_evictions",
+        "max_age_stops")
+COLUMNS = (*SUMS, "carry")
+CARRY = len(SUMS)  # carry's place in a row of sums
+
+DAILY = sa.Table(
+    ROLLUP_TABLE, metadata,
+    sa.Column("day", sa.Integer, primary_key=True),  # UTC days since 1970-01-01
+    *(sa.Column(name, sa.Unicode(NAME_CHARS), primary_key=True)
+      for name in ("team", "user", "profile", "pool")),
+    sa.Column("gpu_hours", sa.Float, nullable=False),
+    sa.Column("cost", sa.Float, nullable=False),
+    *(sa.Column(name, sa.Integer, nullable=False) for name in SUMS[2:]),
+    sa.Column("carry", sa.Integer, nullable=False),
+)
+
+Key = tuple[int, str, str, str, str]
+
+
+def day_of(at: datetime) -> int:
+    """The UTC day of ``at``, in days since 1970-01-01."""
+    return (_utc(at) - EPOCH) // ONE_DAY
+
+
+def midnight(day: int) -> datetime:
+    return EPOCH + day * ONE_DAY
+
+
+def contributions(u: Usage | None) -> dict[Key, list]:
+    """What a row adds to the rollup (pure): per (day, team, user, profile, pool), its
+    sums in the order of :data:`COLUMNS`. An open row (or none) adds nothing."""
+    if u is None or u.stopped_at is None:
+        return {}
+    names = (u.team or "", u.user or "", u.profile or "", u.pool or "")
+    out: dict[Key, list] = {}
+
+    def on(day: int) -> list:
+        return out.setdefault((day, *names), [0.0, 0.0, 0, 0, 0, 0, 0, 0, 0])
+
+    stopped = _utc(u.stopped_at)
+    running = _utc(u.running_at)
+    if running is not None and u.gpu_units and stopped > running:
+        first = day = day_of(running)
+        while midnight(day) < stopped:
+            begin, end = max(running, midnight(day)), min(stopped, midnight(day + 1))
+            sums = on(day)
+            hours = u.gpu_units * (end - begin).total_seconds() / 3600.0
+            sums[0] += hours
+            sums[1] += hours * (u.price_per_unit_hour or 0.0)
+            sums[2] += 1
+            sums[3] += day == first
+            sums[CARRY] = max(sums[CARRY], day - first)
+            day += 1
+    sums = on(day_of(stopped))
+    sums[4] += 1
+    sums[5] += u.stop_reason is StopReason.PREEMPTED
+    sums[6] += u.stop_reason is StopReason.SPOT_EVICTION
+    sums[7] += u.stop_reason is StopReason.MAX_AGE
+    return out
+
+
+def add_change(changes: dict[Key, list], old: Usage | None, new: Usage | None) -> None:
+    """Add to ``changes`` what the rollup gains when row ``old`` becomes ``new``: what
+    ``new`` adds less what ``old`` added (a carry stays as large as it was: it bounds
+    where the rows of a day are looked for, so too large is only slower)."""
+    for sign, added in ((-1, contributions(old)), (1, contributions(new))):
+        for key, sums in added.items():
+            mine = changes.setdefault(key, [0.0, 0.0, 0, 0, 0, 0, 0, 0, 0])
+            for i in range(CARRY):
+                mine[i] += sign * sums[i]
+            if sign > 0:
+                mine[CARRY] = max(mine[CARRY], sums[CARRY])
+
+
+def _rows(changes: Mapping[Key, list]) -> list[dict]:
+    """The changes as rollup rows, in key order (two writers lock rows in one order),
+    without those that change nothing (a write that did not touch what the rollup
+    counts, e.g. a queue wait)."""
+    return [dict(zip(KEY, key)) | dict(zip(COLUMNS, sums))
+            for key, sums in sorted(changes.items()) if any(sums[:CARRY])]
+
+
+#: rows per INSERT (SQLite's limit on a statement's parameters is far above 500 x 14)
+CHUNK = 500
+
+
+def apply(conn: sa.Connection, changes: Mapping[Key, list]) -> None:
+    """Add ``changes`` to the rollup (in the caller's transaction): SQLite and
+    PostgreSQL in one upsert per :data:`CHUNK` rows; other databases a row at a time."""
+    rows = _rows(changes)
+    dialect = {"sqlite": sqlite, "postgresql": postgresql}.get(conn.dialect.name)
+    larger = sa.func.max if conn.dialect.name == "sqlite" else sa.func.greatest
+    for i in range(0, len(rows), CHUNK):
+        if dialect is None:
+            for row in rows[i:i + CHUNK]:
+                _update_or_insert(conn, row)
+            continue
+        insert = dialect.insert(DAILY).values(rows[i:i + CHUNK])
+        conn.execute(insert.on_conflict_do_update(
+            index_elements=list(KEY),
+            set_={**{name: DAILY.c[name] + insert.excluded[name] for name in SUMS},
+                  "carry": larger(DAILY.c.carry, insert.excluded.carry)}))
+
+
+def _update_or_insert(conn: sa.Connection, row: dict) -> None:
+    where = [DAILY.c[name] == row[name] for name in KEY]
+    updated = conn.execute(DAILY.update().where(*where).values(
+        {**{name: DAILY.c[name] + row[name] for name in SUMS},
+         "carry": sa.case((DAILY.c.carry < row["carry"], row["carry"]),
+                          else_=DAILY.c.carry)}))
+    if updated.rowcount == 0:
+        conn.execute(DAILY.insert().values(row))
+
+
+def rebuild(conn: sa.Connection) -> int:
+    """The rollup computed again from every stopped row of the ledger (in the caller's
+    transaction); how many rollup rows it has."""
+    conn.execute(DAILY.delete())
+    changes: dict[Key, list] = {}
+    query = sa.select(USAGE).where(USAGE.c.stopped_at.is_not(None))
+    for row in conn.execute(query, execution_options={"yield_per": 5000}):
+        add_change(changes, None, _from_row(row))
+    apply_new(conn, changes)
+    return len(changes)
+
+
+def apply_new(conn: sa.Connection, changes: Mapping[Key, list]) -> None:
+    """Insert ``changes`` into an empty rollup."""
+    rows = _rows(changes)
+    for i in range(0, len(rows), CHUNK):
+        conn.execute(DAILY.insert(), rows[i:i + CHUNK])
+
+
+def carries(conn: sa.Connection, days: Iterable[int]) -> dict[int, int]:
+    """The largest ``carry`` of each of ``days`` (0: no row billed that day)."""
+    days = sorted(set(days))
+    found = dict(conn.execute(sa.select(DAILY.c.day, sa.func.max(DAILY.c.carry)).where(
+        DAILY.c.day.in_(days)).group_by(DAILY.c.day)).all()) if days else {}
+    return {day: int(found.get(day) or 0) for day in days}
+
+
+def as_rows(conn: sa.Connection) -> dict[Key, tuple[Any, ...]]:
+    """The whole rollup, by key (what tests compare)."""
+    return {tuple(r[:5]): tuple(r[5:]) for r in conn.execute(
+        sa.select(*(DAILY.c[n] for n in KEY), *(DAILY.c[n] for n in COLUMNS)))}
