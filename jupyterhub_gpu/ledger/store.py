@@ -121,6 +121,10 @@ USAGE = sa.Table(
     # idle culls of a period
     sa.Index(f"ix_{TABLE}_running_at", "running_at"),
     sa.Index(f"ix_{TABLE}_stop_reason_stopped_at", "stop_reason", "stopped_at"),
+    # the usage page's queue-wait percentiles and its training jobs
+    sa.Index(f"ix_{TABLE}_profile_waits", "profile", "queue_wait_seconds", "requested_at",
+             "team", "user"),
+    sa.Index(f"ix_{TABLE}_kind_stopped_at", "kind", "stopped_at", "requested_at"),
 )
 
 

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from ..ledger import rollup
 from ..ledger.store import USAGE, Kind, StopReason
-from . import daily
+from . import daily, waits
 from . import figures as fg
 from .access import NotVisible, Selection, Viewer
 
@@ -270,28 +270,13 @@ def _daily(conn: sa.Connection, rows: Any, dialect: str) -> dict[int, list]:
     return sums
 
 
-def _waits(conn: sa.Connection, where: list, window: fg.Window) -> tuple[fg.Wait, ...]:
-    """Nearest-rank p50 and p95 per profile (:func:`.figures.percentile`), ranked in SQL."""
-    profile = sa.func.coalesce(sa.func.nullif(USAGE.c.profile, ""), fg.UNKNOWN).label("profile")
-    ranked = sa.select(
-        profile, USAGE.c.queue_wait_seconds.label("seconds"),
-        sa.func.row_number().over(partition_by=profile,
-                                  order_by=USAGE.c.queue_wait_seconds).label("rank"),
-        sa.func.count().over(partition_by=profile).label("n"),
-    ).where(*where, USAGE.c.requested_at >= window.start, USAGE.c.requested_at < window.end,
-            USAGE.c.queue_wait_seconds.is_not(None)).subquery()
-
-    def rank(q: int) -> Any:  # max(1, ceil(q/100 * n)), in integers
-        return (q * ranked.c.n + 99) // 100
-
-    query = sa.select(ranked.c.profile, ranked.c.n, ranked.c.rank, ranked.c.seconds).where(
-        sa.or_(ranked.c.rank == rank(50), ranked.c.rank == rank(95)))
-    found: dict[str, dict] = defaultdict(dict)
-    for name, n, rank_, seconds in conn.execute(query):
-        found[name]["n"] = n
-        found[name][rank_] = float(seconds)
-    return tuple(fg.Wait(p, f["n"], f[(50 * f["n"] + 99) // 100], f[(95 * f["n"] + 99) // 100])
-                 for p, f in sorted(found.items()))
+def _jobs_of(window: fg.Window) -> Any:
+    """The training jobs that may be requested or billed in ``window``, as the index on
+    (kind, stopped_at, requested_at) finds them: open, stopped in it or after, or
+    requested in it."""
+    job, stopped = USAGE.c.kind == str(Kind.JOB), USAGE.c.stopped_at
+    return sa.or_(sa.and_(job, stopped.is_(None)), sa.and_(job, stopped > window.start),
+                  sa.and_(job, stopped <= window.start, USAGE.c.requested_at >= window.start))
 
 
 def _runs(conn: sa.Connection, where: list, b: _Billed, window: fg.Window
@@ -310,7 +295,7 @@ def _runs(conn: sa.Connection, where: list, b: _Billed, window: fg.Window
         sa.func.coalesce(USAGE.c.profile, ""), _sum(b.hours, billed),
         _sum(b.hours * b.price, billed),
         status,
-    ).where(*where, USAGE.c.kind == str(Kind.JOB), sa.or_(requested, billed)).group_by(
+    ).where(*where, _jobs_of(window), sa.or_(requested, billed)).group_by(
         USAGE.c.key).order_by(
         sa.func.coalesce(USAGE.c.requested_at, window.start).desc(), USAGE.c.key.desc())
     return tuple(fg.Run(name, user, team, profile, float(hours), float(cost), status_)
@@ -405,7 +390,7 @@ def compute(conn: sa.Connection, viewer: Viewer, selection: Selection, window: f
     return Figures(teams, profiles, users,
                    tuple(fg.Total(billed.day_name(d), h, c, n)
                          for d, (h, c, n) in sorted(by_day.items()) if n),
-                   _waits(conn, where, window),
+                   waits.percentiles(conn, where, window),
                    fg.Disruptions(int(ended), int(preempted), int(spot), int(evicted)),
                    fg.Culls(int(culled), int(aged), saved, int(unbounded)),
                    _runs(conn, where, billed, window), teams_with_rows - {None})

@@ -1,7 +1,8 @@
 """The per-day rollup the usage page reads for whole days
 (:mod:`jupyterhub_gpu.ledger.rollup`), filled from the ledger's stopped rows; the
-indexes that find the rows billed on a day (``running_at``) and the idle culls of a
-period (``stop_reason``, ``stopped_at``).
+indexes that find the rows billed on a day (``running_at``), the idle culls of a
+period (``stop_reason``, ``stopped_at``), a profile's queue waits in order and the
+training jobs of a period.
 
 Revision ID: 0004
 Revises: 0003
@@ -34,12 +35,17 @@ def upgrade() -> None:
     )
     op.create_index(f"ix_{TABLE}_running_at", TABLE, ["running_at"])
     op.create_index(f"ix_{TABLE}_stop_reason_stopped_at", TABLE, ["stop_reason", "stopped_at"])
+    op.create_index(f"ix_{TABLE}_profile_waits", TABLE,
+                    ["profile", "queue_wait_seconds", "requested_at", "team", "user"])
+    op.create_index(f"ix_{TABLE}_kind_stopped_at", TABLE, ["kind", "stopped_at", "requested_at"])
     # the rows of a ledger that existed before (the code of this revision's rollup)
     from jupyterhub_gpu.ledger.rollup import rebuild
     rebuild(op.get_bind())
 
 
 def downgrade() -> None:
+    op.drop_index(f"ix_{TABLE}_kind_stopped_at", table_name=TABLE)
+    op.drop_index(f"ix_{TABLE}_profile_waits", table_name=TABLE)
     op.drop_index(f"ix_{TABLE}_stop_reason_stopped_at", table_name=TABLE)
     op.drop_index(f"ix_{TABLE}_running_at", table_name=TABLE)
     op.drop_table(ROLLUP)
