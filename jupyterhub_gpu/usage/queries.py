@@ -289,15 +289,18 @@ def _runs(conn: sa.Connection, where: list, b: _Billed, window: fg.Window
     status = sa.case((USAGE.c.stop_reason.is_not(None), USAGE.c.stop_reason),
                      (USAGE.c.stopped_at.is_not(None), "stopped"),
                      (USAGE.c.running_at.is_not(None), "running"), else_="queued")
-    query = sa.select(
-        sa.func.coalesce(sa.func.nullif(USAGE.c.server, ""), USAGE.c.key),
-        sa.func.coalesce(USAGE.c.user, ""), sa.func.coalesce(USAGE.c.team, ""),
-        sa.func.coalesce(USAGE.c.profile, ""), _sum(b.hours, billed),
-        _sum(b.hours * b.price, billed),
-        status,
-    ).where(*where, _jobs_of(window), sa.or_(requested, billed)).group_by(
-        USAGE.c.key).order_by(
-        sa.func.coalesce(USAGE.c.requested_at, window.start).desc(), USAGE.c.key.desc())
+    jobs = sa.select(
+        sa.func.coalesce(sa.func.nullif(USAGE.c.server, ""), USAGE.c.key).label("name"),
+        sa.func.coalesce(USAGE.c.user, "").label("user"),
+        sa.func.coalesce(USAGE.c.team, "").label("team"),
+        sa.func.coalesce(USAGE.c.profile, "").label("profile"),
+        sa.case((billed, b.hours), else_=0.0).label("hours"), b.price.label("price"),
+        status.label("status"), USAGE.c.key,
+        sa.func.coalesce(USAGE.c.requested_at, window.start).label("requested"),
+    ).where(*where, _jobs_of(window), sa.or_(requested, billed)).offset(0).subquery()
+    query = sa.select(jobs.c.name, jobs.c.user, jobs.c.team, jobs.c.profile, jobs.c.hours,
+                      jobs.c.hours * jobs.c.price, jobs.c.status).order_by(
+        jobs.c.requested.desc(), jobs.c.key.desc())
     return tuple(fg.Run(name, user, team, profile, float(hours), float(cost), status_)
                  for name, user, team, profile, hours, cost, status_ in conn.execute(query))
 
