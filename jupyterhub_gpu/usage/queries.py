@@ -68,17 +68,23 @@ def of_period(since: datetime) -> Any:
                   USAGE.c.requested_at >= since)
 
 
-def visible(viewer: Viewer, selection: Selection) -> list[Any]:
+def visible(viewer: Viewer, selection: Selection, searched: bool = True) -> list[Any]:
     """The ``WHERE`` clauses of the rows ``viewer`` may see that ``selection`` asks
-    for (:mod:`.access`'s rules)."""
+    for (:mod:`.access`'s rules). ``searched=False``: on expressions of the columns
+    (the same rows; a name is never empty), which the database does not search the
+    indexes on user and team for: the period's own conditions find the rows (a team's
+    rows of every day are not what a part-day at the period's end should read)."""
+    user, team = USAGE.c.user, USAGE.c.team
+    if not searched:
+        user, team = sa.func.coalesce(user, ""), sa.func.coalesce(team, "")
     where = []
     if not viewer.admin:
-        where.append(sa.or_(USAGE.c.user == viewer.name, USAGE.c.team.in_(viewer.teams))
-                     if viewer.teams else USAGE.c.user == viewer.name)
+        where.append(sa.or_(user == viewer.name, team.in_(viewer.teams))
+                     if viewer.teams else user == viewer.name)
     if selection.team is not None:
-        where.append(USAGE.c.team == selection.team)
+        where.append(team == selection.team)
     if selection.user is not None:
-        where.append(USAGE.c.user == selection.user)
+        where.append(user == selection.user)
     return where
 
 
@@ -282,7 +288,8 @@ def _jobs_of(window: fg.Window) -> Any:
 def _runs(conn: sa.Connection, where: list, b: _Billed, window: fg.Window
           ) -> tuple[fg.Run, ...]:
     """The training jobs requested or billed in the window (:func:`.figures.training_runs`),
-    newest request first."""
+    newest request first (of the rows ``where`` selects: with :func:`_jobs_of`, found
+    from the index on kind)."""
     billed = sa.and_(*b.where)
     requested = sa.and_(USAGE.c.requested_at >= window.start,
                         USAGE.c.requested_at < window.end)
@@ -297,7 +304,10 @@ def _runs(conn: sa.Connection, where: list, b: _Billed, window: fg.Window
         sa.case((billed, b.hours), else_=0.0).label("hours"), b.price.label("price"),
         status.label("status"), USAGE.c.key,
         sa.func.coalesce(USAGE.c.requested_at, window.start).label("requested"),
-    ).where(*where, _jobs_of(window), sa.or_(requested, billed)).offset(0).subquery()
+    ).where(*where, sa.or_(requested, billed),
+            # an expression, not the column: a user's jobs are found from the index on
+            # user, not from every job's on kind (which :func:`_jobs_of` searches)
+            sa.func.coalesce(USAGE.c.kind, "") == str(Kind.JOB)).offset(0).subquery()
     query = sa.select(jobs.c.name, jobs.c.user, jobs.c.team, jobs.c.profile, jobs.c.hours,
                       jobs.c.hours * jobs.c.price, jobs.c.status).order_by(
         jobs.c.requested.desc(), jobs.c.key.desc())
@@ -371,8 +381,9 @@ def whole_days(window: fg.Window) -> tuple[int, int] | None:
 def compute(conn: sa.Connection, viewer: Viewer, selection: Selection, window: fg.Window,
             spot_pools: frozenset[str], max_ages: Mapping[str, int | None]) -> Figures:
     """The page's figures of what ``viewer`` may see of ``selection`` in ``window``;
-    raises :class:`~.access.NotVisible` as :func:`.access.visible` does. The window's
-    whole days are read from the rollup; a window without one from the ledger's rows."""
+    raises :class:`~.access.NotVisible` as :func:`.access.visible` does. A page of
+    teams reads the window's whole days from the rollup; a window without one, or a
+    page of one user's rows, the ledger's rows."""
     selection.check(viewer)
     dialect = conn.dialect.name
     where = visible(viewer, selection)
@@ -381,10 +392,14 @@ def compute(conn: sa.Connection, viewer: Viewer, selection: Selection, window: f
     if not teams_with_rows and selection.asks_for_another_user(viewer):
         raise NotVisible(f"You may not see user {selection.user!r}: you see {viewer.scope}, "
                          f"and they have no usage there in this period.")
-    days = whole_days(window)
+    # one user's rows are few, read from the index on user; many users' through the
+    # rollup and the indexes on time, profile and kind
+    one_user = selection.user is not None or not (viewer.admin or viewer.teams)
+    days = None if one_user else whole_days(window)
     if days is None:
         triples, stops, by_day = _direct(conn, where, window, dialect, spot_pools, max_ages)
     else:
+        where = visible(viewer, selection, searched=False)
         triples, stops, by_day = _rolled_up(conn, viewer, selection, where, window, days,
                                             spot_pools, max_ages)
     teams, profiles, users = _totals(triples)
@@ -393,7 +408,8 @@ def compute(conn: sa.Connection, viewer: Viewer, selection: Selection, window: f
     return Figures(teams, profiles, users,
                    tuple(fg.Total(billed.day_name(d), h, c, n)
                          for d, (h, c, n) in sorted(by_day.items()) if n),
-                   waits.percentiles(conn, where, window),
+                   (waits.ranked if one_user else waits.percentiles)(conn, where, window),
                    fg.Disruptions(int(ended), int(preempted), int(spot), int(evicted)),
                    fg.Culls(int(culled), int(aged), saved, int(unbounded)),
-                   _runs(conn, where, billed, window), teams_with_rows - {None})
+                   _runs(conn, where if one_user else [*where, _jobs_of(window)], billed,
+                         window), teams_with_rows - {None})
