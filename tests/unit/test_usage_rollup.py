@@ -209,3 +209,38 @@ def test_migration_0004_fills_the_rollup_of_an_existing_ledger(db_url, platform)
             assert rolled == direct == in_python, window
     finally:
         ledger_.dispose()
+
+
+@pytest.mark.parametrize("viewer", [Viewer("root", admin=True),
+                                    Viewer("lee", teams=("data-science",))])
+def test_a_page_of_teams_searches_indexes_not_the_ledger(tmp_path, platform, viewer):
+    """SQLite's plans of every statement of a page over 12 days: each reads the
+    ledger's table through an index range, or an index alone, never row by row in
+    full (the rows of a part-day are found by their start or stop, not among a
+    team's rows of every day)."""
+    ledger_ = Ledger(f"sqlite:///{tmp_path}/usage.sqlite")
+    try:
+        fill(ledger_, ledger_rows(platform, users=10, days=12, now=NOW))
+        seen = []
+
+        def keep(conn, cursor, statement, parameters, *args):
+            seen.append((statement, parameters))
+        sa.event.listen(ledger_.engine, "before_cursor_execute", keep)
+        ledger_.read_sync(lambda conn: queries.compute(
+            conn, viewer, Selection(), fg.Window.last_days(12, NOW), spot_pools(platform),
+            max_ages(platform)))
+        sa.event.remove(ledger_.engine, "before_cursor_execute", keep)
+        steps = []
+        with ledger_.engine.connect() as conn:
+            for statement, parameters in seen:
+                if statement.lstrip().upper().startswith("SELECT"):
+                    steps += [str(r[-1]) for r in conn.exec_driver_sql(
+                        f"EXPLAIN QUERY PLAN {statement}", parameters).all()]
+        ledger_steps = [s for s in steps if f"{USAGE.name} " in f"{s} "]
+        assert any(f"INDEX ix_{USAGE.name}_running_at" in s for s in ledger_steps)
+        assert any(rollup.ROLLUP_TABLE in s for s in steps)
+        for step in ledger_steps:
+            assert step.startswith("SEARCH") or "COVERING INDEX" in step, step
+            assert "(team=?)" not in step and "(user=?)" not in step, step  # every day's
+    finally:
+        ledger_.dispose()
