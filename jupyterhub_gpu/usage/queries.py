@@ -386,20 +386,20 @@ def compute(conn: sa.Connection, viewer: Viewer, selection: Selection, window: f
     page of one user's rows, the ledger's rows."""
     selection.check(viewer)
     dialect = conn.dialect.name
-    where = visible(viewer, selection)
-    teams_with_rows = frozenset(t for (t,) in conn.execute(
-        sa.select(USAGE.c.team).where(*where, of_period(window.start)).distinct()))
-    if not teams_with_rows and selection.asks_for_another_user(viewer):
-        raise NotVisible(f"You may not see user {selection.user!r}: you see {viewer.scope}, "
-                         f"and they have no usage there in this period.")
     # one user's rows are few, read from the index on user; many users' through the
     # rollup and the indexes on time, profile and kind
     one_user = selection.user is not None or not (viewer.admin or viewer.teams)
     days = None if one_user else whole_days(window)
+    teams_with_rows = frozenset(t for (t,) in conn.execute(
+        sa.select(USAGE.c.team).where(*visible(viewer, selection),
+                                      of_period(window.start)).distinct()))
+    if not teams_with_rows and selection.asks_for_another_user(viewer):
+        raise NotVisible(f"You may not see user {selection.user!r}: you see {viewer.scope}, "
+                         f"and they have no usage there in this period.")
+    where = visible(viewer, selection, searched=days is None)
     if days is None:
         triples, stops, by_day = _direct(conn, where, window, dialect, spot_pools, max_ages)
     else:
-        where = visible(viewer, selection, searched=False)
         triples, stops, by_day = _rolled_up(conn, viewer, selection, where, window, days,
                                             spot_pools, max_ages)
     teams, profiles, users = _totals(triples)
