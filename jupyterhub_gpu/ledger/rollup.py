@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from .store import NAME_CHARS, USAGE, StopReason, Usage, _from_row, _utc, metadata
+from .store import NAME_CHARS, USAGE, Kind, StopReason, Usage, _utc, metadata
 
 #: the rollup's table, beside the ledger's
 ROLLUP_TABLE = "jupyterhub_gpu_usage_daily"
@@ -156,11 +156,22 @@ def rebuild(conn: sa.Connection) -> int:
     transaction); how many rollup rows it has."""
     conn.execute(DAILY.delete())
     changes: dict[Key, list] = {}
-    query = sa.select(USAGE).where(USAGE.c.stopped_at.is_not(None))
+    # the columns the sums need, by name: a later revision may add others
+    query = sa.select(*(USAGE.c[name] for name in READ)).where(USAGE.c.stopped_at.is_not(None))
     for row in conn.execute(query, execution_options={"yield_per": 5000}):
-        add_change(changes, None, _from_row(row))
+        values = dict(row._mapping)
+        for name in ("running_at", "stopped_at"):
+            values[name] = _utc(values[name])
+        reason = values["stop_reason"]
+        values["stop_reason"] = StopReason(reason) if reason is not None else None
+        add_change(changes, None, Usage(kind=Kind(values.pop("kind")), **values))
     apply_new(conn, changes)
     return len(changes)
+
+
+#: the ledger's columns the rollup's sums come from
+READ = ("key", "kind", "team", "user", "profile", "pool", "gpu_units", "price_per_unit_hour",
+        "running_at", "stopped_at", "stop_reason")
 
 
 def apply_new(conn: sa.Connection, changes: Mapping[Key, list]) -> None:

@@ -53,7 +53,7 @@ def groups(conn: sa.Connection, where: list, first: int, last: int,
         _sum(DAILY.c.ended, on_spot), _sum(DAILY.c.spot_evictions, on_spot),
         _sum(DAILY.c.max_age_stops),
     ).where(*where, DAILY.c.day >= first, DAILY.c.day < last).group_by(
-        DAILY.c.team, DAILY.c.profile, DAILY.c.user)
+        DAILY.c.user, DAILY.c.team, DAILY.c.profile)  # users first: the quicker sort
     triples, stops = [], [0.0] * 5
     for team, profile, user, hours, cost, count, *stopped in conn.execute(query):
         triples.append((team, profile, user, hours, cost, count))

@@ -38,7 +38,9 @@ def upgrade() -> None:
     op.create_index(f"ix_{TABLE}_profile_waits", TABLE,
                     ["profile", "queue_wait_seconds", "requested_at", "team", "user"])
     op.create_index(f"ix_{TABLE}_kind_stopped_at", TABLE, ["kind", "stopped_at", "requested_at"])
-    # the rows of a ledger that existed before (the code of this revision's rollup)
+    # the rows of a ledger that existed before, by the package's rollup code (it reads
+    # the ledger's columns by name; a revision that changes the rollup's table
+    # rebuilds it again)
     from jupyterhub_gpu.ledger.rollup import rebuild
     rebuild(op.get_bind())
 
