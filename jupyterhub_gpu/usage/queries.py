@@ -4,18 +4,26 @@ so that a page over 90 days of thousands of users reads a few thousand result ro
 (its groups, and the training jobs it lists), not every ledger row.
 
 Every query reads the rows the viewer may see that the page asks for (:func:`visible`:
-the viewer's rights and the narrowing as a ``WHERE`` clause, on the indexes on
-``user`` and ``team``), of the window (each figure's own condition: billed in it,
-stopped in it, requested in it). Times are days since the window's first UTC midnight
-in SQL (:func:`_days`: SQLite's ``julianday``, PostgreSQL's ``extract(epoch ...)``);
-the part of a row billed inside the window is clipped there. The totals are one scan
-grouped by (team, profile, user) with the stops of the window as sums beside them; the
-days one scan grouped by (first day, last day) of each billed span, whose sums of
-units and of units times start and end split each group over its days exactly (a
-session over midnight counts on both days); the queue-wait percentiles are ranked by
-window functions; the training jobs are listed as the page lists them.
-"""
+the viewer's rights and the narrowing as a ``WHERE`` clause), of the window (each
+figure's own condition: billed in it, stopped in it, requested in it). Times are days
+since the window's first UTC midnight in SQL (:func:`_days`: SQLite's ``julianday``,
+PostgreSQL's ``extract(epoch ...)``); the part of a row billed inside the window is
+clipped there. The totals are one scan grouped by (team, profile, user) with the stops
+of the window as sums beside them; the days one scan grouped by (first day, last day)
+of each billed span, whose sums of units and of units times start and end split each
+group over its days exactly (a session over midnight counts on both days).
 
+A page of one user's rows reads them so, from the index on ``user``. A page of teams
+over a window with whole UTC days (:func:`whole_days`) reads those days' sums of the
+stopped rows from the ledger's per-day rollup (:mod:`.daily`), and from the ledger
+only the rows still open (over the whole window) and the stopped rows of the part-days
+at the window's two ends, each clipped to its piece (found by their stop, or by their
+start from the earliest start the rollup says a row billed that day had); a row
+billed in several pieces counts once, in the first, and an idle cull's GPU-hours
+saved are read from the index on stop reason. Its queue-wait percentiles walk the
+index on (profile, wait) (:mod:`.waits`); its training jobs are found from the index
+on kind.
+"""
 from __future__ import annotations
 
 from collections import defaultdict
