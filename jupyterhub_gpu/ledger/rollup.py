@@ -174,6 +174,25 @@ READ = ("key", "kind", "team", "user", "profile", "pool", "gpu_units", "price_pe
         "running_at", "stopped_at", "stop_reason")
 
 
+def heal(conn: sa.Connection) -> bool:
+    """Rebuild the rollup if it does not count every stopped row of the ledger once (a
+    writer of a version before the rollup -- an older hub still running after the
+    ledger was upgraded by hand -- stopped rows without it); whether it did. Takes the
+    rollup's write lock first, so that two processes opening the ledger at once rebuild
+    it once, and no write changes it meanwhile."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text(f"LOCK TABLE {ROLLUP_TABLE} IN EXCLUSIVE MODE"))
+    else:  # SQLite: a write statement takes the database's write lock
+        conn.execute(DAILY.delete().where(sa.false()))
+    stopped = conn.execute(sa.select(sa.func.count()).where(
+        USAGE.c.stopped_at.is_not(None))).scalar()
+    ended = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(DAILY.c.ended), 0))).scalar()
+    if int(stopped) == int(ended):
+        return False
+    rebuild(conn)
+    return True
+
+
 def apply_new(conn: sa.Connection, changes: Mapping[Key, list]) -> None:
     """Insert ``changes`` into an empty rollup."""
     rows = _rows(changes)

@@ -275,7 +275,8 @@ def _wal(dbapi_connection: Any, _record: Any) -> None:
 
 class Ledger:
     """The ledger at ``url`` (a SQLAlchemy URL), upgraded to the schema the package
-    ships (:func:`jupyterhub_gpu.ledger.migrate.upgrade`) when first opened."""
+    ships (:func:`jupyterhub_gpu.ledger.migrate.upgrade`) when first opened, and its
+    per-day rollup rebuilt then if it misses stopped rows (:func:`.rollup.heal`)."""
 
     def __init__(self, url: str):
         self.url = url
@@ -301,7 +302,10 @@ class Ledger:
     def _ready(self) -> None:
         if not self._upgraded:
             from .migrate import upgrade
+            from .rollup import heal
             upgrade(self.engine)
+            with self.engine.begin() as conn:
+                heal(conn)
             self._upgraded = True
 
     def record_sync(self, new: Usage) -> Usage:

@@ -246,3 +246,38 @@ def test_a_page_of_teams_searches_indexes_not_the_ledger(tmp_path, platform, vie
             assert "(team=?)" not in step and "(user=?)" not in step, step  # every day's
     finally:
         ledger_.dispose()
+
+
+def test_stops_an_older_writer_made_are_rolled_up_when_the_ledger_is_next_opened(
+        db_url, platform):  # noqa: F811
+    """A hub of a version before the rollup, still running after the ledger was upgraded
+    by hand, stops rows without it: the next process to open the ledger rebuilds the
+    rollup (once: a second one finds it whole), and the page is right again."""
+    first = Ledger(db_url)
+    rows = random_rows(5, 200)
+    try:
+        fill(first, rows)
+    finally:
+        first.dispose()
+    engine = sa.create_engine(db_url)
+    later = NOW - timedelta(minutes=5)
+    with engine.begin() as conn:  # the older writer: the ledger's row alone
+        opened = [r.key for r in conn.execute(sa.select(USAGE.c.key).where(
+            USAGE.c.stopped_at.is_(None), USAGE.c.running_at.is_not(None)))]
+        conn.execute(USAGE.update().where(USAGE.c.key.in_(opened)).values(
+            stopped_at=later, stop_reason=str(StopReason.USER)))
+    engine.dispose()
+    assert len(opened) > 5
+    reopened = Ledger(db_url)
+    try:
+        kept = reopened.read_sync(rollup.as_rows)
+        with reopened.engine.begin() as conn:
+            assert rollup.heal(conn) is False  # whole: the next process leaves it
+            rollup.rebuild(conn)
+        assert reopened.read_sync(rollup.as_rows) == kept
+        for window in WINDOWS[:2]:
+            rolled, direct, in_python = page(reopened, platform, Viewer("root", admin=True),
+                                             Selection(), window)
+            assert rolled == direct == in_python, window
+    finally:
+        reopened.dispose()
