@@ -119,26 +119,42 @@ def _rows(changes: Mapping[Key, list]) -> list[dict]:
             for key, sums in sorted(changes.items()) if any(sums[:CARRY])]
 
 
-#: rows per INSERT (SQLite's limit on a statement's parameters is far above 500 x 14)
+#: rows per INSERT of :func:`apply_new`
 CHUNK = 500
+
+
+def _upsert(dialect: str) -> Any:
+    """The statement that adds a row's sums to the rollup's row of its key, or inserts
+    it (SQLite and PostgreSQL: ``ON CONFLICT DO UPDATE``); None for other databases.
+    One statement per dialect, executed with many rows: compiled once."""
+    if dialect not in _UPSERTS:
+        module = {"sqlite": sqlite, "postgresql": postgresql}.get(dialect)
+        if module is None:
+            return None
+        insert = module.insert(DAILY)
+        larger = sa.func.max if dialect == "sqlite" else sa.func.greatest
+        _UPSERTS[dialect] = insert.on_conflict_do_update(
+            index_elements=list(KEY),
+            set_={**{name: DAILY.c[name] + insert.excluded[name] for name in SUMS},
+                  "carry": larger(DAILY.c.carry, insert.excluded.carry)})
+    return _UPSERTS[dialect]
+
+
+_UPSERTS: dict[str, Any] = {}
 
 
 def apply(conn: sa.Connection, changes: Mapping[Key, list]) -> None:
     """Add ``changes`` to the rollup (in the caller's transaction): SQLite and
-    PostgreSQL in one upsert per :data:`CHUNK` rows; other databases a row at a time."""
+    PostgreSQL in one upsert executed for every row; other databases a row at a time."""
     rows = _rows(changes)
-    dialect = {"sqlite": sqlite, "postgresql": postgresql}.get(conn.dialect.name)
-    larger = sa.func.max if conn.dialect.name == "sqlite" else sa.func.greatest
-    for i in range(0, len(rows), CHUNK):
-        if dialect is None:
-            for row in rows[i:i + CHUNK]:
-                _update_or_insert(conn, row)
-            continue
-        insert = dialect.insert(DAILY).values(rows[i:i + CHUNK])
-        conn.execute(insert.on_conflict_do_update(
-            index_elements=list(KEY),
-            set_={**{name: DAILY.c[name] + insert.excluded[name] for name in SUMS},
-                  "carry": larger(DAILY.c.carry, insert.excluded.carry)}))
+    if not rows:
+        return
+    upsert = _upsert(conn.dialect.name)
+    if upsert is not None:
+        conn.execute(upsert, rows)
+        return
+    for row in rows:
+        _update_or_insert(conn, row)
 
 
 def _update_or_insert(conn: sa.Connection, row: dict) -> None:

@@ -281,3 +281,21 @@ def test_stops_an_older_writer_made_are_rolled_up_when_the_ledger_is_next_opened
             assert rolled == direct == in_python, window
     finally:
         reopened.dispose()
+
+
+def test_other_databases_add_to_the_rollup_a_row_at_a_time(ledger):  # noqa: F811
+    """The statements a database without ``ON CONFLICT`` gets (update, else insert)
+    add up as the upsert does, run here on SQLite and PostgreSQL."""
+    changes: dict = {}
+    for u in random_rows(6, 60):
+        rollup.add_change(changes, None, u)
+    ledger.read_sync(lambda conn: None)
+    with ledger.engine.begin() as conn:
+        rollup.apply(conn, changes)
+        rollup.apply(conn, changes)
+        upserted = rollup.as_rows(conn)
+        conn.execute(rollup.DAILY.delete())
+        for _ in range(2):
+            for row in rollup._rows(changes):
+                rollup._update_or_insert(conn, row)
+        assert rollup.as_rows(conn) == upserted and len(upserted) > 20
