@@ -35,23 +35,32 @@ from .store import NAME_CHARS, USAGE, Kind, StopReason, Usage, _utc, metadata
 ROLLUP_TABLE = "jupyterhub_gpu_usage_daily"
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 ONE_DAY = timedelta(days=1)
-KEY = ("day", "team", "user", "profile", "pool")
 #: the columns that add up (``carry`` is a maximum)
 SUMS = ("gpu_hours", "cost", "billed", "starts", "ended", "preempted", "spot_evictions",
         "max_age_stops")
 COLUMNS = (*SUMS, "carry")
 CARRY = len(SUMS)  # carry's place in a row of sums
 
-DAILY = sa.Table(
-    ROLLUP_TABLE, metadata,
-    sa.Column("day", sa.Integer, primary_key=True),  # UTC days since 1970-01-01
-    *(sa.Column(name, sa.Unicode(NAME_CHARS), primary_key=True)
-      for name in ("team", "user", "profile", "pool")),
-    sa.Column("gpu_hours", sa.Float, nullable=False),
-    sa.Column("cost", sa.Float, nullable=False),
-    *(sa.Column(name, sa.Integer, nullable=False) for name in SUMS[2:]),
-    sa.Column("carry", sa.Integer, nullable=False),
-)
+#: the same sums per UTC month (whole months of a long period are read from here)
+MONTHLY_TABLE = "jupyterhub_gpu_usage_monthly"
+
+
+def _table(name: str, period: str) -> sa.Table:
+    return sa.Table(
+        name, metadata,
+        sa.Column(period, sa.Integer, primary_key=True),  # since 1970-01-01 (UTC)
+        *(sa.Column(name, sa.Unicode(NAME_CHARS), primary_key=True)
+          for name in ("team", "user", "profile", "pool")),
+        sa.Column("gpu_hours", sa.Float, nullable=False),
+        sa.Column("cost", sa.Float, nullable=False),
+        *(sa.Column(name, sa.Integer, nullable=False) for name in SUMS[2:]),
+        sa.Column("carry", sa.Integer, nullable=False),
+    )
+
+
+DAILY = _table(ROLLUP_TABLE, "day")  # days since 1970-01-01
+MONTHLY = _table(MONTHLY_TABLE, "month")  # months since January 1970
+TABLES = (DAILY, MONTHLY)
 
 Key = tuple[int, str, str, str, str]
 
@@ -63,6 +72,28 @@ def day_of(at: datetime) -> int:
 
 def midnight(day: int) -> datetime:
     return EPOCH + day * ONE_DAY
+
+
+def month_of(day: int) -> int:
+    """The month of ``day``, in months since January 1970."""
+    at = midnight(day)
+    return (at.year - 1970) * 12 + at.month - 1
+
+
+def first_day(month: int) -> int:
+    """The first day of ``month``."""
+    return day_of(datetime(1970 + month // 12, month % 12 + 1, 1, tzinfo=timezone.utc))
+
+
+def by_month(changes: Mapping[Key, list]) -> dict[Key, list]:
+    """Per-day ``changes`` summed per month (a month's carry: its days' largest)."""
+    months: dict[Key, list] = {}
+    for (day, *names), sums in changes.items():
+        mine = months.setdefault((month_of(day), *names), [0.0, 0.0, 0, 0, 0, 0, 0, 0, 0])
+        for i in range(CARRY):
+            mine[i] += sums[i]
+        mine[CARRY] = max(mine[CARRY], sums[CARRY])
+    return months
 
 
 def contributions(u: Usage | None) -> dict[Key, list]:
@@ -111,66 +142,73 @@ def add_change(changes: dict[Key, list], old: Usage | None, new: Usage | None) -
                 mine[CARRY] = max(mine[CARRY], sums[CARRY])
 
 
-def _rows(changes: Mapping[Key, list]) -> list[dict]:
-    """The changes as rollup rows, in key order (two writers lock rows in one order),
-    without those that change nothing (a write that did not touch what the rollup
-    counts, e.g. a queue wait)."""
-    return [dict(zip(KEY, key)) | dict(zip(COLUMNS, sums))
-            for key, sums in sorted(changes.items()) if any(sums[:CARRY])]
+def _rows(changes: Mapping[Key, list], table: sa.Table = DAILY) -> list[dict]:
+    """The changes as rows of ``table``, in key order (two writers lock rows in one
+    order), without those that change nothing (a write that did not touch what the
+    rollup counts, e.g. a queue wait)."""
+    key = [c.name for c in table.primary_key.columns]
+    return [dict(zip(key, k)) | dict(zip(COLUMNS, sums))
+            for k, sums in sorted(changes.items()) if any(sums[:CARRY])]
+
+
+def _per_table(changes: Mapping[Key, list]) -> list[tuple[sa.Table, list[dict]]]:
+    return [(DAILY, _rows(changes, DAILY)), (MONTHLY, _rows(by_month(changes), MONTHLY))]
 
 
 #: rows per INSERT of :func:`apply_new`
 CHUNK = 500
 
 
-def _upsert(dialect: str) -> Any:
-    """The statement that adds a row's sums to the rollup's row of its key, or inserts
+def _upsert(dialect: str, table: sa.Table) -> Any:
+    """The statement that adds a row's sums to ``table``'s row of its key, or inserts
     it (SQLite and PostgreSQL: ``ON CONFLICT DO UPDATE``); None for other databases.
-    One statement per dialect, executed with many rows: compiled once."""
-    if dialect not in _UPSERTS:
+    One statement per dialect and table, executed with many rows: compiled once."""
+    if (dialect, table.name) not in _UPSERTS:
         module = {"sqlite": sqlite, "postgresql": postgresql}.get(dialect)
         if module is None:
             return None
-        insert = module.insert(DAILY)
+        insert = module.insert(table)
         larger = sa.func.max if dialect == "sqlite" else sa.func.greatest
-        _UPSERTS[dialect] = insert.on_conflict_do_update(
-            index_elements=list(KEY),
-            set_={**{name: DAILY.c[name] + insert.excluded[name] for name in SUMS},
-                  "carry": larger(DAILY.c.carry, insert.excluded.carry)})
-    return _UPSERTS[dialect]
+        _UPSERTS[dialect, table.name] = insert.on_conflict_do_update(
+            index_elements=[c.name for c in table.primary_key.columns],
+            set_={**{name: table.c[name] + insert.excluded[name] for name in SUMS},
+                  "carry": larger(table.c.carry, insert.excluded.carry)})
+    return _UPSERTS[dialect, table.name]
 
 
-_UPSERTS: dict[str, Any] = {}
+_UPSERTS: dict[tuple[str, str], Any] = {}
 
 
 def apply(conn: sa.Connection, changes: Mapping[Key, list]) -> None:
-    """Add ``changes`` to the rollup (in the caller's transaction): SQLite and
-    PostgreSQL in one upsert executed for every row; other databases a row at a time."""
-    rows = _rows(changes)
-    if not rows:
-        return
-    upsert = _upsert(conn.dialect.name)
-    if upsert is not None:
-        conn.execute(upsert, rows)
-        return
-    for row in rows:
-        _update_or_insert(conn, row)
+    """Add ``changes`` (per day) to the rollup's days and months (in the caller's
+    transaction): SQLite and PostgreSQL in one upsert per table executed for every
+    row; other databases a row at a time."""
+    for table, rows in _per_table(changes):
+        if not rows:
+            continue
+        upsert = _upsert(conn.dialect.name, table)
+        if upsert is not None:
+            conn.execute(upsert, rows)
+            continue
+        for row in rows:
+            _update_or_insert(conn, table, row)
 
 
-def _update_or_insert(conn: sa.Connection, row: dict) -> None:
-    where = [DAILY.c[name] == row[name] for name in KEY]
-    updated = conn.execute(DAILY.update().where(*where).values(
-        {**{name: DAILY.c[name] + row[name] for name in SUMS},
-         "carry": sa.case((DAILY.c.carry < row["carry"], row["carry"]),
-                          else_=DAILY.c.carry)}))
+def _update_or_insert(conn: sa.Connection, table: sa.Table, row: dict) -> None:
+    where = [c == row[c.name] for c in table.primary_key.columns]
+    updated = conn.execute(table.update().where(*where).values(
+        {**{name: table.c[name] + row[name] for name in SUMS},
+         "carry": sa.case((table.c.carry < row["carry"], row["carry"]),
+                          else_=table.c.carry)}))
     if updated.rowcount == 0:
-        conn.execute(DAILY.insert().values(row))
+        conn.execute(table.insert().values(row))
 
 
 def rebuild(conn: sa.Connection) -> int:
     """The rollup computed again from every stopped row of the ledger (in the caller's
-    transaction); how many rollup rows it has."""
-    conn.execute(DAILY.delete())
+    transaction); how many rows of days it has."""
+    for table in TABLES:
+        conn.execute(table.delete())
     changes: dict[Key, list] = {}
     # the columns the sums need, by name: a later revision may add others
     query = sa.select(*(USAGE.c[name] for name in READ)).where(USAGE.c.stopped_at.is_not(None))
@@ -210,10 +248,10 @@ def heal(conn: sa.Connection) -> bool:
 
 
 def apply_new(conn: sa.Connection, changes: Mapping[Key, list]) -> None:
-    """Insert ``changes`` into an empty rollup."""
-    rows = _rows(changes)
-    for i in range(0, len(rows), CHUNK):
-        conn.execute(DAILY.insert(), rows[i:i + CHUNK])
+    """Insert ``changes`` (per day) into an empty rollup's days and months."""
+    for table, rows in _per_table(changes):
+        for i in range(0, len(rows), CHUNK):
+            conn.execute(table.insert(), rows[i:i + CHUNK])
 
 
 def carries(conn: sa.Connection, days: Iterable[int]) -> dict[int, int]:
@@ -224,7 +262,7 @@ def carries(conn: sa.Connection, days: Iterable[int]) -> dict[int, int]:
     return {day: int(found.get(day) or 0) for day in days}
 
 
-def as_rows(conn: sa.Connection) -> dict[Key, tuple[Any, ...]]:
-    """The whole rollup, by key (what tests compare)."""
-    return {tuple(r[:5]): tuple(r[5:]) for r in conn.execute(
-        sa.select(*(DAILY.c[n] for n in KEY), *(DAILY.c[n] for n in COLUMNS)))}
+def as_rows(conn: sa.Connection, table: sa.Table = DAILY) -> dict[Key, tuple[Any, ...]]:
+    """The whole rollup's days (or months), by key (what tests compare)."""
+    return {tuple(r[:5]): tuple(r[5:]) for r in conn.execute(sa.select(
+        *table.primary_key.columns, *(table.c[n] for n in COLUMNS)))}

@@ -359,9 +359,8 @@ def _rolled_up(conn: sa.Connection, viewer: Viewer, selection: Selection, where:
                                _Billed(window, dialect, piece), piece, max_ages, counted))
     rows = _rows_of(pieces)
     triples, stops = _groups(conn, rows, spot_pools)
-    on_days = daily.visible(viewer, selection)
     rolled, (ended, preempted, spot, evicted, aged) = daily.groups(
-        conn, on_days, first, last, spot_pools, carried_in=start == m1)
+        conn, viewer, selection, first, last, spot_pools, carried_in=start == m1)
     for team, profile, user, hours, cost, count in rolled:
         _add_triple(triples, team, profile, user, hours, cost, count)
     culled, saved, unbounded = _culls(conn, where, _Billed(window, dialect),
@@ -370,7 +369,7 @@ def _rolled_up(conn: sa.Connection, viewer: Viewer, selection: Selection, where:
                                            saved, unbounded))]
     by_day = _daily(conn, rows, dialect)
     day0 = rollup.day_of(start)
-    for day, (hours, cost, count) in daily.days(conn, on_days, first, last).items():
+    for day, (hours, cost, count) in daily.days(conn, viewer, selection, first, last).items():
         s = by_day.setdefault(day - day0, [0.0, 0.0, 0])
         s[0], s[1], s[2] = s[0] + hours, s[1] + cost, s[2] + count
     return triples, stops, by_day

@@ -37,14 +37,14 @@ REASONS = (StopReason.USER, StopReason.IDLE_CULL, StopReason.MAX_AGE, StopReason
            StopReason.SPOT_EVICTION, StopReason.FAILURE)
 
 
-def random_rows(seed: int, n: int) -> list[Usage]:
-    """Sessions and jobs of 12 days before NOW: times on the second, on the
+def random_rows(seed: int, n: int, days: int = 12) -> list[Usage]:
+    """Sessions and jobs of ``days`` days before NOW: times on the second, on the
     microsecond and at midnights; spans of minutes to 5 days; some never running, some
     open, some without units, team, profile or pool."""
     rng = random.Random(seed)
     rows = []
     for i in range(n):
-        base = NOW - timedelta(days=rng.uniform(0, 12))
+        base = NOW - timedelta(days=rng.uniform(0, days))
         if rng.random() < 0.15:  # at a midnight
             base = base.replace(hour=0, minute=0, second=0, microsecond=0)
         requested = base - timedelta(seconds=rng.choice((0, 5, 700.25)))
@@ -98,16 +98,19 @@ WINDOWS = [fg.Window(NOW - timedelta(days=10), NOW),  # a part-day at each end
            fg.Window(NOW - timedelta(days=8, hours=3), MIDNIGHT),  # to a midnight
            fg.Window(MIDNIGHT - timedelta(days=6), MIDNIGHT - timedelta(days=2)),  # both
            fg.Window(NOW - timedelta(hours=40), NOW),  # one whole day
-           fg.Window(NOW - timedelta(days=30), NOW)]  # before the first row
+           fg.Window(NOW - timedelta(days=30), NOW),  # before the first row (of 12 days)
+           fg.Window(NOW - timedelta(days=45), NOW),  # November's days as a month
+           fg.Window(datetime(2026, 10, 31, tzinfo=timezone.utc), NOW),  # from a midnight
+           fg.Window(datetime(2026, 11, 1, tzinfo=timezone.utc), MIDNIGHT)]
 VIEWERS = [(Viewer("root", admin=True), Selection()),
            (Viewer("root", admin=True), Selection(team="ml-eng")),
            (Viewer("lee", teams=("data-science",)), Selection()),
            (Viewer("alice"), Selection())]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_the_rollup_gives_the_pages_figures(ledger, platform, seed):  # noqa: F811
-    rows = random_rows(seed, 400) + ledger_rows(platform, users=6, days=12, now=NOW)
+@pytest.mark.parametrize("seed, days", [(1, 12), (2, 50)])
+def test_the_rollup_gives_the_pages_figures(ledger, platform, seed, days):  # noqa: F811
+    rows = random_rows(seed, 400, days) + ledger_rows(platform, users=6, days=days, now=NOW)
     fill(ledger, rows)
     for window in WINDOWS:
         for viewer, selection in VIEWERS:
@@ -135,7 +138,7 @@ def test_the_writer_keeps_the_rollup_as_a_rebuild_computes_it(ledger, platform):
     stop days after the start, a running time or a team after the stop), in batches
     and alone: the rollup the writer keeps is the one computed from the final rows,
     and the page read through it is the page computed from every row."""
-    rows = random_rows(3, 300)
+    rows = random_rows(3, 300, days=50)
     rng = random.Random(3)
     steps = [_changes_in_steps(u, rng) for u in rows]
     while any(steps):
@@ -146,17 +149,18 @@ def test_the_writer_keeps_the_rollup_as_a_rebuild_computes_it(ledger, platform):
         else:
             for done in [ledger.submit(u) for u in batch]:
                 done.result(timeout=60)
-    kept = ledger.read_sync(rollup.as_rows)
+    kept = [ledger.read_sync(lambda conn: rollup.as_rows(conn, t)) for t in rollup.TABLES]
     with ledger.engine.begin() as conn:
         rollup.rebuild(conn)
-    rebuilt = ledger.read_sync(rollup.as_rows)
-    assert len(rebuilt) > 100
-    nonzero = {k: v for k, v in kept.items() if any(v[2:-1])}  # a moved row leaves zeros
-    assert nonzero.keys() == rebuilt.keys()
-    for key, sums in rebuilt.items():
-        assert nonzero[key][2:] == sums[2:], key  # the counts and the carry, exactly
-        assert nonzero[key][:2] == pytest.approx(sums[:2], rel=1e-9, abs=1e-9), key
-    for window in WINDOWS[:4]:
+    for table, before in zip(rollup.TABLES, kept):
+        rebuilt = ledger.read_sync(lambda conn: rollup.as_rows(conn, table))
+        assert len(rebuilt) > 50
+        nonzero = {k: v for k, v in before.items() if any(v[2:-1])}  # a moved row: zeros
+        assert nonzero.keys() == rebuilt.keys()
+        for key, sums in rebuilt.items():
+            assert nonzero[key][2:] == sums[2:], key  # the counts and the carry, exactly
+            assert nonzero[key][:2] == pytest.approx(sums[:2], rel=1e-9, abs=1e-9), key
+    for window in WINDOWS[:4] + WINDOWS[6:]:
         rolled, direct, in_python = page(ledger, platform, Viewer("root", admin=True),
                                          Selection(), window)
         assert rolled == direct == in_python, window
@@ -196,10 +200,11 @@ def test_migration_0004_fills_the_rollup_of_an_existing_ledger(db_url, platform)
     assert migrate.current(engine) == "0003"
     assert migrate.upgrade(engine) == migrate.head()
     with engine.connect() as conn:
-        filled = rollup.as_rows(conn)
+        filled = [rollup.as_rows(conn, table) for table in rollup.TABLES]
     with engine.begin() as conn:
         rollup.rebuild(conn)
-        assert rollup.as_rows(conn) == filled and len(filled) > 100
+        assert [rollup.as_rows(conn, table) for table in rollup.TABLES] == filled
+        assert len(filled[0]) > 100 and len(filled[1]) > 10
     engine.dispose()
     ledger_ = Ledger(db_url)
     try:
@@ -293,9 +298,11 @@ def test_other_databases_add_to_the_rollup_a_row_at_a_time(ledger):  # noqa: F81
     with ledger.engine.begin() as conn:
         rollup.apply(conn, changes)
         rollup.apply(conn, changes)
-        upserted = rollup.as_rows(conn)
-        conn.execute(rollup.DAILY.delete())
-        for _ in range(2):
-            for row in rollup._rows(changes):
-                rollup._update_or_insert(conn, row)
-        assert rollup.as_rows(conn) == upserted and len(upserted) > 20
+        upserted = [rollup.as_rows(conn, table) for table in rollup.TABLES]
+        for table, rows in rollup._per_table(changes):
+            conn.execute(table.delete())
+            for _ in range(2):
+                for row in rows:
+                    rollup._update_or_insert(conn, table, row)
+        assert [rollup.as_rows(conn, table) for table in rollup.TABLES] == upserted
+        assert len(upserted[0]) > 20 and len(upserted[1]) > 5
