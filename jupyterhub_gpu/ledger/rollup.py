@@ -1,5 +1,7 @@
-"""The ledger's per-day rollup: the sums the usage page shows, per UTC day and per
-(team, user, profile, pool), of the rows that have stopped.
+"""The ledger's rollup: the sums the usage page shows, per UTC day and per (team,
+user, profile, pool), of the rows that have stopped (:data:`DAILY`); and the same per
+UTC month (:data:`MONTHLY`: a month's row is the sum of its days' rows), so that a long
+period reads its whole months' rows instead of each day's.
 
 A stopped row adds to each day its billed span (``running_at`` to ``stopped_at``, as
 :func:`jupyterhub_gpu.usage.figures.billed` defines it) covers: its GPU-hours and cost

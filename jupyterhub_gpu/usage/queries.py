@@ -15,7 +15,8 @@ group over its days exactly (a session over midnight counts on both days).
 
 A page of one user's rows reads them so, from the index on ``user``. A page of teams
 over a window with whole UTC days (:func:`whole_days`) reads those days' sums of the
-stopped rows from the ledger's per-day rollup (:mod:`.daily`), and from the ledger
+stopped rows from the ledger's rollup (:mod:`.daily`: its whole months per month, the
+other days per day), and from the ledger
 only the rows still open (over the whole window) and the stopped rows of the part-days
 at the window's two ends, each clipped to its piece (found by their stop, or by their
 start from the earliest start the rollup says a row billed that day had); a row
