@@ -10,6 +10,7 @@ that existed before."""
 from __future__ import annotations
 
 import random
+import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -306,3 +307,38 @@ def test_other_databases_add_to_the_rollup_a_row_at_a_time(ledger):  # noqa: F81
                     rollup._update_or_insert(conn, table, row)
         assert [rollup.as_rows(conn, table) for table in rollup.TABLES] == upserted
         assert len(upserted[0]) > 20 and len(upserted[1]) > 5
+
+
+def test_two_processes_opening_a_ledger_at_once_rebuild_its_rollup_once(db_url):  # noqa: F811
+    """Two writers heal a rollup that misses stops at the same moment: the rollup's lock
+    makes one rebuild it and the other find it whole."""
+    first = Ledger(db_url)
+    try:
+        fill(first, random_rows(7, 200))
+    finally:
+        first.dispose()
+    engines = [sa.create_engine(db_url, connect_args={"timeout": 30}
+                                if db_url.startswith("sqlite") else {}) for _ in range(2)]
+    with engines[0].begin() as conn:  # an older writer's stops
+        conn.execute(USAGE.update().where(USAGE.c.stopped_at.is_(None)).values(
+            stopped_at=NOW, stop_reason=str(StopReason.USER)))
+    start = threading.Barrier(2)
+    healed: list[bool] = []
+
+    def heal(engine):
+        start.wait()
+        with engine.begin() as conn:
+            healed.append(rollup.heal(conn))
+
+    threads = [threading.Thread(target=heal, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(healed) == [False, True]
+    with engines[0].begin() as conn:
+        kept = rollup.as_rows(conn)
+        rollup.rebuild(conn)
+        assert rollup.as_rows(conn) == kept
+    for engine in engines:
+        engine.dispose()
