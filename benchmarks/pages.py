@@ -29,6 +29,7 @@ from jupyterhub_gpu.contract import ADMISSION_GATE, JOB_UID_LABEL, PROFILE_LABEL
 from jupyterhub_gpu.hub.api import (WAITS_CACHE_SECONDS, LastCluster, TeamCache, team_of,
                                      typical_waits)
 from jupyterhub_gpu.hub.availability import Cluster, profile_availability
+from jupyterhub_gpu.ledger import rollup
 from jupyterhub_gpu.ledger.store import USAGE, Kind, Ledger, StopReason, Usage, _to_row
 from jupyterhub_gpu.spec.model import Platform
 from jupyterhub_gpu.spec.parse import parse_platform
@@ -90,10 +91,13 @@ def ledger_rows(platform: Platform, users: int, days: int, now: datetime = NOW,
 
 
 def fill(ledger: Ledger, rows: list[Usage]) -> None:
-    """``rows`` into the (empty) ledger, in one transaction."""
+    """``rows`` into the (empty) ledger, and its per-day rollup computed from them
+    (:func:`jupyterhub_gpu.ledger.rollup.rebuild`, as migration 0004 does), in one
+    transaction."""
     ledger.read_sync(lambda conn: None)  # upgraded
     with ledger.engine.begin() as conn:
         conn.execute(USAGE.insert(), [_to_row(u) for u in rows])
+        rollup.rebuild(conn)
 
 
 def _seconds(run: Any) -> tuple[float, float]:

@@ -31,7 +31,9 @@ class UsageLedger(Configurable):
 
             c.UsageLedger.db_url = "postgresql+psycopg://hub:secret@postgres:5432/jupyterhub"
 
-        The ledger's tables (``jupyterhub_gpu_usage`` and its Alembic version table
+        The ledger's tables (``jupyterhub_gpu_usage``, its rollup
+        ``jupyterhub_gpu_usage_daily`` and ``jupyterhub_gpu_usage_monthly``, and its
+        Alembic version table
         ``jupyterhub_gpu_usage_alembic_version``) may share JupyterHub's database.
         Set it before calling ``add_culler_service``, ``add_jobs_service`` and
         ``add_usage_service``, which pass it to the culler and the services.

@@ -117,6 +117,14 @@ USAGE = sa.Table(
     sa.Index(f"ix_{TABLE}_user_requested_at", "user", "requested_at"),
     sa.Index(f"ix_{TABLE}_team_waits", "team", "requested_at", "kind", "profile",
              "queue_wait_seconds", "admitted_at", "stopped_at", "stop_reason"),
+    # the rows billed on a day (the usage page's first and last day of a period); the
+    # idle culls of a period
+    sa.Index(f"ix_{TABLE}_running_at", "running_at"),
+    sa.Index(f"ix_{TABLE}_stop_reason_stopped_at", "stop_reason", "stopped_at"),
+    # the usage page's queue-wait percentiles and its training jobs
+    sa.Index(f"ix_{TABLE}_profile_waits", "profile", "queue_wait_seconds", "requested_at",
+             "team", "user"),
+    sa.Index(f"ix_{TABLE}_kind_stopped_at", "kind", "stopped_at", "requested_at"),
 )
 
 
@@ -267,7 +275,8 @@ def _wal(dbapi_connection: Any, _record: Any) -> None:
 
 class Ledger:
     """The ledger at ``url`` (a SQLAlchemy URL), upgraded to the schema the package
-    ships (:func:`jupyterhub_gpu.ledger.migrate.upgrade`) when first opened."""
+    ships (:func:`jupyterhub_gpu.ledger.migrate.upgrade`) when first opened, and its
+    per-day rollup rebuilt then if it misses stopped rows (:func:`.rollup.heal`)."""
 
     def __init__(self, url: str):
         self.url = url
@@ -293,7 +302,10 @@ class Ledger:
     def _ready(self) -> None:
         if not self._upgraded:
             from .migrate import upgrade
+            from .rollup import heal
             upgrade(self.engine)
+            with self.engine.begin() as conn:
+                heal(conn)
             self._upgraded = True
 
     def record_sync(self, new: Usage) -> Usage:
@@ -301,17 +313,27 @@ class Ledger:
         with self._lock:
             self._ready()
             with self.engine.begin() as conn:
-                merged = self._merge_in(conn, new)
+                merged = self._merge_all(conn, [new])[0]
             self.writes += 1
             return merged
 
-    def _merge_in(self, conn: sa.Connection, new: Usage) -> Usage:
+    def _merge_all(self, conn: sa.Connection, news: list[Usage]) -> list[Usage]:
+        """Merge each of ``news`` in turn, then their change to the per-day rollup."""
+        from .rollup import apply
+        changes: dict = {}
+        merged = [self._merge_in(conn, new, changes) for new in news]
+        apply(conn, changes)
+        return merged
+
+    def _merge_in(self, conn: sa.Connection, new: Usage, changes: dict) -> Usage:
+        from .rollup import add_change
         where = USAGE.c.key == new.key
         row = conn.execute(sa.select(USAGE).where(where).with_for_update()).first()
         old = _from_row(row) if row is not None else None
         merged = merge(old, new)
         if old is None:
             if _insert_if_absent(conn, _to_row(merged)):
+                add_change(changes, None, merged)
                 return merged
             # another process inserted it just now
             row = conn.execute(sa.select(USAGE).where(where).with_for_update()).one()
@@ -319,6 +341,7 @@ class Ledger:
             merged = merge(old, new)
         if merged != old:
             conn.execute(USAGE.update().where(where).values(_to_row(merged)))
+            add_change(changes, old, merged)
         return merged
 
     def submit(self, new: Usage) -> Future:
@@ -341,7 +364,7 @@ class Ledger:
             with self._lock:
                 self._ready()
                 with self.engine.begin() as conn:
-                    merged = [self._merge_in(conn, new) for new, _ in batch]
+                    merged = self._merge_all(conn, [new for new, _ in batch])
                 self.writes += 1
         except Exception:  # noqa: BLE001 - one write at a time, so one bad write fails alone
             for new, done in batch:
