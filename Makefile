@@ -5,7 +5,7 @@
 #               docs/outcome.md): the real hub, culler, Kueue and ledger, Karpenter with
 #               kwok nodes and the default kube-scheduler, not production's z2jh
 #               user-scheduler and cluster autoscaler; beside one GPU VM per person
-# Go binaries and the proxy are cached in ~/.cache/jupyterhub-gpu/ (first build: ~32 min on 2 cores).
+# Go binaries and the proxy are cached in ~/.cache/jupyterhub-gpu/ (first build: 16-32 min on 2 cores).
 
 PYTHON ?= python3
 VENV ?= .venv
