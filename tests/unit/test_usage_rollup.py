@@ -94,6 +94,13 @@ def page(ledger, platform, viewer, selection, window):  # noqa: F811
     return shown(rolled), shown(direct), list(figures(in_python))
 
 
+def _admin_pages_agree(ledger_, platform, windows) -> None:
+    for window in windows:
+        rolled, direct, in_python = page(ledger_, platform, Viewer("root", admin=True),
+                                         Selection(), window)
+        assert rolled == direct == in_python, window
+
+
 WINDOWS = [fg.Window(NOW - timedelta(days=10), NOW),  # a part-day at each end
            fg.Window(MIDNIGHT - timedelta(days=9), NOW),  # from a midnight
            fg.Window(NOW - timedelta(days=8, hours=3), MIDNIGHT),  # to a midnight
@@ -209,10 +216,7 @@ def test_migration_0004_fills_the_rollup_of_an_existing_ledger(db_url, platform)
     engine.dispose()
     ledger_ = Ledger(db_url)
     try:
-        for window in WINDOWS[:3]:
-            rolled, direct, in_python = page(ledger_, platform, Viewer("root", admin=True),
-                                             Selection(), window)
-            assert rolled == direct == in_python, window
+        _admin_pages_agree(ledger_, platform, WINDOWS[:3])
     finally:
         ledger_.dispose()
 
@@ -281,10 +285,7 @@ def test_stops_an_older_writer_made_are_rolled_up_when_the_ledger_is_next_opened
             assert rollup.heal(conn) is False  # whole: the next process leaves it
             rollup.rebuild(conn)
         assert reopened.read_sync(rollup.as_rows) == kept
-        for window in WINDOWS[:2]:
-            rolled, direct, in_python = page(reopened, platform, Viewer("root", admin=True),
-                                             Selection(), window)
-            assert rolled == direct == in_python, window
+        _admin_pages_agree(reopened, platform, WINDOWS[:2])
     finally:
         reopened.dispose()
 
