@@ -32,7 +32,7 @@ import copy
 from dataclasses import dataclass
 
 from ..contract import (AZURE_FILES_CLASS, BATCH_GROUP, COMPONENT_LABEL, HUB_COMPONENT,
-                        JOB_COMPONENT, JOBS_PORT, KERNEL_COMPONENT,
+                        JOB_COMPONENT, JOBS_PORT, KERNEL_COMPONENT, KERNELS_PORT,
                         KUEUE_GROUP, KUEUE_VISIBILITY_GROUP,
                         MANAGED_LABEL, NAMESPACE_NAME_LABEL, NETWORKING_API_VERSION,
                         NETWORKING_GROUP,
@@ -217,22 +217,30 @@ PROMETHEUS_EGRESS: dict = {
     "ports": [{"port": PROMETHEUS_PORT}]}
 
 
-def _server_egress(hub: HubRef) -> list[dict]:
-    """Where a user server (and a GPU kernel) may connect: the hub's API and the
-    gpu-jobs service, Prometheus, DNS and the internet."""
+#: the hub pod's ports a user server calls: the hub's API, the gpu-jobs service and the
+#: gpu-kernels service (its GPU kernels' pods)
+SERVER_HUB_PORTS = (HUB_PORT, JOBS_PORT, KERNELS_PORT)
+#: those a GPU kernel's pod may call: a server's, but the gpu-kernels service (a kernel
+#: starts no kernel)
+KERNEL_HUB_PORTS = (HUB_PORT, JOBS_PORT)
+
+
+def _server_egress(hub: HubRef, hub_ports: tuple[int, ...] = SERVER_HUB_PORTS) -> list[dict]:
+    """Where a user server (and a GPU kernel) may connect: the hub pod on
+    ``hub_ports``, Prometheus, DNS and the internet."""
     return [
         {"to": [_from_hub_pods(hub, [HUB_COMPONENT])],
-         "ports": [{"port": HUB_PORT}, {"port": JOBS_PORT}]},
+         "ports": [{"port": port} for port in hub_ports]},
         copy.deepcopy(PROMETHEUS_EGRESS),
         copy.deepcopy(DNS_EGRESS), copy.deepcopy(INTERNET_EGRESS),
     ]
 
 
 def network_policy(team: Team, hub: HubRef) -> dict:
-    """User servers: reached only by the hub and proxy; reach the hub, Prometheus (for
-    the JupyterLab status item), DNS and the internet, but neither the cloud metadata
-    service, the WireServer nor other private addresses (z2jh's singleuser defaults,
-    and the WireServer)."""
+    """User servers: reached only by the hub and proxy; reach the hub (its API, the
+    gpu-jobs and gpu-kernels services), Prometheus (for the JupyterLab status item),
+    DNS and the internet, but neither the cloud metadata service, the WireServer nor
+    other private addresses (z2jh's singleuser defaults, and the WireServer)."""
     ingress = [{"from": [_from_hub_pods(hub, [HUB_COMPONENT, PROXY_COMPONENT])],
                 "ports": [{"port": SINGLEUSER_PORT}]}]
     return _policy(team, NETWORK_POLICY_NAME,
@@ -242,12 +250,12 @@ def network_policy(team: Team, hub: HubRef) -> dict:
 
 def kernels_policy(team: Team, hub: HubRef) -> dict:
     """GPU kernels' pods (docs/kernels.md): the egress of the user server whose code
-    they run, and no ingress. Each kernel's own policies
+    they run but the gpu-kernels service, and no ingress. Each kernel's own policies
     (:func:`jupyterhub_gpu.builders.kernel.kernel_policies`) add the traffic between
     it and its owning server, and nothing else."""
     return _policy(team, KERNELS_POLICY_NAME,
                    {"matchLabels": {COMPONENT_LABEL: KERNEL_COMPONENT}}, [],
-                   _server_egress(hub))
+                   _server_egress(hub, KERNEL_HUB_PORTS))
 
 
 def jobs_policy(team: Team) -> dict:

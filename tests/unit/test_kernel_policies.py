@@ -23,6 +23,7 @@ from jupyterhub_gpu.builders.kernel import (KernelRequest, Launch, Owner, build_
 from jupyterhub_gpu.bundle import namespaces
 from jupyterhub_gpu.bundle.namespaces import HUB_PORT
 from jupyterhub_gpu.contract import (COMPONENT_LABEL, HUB_COMPONENT, JOBS_PORT, KERNEL_PORTS,
+                                     KERNELS_PORT,
                                      KERNEL_RESPONSE_PORT, NAMESPACE_NAME_LABEL,
                                      PROXY_COMPONENT)
 from jupyterhub_gpu.devcluster.build import binaries
@@ -35,8 +36,8 @@ KERNEL_A = "5f0c2d9e-8b1a-4c3e-9d7f-0a1b2c3d4e5f"
 KERNEL_B = "0a1b2c3d-4e5f-4c3e-9d7f-5f0c2d9e8b1a"
 KEY = "MCowBQYDK2VuAyEA" + "C" * 28
 ALL_KERNEL_PORTS = frozenset(KERNEL_PORTS.values())
-TCP_PORTS = (*sorted(ALL_KERNEL_PORTS), KERNEL_RESPONSE_PORT, 8888, HUB_PORT, JOBS_PORT, 443,
-             80, 53)
+TCP_PORTS = (*sorted(ALL_KERNEL_PORTS), KERNEL_RESPONSE_PORT, 8888, HUB_PORT, JOBS_PORT,
+             KERNELS_PORT, 443, 80, 53)
 PUBLIC = "93.184.215.14"
 
 
@@ -124,7 +125,8 @@ def _allowed(src: str, dst: str, port: int) -> bool:
     if dst == "internet":
         return True
     if dst == HUB_COMPONENT:
-        return port in (HUB_PORT, JOBS_PORT, 53)  # a server's egress to the hub, and DNS
+        # a server's egress to the hub but the gpu-kernels service, and DNS
+        return port in (HUB_PORT, JOBS_PORT, 53)
     return port == 53  # DNS on any address, as a server has it
 
 

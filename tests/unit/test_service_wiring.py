@@ -13,7 +13,7 @@ from traitlets.config import Config
 
 from jupyterhub_gpu import configure_hub
 from jupyterhub_gpu.contract import (ENV_PLATFORM_FILE, ENV_USAGE_DB_URL, JOBS_SERVICE_NAME,
-                                     USAGE_SERVICE_NAME)
+                                     KERNELS_SERVICE_NAME, USAGE_SERVICE_NAME)
 from jupyterhub_gpu.cull.service import (SERVICE_NAME as CULLER, add_culler_service,
                                          culler_role, culler_service)
 from jupyterhub_gpu.devcluster.contract import ENV_DEMO_CHP, ENV_DEMO_SPEC
@@ -70,7 +70,8 @@ def test_the_values_name_the_spec_path_once_and_every_service_reads_it(
     c.JupyterHub.services = z2jh_services(values, "t")
     run_extra_config(values, example_spec_path, c, monkeypatch, get_config)
     assert spec_paths(c) == {name: os.path.abspath(example_spec_path)
-                             for name in (RESUME_SERVICE, CULLER, JOBS_SERVICE_NAME)}
+                             for name in (RESUME_SERVICE, CULLER, JOBS_SERVICE_NAME,
+                                          KERNELS_SERVICE_NAME)}
 
 
 def test_the_usage_sidecar_reads_the_spec_configure_hub_reads():
@@ -87,7 +88,7 @@ def test_the_values_add_every_service_with_its_helper():
     source = extra_config()
     assert appends_to_the_hubs_lists(source) == []
     assert helpers_called(source) == {"add_culler_service", "add_jobs_service",
-                                      "add_usage_service"}
+                                      "add_kernels_service", "add_usage_service"}
 
 
 def test_the_check_finds_a_service_wired_by_hand():
@@ -107,7 +108,7 @@ def test_the_demo_adds_its_services_as_the_values_do(example_spec_path, monkeypa
     exec(compile(source, str(DEMO_CONFIG), "exec"), {"get_config": lambda: c})
     assert spec_paths(c) == {name: os.path.abspath(example_spec_path)
                              for name in (RESUME_SERVICE, CULLER, JOBS_SERVICE_NAME,
-                                          USAGE_SERVICE_NAME)}
+                                          KERNELS_SERVICE_NAME, USAGE_SERVICE_NAME)}
 
 
 def test_add_culler_service_adds_what_culler_service_and_culler_role_build(example_spec_path):
