@@ -23,8 +23,7 @@ from jupyterhub_gpu.builders.kernel import (KernelRequest, Launch, Owner, build_
 from jupyterhub_gpu.bundle import namespaces
 from jupyterhub_gpu.bundle.namespaces import HUB_PORT
 from jupyterhub_gpu.contract import (COMPONENT_LABEL, HUB_COMPONENT, JOBS_PORT, KERNEL_PORTS,
-                                     KERNELS_PORT,
-                                     KERNEL_RESPONSE_PORT, NAMESPACE_NAME_LABEL,
+                                     KERNEL_RESPONSE_PORT, KERNELS_PORT, NAMESPACE_NAME_LABEL,
                                      PROXY_COMPONENT)
 from jupyterhub_gpu.devcluster.build import binaries
 from jupyterhub_gpu.spec.grant import UserRef, authorize
