@@ -212,7 +212,9 @@ def policy_name(req: KernelRequest, side: str) -> str:
 def kernel_policies(req: KernelRequest) -> tuple[dict, dict]:
     """The kernel's two NetworkPolicies, which the service creates with its pod:
 
-    * on the kernel's pod (selected by its id): ingress from its owning server's pod,
+    * on the kernel's pod (selected by its id and its owning server's labels: a kernel
+      id is no secret, and another user who starts a kernel of the same id gets a pod
+      that only their own policies select): ingress from its owning server's pod,
       on :data:`KERNEL_PORTS` only; egress to that pod on
       :data:`KERNEL_RESPONSE_PORT` (the connection information sent back);
     * on the owning server's pod: egress to this kernel's pod on
@@ -223,8 +225,7 @@ def kernel_policies(req: KernelRequest) -> tuple[dict, dict]:
     reaches neither; the team's default deny keeps out everything else. The service
     makes the kernel's pod their owner, so that they go with it."""
     server = {"podSelector": {"matchLabels": req.owner.server_labels}}
-    kernel_selector = {KERNEL_ID_LABEL: req.launch.kernel_id,
-                       COMPONENT_LABEL: KERNEL_COMPONENT}
+    kernel_selector = labels(req)  # the id, and the owner: see above
     kernel = {"podSelector": {"matchLabels": kernel_selector}}
     response = [{"port": KERNEL_RESPONSE_PORT, "protocol": "TCP"}]
     ports = [{"port": port, "protocol": "TCP"} for port in KERNEL_PORTS.values()]

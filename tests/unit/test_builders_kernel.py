@@ -17,7 +17,8 @@ from jupyterhub_gpu.builders.pod import spawn_settings
 from jupyterhub_gpu.bundle import namespaces
 from jupyterhub_gpu.contract import (COMPONENT_LABEL, ENV_CHECKPOINT_DIR, ENV_IDLE_TIMEOUT,
                                      ENV_MAX_AGE, ENV_PROFILE, KERNEL_COMPONENT, KERNEL_PORTS,
-                                     KERNEL_RESPONSE_PORT, POOL_GATE, PRIORITY_LABEL,
+                                     KERNEL_RESPONSE_PORT, KERNELS_PORT, POOL_GATE,
+                                     PRIORITY_LABEL,
                                      QUEUE_LABEL, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
                                      USERNAME_KEY)
 from jupyterhub_gpu.devcluster.build import K8S_VERSION
@@ -209,6 +210,24 @@ def test_only_the_owning_server_reaches_its_kernel_and_only_on_the_kernel_ports(
     assert {p["port"] for p in out["ports"]} == set(KERNEL_PORTS.values())
 
 
+def test_another_users_kernel_of_the_same_id_is_selected_by_neither_policy(platform):
+    """A kernel's id is no secret (it is in the notebook's URLs): bob, who starts a
+    kernel of alice's kernel's id in her namespace, gets a pod that her policies do
+    not select, and his policies do not select hers."""
+    alices = _request(platform, "t4-shared")
+    bobs = _request(platform, "t4-shared", owner=Owner("bob", ""),
+                    name=kernel_name("bob", KERNEL_ID))
+    assert alices.launch.kernel_id == bobs.launch.kernel_id
+    alice_pod, bob_pod = (build_kernel_pod(platform, r)["metadata"]["labels"]
+                          for r in (alices, bobs))
+    for mine, theirs, req in ((alice_pod, bob_pod, alices), (bob_pod, alice_pod, bobs)):
+        on_kernel, on_server = kernel_policies(req)
+        assert _selects(on_kernel, mine) and not _selects(on_kernel, theirs)
+        (answer,), (out,) = on_server["spec"]["ingress"], on_server["spec"]["egress"]
+        assert _peer_matches(answer["from"], mine) and not _peer_matches(answer["from"], theirs)
+        assert _peer_matches(out["to"], mine) and not _peer_matches(out["to"], theirs)
+
+
 def test_the_teams_standing_policy_gives_kernels_a_servers_egress_and_no_ingress(platform):
     req = _request(platform, "t4-shared")
     pod_labels = build_kernel_pod(platform, req)["metadata"]["labels"]
@@ -221,7 +240,13 @@ def test_the_teams_standing_policy_gives_kernels_a_servers_egress_and_no_ingress
     (policy,) = selecting
     assert policy["spec"]["ingress"] == []
     server = namespaces.network_policy(req.grant.team, namespaces.HubRef())
-    assert policy["spec"]["egress"] == server["spec"]["egress"]
+    (to_hub, *rest), (server_to_hub, *server_rest) = (policy["spec"]["egress"],
+                                                      server["spec"]["egress"])
+    assert rest == server_rest and to_hub["to"] == server_to_hub["to"]
+    # the hub's ports but the gpu-kernels service: a kernel starts no kernel
+    assert [p["port"] for p in to_hub["ports"]] == [
+        p["port"] for p in server_to_hub["ports"] if p["port"] != KERNELS_PORT]
+    assert KERNELS_PORT in [p["port"] for p in server_to_hub["ports"]]
 
 
 def test_the_owner_is_read_from_the_server_pods_labels_and_long_names_stay_labels(platform):
