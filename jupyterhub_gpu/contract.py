@@ -312,6 +312,14 @@ KERNELS_API_PATH = "api/kernels"
 ENV_KERNELS_URL = ENV_PREFIX + "KERNELS_URL"
 #: the service's settings (its environment): the address it listens on
 ENV_KERNELS_BIND = ENV_PREFIX + "KERNELS_BIND"
+#: in a server's and a kernel pod's environment: the pod's own address (the Downward
+#: API's ``status.podIP``): where a server's kernels answer it, where a kernel listens
+ENV_POD_IP = ENV_PREFIX + "POD_IP"
+#: the pod's field it is read from
+POD_IP_FIELD = "status.podIP"
+#: the GPU kernels' provisioner, by its name in the entry point group
+#: ``jupyter_client.kernel_provisioners`` (pyproject.toml), as kernelspecs name it
+KERNEL_PROVISIONER_NAME = "jupyterhub-gpu-kernel-pod"
 
 # -- the usage page (:mod:`jupyterhub_gpu.usage.service`), a JupyterHub service -------
 

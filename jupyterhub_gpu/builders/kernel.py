@@ -34,9 +34,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..contract import (COMPONENT_LABEL, ENV_GPU_IDLE_THRESHOLD, ENV_GPU_IDLE_WINDOW,
-                        ENV_IDLE_TIMEOUT, ENV_MAX_AGE, KERNEL_COMPONENT, KERNEL_ID_LABEL,
+                        ENV_IDLE_TIMEOUT, ENV_MAX_AGE, ENV_POD_IP, KERNEL_COMPONENT,
+                        KERNEL_ID_LABEL,
                         KERNEL_PORTS, KERNEL_RESPONSE_PORT, KERNEL_SERVER_LABEL,
-                        NETWORKING_API_VERSION, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
+                        NETWORKING_API_VERSION, POD_IP_FIELD, SERVERNAME_KEY,
+                        SINGLEUSER_COMPONENT,
                         USERNAME_KEY)
 from ..spec.grant import Grant
 from ..spec.model import Platform
@@ -145,6 +147,8 @@ def _env(req: KernelRequest, environment: Mapping[str, Any]) -> list[dict]:
     place of the server's cull rules."""
     env = {k: v for k, v in environment.items() if k not in SERVER_ONLY_ENV}
     env[ENV_IDLE_TIMEOUT] = str(req.grant.profile.kernel_idle_timeout_seconds)
+    # where the launcher binds the kernel's ports: the pod's own address
+    env[ENV_POD_IP] = {"valueFrom": {"fieldRef": {"fieldPath": POD_IP_FIELD}}}
     return [{"name": k, **(v if isinstance(v, Mapping) else {"value": v})}
             for k, v in env.items()]
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from .. import datafiles
 from ..contract import (COMPONENT_LABEL, ENV_RUN_DIR, ENV_SERVICE_URL, JOB_COMPONENT,
-                        SINGLEUSER_COMPONENT, USERNAME_KEY)
+                        POD_IP_FIELD, SINGLEUSER_COMPONENT, USERNAME_KEY)
 from .contract import EXIT_CODE_ANNOTATION
 from .jobprocess import JobProcess, job_process, result_annotation
 from .procs import describe
@@ -69,12 +69,15 @@ def _container_port(container: dict) -> int:
 _FIELD = re.compile(r"^metadata\.(annotations|labels)\['([^']+)'\]$")
 
 
-def _env_value(entry: dict, meta: dict) -> str | None:
+def _env_value(entry: dict, meta: dict, status: dict | None = None) -> str | None:
     """An env entry's value as the kubelet resolves it when it starts the container:
-    a plain ``value``, or a Downward API ``fieldRef`` to an annotation or label."""
+    a plain ``value``, or a Downward API ``fieldRef`` to an annotation, a label or the
+    pod's address."""
     if "value" in entry:
         return entry["value"]
     path = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+    if path == POD_IP_FIELD:
+        return (status or {}).get("podIP")
     found = _FIELD.match(path)
     return (meta.get(found.group(1)) or {}).get(found.group(2), "") if found else None
 
@@ -82,7 +85,7 @@ def _env_value(entry: dict, meta: dict) -> str | None:
 def pod_env(pod: dict) -> dict[str, str]:
     """The first container's environment as the kubelet resolves it."""
     meta, container = pod["metadata"], pod["spec"]["containers"][0]
-    values = {e["name"]: _env_value(e, meta) for e in container.get("env", [])}
+    values = {e["name"]: _env_value(e, meta, pod.get("status")) for e in container.get("env", [])}
     return {name: value for name, value in values.items() if value is not None}
 
 

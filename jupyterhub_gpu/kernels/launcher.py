@@ -5,8 +5,9 @@
 :func:`jupyterhub_gpu.builders.kernel.launch_command` gives the pod):
 
 1. writes the kernel's connection file, readable by this user only, in a directory of
-   its own: the fixed :data:`~jupyterhub_gpu.contract.KERNEL_PORTS` on every
-   interface of the pod, and a message-signing key made here;
+   its own: the fixed :data:`~jupyterhub_gpu.contract.KERNEL_PORTS` on the pod's
+   address (``JUPYTERHUB_GPU_POD_IP``, from the Downward API; every interface without
+   it), and a message-signing key made here;
 2. starts ipykernel on it, in a process group of its own (an ``interrupt_request``
    makes ipykernel signal that group: the cell and what it started);
 3. sends the key and the kernel's pid to the response address, sealed for the
@@ -34,19 +35,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..contract import ENV_POD_IP
 from .connect import Connection, connection_info, seal
 
 #: how long the launcher tries to reach the server, and how long one try may take
 RESPONSE_PATIENCE_SECONDS = 120
 CONNECT_TIMEOUT_SECONDS = 5
-#: the kernel's address inside the pod: every interface (the pod's own address is
-#: what the server connects to; the NetworkPolicies say who may)
+#: the kernel's address inside the pod without the pod's address: every interface (the
+#: pod's own address is what the server connects to; the NetworkPolicies say who may)
 BIND_ALL = "0.0.0.0"  # noqa: S104 - a pod's interfaces, fenced by NetworkPolicy
 
 
-def write_connection_file(directory: Path, key: str) -> Path:
-    """The kernel's connection file in ``directory`` (mode 0600)."""
-    info = connection_info(BIND_ALL, key)
+def write_connection_file(directory: Path, key: str, ip: str = BIND_ALL) -> Path:
+    """The kernel's connection file in ``directory`` (mode 0600), on ``ip``."""
+    info = connection_info(ip, key)
     path = directory / "kernel.json"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -89,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     key = secrets.token_hex(32)
     with tempfile.TemporaryDirectory(prefix="kernel-") as directory:
-        connection_file = write_connection_file(Path(directory), key)
+        connection_file = write_connection_file(Path(directory), key,
+                                                os.environ.get(ENV_POD_IP) or BIND_ALL)
         kernel = subprocess.Popen([sys.executable, "-m", "ipykernel_launcher", "-f",
                                    str(connection_file)], start_new_session=True)
         signal.signal(signal.SIGTERM, lambda *_: kernel.send_signal(signal.SIGTERM))
