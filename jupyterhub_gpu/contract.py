@@ -308,6 +308,8 @@ KERNELS_PORT = 10104
 KERNELS_ACCESS_SCOPE = f"access:services!service={KERNELS_SERVICE_NAME}"
 #: its API, under the service's prefix: the caller's kernels; one is ``<path>/<kernel id>``
 KERNELS_API_PATH = "api/kernels"
+#: its API, under the service's prefix: the kernelspecs of the caller's GPU profiles
+KERNELSPECS_API_PATH = "api/kernelspecs"
 #: in the notebook's environment: the service's URL (prefix included)
 ENV_KERNELS_URL = ENV_PREFIX + "KERNELS_URL"
 #: the service's settings (its environment): the address it listens on

@@ -204,7 +204,9 @@ class GPUKernelProvisioner(KernelProvisionerBase):
                 self.pod = None
             raise
         self.pid = received.connection.pid
-        self.connection_info = received.connection.info(received.address)
+        info = received.connection.info(received.address)
+        # the key as the kernel manager holds its own (bytes), which it compares with
+        self.connection_info = {**info, "key": info["key"].encode()}
         return self.connection_info
 
     async def _report(self, listener: ResponseListener, key: ServerKey,

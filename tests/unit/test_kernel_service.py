@@ -364,3 +364,29 @@ def test_a_fallback_profiles_kernel_starts_once_kueue_admits_it(service, kube, p
     (added,) = [op["value"] for op in patch if op["path"] == "/metadata/annotations/"
                 + POOL_ANNOTATION.replace("/", "~1")]
     assert added == "a100"
+
+
+def test_the_kernelspecs_are_the_callers_gpu_profiles(service, platform, kube):
+    """One kernelspec per GPU profile the caller's groups may use, naming the GPU
+    kernels' provisioner and the profile; a CPU profile has none; no token, none."""
+    from jupyterhub_gpu.contract import KERNEL_PROVISIONER_NAME
+    from jupyterhub_gpu.kernels.specs import kernelspec
+
+    for token, groups in (("bob-token", {"ml-eng"}), ("dana-token", {"data-science"})):
+        status, said, _ = _call(service.url + "api/kernelspecs",
+                                headers={"Authorization": f"token {token}"})
+        assert status == 200, said
+        mine = gpu_profiles_for(platform, groups)
+        assert mine and sorted(said["kernelspecs"]) == sorted(f"gpu-{p.slug}" for p in mine)
+        for profile in mine:
+            spec = said["kernelspecs"][f"gpu-{profile.slug}"]
+            assert spec == kernelspec(platform, profile)
+            assert spec["metadata"]["kernel_provisioner"] == {
+                "provisioner_name": KERNEL_PROVISIONER_NAME,
+                "config": {"profile": profile.slug}}
+            assert spec["interrupt_mode"] == "message"
+    assert not any(p.slug == "cpu" for p in gpu_profiles_for(platform, {"data-science"}))
+    status, said, _ = _call(service.url + "api/kernelspecs",
+                            headers={"Authorization": "token not-a-token"})
+    assert status == 403 and "kernelspecs" not in said
+    assert kube.calls == []

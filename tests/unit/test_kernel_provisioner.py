@@ -1,0 +1,305 @@
+"""The GPU kernels' provisioner under a real ``jupyter_client`` kernel manager
+(docs/kernels.md, "The protocol"): found by its entry point (as pyproject.toml
+declares it) from a GPU kernelspec that the server extension wrote from the service's
+answer; the kernel it starts is a real ipykernel under the real kernel launcher. A
+cell runs, an interrupt stops a running cell (a signed message on the control
+channel), a restart is a new pod, a shutdown deletes the pod and the launcher exits.
+A start the service refuses fails with the service's words.
+
+What stands in: the gpu-kernels service's HTTP API (:class:`StandIn`), which on a
+start runs the launcher with the command and environment the pod would give it, as
+the dev cluster's pod runner does (the real service and its pods:
+tests/integration/test_kernel_service.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from tornado import web
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+from traitlets.config import Config
+
+from jupyterhub_gpu.builders.kernel import Launch, kernel_name, launch_command
+from jupyterhub_gpu.contract import (ENV_API_TOKEN, ENV_KERNELS_URL, ENV_POD_IP, KERNEL_PORTS,
+                                     KERNEL_PROVISIONER_NAME, KERNELS_API_PATH,
+                                     KERNELS_SERVICE_NAME, KERNELSPECS_API_PATH)
+from jupyterhub_gpu.kernels import provisioner as provisioning
+from jupyterhub_gpu.kernels.provisioner import GPUKernelProvisioner, KernelStartFailed
+from jupyterhub_gpu.kernels.request import gpu_profiles_for
+from jupyterhub_gpu.kernels.server_ext import keep_kernelspecs
+from jupyterhub_gpu.kernels.specs import user_kernelspecs
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "server-token"
+PROFILE = "t4-shared"
+GROUPS = frozenset({"ml-eng"})
+HOST = "127.0.0.1"
+#: a guard against a hang, never a measure of speed
+GUARD_SECONDS = 120
+
+
+class StandIn:
+    """The gpu-kernels service's API as a server's provisioner calls it; a start runs
+    the pod's command (the launcher) here, with the pod's address in its environment."""
+
+    def __init__(self, platform, workdir: Path):
+        self.platform, self.workdir = platform, workdir
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.deleting: set[str] = set()
+        self.calls: list[tuple[str, str]] = []
+        self.refuse: str | None = None
+
+    def view(self, kid: str) -> dict | None:
+        proc = self.procs.get(kid)
+        if proc is None or (kid in self.deleting and proc.poll() is not None):
+            return None
+        alive = proc.poll() is None
+        phase = ("Deleting" if kid in self.deleting else "Running") if alive else (
+            "Succeeded" if proc.returncode == 0 else "Failed")
+        return {"id": kid, "name": kernel_name("alice", kid), "namespace": "jhub-ml-eng",
+                "profile": PROFILE, "phase": phase, "address": HOST if alive else None}
+
+    def start(self, body: dict) -> dict:
+        launch = Launch(body["kernel_id"], body["response_address"], body["public_key"])
+        old = self.procs.get(launch.kernel_id)
+        assert old is None or old.poll() is not None, "a restart waits for the old pod"
+        self.deleting.discard(launch.kernel_id)
+        self.procs[launch.kernel_id] = subprocess.Popen(
+            launch_command(launch), cwd=self.workdir,
+            # this Python as the image's, as the dev cluster's pod runner runs it
+            env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                 "PYTHONPATH": str(REPO), ENV_POD_IP: HOST},
+            stdout=open(self.workdir / "launcher.log", "ab"), stderr=subprocess.STDOUT)
+        return {**self.view(launch.kernel_id), "phase": "Pending", "address": None}
+
+    def delete(self, kid: str) -> None:
+        proc = self.procs.get(kid)
+        if proc is not None and kid not in self.deleting:
+            self.deleting.add(kid)
+            proc.send_signal(signal.SIGTERM)  # the kubelet, for a deleted pod
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+class _Handler(web.RequestHandler):
+    def initialize(self, standin: StandIn) -> None:
+        self.standin = standin
+
+    def prepare(self) -> None:
+        self.standin.calls.append((self.request.method, self.request.path))
+        if self.request.headers.get("Authorization") != f"token {TOKEN}":
+            raise web.HTTPError(403)
+
+    def answer(self, body: dict, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(body))
+
+
+class KernelsHandler(_Handler):
+    def post(self) -> None:
+        if self.standin.refuse:
+            return self.answer({"error": self.standin.refuse}, 403)
+        body = json.loads(self.request.body)
+        assert body["profile"] == PROFILE and body["response_address"].startswith(f"{HOST}:")
+        self.answer(self.standin.start(body), 201)
+
+
+class KernelHandler(_Handler):
+    def get(self, kid: str) -> None:
+        found = self.standin.view(kid)
+        self.answer(found, 200) if found else self.answer({"error": "no such kernel"}, 404)
+
+    def delete(self, kid: str) -> None:
+        found = self.standin.view(kid)
+        if found is None:
+            return self.answer({"error": "no such kernel"}, 404)
+        self.standin.delete(kid)
+        self.answer({**found, "phase": "Deleting"})
+
+
+class SpecsHandler(_Handler):
+    def get(self) -> None:
+        platform = self.standin.platform
+        self.answer({"kernelspecs": user_kernelspecs(platform, gpu_profiles_for(platform, GROUPS))})
+
+
+def _ports_free() -> bool:
+    for port in KERNEL_PORTS.values():
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                return False
+    return True
+
+
+@pytest.fixture
+async def standin(platform, tmp_path, monkeypatch):
+    """The stand-in service, and this process as a server it answers to: the
+    environment the hub gives a server (its token, the service's URL, its address)."""
+    if not _ports_free():
+        pytest.skip(f"the kernel ports {sorted(KERNEL_PORTS.values())} are taken on this host")
+    found = StandIn(platform, tmp_path)
+    prefix = f"/services/{KERNELS_SERVICE_NAME}/"
+    api = prefix + KERNELS_API_PATH
+    app = web.Application([(api, KernelsHandler, {"standin": found}),
+                           (api + r"/([0-9a-f-]+)", KernelHandler, {"standin": found}),
+                           (prefix + KERNELSPECS_API_PATH, SpecsHandler, {"standin": found})])
+    sockets = bind_sockets(0, HOST)
+    server = HTTPServer(app)
+    server.add_sockets(sockets)
+    monkeypatch.setenv(ENV_KERNELS_URL, f"http://{HOST}:{sockets[0].getsockname()[1]}{prefix}")
+    monkeypatch.setenv(ENV_API_TOKEN, TOKEN)
+    monkeypatch.setenv(ENV_POD_IP, HOST)
+    try:
+        yield found
+    finally:
+        found.stop_all()
+        server.stop()
+        for listener in list(provisioning._listeners.values()):
+            await listener.close()
+        provisioning._listeners.clear()
+
+
+@pytest.fixture
+def registered(tmp_path, monkeypatch) -> str:
+    """The provisioner's entry point, as pyproject.toml declares it, in a distribution's
+    metadata on the path (as ``pip install`` writes it); its name."""
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]
+    group = declared["jupyter_client.kernel_provisioners"]
+    assert group == {KERNEL_PROVISIONER_NAME:
+                     "jupyterhub_gpu.kernels.provisioner:GPUKernelProvisioner"}
+    dist = tmp_path / "site" / "jupyterhub_gpu_kernels_test-0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: jupyterhub-gpu-kernels-test\n"
+                                   "Version: 0\n")
+    (dist / "entry_points.txt").write_text(
+        "[jupyter_client.kernel_provisioners]\n"
+        + "".join(f"{name} = {target}\n" for name, target in group.items()))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    return KERNEL_PROVISIONER_NAME
+
+
+async def _kernelspecs(tmp_path) -> Path:
+    """The GPU kernelspecs the server extension writes from the service's answer."""
+    directory = tmp_path / "kernels"
+    names = await keep_kernelspecs(directory, os.environ[ENV_KERNELS_URL], TOKEN,
+                                   logging.getLogger("test"), attempts=1)
+    assert f"gpu-{PROFILE}" in names
+    return directory
+
+
+def _manager(specs: Path):
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+
+    config = Config()
+    config.GPUKernelProvisioner.response_port = 0  # the real one is fixed: 52699
+    config.GPUKernelProvisioner.poll_interval = 0.2
+    ksm = KernelSpecManager(kernel_dirs=[str(specs)])
+    return AsyncKernelManager(kernel_name=f"gpu-{PROFILE}", kernel_spec_manager=ksm,
+                              config=config)
+
+
+async def _run(client, code: str) -> str:
+    out: list[str] = []
+    reply = await client.execute_interactive(
+        code, timeout=GUARD_SECONDS,
+        output_hook=lambda m: out.append(m["content"].get("text", "")))
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return "".join(out)
+
+
+async def test_a_gpu_kernel_runs_interrupts_restarts_and_shuts_down(standin, registered,
+                                                                   tmp_path):
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    specs = await _kernelspecs(tmp_path)
+    spec = KernelSpecManager(kernel_dirs=[str(specs)]).get_all_specs()[f"gpu-{PROFILE}"]["spec"]
+    assert spec["interrupt_mode"] == "message"
+    assert spec["display_name"].endswith(standin.platform.profile(PROFILE).display_name)
+    km = _manager(specs)
+    await asyncio.wait_for(km.start_kernel(), GUARD_SECONDS)
+    kid = km.kernel_id
+    assert isinstance(km.provisioner, GPUKernelProvisioner)
+    assert km.provisioner.profile == PROFILE
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=GUARD_SECONDS)
+        # the kernel is the one the launcher started and reported
+        assert int(await _run(client, "import os; print(os.getpid())")) == km.provisioner.pid
+        info = km.get_connection_info()
+        assert (info["ip"], info["shell_port"]) == (HOST, KERNEL_PORTS["shell"])
+        # an interrupt stops a running cell
+        msg_id = client.execute("import time; time.sleep(60)")
+        await asyncio.sleep(1)
+        await km.interrupt_kernel()
+        reply = await client.get_shell_msg(timeout=GUARD_SECONDS)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        first, key = standin.procs[kid], km.session.key
+        # a restart is a new pod of the same kernel id, after the old one is gone; its
+        # kernel signs with a key of its own, which the kernel manager now holds: a
+        # client connects again with it, as JupyterLab reconnects its websocket after
+        # a restart (jupyterlab/jupyterlab#8013) and Jupyter Server's websocket then
+        # takes the manager's key
+        await asyncio.wait_for(km.restart_kernel(), GUARD_SECONDS)
+        assert first.poll() is not None and standin.procs[kid] is not first
+        assert km.session.key != key
+        client.stop_channels()
+        client = km.client()
+        client.start_channels()
+        await client.wait_for_ready(timeout=GUARD_SECONDS)
+        assert int(await _run(client, "import os; print(os.getpid())")) == km.provisioner.pid
+    finally:
+        client.stop_channels()
+        await asyncio.wait_for(km.shutdown_kernel(), GUARD_SECONDS)
+    assert standin.procs[kid].wait(GUARD_SECONDS) is not None  # the launcher exited
+    assert standin.view(kid) is None, "the pod is deleted"
+    assert ("DELETE", f"/services/{KERNELS_SERVICE_NAME}/{KERNELS_API_PATH}/{kid}") in \
+        standin.calls
+    assert km.provisioner is None or not km.provisioner.has_process
+
+
+async def test_a_start_the_service_refuses_fails_with_its_words(standin, registered, tmp_path):
+    specs = await _kernelspecs(tmp_path)
+    standin.refuse = "You may not use profile 't4-shared'; your GPU profiles: none."
+    km = _manager(specs)
+    with pytest.raises(KernelStartFailed, match="You may not use profile 't4-shared'"):
+        await asyncio.wait_for(km.start_kernel(), GUARD_SECONDS)
+    assert standin.procs == {}
+    (listener,) = provisioning._listeners.values()
+    assert km.kernel_id not in listener._waiting  # the launch no longer waits
+
+
+def test_written_kernelspecs_are_exactly_the_last_answer(platform, tmp_path):
+    """A profile the user lost goes; what is no GPU kernelspec of ours is not written."""
+    from jupyterhub_gpu.kernels.specs import write_kernelspecs
+
+    specs = user_kernelspecs(platform, gpu_profiles_for(platform, GROUPS))
+    assert len(specs) >= 2
+    first, *rest = sorted(specs)
+    assert write_kernelspecs(tmp_path, specs) == sorted(specs)
+    local = {"argv": ["sh"], "display_name": "x", "metadata": {}}
+    assert write_kernelspecs(tmp_path, {**{n: specs[n] for n in rest}, "gpu-evil": local,
+                                        "../gpu-x": specs[first]}) == rest
+    assert sorted(p.name for p in tmp_path.iterdir()) == rest
+    assert json.loads((tmp_path / rest[0] / "kernel.json").read_text()) == specs[rest[0]]
