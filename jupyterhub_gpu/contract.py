@@ -54,6 +54,8 @@ KERNEL_PORTS = {"shell": 52700, "iopub": 52701, "stdin": 52702, "control": 52703
 #: on the owning server's pod: where a kernel's launcher sends its connection
 #: information back (encrypted); only that server's own kernel pods reach it
 KERNEL_RESPONSE_PORT = 52699
+#: the kernel launcher's argument (in a kernel pod's command) that names that address
+KERNEL_RESPONSE_FLAG = "--response-address"
 
 #: the server state (``Spawner.get_state``) the culler reads (``admin:server_state``)
 STATE_PROFILE = "gpu_profile"

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 from ..contract import (COMPONENT_LABEL, ENV_GPU_IDLE_THRESHOLD, ENV_GPU_IDLE_WINDOW,
                         ENV_IDLE_TIMEOUT, ENV_MAX_AGE, ENV_POD_IP, KERNEL_COMPONENT,
-                        KERNEL_ID_LABEL,
+                        KERNEL_ID_LABEL, KERNEL_RESPONSE_FLAG,
                         KERNEL_PORTS, KERNEL_RESPONSE_PORT, KERNEL_SERVER_LABEL,
                         NETWORKING_API_VERSION, POD_IP_FIELD, SERVERNAME_KEY,
                         SINGLEUSER_COMPONENT,
@@ -131,7 +131,7 @@ def launch_command(launch: Launch) -> list[str]:
     response address and the server's public key."""
     check_launch(launch)
     return [PYTHON, "-m", LAUNCHER_MODULE, "--kernel-id", launch.kernel_id,
-            "--response-address", launch.response_address,
+            KERNEL_RESPONSE_FLAG, launch.response_address,
             "--public-key", launch.public_key]
 
 

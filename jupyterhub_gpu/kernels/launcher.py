@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..contract import ENV_POD_IP
+from ..contract import ENV_POD_IP, KERNEL_RESPONSE_FLAG
 from .connect import Connection, connection_info, seal
 
 #: how long the launcher tries to reach the server, and how long one try may take
@@ -80,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m jupyterhub_gpu.kernels.launcher",
         description="Start a GPU kernel and send its connection back to its server.")
     parser.add_argument("--kernel-id", required=True, help="Jupyter's id of the kernel")
-    parser.add_argument("--response-address", required=True, metavar="IP:PORT",
+    parser.add_argument(KERNEL_RESPONSE_FLAG, required=True, metavar="IP:PORT",
+                        dest="response_address",
                         help="where the launching server waits for the connection")
     parser.add_argument("--public-key", required=True,
                         help="the server's public key for this kernel (base64)")

@@ -25,7 +25,7 @@ from ..contract import ENV_API_TOKEN, ENV_KERNELS_URL, KERNELSPECS_API_PATH
 from .specs import write_kernelspecs
 
 #: the directory under the server's runtime directory that holds the GPU kernelspecs
-SPECS_DIR = "gpu-kernelspecs"
+SPECS_DIR = "jupyterhub-gpu-specs"
 ATTEMPTS = 5
 #: seconds before the first retry (doubling after each)
 RETRY_SECONDS = 2.0

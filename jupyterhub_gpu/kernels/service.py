@@ -18,7 +18,9 @@ Its API, under the service's prefix (``/services/gpu-kernels/``), answers JSON:
 
 Beside its API, the service lets a fallback profile's kernel start once Kueue admits
 it: it records the admitted pool on the pod and lifts the pool gate, as the hub does
-for a server (:func:`keep_recording_pools`).
+for a server; and it deletes a kernel's pod whose server is gone, so that a server
+stopped or culled without shutting its kernels down leaves no GPU held
+(:func:`keep_tending`).
 
 A caller is a JupyterHub user with the scope ``access:services!service=gpu-kernels``,
 known as :mod:`jupyterhub_gpu.serviceauth` says (a server's API token, or OAuth in
@@ -251,19 +253,24 @@ async def _serve(platform_file: str, home_path: str) -> None:
                max_body_size=BODY_HARD_LIMIT)
     log.info("Serving %s on %s (prefix %s)", KERNELS_SERVICE_NAME, url.geturl(), prefix)
     await watches.keep_starting()
-    await keep_recording_pools(kernels)
+    await keep_tending(kernels)
 
 
-async def keep_recording_pools(kernels: Kernels) -> None:
-    """Let fallback profiles' kernels start once Kueue admits them
-    (:func:`jupyterhub_gpu.kernels.cluster.record_pools`), every :data:`POOL_EVERY`
-    seconds, from the watches: no request to the API server unless there is a pod to
-    patch."""
+async def keep_tending(kernels: Kernels) -> None:
+    """Every :data:`POOL_EVERY` seconds, from the watches (no request to the API
+    server unless there is a pod to change): let fallback profiles' kernels start once
+    Kueue admits them (:func:`jupyterhub_gpu.kernels.cluster.record_pools`), and
+    delete the kernels whose server is gone
+    (:func:`jupyterhub_gpu.kernels.cluster.delete_orphans`)."""
     while True:
-        try:
-            await cluster.record_pools(kernels.watches, kernels.platform)
-        except Exception as e:  # noqa: BLE001 - the next pass tries again
-            log.error("Recording kernels' pools failed (%s); trying again", e)
+        for step, what in ((cluster.record_pools(kernels.watches, kernels.platform),
+                            "Recording kernels' pools"),
+                           (cluster.delete_orphans(kernels.watches),
+                            "Deleting kernels whose server is gone")):
+            try:
+                await step
+            except Exception as e:  # noqa: BLE001 - the next pass tries again
+                log.error("%s failed (%s); trying again", what, e)
         await asyncio.sleep(POOL_EVERY)
 
 

@@ -10,21 +10,36 @@ kwok runs it. A profile her groups do not allow, a CPU profile, a forged field,
 another server's address, a missing or forged token, and a start over
 ``gpuKernelsPerUser`` create nothing; dave, of her team, with a server of his own,
 can neither see, delete nor answer for her kernels, and a kernel he starts with her
-kernel's id is selected by his policies alone. (Only the pod: no process runs in
-it yet, docs/kernels.md.)"""
+kernel's id is selected by his policies alone.
+
+And a notebook's cell runs in such a pod: this process stands for alice's server's
+(at her server pod's address, with its token and environment; the singleuser
+server the pod runner runs is the venv's install, which may not carry the
+provisioner's entry point): it lists her GPU kernelspecs from the service, and real
+``jupyter_client`` starts one through the provisioner; the dev cluster's pod runner
+runs the pod's kernel launcher, which sends its connection back sealed to her
+server's address; the cell reads the kernel's environment; an interrupt stops a
+running cell; shutdown deletes the pod and its policies."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import uuid
 
 import pytest
 
 from jupyterhub_gpu.builders.kernel import LAUNCHER_MODULE
-from jupyterhub_gpu.contract import (COMPONENT_LABEL, ENV_API_TOKEN, ENV_KERNELS_URL,
+from jupyterhub_gpu.contract import (COMPONENT_LABEL, ENV_API_TOKEN, ENV_CHECKPOINT_DIR,
+                                     ENV_KERNELS_URL, ENV_POD_IP, ENV_PROFILE,
                                      KERNEL_COMPONENT, KERNEL_ID_LABEL, KERNEL_PORTS,
                                      KERNEL_RESPONSE_PORT, KERNELS_API_PATH, PRIORITY_LABEL,
                                      PROFILE_LABEL, QUEUE_LABEL)
 from jupyterhub_gpu.kernels.connect import ServerKey
+from jupyterhub_gpu.kernels.request import gpu_profiles_for
+from jupyterhub_gpu.kernels.server_ext import keep_kernelspecs
+from tests import kernel_provisioner_entry
 
 from .conftest import wait_for
 from .job_terminal import send, server_env
@@ -276,3 +291,62 @@ async def test_the_cap_and_another_users_kernels(hub, kube, cluster_platform):
     status, listed = await alice.call("GET")
     assert status == 200 and sorted(k["id"] for k in listed["kernels"]) == sorted(ids), listed
     assert all(k["phase"] != "Deleting" for k in listed["kernels"]), listed
+
+
+#: a guard against a hang (the queue, a node's start, the launcher's), never a measure
+GUARD_SECONDS = 240
+SEEN = (ENV_PROFILE, ENV_CHECKPOINT_DIR, ENV_POD_IP, ENV_API_TOKEN, "KUBERNETES_SERVICE_HOST")
+
+
+async def _cell(client, code: str) -> str:
+    out: list[str] = []
+    reply = await client.execute_interactive(
+        code, timeout=GUARD_SECONDS,
+        output_hook=lambda m: out.append(m["content"].get("text", "")))
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return "".join(out)
+
+
+async def test_a_notebook_runs_a_cell_in_a_gpu_kernels_pod(hub, kube, cluster_platform,
+                                                          tmp_path, monkeypatch):
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+
+    server = await _server(hub, kube, "alice")
+    kernel_provisioner_entry.register(tmp_path / "site", monkeypatch)
+    url = server_env(server.pod)[ENV_KERNELS_URL]
+    for name, value in ((ENV_KERNELS_URL, url), (ENV_API_TOKEN, server.token),
+                        (ENV_POD_IP, server.ip)):
+        monkeypatch.setenv(name, value)
+    specs = tmp_path / "kernels"
+    names = await keep_kernelspecs(specs, url, server.token, logging.getLogger(__name__),
+                                   attempts=1)
+    assert names == sorted(f"gpu-{p.slug}"
+                           for p in gpu_profiles_for(cluster_platform, {"data-science"}))
+    km = AsyncKernelManager(kernel_name=f"gpu-{PROFILE}",
+                            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]))
+    await asyncio.wait_for(km.start_kernel(), GUARD_SECONDS)
+    name = km.provisioner.pod["name"]
+    pod = await _pod(kube, name)
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=GUARD_SECONDS)
+        seen = json.loads(await _cell(
+            client, f"import os, json; print(json.dumps({{k: os.environ.get(k) for k in {SEEN!r}}}))"))
+        assert seen[ENV_PROFILE] == PROFILE and seen[ENV_POD_IP] == pod["status"]["podIP"]
+        assert seen[ENV_API_TOKEN] is None and seen["KUBERNETES_SERVICE_HOST"] is None, seen
+        msg_id = client.execute("import time; time.sleep(120)")
+        await asyncio.sleep(1)
+        await km.interrupt_kernel()
+        reply = await client.get_shell_msg(timeout=GUARD_SECONDS)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["ename"] == "KeyboardInterrupt", reply["content"]
+    finally:
+        client.stop_channels()
+        await asyncio.wait_for(km.shutdown_kernel(), GUARD_SECONDS)
+
+    async def gone():
+        return await _pod(kube, name) is None and not await _owned_policies(kube, pod)
+
+    await wait_for(gone, timeout=90, interval=1, what="the kernel's pod and policies to go")

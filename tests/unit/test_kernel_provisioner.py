@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -39,6 +38,7 @@ from jupyterhub_gpu.kernels.provisioner import GPUKernelProvisioner, KernelStart
 from jupyterhub_gpu.kernels.request import gpu_profiles_for
 from jupyterhub_gpu.kernels.server_ext import keep_kernelspecs
 from jupyterhub_gpu.kernels.specs import user_kernelspecs
+from tests import kernel_provisioner_entry
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "server-token"
@@ -179,20 +179,11 @@ async def standin(platform, tmp_path, monkeypatch):
 
 @pytest.fixture
 def registered(tmp_path, monkeypatch) -> str:
-    """The provisioner's entry point, as pyproject.toml declares it, in a distribution's
-    metadata on the path (as ``pip install`` writes it); its name."""
-    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]
-    group = declared["jupyter_client.kernel_provisioners"]
-    assert group == {KERNEL_PROVISIONER_NAME:
-                     "jupyterhub_gpu.kernels.provisioner:GPUKernelProvisioner"}
-    dist = tmp_path / "site" / "jupyterhub_gpu_kernels_test-0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: jupyterhub-gpu-kernels-test\n"
-                                   "Version: 0\n")
-    (dist / "entry_points.txt").write_text(
-        "[jupyter_client.kernel_provisioners]\n"
-        + "".join(f"{name} = {target}\n" for name, target in group.items()))
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    """The provisioner's entry point as pyproject.toml declares it, found as an
+    installed distribution's; its name."""
+    entries = kernel_provisioner_entry.register(tmp_path / "site", monkeypatch)
+    assert entries == {KERNEL_PROVISIONER_NAME:
+                       "jupyterhub_gpu.kernels.provisioner:GPUKernelProvisioner"}
     return KERNEL_PROVISIONER_NAME
 
 
