@@ -5,7 +5,8 @@ traffic between kernel pods from :func:`build_kernel_pod` and server pods as
 GPUSpawner (KubeSpawner under the z2jh chart's config) labels them. Only the owning
 server reaches its kernel, on the kernel's ports; the kernel reaches only that server,
 on the response port, besides a server's egress. The cluster-wide truth table
-(tests/integration/test_network_policies.py) has no kernel rows yet: docs/kernels.md."""
+(tests/integration/test_network_policies.py) has the kernels' rows too, beside the z2jh
+chart's own policies and with the chart hub's server pods."""
 
 from __future__ import annotations
 
