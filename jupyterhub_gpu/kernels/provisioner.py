@@ -51,6 +51,8 @@ from .response import Received, ResponseListener
 ENDED = {"Succeeded": 0, "Failed": 1}
 #: the longest an HTTP call to the service may take (seconds)
 REQUEST_TIMEOUT = 30.0
+#: how long a restart waits for the old pod to go (its grace period, and the API's)
+RESTART_WAIT_SECONDS = 60.0
 
 
 class KernelStartFailed(RuntimeError):
@@ -279,14 +281,14 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         await self._delete()
 
     async def cleanup(self, restart: bool = False) -> None:
-        """Delete the pod if it is still there, and wait until it is gone (a restart
-        makes a new pod of the same kernel id)."""
+        """Delete the pod if it is still there; for a restart, wait until it is gone
+        (the new pod has the same kernel id, so the same name)."""
         listener = _listeners.get((self.server_ip, self.response_port))
         if listener is not None:
             listener.forget(self.kernel_id)
         if self.pod is not None:
             await self._delete()
-            if not await self._gone(self.get_shutdown_wait_time() * 6):
+            if restart and not await self._gone(RESTART_WAIT_SECONDS):
                 self.log.warning("GPU kernel %s: its pod is still being deleted",
                                  self.kernel_id)
         self.pod, self.pid, self._polled = None, None, (0.0, None)

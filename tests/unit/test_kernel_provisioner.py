@@ -21,8 +21,10 @@ import signal
 import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+import aiohttp
 import pytest
 from tornado import web
 from tornado.httpserver import HTTPServer
@@ -294,3 +296,99 @@ def test_written_kernelspecs_are_exactly_the_last_answer(platform, tmp_path):
                                         "../gpu-x": specs[first]}) == rest
     assert sorted(p.name for p in tmp_path.iterdir()) == rest
     assert json.loads((tmp_path / rest[0] / "kernel.json").read_text()) == specs[rest[0]]
+
+
+async def _server_kernelspecs(http, base: str) -> dict:
+    async with http.get(f"{base}/api/kernelspecs") as r:
+        assert r.status == 200
+        return (await r.json())["kernelspecs"]
+
+
+async def _execute(http, base: str, kernel: str, code: str) -> dict:
+    """Run ``code`` over the kernel's websocket, as JupyterLab does; its stream
+    output, or its error reply."""
+    msg_id = uuid.uuid4().hex
+    request = {"header": {"msg_id": msg_id, "msg_type": "execute_request", "session": msg_id,
+                          "username": "alice", "version": "5.3"},
+               "parent_header": {}, "metadata": {}, "channel": "shell",
+               "content": {"code": code, "silent": False}}
+    out: list[str] = []
+    reply: dict | None = None
+    idle = False
+    ws_url = f"{base.replace('http', 'ws', 1)}/api/kernels/{kernel}/channels"
+    async with http.ws_connect(ws_url) as ws:
+        await ws.send_json(request)
+        async for message in ws:
+            data = json.loads(message.data)
+            if data.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if data["msg_type"] == "stream":
+                out.append(data["content"]["text"])
+            elif data["msg_type"] == "execute_reply":
+                reply = data["content"]
+            elif data["msg_type"] == "status":
+                idle = data["content"]["execution_state"] == "idle"
+            if reply is not None and idle:  # the reply, and every output before idle
+                return {**reply, "out": "".join(out)}
+    raise AssertionError("the websocket closed before the reply")
+
+
+async def test_a_jupyter_server_lists_and_runs_gpu_kernels_through_its_kernel_api(
+        standin, tmp_path, monkeypatch):
+    """A real Jupyter Server set up from the package's data files (its server
+    extensions enabled as pip installs them), with the environment the hub gives a
+    server: JupyterLab's kernelspec API lists the user's GPU kernels, and one starts,
+    runs a cell over the kernel websocket, is interrupted and shut down through the
+    server's kernel API."""
+    from jupyterhub_gpu import datafiles
+
+    from .. import jupyter_server
+
+    image = datafiles.lay_out(tmp_path / "image")
+    kernel_provisioner_entry.register(tmp_path / "site", monkeypatch)
+    extra = tmp_path / "config"
+    extra.mkdir()
+    # the real response port is fixed (52699); here one the system chooses
+    (extra / "jupyter_server_config.json").write_text(json.dumps(
+        {"GPUKernelProvisioner": {"response_port": 0, "poll_interval": 0.2}}))
+    env = {"JUPYTER_CONFIG_PATH": os.pathsep.join([str(extra), str(image / "etc" / "jupyter")]),
+           "JUPYTER_PATH": str(image / "share" / "jupyter"),
+           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(REPO)])}
+    proc, base = jupyter_server.start(env, tmp_path, image / "share" / "jupyter" / "lab" /
+                                      "settings", "jupyter-token")
+    try:
+        async with aiohttp.ClientSession(headers={"Authorization": "token jupyter-token"},
+                                         timeout=aiohttp.ClientTimeout(total=GUARD_SECONDS)
+                                         ) as http:
+            await jupyter_server.wait_up(http, proc, base)
+            name = f"gpu-{PROFILE}"
+            for _ in range(100):  # the extension asks the service once the server runs
+                specs = await _server_kernelspecs(http, base)
+                if name in specs:
+                    break
+                await asyncio.sleep(0.2)
+            assert name in specs, sorted(specs)
+            profile = standin.platform.profile(PROFILE)
+            assert specs[name]["spec"]["display_name"] == f"Python 3 — {profile.display_name}"
+            async with http.post(f"{base}/api/kernels", json={"name": name}) as r:
+                assert r.status == 201, await r.text()
+                kernel = (await r.json())["id"]
+            assert kernel in standin.procs, "the service was asked for its pod"
+            said = await _execute(http, base, kernel, "import os; print(os.getppid())")
+            # the kernel is the launcher's child: the launcher the service's pod runs
+            assert said["status"] == "ok" and int(said["out"]) == standin.procs[kernel].pid, said
+            running = asyncio.ensure_future(_execute(http, base, kernel,
+                                                     "import time; time.sleep(60)"))
+            await asyncio.sleep(2)
+            async with http.post(f"{base}/api/kernels/{kernel}/interrupt") as r:
+                assert r.status == 204, await r.text()
+            said = await asyncio.wait_for(running, GUARD_SECONDS)
+            assert said["status"] == "error" and said["ename"] == "KeyboardInterrupt", said
+            async with http.delete(f"{base}/api/kernels/{kernel}") as r:
+                assert r.status == 204, await r.text()
+            assert standin.procs[kernel].wait(GUARD_SECONDS) is not None
+            assert standin.view(kernel) is None, "the pod is deleted"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
