@@ -14,6 +14,7 @@ tests/integration/test_kernel_service.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ from jupyterhub_gpu.kernels import provisioner as provisioning
 from jupyterhub_gpu.kernels.provisioner import GPUKernelProvisioner, KernelStartFailed
 from jupyterhub_gpu.kernels.request import gpu_profiles_for
 from jupyterhub_gpu.kernels.server_ext import keep_kernelspecs
-from jupyterhub_gpu.kernels.specs import user_kernelspecs
+from jupyterhub_gpu.kernels.specs import FACTS_KEY, user_kernelspecs
 from tests import kernel_provisioner_entry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,6 +62,7 @@ class StandIn:
         self.deleting: set[str] = set()
         self.calls: list[tuple[str, str]] = []
         self.refuse: str | None = None
+        self.idle_timeout: int | None = None  # the profiles' kernelIdleTimeout, if not theirs
 
     def view(self, kid: str) -> dict | None:
         proc = self.procs.get(kid)
@@ -137,7 +139,11 @@ class KernelHandler(_Handler):
 class SpecsHandler(_Handler):
     def get(self) -> None:
         platform = self.standin.platform
-        self.answer({"kernelspecs": user_kernelspecs(platform, gpu_profiles_for(platform, GROUPS))})
+        specs = user_kernelspecs(platform, gpu_profiles_for(platform, GROUPS))
+        if self.standin.idle_timeout is not None:  # as for a profile with that kernelIdleTimeout
+            for spec in specs.values():
+                spec["metadata"][FACTS_KEY]["idle_timeout_seconds"] = self.standin.idle_timeout
+        self.answer({"kernelspecs": specs})
 
 
 def _ports_free() -> bool:
@@ -333,13 +339,12 @@ async def _execute(http, base: str, kernel: str, code: str) -> dict:
     raise AssertionError("the websocket closed before the reply")
 
 
-async def test_a_jupyter_server_lists_and_runs_gpu_kernels_through_its_kernel_api(
-        standin, tmp_path, monkeypatch):
+@contextlib.asynccontextmanager
+async def _jupyter_server(tmp_path, monkeypatch, **config):
     """A real Jupyter Server set up from the package's data files (its server
     extensions enabled as pip installs them), with the environment the hub gives a
-    server: JupyterLab's kernelspec API lists the user's GPU kernels, and one starts,
-    runs a cell over the kernel websocket, is interrupted and shut down through the
-    server's kernel API."""
+    server (the standin fixture's) and ``config``; (an HTTP session with its token,
+    its URL) once it lists the user's GPU kernelspec."""
     from jupyterhub_gpu import datafiles
 
     from .. import jupyter_server
@@ -350,7 +355,7 @@ async def test_a_jupyter_server_lists_and_runs_gpu_kernels_through_its_kernel_ap
     extra.mkdir()
     # the real response port is fixed (52699); here one the system chooses
     (extra / "jupyter_server_config.json").write_text(json.dumps(
-        {"GPUKernelProvisioner": {"response_port": 0, "poll_interval": 0.2}}))
+        {"GPUKernelProvisioner": {"response_port": 0, "poll_interval": 0.2}, **config}))
     env = {"JUPYTER_CONFIG_PATH": os.pathsep.join([str(extra), str(image / "etc" / "jupyter")]),
            "JUPYTER_PATH": str(image / "share" / "jupyter"),
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
@@ -362,33 +367,78 @@ async def test_a_jupyter_server_lists_and_runs_gpu_kernels_through_its_kernel_ap
                                          timeout=aiohttp.ClientTimeout(total=GUARD_SECONDS)
                                          ) as http:
             await jupyter_server.wait_up(http, proc, base)
-            name = f"gpu-{PROFILE}"
             for _ in range(100):  # the extension asks the service once the server runs
                 specs = await _server_kernelspecs(http, base)
-                if name in specs:
+                if f"gpu-{PROFILE}" in specs:
                     break
                 await asyncio.sleep(0.2)
-            assert name in specs, sorted(specs)
-            profile = standin.platform.profile(PROFILE)
-            assert specs[name]["spec"]["display_name"] == f"Python 3 — {profile.display_name}"
-            async with http.post(f"{base}/api/kernels", json={"name": name}) as r:
-                assert r.status == 201, await r.text()
-                kernel = (await r.json())["id"]
-            assert kernel in standin.procs, "the service was asked for its pod"
-            said = await _execute(http, base, kernel, "import os; print(os.getppid())")
-            # the kernel is the launcher's child: the launcher the service's pod runs
-            assert said["status"] == "ok" and int(said["out"]) == standin.procs[kernel].pid, said
-            running = asyncio.ensure_future(_execute(http, base, kernel,
-                                                     "import time; time.sleep(60)"))
-            await asyncio.sleep(2)
-            async with http.post(f"{base}/api/kernels/{kernel}/interrupt") as r:
-                assert r.status == 204, await r.text()
-            said = await asyncio.wait_for(running, GUARD_SECONDS)
-            assert said["status"] == "error" and said["ename"] == "KeyboardInterrupt", said
-            async with http.delete(f"{base}/api/kernels/{kernel}") as r:
-                assert r.status == 204, await r.text()
-            assert standin.procs[kernel].wait(GUARD_SECONDS) is not None
-            assert standin.view(kernel) is None, "the pod is deleted"
+            assert f"gpu-{PROFILE}" in specs, sorted(specs)
+            yield http, base
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+async def _start_kernel(http, base: str) -> str:
+    async with http.post(f"{base}/api/kernels", json={"name": f"gpu-{PROFILE}"}) as r:
+        assert r.status == 201, await r.text()
+        return (await r.json())["id"]
+
+
+async def test_a_jupyter_server_lists_and_runs_gpu_kernels_through_its_kernel_api(
+        standin, tmp_path, monkeypatch):
+    """JupyterLab's kernelspec API lists the user's GPU kernels, and one starts, runs
+    a cell over the kernel websocket, is interrupted and shut down through the
+    server's kernel API."""
+    async with _jupyter_server(tmp_path, monkeypatch) as (http, base):
+        name = f"gpu-{PROFILE}"
+        specs = await _server_kernelspecs(http, base)
+        profile = standin.platform.profile(PROFILE)
+        assert specs[name]["spec"]["display_name"] == f"Python 3 — {profile.display_name}"
+        kernel = await _start_kernel(http, base)
+        assert kernel in standin.procs, "the service was asked for its pod"
+        said = await _execute(http, base, kernel, "import os; print(os.getppid())")
+        # the kernel is the launcher's child: the launcher the service's pod runs
+        assert said["status"] == "ok" and int(said["out"]) == standin.procs[kernel].pid, said
+        running = asyncio.ensure_future(_execute(http, base, kernel,
+                                                 "import time; time.sleep(60)"))
+        await asyncio.sleep(2)
+        async with http.post(f"{base}/api/kernels/{kernel}/interrupt") as r:
+            assert r.status == 204, await r.text()
+        said = await asyncio.wait_for(running, GUARD_SECONDS)
+        assert said["status"] == "error" and said["ename"] == "KeyboardInterrupt", said
+        async with http.delete(f"{base}/api/kernels/{kernel}") as r:
+            assert r.status == 204, await r.text()
+        assert standin.procs[kernel].wait(GUARD_SECONDS) is not None
+        assert standin.view(kernel) is None, "the pod is deleted"
+
+
+async def test_an_idle_gpu_kernel_is_released_and_a_busy_one_never(standin, tmp_path,
+                                                                   monkeypatch):
+    """With a profile's kernelIdleTimeout of 3 s: a cell that runs 6 s keeps its kernel
+    (a busy kernel is never idle); 3 s after it ends, the server shuts the kernel down
+    and its pod is deleted."""
+    standin.idle_timeout = 3
+    async with _jupyter_server(tmp_path, monkeypatch,
+                               GPUKernelRelease={"every": 0.5}) as (http, base):
+        kernel = await _start_kernel(http, base)
+        running = asyncio.ensure_future(_execute(http, base, kernel,
+                                                 "import time; time.sleep(6); print('done')"))
+        await asyncio.sleep(4.5)  # past the timeout, the cell still running
+        async with http.get(f"{base}/api/kernels/{kernel}") as r:
+            assert r.status == 200 and (await r.json())["execution_state"] == "busy"
+        assert standin.view(kernel)["phase"] == "Running"
+        said = await asyncio.wait_for(running, GUARD_SECONDS)
+        assert said["status"] == "ok" and said["out"].strip() == "done", said
+
+        async def released():
+            async with http.get(f"{base}/api/kernels/{kernel}") as r:
+                return r.status == 404
+
+        for _ in range(int(GUARD_SECONDS / 0.5)):
+            if await released():
+                break
+            await asyncio.sleep(0.5)
+        assert await released(), "the idle kernel was not released"
+        assert standin.procs[kernel].wait(GUARD_SECONDS) is not None
+        assert standin.view(kernel) is None, "its pod is deleted"
