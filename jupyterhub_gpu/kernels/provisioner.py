@@ -53,6 +53,8 @@ ENDED = {"Succeeded": 0, "Failed": 1}
 REQUEST_TIMEOUT = 30.0
 #: how long a restart waits for the old pod to go (its grace period, and the API's)
 RESTART_WAIT_SECONDS = 60.0
+#: how long after its start the service may not know the kernel's pod yet (its watch)
+UNSEEN_GRACE_SECONDS = 30.0
 
 
 class KernelStartFailed(RuntimeError):
@@ -215,13 +217,17 @@ class GPUKernelProvisioner(KernelProvisionerBase):
                       report: asyncio.Future[Received]) -> Received:
         """The kernel's report, once its pod runs and the report came from the pod's
         address (one from elsewhere is dropped and the launch waits on)."""
-        phase = None
+        phase, created = None, time.monotonic()
         while True:
             pod = await self._view()
-            if pod is None or pod.get("phase") in ENDED or pod.get("phase") == "Deleting":
+            if pod is None and time.monotonic() - created < UNSEEN_GRACE_SECONDS:
+                pass  # the service's watch has not shown the new pod yet
+            elif pod is None or pod.get("phase") in ENDED or pod.get("phase") == "Deleting":
                 raise KernelStartFailed(f"The GPU kernel's pod ended before it started "
                                         f"({(pod or {}).get('phase', 'deleted')}).")
-            self.pod = pod
+            else:
+                self.pod = pod
+            pod = self.pod
             if pod.get("phase") != phase:
                 phase = pod.get("phase")
                 self.log.info("GPU kernel %s: %s", self.kernel_id, phase)

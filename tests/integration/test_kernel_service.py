@@ -37,6 +37,7 @@ from jupyterhub_gpu.contract import (AGENTPOOL_LABEL, COMPONENT_LABEL, ENV_API_T
                                      KERNEL_COMPONENT, KERNEL_ID_LABEL, KERNEL_PORTS,
                                      KERNEL_RESPONSE_PORT, KERNELS_API_PATH, PRIORITY_LABEL,
                                      PROFILE_LABEL, QUEUE_LABEL)
+from jupyterhub_gpu.kernels import provisioner as provisioning
 from jupyterhub_gpu.kernels.connect import ServerKey
 from jupyterhub_gpu.kernels.request import gpu_profiles_for
 from jupyterhub_gpu.kernels.server_ext import keep_kernelspecs
@@ -346,6 +347,9 @@ async def test_a_notebook_runs_a_cell_in_a_gpu_kernels_pod(hub, kube, cluster_pl
     finally:
         client.stop_channels()
         await asyncio.wait_for(km.shutdown_kernel(), GUARD_SECONDS)
+        for listener in list(provisioning._listeners.values()):  # her server's port
+            await listener.close()
+        provisioning._listeners.clear()
 
     async def gone():
         return await _pod(kube, name) is None and not await _owned_policies(kube, pod)
