@@ -287,12 +287,16 @@ async def test_the_cap_and_another_users_kernels(hub, kube, cluster_platform):
         assert his["name"] != hers["name"]
         await _check_selectors(kube, hers["name"], "alice")
         await _check_selectors(kube, his["name"], "dave")
+        # alice's kernels are as she left them
+        status, listed = await alice.call("GET")
+        assert status == 200 and sorted(k["id"] for k in listed["kernels"]) == sorted(ids)
+        assert all(k["phase"] != "Deleting" for k in listed["kernels"]), listed
+        # each deletes their own (the next test starts with none)
+        assert (await dave.call("DELETE", f"/{ids[0]}"))[0] == 200
+        for kid in ids:
+            assert (await alice.call("DELETE", f"/{kid}"))[0] == 200
     finally:
         await dave_http.close()
-    # alice's kernels are as she left them
-    status, listed = await alice.call("GET")
-    assert status == 200 and sorted(k["id"] for k in listed["kernels"]) == sorted(ids), listed
-    assert all(k["phase"] != "Deleting" for k in listed["kernels"]), listed
 
 
 #: a guard against a hang (the queue, a node's start, the launcher's), never a measure
