@@ -17,8 +17,7 @@ from jupyterhub_gpu.builders.pod import spawn_settings
 from jupyterhub_gpu.bundle import namespaces
 from jupyterhub_gpu.contract import (COMPONENT_LABEL, ENV_CHECKPOINT_DIR, ENV_IDLE_TIMEOUT,
                                      ENV_MAX_AGE, ENV_PROFILE, KERNEL_COMPONENT, KERNEL_PORTS,
-                                     KERNEL_RESPONSE_PORT, KERNELS_PORT, POOL_GATE,
-                                     PRIORITY_LABEL,
+                                     KERNEL_RESPONSE_PORT, POOL_GATE, PRIORITY_LABEL,
                                      QUEUE_LABEL, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
                                      USERNAME_KEY)
 from jupyterhub_gpu.devcluster.build import K8S_VERSION
@@ -228,7 +227,7 @@ def test_another_users_kernel_of_the_same_id_is_selected_by_neither_policy(platf
         assert _peer_matches(out["to"], mine) and not _peer_matches(out["to"], theirs)
 
 
-def test_the_teams_standing_policy_gives_kernels_a_servers_egress_and_no_ingress(platform):
+def test_the_teams_standing_policy_gives_kernels_dns_and_the_internet_only(platform):
     req = _request(platform, "t4-shared")
     pod_labels = build_kernel_pod(platform, req)["metadata"]["labels"]
     assert pod_labels[COMPONENT_LABEL] == KERNEL_COMPONENT
@@ -239,14 +238,10 @@ def test_the_teams_standing_policy_gives_kernels_a_servers_egress_and_no_ingress
     assert [p["metadata"]["name"] for p in selecting] == [namespaces.KERNELS_POLICY_NAME]
     (policy,) = selecting
     assert policy["spec"]["ingress"] == []
-    server = namespaces.network_policy(req.grant.team, namespaces.HubRef())
-    (to_hub, *rest), (server_to_hub, *server_rest) = (policy["spec"]["egress"],
-                                                      server["spec"]["egress"])
-    assert rest == server_rest and to_hub["to"] == server_to_hub["to"]
-    # the hub's ports but the gpu-kernels service: a kernel starts no kernel
-    assert [p["port"] for p in to_hub["ports"]] == [
-        p["port"] for p in server_to_hub["ports"] if p["port"] != KERNELS_PORT]
-    assert KERNELS_PORT in [p["port"] for p in server_to_hub["ports"]]
+    # a job's egress: neither the hub (no token in the pod) nor Prometheus (the GPU
+    # status item runs in the server)
+    assert policy["spec"]["egress"] == [namespaces.DNS_EGRESS, namespaces.INTERNET_EGRESS]
+    assert policy["spec"]["egress"] == namespaces.jobs_policy(req.grant.team)["spec"]["egress"]
 
 
 def test_the_owner_is_read_from_the_server_pods_labels_and_long_names_stay_labels(platform):

@@ -4,7 +4,7 @@ and each kernel's own (:func:`jupyterhub_gpu.builders.kernel.kernel_policies`) f
 traffic between kernel pods from :func:`build_kernel_pod` and server pods as
 GPUSpawner (KubeSpawner under the z2jh chart's config) labels them. Only the owning
 server reaches its kernel, on the kernel's ports; the kernel reaches only that server,
-on the response port, besides a server's egress. The cluster-wide truth table
+on the response port, besides DNS and the internet. The cluster-wide truth table
 (tests/integration/test_network_policies.py) has the kernels' rows too, beside the z2jh
 chart's own policies and with the chart hub's server pods."""
 
@@ -124,10 +124,7 @@ def _allowed(src: str, dst: str, port: int) -> bool:
         return (dst, port) == ("owner", KERNEL_RESPONSE_PORT)
     if dst == "internet":
         return True
-    if dst == HUB_COMPONENT:
-        # a server's egress to the hub but the gpu-kernels service, and DNS
-        return port in (HUB_PORT, JOBS_PORT, 53)
-    return port == 53  # DNS on any address, as a server has it
+    return port == 53  # DNS on any address (the hub's pod included), as a job's pod has it
 
 
 def test_only_the_owning_server_reaches_its_kernel_and_the_kernel_only_it(world, tmp_path):
