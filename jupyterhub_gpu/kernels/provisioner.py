@@ -20,8 +20,8 @@ Server's kernel API, and every front end on it, works unchanged:
 * ``kill``, ``terminate`` and a SIGTERM or SIGKILL delete the pod; an interrupt is a
   message on the control channel (the kernelspec's ``interrupt_mode``), which the
   kernel manager sends itself;
-* ``cleanup`` deletes the pod, if still there, and waits until it is gone: a restart
-  starts a new pod for the same kernel id.
+* ``cleanup`` deletes the pod, if still there; for a restart it waits until the pod is
+  gone, since the new pod of the same kernel id has the same name.
 
 The provisioner holds no Kubernetes credentials: only the server's JupyterHub token
 (``JUPYTERHUB_API_TOKEN``), the service's URL (``JUPYTERHUB_GPU_KERNELS_URL``) and the
