@@ -20,6 +20,7 @@ from jupyterhub_gpu.devcluster.contract import ENV_DEMO_CHP, ENV_DEMO_SPEC
 from jupyterhub_gpu.devcluster.demo import DEMO_CONFIG
 from jupyterhub_gpu.hub.config import RESUME_SERVICE
 from jupyterhub_gpu.jobs.config import add_jobs_service
+from jupyterhub_gpu.kernels.config import add_kernels_service
 from jupyterhub_gpu.usage.config import UsageLedger
 from jupyterhub_gpu.usage.service import add_usage_service
 
@@ -135,6 +136,7 @@ def test_each_helper_takes_the_ledger_url_as_set_so_far(example_spec_path):
     lambda c: add_culler_service(c),
     lambda c: add_jobs_service(c, url="http://127.0.0.1:10101"),
     lambda c: add_usage_service(c, url="http://127.0.0.1:10102"),
+    lambda c: add_kernels_service(c, url="http://127.0.0.1:10104"),
 ])
 def test_a_helper_before_configure_hub_says_what_it_needs_and_adds_nothing(add):
     c = Config()
@@ -151,7 +153,7 @@ def test_a_helper_given_the_path_needs_no_configure_hub(example_spec_path):
     assert set(spec_paths(c).values()) == {os.path.abspath(example_spec_path)}
 
 
-@pytest.mark.parametrize("add", [add_jobs_service, add_usage_service])
+@pytest.mark.parametrize("add", [add_jobs_service, add_usage_service, add_kernels_service])
 def test_a_service_without_its_url_is_refused(add, example_spec_path):
     with pytest.raises(TypeError, match="needs url="):
         add(Config(), str(example_spec_path))
