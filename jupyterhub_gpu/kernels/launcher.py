@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -56,12 +57,14 @@ def write_connection_file(directory: Path, key: str, ip: str = BIND_ALL) -> Path
     return path
 
 
-def send_back(payload: bytes, address: str, patience: float = RESPONSE_PATIENCE_SECONDS) -> None:
+def send_back(payload: bytes, address: str, patience: float = RESPONSE_PATIENCE_SECONDS,
+              stop: threading.Event | None = None) -> None:
     """``payload`` to ``address`` (``<ip>:<port>``, an IPv6 address in brackets),
     trying again while it refuses or cannot be reached, for up to ``patience``
-    seconds; then the last error."""
+    seconds, or until ``stop`` is set; then the last error."""
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + patience
+    stop = stop or threading.Event()
     while True:
         try:
             with socket.create_connection((host.strip("[]"), int(port)),
@@ -70,9 +73,9 @@ def send_back(payload: bytes, address: str, patience: float = RESPONSE_PATIENCE_
                 conn.shutdown(socket.SHUT_WR)
             return
         except OSError:
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or stop.is_set():
                 raise
-            time.sleep(1)
+            stop.wait(1)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -96,11 +99,19 @@ def main(argv: list[str] | None = None) -> int:
                                                 os.environ.get(ENV_POD_IP) or BIND_ALL)
         kernel = subprocess.Popen([sys.executable, "-m", "ipykernel_launcher", "-f",
                                    str(connection_file)], start_new_session=True)
-        signal.signal(signal.SIGTERM, lambda *_: kernel.send_signal(signal.SIGTERM))
+        stopping = threading.Event()
+
+        def on_sigterm(*_):  # the pod is being deleted: the kernel stops, and so do we
+            stopping.set()
+            kernel.send_signal(signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
         try:
             send_back(seal(Connection(key, kernel.pid), args.kernel_id, args.public_key),
-                      args.response_address)
+                      args.response_address, stop=stopping)
         except OSError as e:
+            if stopping.is_set():
+                return kernel.wait()
             print(f"launcher: could not send the connection back to "
                   f"{args.response_address}: {e}; stopping the kernel", file=sys.stderr)
             kernel.terminate()

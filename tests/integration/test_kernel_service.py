@@ -171,7 +171,11 @@ def _check_kernel_pod(pod: dict, platform, kernel_id: str, server: Server) -> No
     assert spec["enableServiceLinks"] is False
     assert ENV_API_TOKEN not in {e["name"] for e in container.get("env", [])}
     assert spec["securityContext"]["runAsNonRoot"] is True
-    assert spec["securityContext"].get("runAsUser") not in (None, 0)
+    # the server's user and groups (the demo's servers run as their image's user)
+    server_context = server.pod["spec"].get("securityContext") or {}
+    for field in ("runAsUser", "runAsGroup", "fsGroup"):
+        assert spec["securityContext"].get(field) == server_context.get(field), field
+    assert spec["securityContext"].get("runAsUser") != 0
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
 

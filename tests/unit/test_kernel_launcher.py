@@ -119,3 +119,47 @@ def test_sending_back_gives_up_with_the_last_error_after_its_patience():
         address = f"127.0.0.1:{closed.getsockname()[1]}"
     with pytest.raises(OSError):
         launcher.send_back(b"x", address, patience=0)
+
+
+def test_sending_back_stops_when_told_to():
+    """The pod is being deleted while the server does not answer yet: the launcher's
+    SIGTERM handler sets the event, and sending back gives up at once instead of
+    trying for its patience (two minutes)."""
+    import threading
+
+    from jupyterhub_gpu.kernels import launcher
+
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(OSError):
+        launcher.send_back(b"x", address, stop=stop)
+
+
+def test_a_launcher_whose_server_never_answers_stops_on_sigterm(tmp_path):
+    """The kubelet's SIGTERM (its pod deleted) stops the kernel and the launcher, also
+    while the launcher still waits for its server: it exits with the kernel, not after
+    its patience."""
+    import signal
+
+    from jupyterhub_gpu.kernels.launcher import RESPONSE_PATIENCE_SECONDS
+
+    if not _ports_free():
+        pytest.skip(f"the kernel ports {sorted(KERNEL_PORTS.values())} are taken on this host")
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        nowhere = f"127.0.0.1:{closed.getsockname()[1]}"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", LAUNCHER_MODULE, "--kernel-id", KERNEL_ID,
+         "--response-address", nowhere, "--public-key", ServerKey().public_key],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            launcher.wait(timeout=3)  # it keeps trying to reach its server
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=RESPONSE_PATIENCE_SECONDS / 2) is not None
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
