@@ -10,8 +10,8 @@
    it), and a message-signing key made here;
 2. starts ipykernel on it, in a process group of its own (an ``interrupt_request``
    makes ipykernel signal that group: the cell and what it started);
-3. sends the key and the kernel's pid to the response address, sealed for the
-   server's public key and bound to the kernel's id
+3. sends the key and the kernel's pid to the response address, from the pod's
+   address, sealed for the server's public key and bound to the kernel's id
    (:func:`jupyterhub_gpu.kernels.connect.seal`), retrying while the server is not
    reachable yet;
 4. passes SIGTERM on to the kernel (the pod is being deleted) and exits with the
@@ -58,17 +58,21 @@ def write_connection_file(directory: Path, key: str, ip: str = BIND_ALL) -> Path
 
 
 def send_back(payload: bytes, address: str, patience: float = RESPONSE_PATIENCE_SECONDS,
-              stop: threading.Event | None = None) -> None:
+              stop: threading.Event | None = None, source: str | None = None) -> None:
     """``payload`` to ``address`` (``<ip>:<port>``, an IPv6 address in brackets),
-    trying again while it refuses or cannot be reached, for up to ``patience``
-    seconds, or until ``stop`` is set; then the last error."""
+    from ``source`` (the pod's address, which the server checks the report against;
+    the system's choice without it), trying again while it refuses or cannot be
+    reached, for up to ``patience`` seconds, or until ``stop`` is set; then the last
+    error."""
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + patience
     stop = stop or threading.Event()
     while True:
         try:
             with socket.create_connection((host.strip("[]"), int(port)),
-                                          timeout=CONNECT_TIMEOUT_SECONDS) as conn:
+                                          timeout=CONNECT_TIMEOUT_SECONDS,
+                                          source_address=(source, 0) if source else None
+                                          ) as conn:
                 conn.sendall(payload)
                 conn.shutdown(socket.SHUT_WR)
             return
@@ -95,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     key = secrets.token_hex(32)
     with tempfile.TemporaryDirectory(prefix="kernel-") as directory:
-        connection_file = write_connection_file(Path(directory), key,
-                                                os.environ.get(ENV_POD_IP) or BIND_ALL)
+        pod_ip = os.environ.get(ENV_POD_IP) or None
+        connection_file = write_connection_file(Path(directory), key, pod_ip or BIND_ALL)
         kernel = subprocess.Popen([sys.executable, "-m", "ipykernel_launcher", "-f",
                                    str(connection_file)], start_new_session=True)
         stopping = threading.Event()
@@ -108,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, on_sigterm)
         try:
             send_back(seal(Connection(key, kernel.pid), args.kernel_id, args.public_key),
-                      args.response_address, stop=stopping)
+                      args.response_address, stop=stopping, source=pod_ip)
         except OSError as e:
             if stopping.is_set():
                 return kernel.wait()
