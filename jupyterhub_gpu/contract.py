@@ -54,6 +54,8 @@ KERNEL_PORTS = {"shell": 52700, "iopub": 52701, "stdin": 52702, "control": 52703
 #: on the owning server's pod: where a kernel's launcher sends its connection
 #: information back (encrypted); only that server's own kernel pods reach it
 KERNEL_RESPONSE_PORT = 52699
+#: the kernel launcher's argument (in a kernel pod's command) that names that address
+KERNEL_RESPONSE_FLAG = "--response-address"
 
 #: the server state (``Spawner.get_state``) the culler reads (``admin:server_state``)
 STATE_PROFILE = "gpu_profile"
@@ -308,10 +310,20 @@ KERNELS_PORT = 10104
 KERNELS_ACCESS_SCOPE = f"access:services!service={KERNELS_SERVICE_NAME}"
 #: its API, under the service's prefix: the caller's kernels; one is ``<path>/<kernel id>``
 KERNELS_API_PATH = "api/kernels"
+#: its API, under the service's prefix: the kernelspecs of the caller's GPU profiles
+KERNELSPECS_API_PATH = "api/kernelspecs"
 #: in the notebook's environment: the service's URL (prefix included)
 ENV_KERNELS_URL = ENV_PREFIX + "KERNELS_URL"
 #: the service's settings (its environment): the address it listens on
 ENV_KERNELS_BIND = ENV_PREFIX + "KERNELS_BIND"
+#: in a server's and a kernel pod's environment: the pod's own address (the Downward
+#: API's ``status.podIP``): where a server's kernels answer it, where a kernel listens
+ENV_POD_IP = ENV_PREFIX + "POD_IP"
+#: the pod's field it is read from
+POD_IP_FIELD = "status.podIP"
+#: the GPU kernels' provisioner, by its name in the entry point group
+#: ``jupyter_client.kernel_provisioners`` (pyproject.toml), as kernelspecs name it
+KERNEL_PROVISIONER_NAME = "jupyterhub-gpu-kernel-pod"
 
 # -- the usage page (:mod:`jupyterhub_gpu.usage.service`), a JupyterHub service -------
 

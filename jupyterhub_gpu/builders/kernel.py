@@ -34,9 +34,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..contract import (COMPONENT_LABEL, ENV_GPU_IDLE_THRESHOLD, ENV_GPU_IDLE_WINDOW,
-                        ENV_IDLE_TIMEOUT, ENV_MAX_AGE, KERNEL_COMPONENT, KERNEL_ID_LABEL,
+                        ENV_IDLE_TIMEOUT, ENV_MAX_AGE, ENV_POD_IP, KERNEL_COMPONENT,
+                        KERNEL_ID_LABEL, KERNEL_RESPONSE_FLAG,
                         KERNEL_PORTS, KERNEL_RESPONSE_PORT, KERNEL_SERVER_LABEL,
-                        NETWORKING_API_VERSION, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
+                        NETWORKING_API_VERSION, POD_IP_FIELD, SERVERNAME_KEY,
+                        SINGLEUSER_COMPONENT,
                         USERNAME_KEY)
 from ..spec.grant import Grant
 from ..spec.model import Platform
@@ -129,7 +131,7 @@ def launch_command(launch: Launch) -> list[str]:
     response address and the server's public key."""
     check_launch(launch)
     return [PYTHON, "-m", LAUNCHER_MODULE, "--kernel-id", launch.kernel_id,
-            "--response-address", launch.response_address,
+            KERNEL_RESPONSE_FLAG, launch.response_address,
             "--public-key", launch.public_key]
 
 
@@ -145,6 +147,8 @@ def _env(req: KernelRequest, environment: Mapping[str, Any]) -> list[dict]:
     place of the server's cull rules."""
     env = {k: v for k, v in environment.items() if k not in SERVER_ONLY_ENV}
     env[ENV_IDLE_TIMEOUT] = str(req.grant.profile.kernel_idle_timeout_seconds)
+    # where the launcher binds the kernel's ports: the pod's own address
+    env[ENV_POD_IP] = {"valueFrom": {"fieldRef": {"fieldPath": POD_IP_FIELD}}}
     return [{"name": k, **(v if isinstance(v, Mapping) else {"value": v})}
             for k, v in env.items()]
 
@@ -212,7 +216,9 @@ def policy_name(req: KernelRequest, side: str) -> str:
 def kernel_policies(req: KernelRequest) -> tuple[dict, dict]:
     """The kernel's two NetworkPolicies, which the service creates with its pod:
 
-    * on the kernel's pod (selected by its id): ingress from its owning server's pod,
+    * on the kernel's pod (selected by its id and its owning server's labels: a kernel
+      id is no secret, and another user who starts a kernel of the same id gets a pod
+      that only their own policies select): ingress from its owning server's pod,
       on :data:`KERNEL_PORTS` only; egress to that pod on
       :data:`KERNEL_RESPONSE_PORT` (the connection information sent back);
     * on the owning server's pod: egress to this kernel's pod on
@@ -223,8 +229,7 @@ def kernel_policies(req: KernelRequest) -> tuple[dict, dict]:
     reaches neither; the team's default deny keeps out everything else. The service
     makes the kernel's pod their owner, so that they go with it."""
     server = {"podSelector": {"matchLabels": req.owner.server_labels}}
-    kernel_selector = {KERNEL_ID_LABEL: req.launch.kernel_id,
-                       COMPONENT_LABEL: KERNEL_COMPONENT}
+    kernel_selector = labels(req)  # the id, and the owner: see above
     kernel = {"podSelector": {"matchLabels": kernel_selector}}
     response = [{"port": KERNEL_RESPONSE_PORT, "protocol": "TCP"}]
     ports = [{"port": port, "protocol": "TCP"} for port in KERNEL_PORTS.values()]

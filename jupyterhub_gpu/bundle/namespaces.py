@@ -15,8 +15,8 @@ each user's pod in the namespace of the user's team. So every team namespace get
   and egress; the user servers' (like the one z2jh puts in its own namespace); and
   the training-job pods' (DNS and the internet only, no ingress: the pods of one
   multi-pod job reach each other through a policy of that job's own,
-  :func:`jupyterhub_gpu.builders.job.peer_policy`); and the GPU kernels' pods' (a
-  server's egress, no ingress: each kernel's own policies,
+  :func:`jupyterhub_gpu.builders.job.peer_policy`); and the GPU kernels' pods' (DNS
+  and the internet only, no ingress: each kernel's own policies,
   :func:`jupyterhub_gpu.builders.kernel.kernel_policies`, let its owning server in);
 * the checkpoint PVC named in the spec (Azure Files, ReadWriteMany).
 
@@ -32,7 +32,7 @@ import copy
 from dataclasses import dataclass
 
 from ..contract import (AZURE_FILES_CLASS, BATCH_GROUP, COMPONENT_LABEL, HUB_COMPONENT,
-                        JOB_COMPONENT, JOBS_PORT, KERNEL_COMPONENT,
+                        JOB_COMPONENT, JOBS_PORT, KERNEL_COMPONENT, KERNELS_PORT,
                         KUEUE_GROUP, KUEUE_VISIBILITY_GROUP,
                         MANAGED_LABEL, NAMESPACE_NAME_LABEL, NETWORKING_API_VERSION,
                         NETWORKING_GROUP,
@@ -217,22 +217,27 @@ PROMETHEUS_EGRESS: dict = {
     "ports": [{"port": PROMETHEUS_PORT}]}
 
 
+#: the hub pod's ports a user server calls: the hub's API, the gpu-jobs service and the
+#: gpu-kernels service (its GPU kernels' pods)
+SERVER_HUB_PORTS = (HUB_PORT, JOBS_PORT, KERNELS_PORT)
+
+
 def _server_egress(hub: HubRef) -> list[dict]:
-    """Where a user server (and a GPU kernel) may connect: the hub's API and the
-    gpu-jobs service, Prometheus, DNS and the internet."""
+    """Where a user server may connect: the hub pod on :data:`SERVER_HUB_PORTS`,
+    Prometheus, DNS and the internet."""
     return [
         {"to": [_from_hub_pods(hub, [HUB_COMPONENT])],
-         "ports": [{"port": HUB_PORT}, {"port": JOBS_PORT}]},
+         "ports": [{"port": port} for port in SERVER_HUB_PORTS]},
         copy.deepcopy(PROMETHEUS_EGRESS),
         copy.deepcopy(DNS_EGRESS), copy.deepcopy(INTERNET_EGRESS),
     ]
 
 
 def network_policy(team: Team, hub: HubRef) -> dict:
-    """User servers: reached only by the hub and proxy; reach the hub, Prometheus (for
-    the JupyterLab status item), DNS and the internet, but neither the cloud metadata
-    service, the WireServer nor other private addresses (z2jh's singleuser defaults,
-    and the WireServer)."""
+    """User servers: reached only by the hub and proxy; reach the hub (its API, the
+    gpu-jobs and gpu-kernels services), Prometheus (for the JupyterLab status item),
+    DNS and the internet, but neither the cloud metadata service, the WireServer nor
+    other private addresses (z2jh's singleuser defaults, and the WireServer)."""
     ingress = [{"from": [_from_hub_pods(hub, [HUB_COMPONENT, PROXY_COMPONENT])],
                 "ports": [{"port": SINGLEUSER_PORT}]}]
     return _policy(team, NETWORK_POLICY_NAME,
@@ -240,14 +245,15 @@ def network_policy(team: Team, hub: HubRef) -> dict:
                    _server_egress(hub))
 
 
-def kernels_policy(team: Team, hub: HubRef) -> dict:
-    """GPU kernels' pods (docs/kernels.md): the egress of the user server whose code
-    they run, and no ingress. Each kernel's own policies
-    (:func:`jupyterhub_gpu.builders.kernel.kernel_policies`) add the traffic between
-    it and its owning server, and nothing else."""
+def kernels_policy(team: Team) -> dict:
+    """GPU kernels' pods (docs/kernels.md): DNS and the internet (packages, data sets,
+    model hubs), as a job's pods; no ingress. Not the hub nor Prometheus: a kernel pod
+    holds no JupyterHub token, and the GPU status item runs in the server. Each
+    kernel's own policies (:func:`jupyterhub_gpu.builders.kernel.kernel_policies`) add
+    the traffic between it and its owning server, and nothing else."""
     return _policy(team, KERNELS_POLICY_NAME,
                    {"matchLabels": {COMPONENT_LABEL: KERNEL_COMPONENT}}, [],
-                   _server_egress(hub))
+                   [copy.deepcopy(DNS_EGRESS), copy.deepcopy(INTERNET_EGRESS)])
 
 
 def jobs_policy(team: Team) -> dict:
@@ -281,6 +287,6 @@ def team_objects(platform: Platform, hub: HubRef = HubRef(),
         claim = checkpoint_claim(platform, team, volume)
         objects += [namespace(team), hub_role(team), hub_role_binding(team, hub),
                     default_deny_policy(team), network_policy(team, hub),
-                    jobs_policy(team), kernels_policy(team, hub),
+                    jobs_policy(team), kernels_policy(team),
                     *([claim] if claim else [])]
     return objects

@@ -58,9 +58,11 @@ ENV_DEMO_CHP = ENV_PREFIX + "CHP"  # the configurable-http-proxy command
 ENV_DEMO_URL = ENV_PREFIX + "DEMO_URL"
 ENV_DEMO_HUB_PORT = ENV_PREFIX + "DEMO_HUB_PORT"
 ENV_DEMO_PROXY_API_PORT = ENV_PREFIX + "DEMO_PROXY_API_PORT"
-#: the demo hub's gpu-jobs and gpu-usage services listen on the hub's port plus these
+#: the demo hub's gpu-jobs, gpu-usage and gpu-kernels services listen on the hub's
+#: port plus these
 JOBS_PORT_ABOVE_HUB = 10
 USAGE_PORT_ABOVE_HUB = 11
+KERNELS_PORT_ABOVE_HUB = 13
 ENV_DEMO_CULL_EVERY = ENV_PREFIX + "DEMO_CULL_EVERY"  # seconds between culler runs
 #: the dev cluster's Prometheus: the culler's GPU-idle rule asks it
 ENV_DEMO_PROMETHEUS_URL = ENV_PREFIX + "DEMO_PROMETHEUS_URL"

@@ -20,7 +20,8 @@ from jupyterhub_gpu.devcluster.contract import (DEMO_ADMIN, DEMO_GROUPS, DEMO_HT
                                                 ENV_DEMO_METRICS_TOKEN, ENV_DEMO_PROMETHEUS_URL,
                                                 ENV_DEMO_PROXY_API_PORT, ENV_DEMO_SPEC,
                                                 ENV_DEMO_URL, JOBS_PORT_ABOVE_HUB,
-                                                RUN_FOR_ANNOTATION, USAGE_PORT_ABOVE_HUB)
+                                                KERNELS_PORT_ABOVE_HUB, RUN_FOR_ANNOTATION,
+                                                USAGE_PORT_ABOVE_HUB)
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
@@ -58,6 +59,12 @@ from jupyterhub_gpu.jobs.config import add_jobs_service  # noqa: E402
 
 add_jobs_service(c, url=f"http://127.0.0.1:{c.JupyterHub.hub_port + JOBS_PORT_ABOVE_HUB}",
                  job_annotations={RUN_FOR_ANNOTATION: os.environ.get(ENV_DEMO_JOB_RUN_FOR, "60s")})
+
+# GPU kernels (docs/kernels.md): the gpu-kernels service, on the hub's port + 13, creates
+# a GPU kernel's pod in the user's team namespace for their running server.
+from jupyterhub_gpu.kernels.config import add_kernels_service  # noqa: E402
+
+add_kernels_service(c, url=f"http://127.0.0.1:{c.JupyterHub.hub_port + KERNELS_PORT_ABOVE_HUB}")
 
 # The usage page (GPU-hours, costs, queue waits...) on the hub's port + 11, under
 # /services/gpu-usage/; its utilization of billed GPU-hours comes from the dev cluster's

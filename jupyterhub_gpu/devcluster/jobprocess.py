@@ -23,7 +23,8 @@ from pathlib import PurePosixPath
 from typing import Mapping
 
 from ..builders.job import HOME_VOLUME
-from ..contract import COMPONENT_LABEL, ENV_HOSTNAME, JOB_COMPONENT, USERNAME_KEY
+from ..contract import (COMPONENT_LABEL, ENV_HOSTNAME, JOB_COMPONENT, KERNEL_COMPONENT,
+                        USERNAME_KEY)
 from .contract import RUN_FOR_ANNOTATION
 
 VOLUMES_DIR = "volumes"
@@ -52,11 +53,17 @@ class JobProcess:
     mounts: tuple[Mount, ...] = ()
 
 
+#: the pods whose container's command the runner runs: training Jobs' pods and GPU
+#: kernels' pods (the kernel launcher, :mod:`jupyterhub_gpu.kernels.launcher`)
+RUN_COMPONENTS = (JOB_COMPONENT, KERNEL_COMPONENT)
+
+
 def is_runner_job(pod: Mapping) -> bool:
-    """A Job pod the runner runs: ``component=gpu-job`` and no run-for annotation
-    (those kwok finishes on its own)."""
+    """A pod the runner runs the command of: a Job's (``component=gpu-job``) or a GPU
+    kernel's (``component=gpu-kernel``), without a run-for annotation (those kwok
+    finishes on its own)."""
     meta = pod.get("metadata") or {}
-    return ((meta.get("labels") or {}).get(COMPONENT_LABEL) == JOB_COMPONENT
+    return ((meta.get("labels") or {}).get(COMPONENT_LABEL) in RUN_COMPONENTS
             and RUN_FOR_ANNOTATION not in (meta.get("annotations") or {}))
 
 

@@ -14,13 +14,18 @@ prebuilt GPU status extension), which pip installs into the image but not into a
 editable install, are copied into a prefix of the runner's own
 (:func:`jupyterhub_gpu.datafiles.lay_out`) that the servers' Jupyter paths point at.
 
-A training Job's pod without kwok's run-for annotation gets its container's command
+A training Job's pod without kwok's run-for annotation, and a GPU kernel's pod (its
+kernel launcher, on the pod's IP), gets its container's command
 run as a real process (:mod:`jupyterhub_gpu.devcluster.jobprocess`: its volumes as
 directories of the runner's), and its exit code written back on the pod
 (:data:`~jupyterhub_gpu.devcluster.contract.EXIT_CODE_ANNOTATION`), which kwok turns into the
 pod's result.
 
 One watch over all namespaces serves every pod.
+
+The processes run this Python, with the runner's ``PYTHONPATH`` if it has one (a
+checkout run without installing it): the image is this environment as the runner sees
+it, so a test run from a branch runs that branch's code in its pods.
 """
 
 from __future__ import annotations
@@ -36,15 +41,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import datafiles
-from ..contract import (COMPONENT_LABEL, ENV_RUN_DIR, ENV_SERVICE_URL, JOB_COMPONENT,
-                        SINGLEUSER_COMPONENT, USERNAME_KEY)
+from ..contract import (COMPONENT_LABEL, ENV_RUN_DIR, ENV_SERVICE_URL, POD_IP_FIELD, SINGLEUSER_COMPONENT, USERNAME_KEY)
 from .contract import EXIT_CODE_ANNOTATION
-from .jobprocess import JobProcess, job_process, result_annotation
+from .jobprocess import RUN_COMPONENTS, JobProcess, job_process, result_annotation
 from .procs import describe
 
 #: the pods the runner plays the kubelet of: notebooks (KubeSpawner's default
-#: component) and training Jobs' pods
-SELECTOR = f"{COMPONENT_LABEL} in ({SINGLEUSER_COMPONENT},{JOB_COMPONENT})"
+#: component), training Jobs' pods and GPU kernels' pods
+SELECTOR = f"{COMPONENT_LABEL} in ({','.join((SINGLEUSER_COMPONENT, *RUN_COMPONENTS))})"
 MAX_GRACE_SECONDS = 30
 log = logging.getLogger("jupyterhub_gpu.podrunner")
 
@@ -69,12 +73,15 @@ def _container_port(container: dict) -> int:
 _FIELD = re.compile(r"^metadata\.(annotations|labels)\['([^']+)'\]$")
 
 
-def _env_value(entry: dict, meta: dict) -> str | None:
+def _env_value(entry: dict, meta: dict, status: dict | None = None) -> str | None:
     """An env entry's value as the kubelet resolves it when it starts the container:
-    a plain ``value``, or a Downward API ``fieldRef`` to an annotation or label."""
+    a plain ``value``, or a Downward API ``fieldRef`` to an annotation, a label or the
+    pod's address."""
     if "value" in entry:
         return entry["value"]
     path = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+    if path == POD_IP_FIELD:
+        return (status or {}).get("podIP")
     found = _FIELD.match(path)
     return (meta.get(found.group(1)) or {}).get(found.group(2), "") if found else None
 
@@ -82,7 +89,7 @@ def _env_value(entry: dict, meta: dict) -> str | None:
 def pod_env(pod: dict) -> dict[str, str]:
     """The first container's environment as the kubelet resolves it."""
     meta, container = pod["metadata"], pod["spec"]["containers"][0]
-    values = {e["name"]: _env_value(e, meta) for e in container.get("env", [])}
+    values = {e["name"]: _env_value(e, meta, pod.get("status")) for e in container.get("env", [])}
     return {name: value for name, value in values.items() if value is not None}
 
 
@@ -106,6 +113,11 @@ def server_process(pod: dict) -> ServerProcess | None:
     key = f"{meta['namespace']}/{meta['name']}/{meta['uid']}"
     hook = ((container.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}
     return ServerProcess(key, user, url, env, grace, tuple(hook.get("command") or ()))
+
+
+def _python_path() -> dict[str, str]:
+    """The runner's ``PYTHONPATH``, for the processes it runs (the image's code)."""
+    return {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
 
 
 def _kill(pid: int, sig: int) -> None:
@@ -156,6 +168,7 @@ class PodRunner:
         bin_dir = Path(sys.executable).parent
         image = self.image
         return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HOME": str(home),
+                **_python_path(),
                 "LANG": "C.UTF-8", "JUPYTER_CONFIG_PATH": str(image / "etc" / "jupyter"),
                 "JUPYTER_PATH": str(image / "share" / "jupyter"),
                 # a run dir of its own, as a container's /tmp is
@@ -189,7 +202,7 @@ class PodRunner:
         """A Job container's environment: this Python as the image's, then the pod's."""
         bin_dir = Path(sys.executable).parent
         return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "LANG": "C.UTF-8",
-                **want.env}
+                **_python_path(), **want.env}
 
     async def _start_job(self, want: JobProcess) -> None:
         for mount in want.mounts:
@@ -263,7 +276,7 @@ class PodRunner:
 
     def _wanted(self, pod: dict) -> ServerProcess | JobProcess | None:
         labels = pod["metadata"].get("labels") or {}
-        if labels.get(COMPONENT_LABEL) == JOB_COMPONENT:
+        if labels.get(COMPONENT_LABEL) in RUN_COMPONENTS:
             if (pod["metadata"].get("annotations") or {}).get(EXIT_CODE_ANNOTATION):
                 return None  # it ran: kwok ends the pod
             return job_process(pod, pod_env(pod), str(self.workdir))

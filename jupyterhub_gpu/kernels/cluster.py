@@ -20,7 +20,9 @@ from typing import Iterable
 from kubespawner.clients import shared_client
 
 from ..builders.pod import pool_annotations
-from ..contract import KERNEL_COMPONENT, KERNEL_ID_LABEL, POOL_GATE, PROFILE_LABEL
+from ..contract import (KERNEL_COMPONENT, KERNEL_ID_LABEL, KERNEL_RESPONSE_FLAG,
+                        KERNEL_SERVER_LABEL, POOL_GATE,
+                        PROFILE_LABEL, SERVERNAME_KEY, SINGLEUSER_COMPONENT, USERNAME_KEY)
 from ..kueue import status as st
 from ..kueue.poolgate import record_pool
 from ..spec.grant import Grant
@@ -33,6 +35,18 @@ log = logging.getLogger("jupyterhub_gpu.kernels")
 SEEN_TIMEOUT = 10.0
 #: the phases of a pod whose kernel has ended
 ENDED = ("Succeeded", "Failed")
+
+
+def _labels(pod: dict) -> dict:
+    return pod["metadata"].get("labels") or {}
+
+
+def response_host(pod: dict) -> str:
+    """The address a kernel pod answers to: its server's (its launcher's command)."""
+    command = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("command") or []
+    if KERNEL_RESPONSE_FLAG in command[:-1]:
+        return command[command.index(KERNEL_RESPONSE_FLAG) + 1].rpartition(":")[0].strip("[]")
+    return ""
 
 
 def kernel_id(pod: dict) -> str:
@@ -68,6 +82,26 @@ class Watches(TeamWatches):
                 if (p.get("status") or {}).get("phase") == "Running"
                 and (p.get("status") or {}).get("podIP")
                 and not p["metadata"].get("deletionTimestamp")]
+
+    def orphans(self) -> list[dict]:
+        """Kernel pods, not being deleted, whose server is gone: no live notebook pod
+        of their owner's user and server name at the address they answer to (the
+        server was stopped or culled without shutting its kernels down, or runs again
+        in a new pod, whose kernel manager does not know them). None until every watch
+        has listed."""
+        if not self.ready:
+            return []
+        found = []
+        for reflector in self.pods.values():
+            pods = [p for p in reflector.resources.values()
+                    if not p["metadata"].get("deletionTimestamp")]
+            servers = {(_labels(p).get(USERNAME_KEY), _labels(p).get(SERVERNAME_KEY, ""),
+                        (p.get("status") or {}).get("podIP"))
+                       for p in pods if component(p) == SINGLEUSER_COMPONENT}
+            found += [p for p in pods if component(p) == KERNEL_COMPONENT
+                      and (_labels(p).get(USERNAME_KEY), _labels(p).get(KERNEL_SERVER_LABEL, ""),
+                           response_host(p)) not in servers]
+        return found
 
     def gated_kernels(self) -> list[dict]:
         """Every kernel pod our pool gate still holds (a fallback profile's)."""
@@ -126,6 +160,18 @@ async def delete(pod: dict) -> None:
     except ApiException as e:
         if e.status != 404:
             raise
+
+
+async def delete_orphans(watches: Watches) -> list[str]:
+    """Delete every kernel pod whose server is gone (:meth:`Watches.orphans`): a GPU
+    held for no one. The pods deleted, as ``namespace/name``."""
+    done = []
+    for pod in watches.orphans():
+        meta = pod["metadata"]
+        await delete(pod)
+        log.info("Deleted kernel %s/%s: its server is gone", meta["namespace"], meta["name"])
+        done.append(f"{meta['namespace']}/{meta['name']}")
+    return done
 
 
 async def record_pools(watches: Watches, platform: Platform) -> list[str]:

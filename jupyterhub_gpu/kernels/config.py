@@ -13,7 +13,9 @@ z2jh chart's ``hub.extraConfig``, the demo's config), as
 * the scope ``access:services!service=gpu-kernels`` for every user (the default
   ``user`` role), and for their servers' tokens (``server_token_scopes``): a server
   starts its user's kernels with its own token;
-* ``JUPYTERHUB_GPU_KERNELS_URL`` in every server's environment: the URL to call.
+* ``JUPYTERHUB_GPU_KERNELS_URL`` in every server's environment: the URL to call, and
+  ``JUPYTERHUB_GPU_POD_IP``, the server pod's address (the Downward API), which its
+  kernels answer to (:mod:`jupyterhub_gpu.kernels.provisioner`).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import sys
 from typing import Any
 
 from ..builders.job import DEFAULT_HOME_MOUNT_PATH
-from ..contract import (ENV_KERNELS_BIND, ENV_KERNELS_URL, ENV_PLATFORM_FILE,
-                        KERNELS_ACCESS_SCOPE, KERNELS_SERVICE_NAME, KUBE_ENV)
+from ..contract import (ENV_KERNELS_BIND, ENV_KERNELS_URL, ENV_PLATFORM_FILE, ENV_POD_IP,
+                        KERNELS_ACCESS_SCOPE, KERNELS_SERVICE_NAME, KUBE_ENV, POD_IP_FIELD)
 from ..services import add_server_scope, add_service, spec_path, with_user_scope
 
 
@@ -67,4 +69,9 @@ def add_kernels_service(c: Any, platform_file: str | None = None, url: str | Non
     add_server_scope(c, KERNELS_ACCESS_SCOPE)
     c.KubeSpawner.environment = {**c.Spawner.get("environment", {}),
                                  **c.KubeSpawner.get("environment", {}),
-                                 ENV_KERNELS_URL: service_url(url)}
+                                 ENV_KERNELS_URL: service_url(url), ENV_POD_IP: pod_ip_env()}
+
+
+def pod_ip_env() -> dict:
+    """An environment variable's value: the pod's own address, as the kubelet sets it."""
+    return {"valueFrom": {"fieldRef": {"fieldPath": POD_IP_FIELD}}}

@@ -11,11 +11,16 @@ Its API, under the service's prefix (``/services/gpu-kernels/``), answers JSON:
   namespace, belonging to the caller's running server whose address the response
   address names, and its two NetworkPolicies; answers the kernel as ``GET`` does;
 * ``GET api/kernels/<kernel id>``: one kernel; ``DELETE api/kernels/<kernel id>``:
-  delete its pod (its policies go with it).
+  delete its pod (its policies go with it);
+* ``GET api/kernelspecs``: ``{"kernelspecs": {name: kernel.json}}``, one per GPU
+  profile the caller may start kernels of (:mod:`jupyterhub_gpu.kernels.specs`; none
+  when ``gpuKernelsPerUser`` is 0), which their server lists beside its own.
 
 Beside its API, the service lets a fallback profile's kernel start once Kueue admits
 it: it records the admitted pool on the pod and lifts the pool gate, as the hub does
-for a server (:func:`keep_recording_pools`).
+for a server; and it deletes a kernel's pod whose server is gone, so that a server
+stopped or culled without shutting its kernels down leaves no GPU held
+(:func:`keep_tending`).
 
 A caller is a JupyterHub user with the scope ``access:services!service=gpu-kernels``,
 known as :mod:`jupyterhub_gpu.serviceauth` says (a server's API token, or OAuth in
@@ -44,14 +49,17 @@ from ..builders.kernel import KernelRequest, Launch, Owner, build_kernel_pod, ke
     kernel_policies
 from ..contract import (ENV_KERNELS_BIND, ENV_PLATFORM_FILE, ENV_SERVICE_PREFIX,
                         ENV_SERVICE_URL, KERNELS_ACCESS_SCOPE, KERNELS_API_PATH,
-                        KERNELS_SERVICE_NAME, PROFILE_LABEL, USERNAME_KEY)
+                        KERNELS_SERVICE_NAME, KERNELSPECS_API_PATH, PROFILE_LABEL,
+                        USERNAME_KEY)
 from ..logtext import shown
 from ..serviceauth import BODY_HARD_LIMIT, OAuthCallback, ServiceAPI
 from ..spec.grant import UserRef
 from ..spec.source import SpecSource
 from . import cluster
 from .cluster import active, kernel_id
-from .request import KernelRefused, KernelStart, check_response_address, check_start, read_body
+from .request import (KernelRefused, KernelStart, check_response_address, check_start,
+                      gpu_profiles_for, read_body)
+from .specs import user_kernelspecs
 
 log = logging.getLogger("jupyterhub_gpu.kernels")
 #: a kernel's id in a path, as Jupyter makes them (a UUID)
@@ -197,6 +205,16 @@ class KernelHandler(_API):
         self.answer({**view(pod), "phase": "Deleting"})
 
 
+class KernelSpecsHandler(_API):
+    """``GET api/kernelspecs``: the caller's GPU kernelspecs."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        platform, user = self.kernels.platform, self.caller()
+        profiles = gpu_profiles_for(platform, user.groups) if platform.gpu_kernels_per_user else ()
+        self.answer({"kernelspecs": user_kernelspecs(platform, profiles)})
+
+
 def make_app(kernels: Kernels, prefix: str, hub_auth: HubOAuth) -> web.Application:
     """The service's Tornado app: its API under ``prefix``, users known by ``hub_auth``
     (JupyterHub's, from the service's environment)."""
@@ -205,6 +223,7 @@ def make_app(kernels: Kernels, prefix: str, hub_auth: HubOAuth) -> web.Applicati
     return web.Application([
         (url_path_join(prefix, "oauth_callback"), OAuthCallback, {"hub_auth": hub_auth}),
         (api, KernelsHandler, args),
+        (url_path_join(prefix, KERNELSPECS_API_PATH), KernelSpecsHandler, args),
         (url_path_join(api, KERNEL_ID), KernelHandler, args),
     ], cookie_secret=secrets.token_bytes(32))
 
@@ -234,19 +253,24 @@ async def _serve(platform_file: str, home_path: str) -> None:
                max_body_size=BODY_HARD_LIMIT)
     log.info("Serving %s on %s (prefix %s)", KERNELS_SERVICE_NAME, url.geturl(), prefix)
     await watches.keep_starting()
-    await keep_recording_pools(kernels)
+    await keep_tending(kernels)
 
 
-async def keep_recording_pools(kernels: Kernels) -> None:
-    """Let fallback profiles' kernels start once Kueue admits them
-    (:func:`jupyterhub_gpu.kernels.cluster.record_pools`), every :data:`POOL_EVERY`
-    seconds, from the watches: no request to the API server unless there is a pod to
-    patch."""
+async def keep_tending(kernels: Kernels) -> None:
+    """Every :data:`POOL_EVERY` seconds, from the watches (no request to the API
+    server unless there is a pod to change): let fallback profiles' kernels start once
+    Kueue admits them (:func:`jupyterhub_gpu.kernels.cluster.record_pools`), and
+    delete the kernels whose server is gone
+    (:func:`jupyterhub_gpu.kernels.cluster.delete_orphans`)."""
     while True:
-        try:
-            await cluster.record_pools(kernels.watches, kernels.platform)
-        except Exception as e:  # noqa: BLE001 - the next pass tries again
-            log.error("Recording kernels' pools failed (%s); trying again", e)
+        for step, what in ((cluster.record_pools(kernels.watches, kernels.platform),
+                            "Recording kernels' pools"),
+                           (cluster.delete_orphans(kernels.watches),
+                            "Deleting kernels whose server is gone")):
+            try:
+                await step
+            except Exception as e:  # noqa: BLE001 - the next pass tries again
+                log.error("%s failed (%s); trying again", what, e)
         await asyncio.sleep(POOL_EVERY)
 
 

@@ -9,7 +9,7 @@ several workers (``pytest -n N``: worker ``gwI`` brings up a dev cluster of its 
 - its dev cluster's ports, :meth:`Ports.shifted` (the defaults - 12000 + offset), and a
   second cluster's :data:`SECOND_CLUSTER_SHIFT` above them (test_demo_cleanup.py);
 - the demo hub's (:func:`hub_ports`, the replay's ports shifted by the offset; its
-  gpu-jobs and gpu-usage services above the hub's), and the second cluster's hub's;
+  gpu-jobs, gpu-usage and gpu-kernels services above the hub's), and the second cluster's hub's;
 - the z2jh chart hub's container ports, each at ``CHART_LOCAL_BASE + port % 1000``
   (:mod:`.chart_network`), inside ``CHART_LOCAL_SPAN`` ports.
 
@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jupyterhub_gpu.devcluster.contract import JOBS_PORT_ABOVE_HUB, USAGE_PORT_ABOVE_HUB
+from jupyterhub_gpu.devcluster.contract import (JOBS_PORT_ABOVE_HUB, KERNELS_PORT_ABOVE_HUB,
+                                                USAGE_PORT_ABOVE_HUB)
 from jupyterhub_gpu.devcluster.layout import Ports
 from jupyterhub_gpu.replay.runcli import HUB_PORTS
 
@@ -60,7 +61,7 @@ class HubPorts:
 
     def listening(self) -> set[int]:
         return {self.public, self.hub, self.proxy_api, self.hub + JOBS_PORT_ABOVE_HUB,
-                self.hub + USAGE_PORT_ABOVE_HUB}
+                self.hub + USAGE_PORT_ABOVE_HUB, self.hub + KERNELS_PORT_ABOVE_HUB}
 
 
 def worker_index(worker: str | None) -> int:

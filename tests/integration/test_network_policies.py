@@ -9,13 +9,17 @@ NetworkPolicy that would be in the cluster:
   guide's example of the admin's own file; ``auth-azuread.yaml`` changes no
   NetworkPolicy, the example's ``proxy.https`` adds the ``autohttps`` pod's own);
 * the shipped ``config/team-namespaces.yaml``;
-* each multi-pod job's own (:func:`jupyterhub_gpu.builders.job.peer_policy`),
+* each multi-pod job's own (:func:`jupyterhub_gpu.builders.job.peer_policy`);
+* each GPU kernel's own two (:func:`jupyterhub_gpu.builders.kernel.kernel_policies`),
 
 for traffic between pods labelled exactly as the real code labels them: the notebook
 pods the hub deployed from the chart creates (:mod:`.chart_hub`, in our hub image's
-Python environment, the pods read back from the API server), the
+Python environment, the pods read back from the API server: two users' default
+servers and one user's named server), the
 pods of Jobs from :func:`build_job` with the labels the API server adds to a Job's
-pods, the hub and the proxy as the rendered chart labels them; plus the cluster's
+pods, GPU kernels' pods from :func:`build_kernel_pod` for two of those servers (as the
+gpu-kernels service builds them), the hub and the proxy as the rendered chart labels
+them; plus the cluster's
 other pods and addresses that matter (kube-dns, Prometheus, the DCGM exporter, a
 node's kubelet, Azure's metadata service and WireServer, the internet).
 
@@ -49,11 +53,16 @@ import pytest
 import yaml
 
 from jupyterhub_gpu.builders.job import JobGrant, JobRequest, build_job, peer_policy
+from jupyterhub_gpu.builders.kernel import (KernelRequest, Launch, Owner, build_kernel_pod,
+                                            kernel_name, kernel_policies)
 from jupyterhub_gpu.bundle.namespaces import HubRef
 from jupyterhub_gpu.contract import (COMPONENT_LABEL, JOB_COMPLETION_INDEX_ANNOTATION,
-                                     JOB_NAME_LABEL, NAMESPACE_NAME_LABEL)
+                                     JOB_NAME_LABEL, JOBS_PORT, KERNEL_PORTS,
+                                     KERNEL_RESPONSE_PORT, KERNELS_PORT, NAMESPACE_NAME_LABEL,
+                                     SERVERNAME_KEY, USERNAME_KEY)
 from jupyterhub_gpu.devcluster.build import binaries
 from jupyterhub_gpu.jobs.request import job_name
+from jupyterhub_gpu.spec.grant import UserRef, authorize
 from jupyterhub_gpu.spec.parse import load_platform
 from tests import z2jh_chart
 
@@ -75,12 +84,15 @@ DNS = frozenset({(53, "UDP"), (53, "TCP")})
 PORTS: tuple[Port, ...] = (
     (53, "UDP"), (53, "TCP"), (80, "TCP"), (443, "TCP"), (8000, "TCP"), (8001, "TCP"),
     (8081, "TCP"), (8888, "TCP"), (9090, "TCP"), (9400, "TCP"), (10101, "TCP"),
-    (10102, "TCP"), (10103, "TCP"), (10250, "TCP"), (29500, "TCP"),
+    (10102, "TCP"), (10103, "TCP"), (10104, "TCP"), (10250, "TCP"), (29500, "TCP"),
     (41234, "TCP"),  # a port NCCL's or Gloo's listening socket may get from the kernel
+    (KERNEL_RESPONSE_PORT, "TCP"), *((port, "TCP") for port in sorted(KERNEL_PORTS.values())),
 )
+#: a GPU kernel's ports: Jupyter's five channels
+KERNEL_CHANNELS = frozenset((port, "TCP") for port in KERNEL_PORTS.values())
 #: the roles of the pods in team namespaces, which our policies fence
-FENCED = frozenset({"notebook", "job"})
-ANYONE = frozenset({"notebook", "job", "hub", "proxy", "dns", "prometheus", "dcgm",
+FENCED = frozenset({"notebook", "job", "kernel"})
+ANYONE = frozenset({"notebook", "job", "kernel", "hub", "proxy", "dns", "prometheus", "dcgm",
                     "node", "metadata", "wireserver", "internet"})
 
 
@@ -95,11 +107,13 @@ class Rule:
     required: bool
     why: str
     same_job: bool = False  # only between the pods of one Job
+    own_kernel: bool = False  # only between a server and a GPU kernel it owns
 
     def covers(self, src: "Peer", dst: "Peer", port: Port) -> bool:
         return (src.role in self.sources and dst.role in self.destinations
                 and (self.ports is None or port in self.ports)
-                and (not self.same_job or (src.job != "" and src.job == dst.job)))
+                and (not self.same_job or (src.job != "" and src.job == dst.job))
+                and (not self.own_kernel or src.name == dst.owner or dst.name == src.owner))
 
 
 RULES: tuple[Rule, ...] = (
@@ -112,8 +126,15 @@ RULES: tuple[Rule, ...] = (
     Rule(FENCED, frozenset({"internet"}), frozenset({(443, "TCP")}), True,
          why="packages, data sets, model hubs"),
     Rule(FENCED, frozenset({"internet"}), None, False, why="the internet, on any port"),
-    Rule(frozenset({"notebook"}), frozenset({"hub"}), frozenset({(8081, "TCP"), (10101, "TCP")}),
-         True, why="the hub's API and the gpu-jobs service"),
+    Rule(frozenset({"notebook"}), frozenset({"hub"}),
+         frozenset({(8081, "TCP"), (JOBS_PORT, "TCP"), (KERNELS_PORT, "TCP")}),
+         True, why="the hub's API, the gpu-jobs service and the gpu-kernels service"),
+    Rule(frozenset({"notebook"}), frozenset({"kernel"}), KERNEL_CHANNELS, True, own_kernel=True,
+         why="the owning server's kernel manager talks to its GPU kernel on Jupyter's five "
+             "channels"),
+    Rule(frozenset({"kernel"}), frozenset({"notebook"}),
+         frozenset({(KERNEL_RESPONSE_PORT, "TCP")}), True, own_kernel=True,
+         why="the kernel launcher sends its sealed connection information to its server"),
     Rule(frozenset({"hub", "proxy"}), frozenset({"notebook"}), frozenset({(8888, "TCP")}), True,
          why="the hub checks the server, the proxy forwards the user's browser"),
     Rule(frozenset({"notebook"}), frozenset({"prometheus"}), frozenset({(9090, "TCP")}), True,
@@ -144,6 +165,7 @@ class Peer:
     namespace_labels: Mapping[str, str] = field(default_factory=dict)
     port_names: Mapping[int, str] = field(default_factory=dict)
     job: str = ""
+    owner: str = ""  # a GPU kernel's: the name of its owning server's peer
 
     def traffic(self) -> dict:
         if not self.namespace:
@@ -188,9 +210,20 @@ def _pod_template(chart: list[dict], component: str) -> dict:
     return template
 
 
-#: (peer, user, team) of the notebook pods: team A may run multi-pod jobs
-NOTEBOOKS = (("notebook-a", "user-a", "ml-eng"), ("notebook-b", "user-b", "data-science"))
-NOTEBOOK_PROFILE = "t4-shared"
+#: (peer, user, team, server name, profile) of the notebook pods: team A may run
+#: multi-pod jobs; user-b also runs a named CPU server beside their GPU one
+NOTEBOOKS = (("notebook-a", "user-a", "ml-eng", "", "t4-shared"),
+             ("notebook-b", "user-b", "data-science", "", "t4-shared"),
+             ("notebook-b2", "user-b", "data-science", "lab2", "cpu"))
+#: (peer, owning server's peer, its team, kernel id, IP) of the GPU kernels, of profile
+#: KERNEL_PROFILE
+KERNELS = (("kernel-a", "notebook-a", "ml-eng", "5f0c2d9e-8b1a-4c3e-9d7f-0a1b2c3d4e5f",
+            "10.244.2.20"),
+           ("kernel-b", "notebook-b", "data-science", "0a1b2c3d-4e5f-4c3e-9d7f-5f0c2d9e8b1a",
+            "10.244.5.20"))
+KERNEL_PROFILE = "t4-shared"
+#: a server's public key as the kernel's command carries it (its value matters not here)
+SERVER_KEY = "MCowBQYDK2VuAyEA" + "C" * 28
 
 
 @pytest.fixture(scope="module")
@@ -203,18 +236,24 @@ async def notebooks(cluster, kube, cluster_spec_path, cluster_platform,
     async with chart_hub.serving(cluster, cluster_spec_path, tmp_path_factory.mktemp("chart-hub"),
                                  python_bin=hub_image.python_bin(hub_image.IMAGE_PINS)) as (hub, http):
         try:
-            for name, user, team in NOTEBOOKS:
+            for name, user, team, server, profile in NOTEBOOKS:
                 await chart_hubapi.add_user(http, hub, user, [team])
-                assert await chart_hubapi.start_server(http, hub, user, NOTEBOOK_PROFILE) in (201, 202)
-            for name, user, team in NOTEBOOKS:
+                assert await chart_hubapi.start_server(http, hub, user, profile,
+                                                       server) in (201, 202)
+            for name, user, team, server, _ in NOTEBOOKS:
                 namespace = cluster_platform.team_for({team}).namespace
 
-                async def created(ns=namespace, u=user):
-                    return await chart_hubapi.user_pods(kube, ns, u)
-                (pods[name],) = await wait_for(created, timeout=60, what=f"{user}'s pod")
+                async def created(ns=namespace, u=user, s=server):
+                    return [p for p in await chart_hubapi.user_pods(kube, ns, u)
+                            if p["metadata"]["labels"].get(SERVERNAME_KEY, "") == s]
+                (pods[name],) = await wait_for(created, timeout=60,
+                                               what=f"{user}'s pod of server {server!r}")
         finally:
+            for _, user, _, server, _ in NOTEBOOKS:
+                if server:
+                    await chart_hubapi.remove_server(http, hub, user, server)
             await chart_hubapi.stop_all_servers(http, hub)
-            for _, user, team in NOTEBOOKS:
+            for _, user, team, _, _ in NOTEBOOKS:
                 await chart_hubapi.delete_home(
                     kube, cluster_platform.team_for({team}).namespace, user)
     return pods
@@ -242,6 +281,18 @@ def _job_pods(platform, team_name: str, profile: str, user: str, suffix: str,
     return pods, peer_policy(req)
 
 
+def _kernel(platform, team_name: str, notebook: dict, kernel_id: str, server_ip: str,
+            ) -> tuple[dict, tuple[dict, dict]]:
+    """A GPU kernel of ``notebook``'s server, as the gpu-kernels service builds it: its
+    pod and its two policies."""
+    owner = Owner.of(notebook)
+    user = UserRef(owner.user_slug, frozenset({team_name}))
+    grant = authorize(platform, user, {"profile": KERNEL_PROFILE})
+    req = KernelRequest(kernel_name(owner.user_slug, kernel_id), owner.user_slug, owner, grant,
+                        Launch(kernel_id, f"{server_ip}:{KERNEL_RESPONSE_PORT}", SERVER_KEY))
+    return build_kernel_pod(platform, req), kernel_policies(req)
+
+
 @pytest.fixture(scope="module")
 def world(chart, notebooks) -> tuple[list[Peer], list[dict]]:
     """(the peers, every NetworkPolicy)."""
@@ -254,11 +305,20 @@ def world(chart, notebooks) -> tuple[list[Peer], list[dict]]:
 
     a, b = "ml-eng", "data-science"  # team A may run multi-pod jobs
     peers: list[Peer] = []
-    for name, team, ip in (("notebook-a", a, "10.244.1.10"), ("notebook-b", b, "10.244.4.10")):
+    for name, team, ip in (("notebook-a", a, "10.244.1.10"), ("notebook-b", b, "10.244.4.10"),
+                           ("notebook-b2", b, "10.244.4.11")):
         pod = notebooks[name]
         ns = next(t.namespace for t in platform.teams if t.name == team)
         peers.append(Peer(name, "notebook", ip, ns, pod["metadata"]["labels"], ns_labels[ns],
                           _port_names(pod)))
+    servers = {p.name: p for p in peers}
+    for name, owner, team, kernel_id, ip in KERNELS:
+        pod, own = _kernel(platform, team, notebooks[owner], kernel_id, servers[owner].ip)
+        policies += list(own)
+        ns = pod["metadata"]["namespace"]
+        assert ns == servers[owner].namespace
+        peers.append(Peer(name, "kernel", ip, ns, pod["metadata"]["labels"], ns_labels[ns],
+                          _port_names(pod), owner=owner))
     for team, profile, user, suffix, ips in (
             (a, "a100-ddp-2", "user-a", "a1", ("10.244.2.10", "10.244.3.10")),
             (a, "a100-ddp-2", "user-a", "a2", ("10.244.2.11", "10.244.3.11")),
@@ -373,3 +433,12 @@ def test_the_table_covers_every_kind_of_peer(world):
     jobs = [p.job for p in peers if p.role == "job"]
     assert sum(jobs.count(j) == 2 for j in set(jobs)) == 2
     assert sum(p["metadata"]["name"] in jobs for p in policies) == 2
+    # each kernel has a stranger (another user's server) and notebook-b's kernel a
+    # sibling (the same user's other server) that must not reach it
+    names = {p.name: p for p in peers}
+    for kernel in (p for p in peers if p.role == "kernel"):
+        owner = names[kernel.owner]
+        others = [p for p in peers if p.role == "notebook" and p is not owner]
+        assert any(p.labels[USERNAME_KEY] != owner.labels[USERNAME_KEY] for p in others)
+    assert names["notebook-b2"].labels[USERNAME_KEY] == names["notebook-b"].labels[USERNAME_KEY]
+    assert sum(p["metadata"]["name"].startswith("kernel-") for p in policies) == 2 * len(KERNELS)

@@ -209,7 +209,25 @@ def test_only_the_owning_server_reaches_its_kernel_and_only_on_the_kernel_ports(
     assert {p["port"] for p in out["ports"]} == set(KERNEL_PORTS.values())
 
 
-def test_the_teams_standing_policy_gives_kernels_a_servers_egress_and_no_ingress(platform):
+def test_another_users_kernel_of_the_same_id_is_selected_by_neither_policy(platform):
+    """A kernel's id is no secret (it is in the notebook's URLs): bob, who starts a
+    kernel of alice's kernel's id in her namespace, gets a pod that her policies do
+    not select, and his policies do not select hers."""
+    alices = _request(platform, "t4-shared")
+    bobs = _request(platform, "t4-shared", owner=Owner("bob", ""),
+                    name=kernel_name("bob", KERNEL_ID))
+    assert alices.launch.kernel_id == bobs.launch.kernel_id
+    alice_pod, bob_pod = (build_kernel_pod(platform, r)["metadata"]["labels"]
+                          for r in (alices, bobs))
+    for mine, theirs, req in ((alice_pod, bob_pod, alices), (bob_pod, alice_pod, bobs)):
+        on_kernel, on_server = kernel_policies(req)
+        assert _selects(on_kernel, mine) and not _selects(on_kernel, theirs)
+        (answer,), (out,) = on_server["spec"]["ingress"], on_server["spec"]["egress"]
+        assert _peer_matches(answer["from"], mine) and not _peer_matches(answer["from"], theirs)
+        assert _peer_matches(out["to"], mine) and not _peer_matches(out["to"], theirs)
+
+
+def test_the_teams_standing_policy_gives_kernels_dns_and_the_internet_only(platform):
     req = _request(platform, "t4-shared")
     pod_labels = build_kernel_pod(platform, req)["metadata"]["labels"]
     assert pod_labels[COMPONENT_LABEL] == KERNEL_COMPONENT
@@ -220,8 +238,10 @@ def test_the_teams_standing_policy_gives_kernels_a_servers_egress_and_no_ingress
     assert [p["metadata"]["name"] for p in selecting] == [namespaces.KERNELS_POLICY_NAME]
     (policy,) = selecting
     assert policy["spec"]["ingress"] == []
-    server = namespaces.network_policy(req.grant.team, namespaces.HubRef())
-    assert policy["spec"]["egress"] == server["spec"]["egress"]
+    # a job's egress: neither the hub (no token in the pod) nor Prometheus (the GPU
+    # status item runs in the server)
+    assert policy["spec"]["egress"] == [namespaces.DNS_EGRESS, namespaces.INTERNET_EGRESS]
+    assert policy["spec"]["egress"] == namespaces.jobs_policy(req.grant.team)["spec"]["egress"]
 
 
 def test_the_owner_is_read_from_the_server_pods_labels_and_long_names_stay_labels(platform):

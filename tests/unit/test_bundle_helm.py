@@ -122,9 +122,9 @@ def test_the_chart_runs_the_jobs_service_where_notebooks_reach_it(example_spec_p
     # a job's home is the claim notebooks mount where the chart mounts the home
     assert f"--home-mount-path={get_config('singleuser.storage.homeMountPath')}" in (
         service["command"])
-    assert c.KubeSpawner.environment == {
-        "FROM_EXTRA_ENV": "1",
-        ENV_JOBS_URL: f"http://hub.jupyterhub.svc.cluster.local:{JOBS_PORT}/services/gpu-jobs/"}
+    assert c.KubeSpawner.environment["FROM_EXTRA_ENV"] == "1"  # kept
+    assert c.KubeSpawner.environment[ENV_JOBS_URL] == (
+        f"http://hub.jupyterhub.svc.cluster.local:{JOBS_PORT}/services/gpu-jobs/")
     assert JOBS_ACCESS_SCOPE in c.KubeSpawner.server_token_scopes
     (user,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
     assert JOBS_ACCESS_SCOPE in user["scopes"] and "self" in user["scopes"]
@@ -135,6 +135,51 @@ def test_the_chart_runs_the_jobs_service_where_notebooks_reach_it(example_spec_p
     team = load_platform(example_spec_path).teams[0]
     (to_hub, *_) = network_policy(team, HubRef())["spec"]["egress"]
     assert {"port": JOBS_PORT} in to_hub["ports"]
+
+
+def test_the_chart_runs_the_kernels_service_where_servers_reach_it(example_spec_path,
+                                                                   monkeypatch, get_config):
+    """The gpu-kernels service listens in the hub pod on the port the hub Service adds
+    and the hub's NetworkPolicy opens to the team namespaces' user servers (not to
+    their GPU kernels, nor jobs) and to the proxy; the team namespaces let servers out
+    to it, and kernels not; servers get its URL and a token that may call it."""
+    from traitlets.config import Config
+
+    from jupyterhub_gpu.bundle.namespaces import kernels_policy, network_policy
+    from jupyterhub_gpu.contract import (ENV_KERNELS_URL, KERNELS_ACCESS_SCOPE, KERNELS_PORT,
+                                         KERNELS_SERVICE_NAME)
+
+    values = _load(REPO / "helm-values" / "values.yaml")
+    source = values["hub"]["extraConfig"]["00-jupyterhub-gpu"].replace(
+        "/etc/jupyterhub-gpu/platform.yaml", str(example_spec_path))
+    monkeypatch.setenv("POD_NAMESPACE", "jupyterhub")
+    c = Config()
+    c.JupyterHub.services = z2jh_services(values, "t")
+    exec(source, {"c": c, "get_name": lambda name: name, "get_config": get_config,
+                  "get_name_env": lambda name, suffix="": "8081"})
+    (service,) = [s for s in c.JupyterHub.services if s["name"] == KERNELS_SERVICE_NAME]
+    url = f"http://hub.jupyterhub.svc.cluster.local:{KERNELS_PORT}"
+    assert service["url"] == url
+    assert f"--home-mount-path={get_config('singleuser.storage.homeMountPath')}" in (
+        service["command"])
+    assert c.KubeSpawner.environment[ENV_KERNELS_URL] == f"{url}/services/{KERNELS_SERVICE_NAME}/"
+    assert KERNELS_ACCESS_SCOPE in c.KubeSpawner.server_token_scopes
+    (user,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
+    assert KERNELS_ACCESS_SCOPE in user["scopes"]
+    assert {"name": KERNELS_SERVICE_NAME, "port": KERNELS_PORT,
+            "targetPort": KERNELS_PORT} in values["hub"]["service"]["extraPorts"]
+    (rule,) = [r for r in values["hub"]["networkPolicy"]["ingress"]
+               if {"port": KERNELS_PORT} in r["ports"]]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"jupyterhub-gpu/managed": "true"}},
+         "podSelector": {"matchLabels": {"component": "singleuser-server"}}},
+        {"podSelector": {"matchLabels": {"component": "proxy"}}}]
+    team = load_platform(example_spec_path).teams[0]
+    (to_hub, *_) = network_policy(team, HubRef())["spec"]["egress"]
+    assert {"port": KERNELS_PORT} in to_hub["ports"]
+    # a kernel's pod reaches no port of the hub (test_builders_kernel.py)
+    assert not any(peer.get("podSelector") for rule in kernels_policy(team)["spec"]["egress"]
+                   for peer in rule.get("to", []))
 
 
 def test_the_chart_runs_the_usage_page_where_the_proxy_reaches_it(example_spec_path,

@@ -59,7 +59,7 @@ def test_the_demo_hub_and_the_tests_hubs_are_the_replays_ports_shifted():
     assert (hub.public, hub.hub, hub.proxy_api) == (18300, 18381, 18301)
     assert hub.url == "http://127.0.0.1:18300"
     assert hub.start_args() == {"hub_port": 18381, "proxy_api_port": 18301}
-    assert hub.listening() == {18300, 18381, 18301, 18391, 18392}
+    assert hub.listening() == {18300, 18381, 18301, 18391, 18392, 18394}
 
 
 @pytest.mark.parametrize("n", range(1, ports.MAX_WORKERS + 1))

@@ -104,3 +104,27 @@ async def test_a_job_process_runs_once_in_its_volumes_and_reports_its_exit(platf
             / "tia" / "c").read_text() == "x\n"
     await runner.handle("MODIFIED", pod)  # before kwok has ended the pod: not again
     assert not runner.procs and len(api.patches) == 1
+
+
+def test_the_runner_runs_a_gpu_kernels_launcher_on_the_pods_address(platform):
+    """A GPU kernel's pod (as the gpu-kernels service builds it) is the runner's too: its
+    command is the kernel launcher, which binds the kernel's ports on the pod's IP
+    (``JUPYTERHUB_GPU_POD_IP``), so two kernels on one machine do not meet."""
+    from jupyterhub_gpu.builders.kernel import (LAUNCHER_MODULE, KernelRequest, Launch, Owner,
+                                                build_kernel_pod, kernel_name)
+    from jupyterhub_gpu.contract import ENV_POD_IP
+    from jupyterhub_gpu.spec.grant import UserRef, authorize
+
+    kid = "5f0c2d9e-8b1a-4c3e-9d7f-0a1b2c3d4e5f"
+    grant = authorize(platform, UserRef("tia", frozenset({"ml-eng"})), {"profile": "t4-shared"})
+    built = build_kernel_pod(platform, KernelRequest(
+        kernel_name("tia", kid), "tia", Owner("tia", ""), grant,
+        Launch(kid, "127.0.0.8:52699", "MCowBQYDK2VuAyEA" + "C" * 28),
+        home=Home("claim-tia", "/home/jovyan")))
+    pod = {"metadata": {**built["metadata"], "uid": "k1"}, "spec": built["spec"],
+           "status": {"phase": "Running", "podIP": "127.0.0.9"}}
+    assert is_runner_job(pod) and server_process(pod) is None
+    proc = job_process(pod, pod_env(pod), "/w")
+    assert proc.argv[:3] == ("python", "-m", LAUNCHER_MODULE)
+    assert proc.env[ENV_POD_IP] == "127.0.0.9"
+    assert proc.cwd == f"volumes/{pod['metadata']['namespace']}/claim-tia"

@@ -8,7 +8,7 @@ import pytest
 from traitlets.config import Config
 
 from jupyterhub_gpu.contract import (ENV_JOBS_URL, ENV_KERNELS_BIND, ENV_KERNELS_URL,
-                                     ENV_PLATFORM_FILE, JOBS_ACCESS_SCOPE, KERNELS_ACCESS_SCOPE,
+                                     ENV_PLATFORM_FILE, ENV_POD_IP, JOBS_ACCESS_SCOPE, KERNELS_ACCESS_SCOPE,
                                      KERNELS_SERVICE_NAME)
 from jupyterhub_gpu.jobs.config import add_jobs_service
 from jupyterhub_gpu.kernels.config import add_kernels_service
@@ -28,7 +28,9 @@ def test_a_hub_with_the_service(example_spec_path):
     assert c.JupyterHub.load_roles == [{"name": "user", "scopes": ["self", KERNELS_ACCESS_SCOPE]}]
     assert c.KubeSpawner.server_token_scopes == [*SERVER_TOKEN_SCOPES, KERNELS_ACCESS_SCOPE]
     assert c.KubeSpawner.environment == {
-        ENV_KERNELS_URL: "http://127.0.0.1:8094/services/gpu-kernels/"}
+        ENV_KERNELS_URL: "http://127.0.0.1:8094/services/gpu-kernels/",
+        # the server's own address, which its kernels answer to
+        ENV_POD_IP: {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}}
 
 
 def test_beside_gpu_jobs_each_keeps_the_others_scope_and_url(example_spec_path):
@@ -40,7 +42,7 @@ def test_beside_gpu_jobs_each_keeps_the_others_scope_and_url(example_spec_path):
         {"name": "user", "scopes": ["self", JOBS_ACCESS_SCOPE, KERNELS_ACCESS_SCOPE]}]
     assert c.KubeSpawner.server_token_scopes == [*SERVER_TOKEN_SCOPES, JOBS_ACCESS_SCOPE,
                                                  KERNELS_ACCESS_SCOPE]
-    assert set(c.KubeSpawner.environment) == {ENV_JOBS_URL, ENV_KERNELS_URL}
+    assert set(c.KubeSpawner.environment) == {ENV_JOBS_URL, ENV_KERNELS_URL, ENV_POD_IP}
     assert c.JupyterHub.services[1]["environment"][ENV_KERNELS_BIND] == "0.0.0.0"
 
 

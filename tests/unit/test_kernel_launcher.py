@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from jupyterhub_gpu.builders.kernel import LAUNCHER_MODULE
-from jupyterhub_gpu.contract import KERNEL_PORTS
+from jupyterhub_gpu.contract import ENV_POD_IP, KERNEL_PORTS
 from jupyterhub_gpu.kernels.connect import ServerKey
 from jupyterhub_gpu.kernels.launcher import write_connection_file
 from jupyterhub_gpu.kernels.response import ResponseListener
@@ -28,14 +28,19 @@ KERNEL_ID = "5f0c2d9e-8b1a-4c3e-9d7f-0a1b2c3d4e5f"
 GUARD_SECONDS = 120
 
 
-def _ports_free() -> bool:
+#: the kernel pod's address here: a loopback address of its own, as the dev cluster's
+#: pods have (the server listens on 127.0.0.1)
+POD_IP = "127.0.0.2"
+
+
+def _ports_free(host: str = "127.0.0.1") -> bool:
     """Whether no socket listens on the kernel ports (with SO_REUSEADDR, as ZeroMQ
     binds them: a connection of an earlier run in TIME_WAIT does not count)."""
     for port in KERNEL_PORTS.values():
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                s.bind(("127.0.0.1", port))
+                s.bind((host, port))
             except OSError:
                 return False
     return True
@@ -43,8 +48,9 @@ def _ports_free() -> bool:
 
 @pytest.fixture
 async def launched(tmp_path):
-    """(the launcher's process, the report the server's response listener received)."""
-    if not _ports_free():
+    """(the launcher's process, the report the server's response listener received);
+    the launcher has its pod's address in ``JUPYTERHUB_GPU_POD_IP``."""
+    if not _ports_free(POD_IP):
         pytest.skip(f"the kernel ports {sorted(KERNEL_PORTS.values())} are taken on this host")
     listener = ResponseListener("127.0.0.1", 0)
     await listener.start()
@@ -53,7 +59,7 @@ async def launched(tmp_path):
     launcher = subprocess.Popen(
         [sys.executable, "-m", LAUNCHER_MODULE, "--kernel-id", KERNEL_ID,
          "--response-address", f"127.0.0.1:{listener.port}", "--public-key", key.public_key],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), ENV_POD_IP: POD_IP},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         yield launcher, await asyncio.wait_for(report, GUARD_SECONDS)
@@ -69,7 +75,9 @@ def test_the_server_reaches_the_kernel_the_launcher_started(launched):
 
     launcher, received = launched
     connection = received.connection
-    assert received.address == "127.0.0.1"  # what the provisioner checks against the pod's
+    # from the pod's address, which the provisioner checks against the pod's, and the
+    # kernel listens there
+    assert received.address == POD_IP
     client = BlockingKernelClient()
     client.load_connection_info(connection.info(received.address))
     client.start_channels()
@@ -119,3 +127,47 @@ def test_sending_back_gives_up_with_the_last_error_after_its_patience():
         address = f"127.0.0.1:{closed.getsockname()[1]}"
     with pytest.raises(OSError):
         launcher.send_back(b"x", address, patience=0)
+
+
+def test_sending_back_stops_when_told_to():
+    """The pod is being deleted while the server does not answer yet: the launcher's
+    SIGTERM handler sets the event, and sending back gives up at once instead of
+    trying for its patience (two minutes)."""
+    import threading
+
+    from jupyterhub_gpu.kernels import launcher
+
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(OSError):
+        launcher.send_back(b"x", address, stop=stop)
+
+
+def test_a_launcher_whose_server_never_answers_stops_on_sigterm(tmp_path):
+    """The kubelet's SIGTERM (its pod deleted) stops the kernel and the launcher, also
+    while the launcher still waits for its server: it exits with the kernel, not after
+    its patience."""
+    import signal
+
+    from jupyterhub_gpu.kernels.launcher import RESPONSE_PATIENCE_SECONDS
+
+    if not _ports_free():
+        pytest.skip(f"the kernel ports {sorted(KERNEL_PORTS.values())} are taken on this host")
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        nowhere = f"127.0.0.1:{closed.getsockname()[1]}"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", LAUNCHER_MODULE, "--kernel-id", KERNEL_ID,
+         "--response-address", nowhere, "--public-key", ServerKey().public_key],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            launcher.wait(timeout=3)  # it keeps trying to reach its server
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=RESPONSE_PATIENCE_SECONDS / 2) is not None
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()

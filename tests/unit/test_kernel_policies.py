@@ -4,8 +4,9 @@ and each kernel's own (:func:`jupyterhub_gpu.builders.kernel.kernel_policies`) f
 traffic between kernel pods from :func:`build_kernel_pod` and server pods as
 GPUSpawner (KubeSpawner under the z2jh chart's config) labels them. Only the owning
 server reaches its kernel, on the kernel's ports; the kernel reaches only that server,
-on the response port, besides a server's egress. The cluster-wide truth table
-(tests/integration/test_network_policies.py) has no kernel rows yet: docs/kernels.md."""
+on the response port, besides DNS and the internet. The cluster-wide truth table
+(tests/integration/test_network_policies.py) has the kernels' rows too, beside the z2jh
+chart's own policies and with the chart hub's server pods."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from jupyterhub_gpu.builders.kernel import (KernelRequest, Launch, Owner, build_
 from jupyterhub_gpu.bundle import namespaces
 from jupyterhub_gpu.bundle.namespaces import HUB_PORT
 from jupyterhub_gpu.contract import (COMPONENT_LABEL, HUB_COMPONENT, JOBS_PORT, KERNEL_PORTS,
-                                     KERNEL_RESPONSE_PORT, NAMESPACE_NAME_LABEL,
+                                     KERNEL_RESPONSE_PORT, KERNELS_PORT, NAMESPACE_NAME_LABEL,
                                      PROXY_COMPONENT)
 from jupyterhub_gpu.devcluster.build import binaries
 from jupyterhub_gpu.spec.grant import UserRef, authorize
@@ -35,8 +36,8 @@ KERNEL_A = "5f0c2d9e-8b1a-4c3e-9d7f-0a1b2c3d4e5f"
 KERNEL_B = "0a1b2c3d-4e5f-4c3e-9d7f-5f0c2d9e8b1a"
 KEY = "MCowBQYDK2VuAyEA" + "C" * 28
 ALL_KERNEL_PORTS = frozenset(KERNEL_PORTS.values())
-TCP_PORTS = (*sorted(ALL_KERNEL_PORTS), KERNEL_RESPONSE_PORT, 8888, HUB_PORT, JOBS_PORT, 443,
-             80, 53)
+TCP_PORTS = (*sorted(ALL_KERNEL_PORTS), KERNEL_RESPONSE_PORT, 8888, HUB_PORT, JOBS_PORT,
+             KERNELS_PORT, 443, 80, 53)
 PUBLIC = "93.184.215.14"
 
 
@@ -123,9 +124,7 @@ def _allowed(src: str, dst: str, port: int) -> bool:
         return (dst, port) == ("owner", KERNEL_RESPONSE_PORT)
     if dst == "internet":
         return True
-    if dst == HUB_COMPONENT:
-        return port in (HUB_PORT, JOBS_PORT, 53)  # a server's egress to the hub, and DNS
-    return port == 53  # DNS on any address, as a server has it
+    return port == 53  # DNS on any address (the hub's pod included), as a job's pod has it
 
 
 def test_only_the_owning_server_reaches_its_kernel_and_the_kernel_only_it(world, tmp_path):

@@ -364,3 +364,66 @@ def test_a_fallback_profiles_kernel_starts_once_kueue_admits_it(service, kube, p
     (added,) = [op["value"] for op in patch if op["path"] == "/metadata/annotations/"
                 + POOL_ANNOTATION.replace("/", "~1")]
     assert added == "a100"
+
+
+def test_the_kernelspecs_are_the_callers_gpu_profiles(service, platform, kube):
+    """One kernelspec per GPU profile the caller's groups may use, naming the GPU
+    kernels' provisioner and the profile; a CPU profile has none; no token, none."""
+    from jupyterhub_gpu.contract import KERNEL_PROVISIONER_NAME
+    from jupyterhub_gpu.kernels.specs import kernelspec
+
+    for token, groups in (("bob-token", {"ml-eng"}), ("dana-token", {"data-science"})):
+        status, said, _ = _call(service.url + "api/kernelspecs",
+                                headers={"Authorization": f"token {token}"})
+        assert status == 200, said
+        mine = gpu_profiles_for(platform, groups)
+        assert mine and sorted(said["kernelspecs"]) == sorted(f"gpu-{p.slug}" for p in mine)
+        for profile in mine:
+            spec = said["kernelspecs"][f"gpu-{profile.slug}"]
+            assert spec == kernelspec(platform, profile)
+            assert spec["metadata"]["kernel_provisioner"] == {
+                "provisioner_name": KERNEL_PROVISIONER_NAME,
+                "config": {"profile": profile.slug}}
+            assert spec["interrupt_mode"] == "message"
+    assert not any(p.slug == "cpu" for p in gpu_profiles_for(platform, {"data-science"}))
+    status, said, _ = _call(service.url + "api/kernelspecs",
+                            headers={"Authorization": "token not-a-token"})
+    assert status == 403 and "kernelspecs" not in said
+    assert kube.calls == []
+
+
+async def test_a_kernel_whose_server_is_gone_is_deleted(platform, kube):
+    """The service's pass over its watches: a kernel answering to its owner's live
+    server stays; one of a server that is gone, or that runs again at another address
+    (a new pod, whose kernel manager does not know it), is deleted; nothing before
+    every watch has listed."""
+    from jupyterhub_gpu.builders.kernel import (KernelRequest, Launch, Owner, build_kernel_pod,
+                                                kernel_name)
+    from jupyterhub_gpu.spec.grant import UserRef, authorize
+
+    watches = _watches(platform)
+    # here every kernel is as the service builds it (the shared one is bare)
+    del watches.pods[ML].resources[f"{ML}/{_carols_kernel()['metadata']['name']}"]
+    grant = authorize(platform, UserRef("bob", frozenset({"ml-eng"})), {"profile": "t4-shared"})
+
+    def kernel(user: str, n: int, server_ip: str, deleting: bool = False) -> dict:
+        pod = build_kernel_pod(platform, KernelRequest(
+            kernel_name(user, IDS[n]), user, Owner(user, ""), grant,
+            Launch(IDS[n], f"{server_ip}:52699", KEY)))
+        pod["metadata"]["annotations"] = {USERNAME_KEY: user}
+        if deleting:
+            pod["metadata"]["deletionTimestamp"] = "2026-12-07T00:00:00Z"
+        watches.pods[ML].resources[f"{ML}/{pod['metadata']['name']}"] = pod
+        return pod
+
+    kernel("bob", 0, "10.244.1.7")  # bob's server is at 10.244.1.7: it stays
+    stale = kernel("bob", 1, "10.244.1.99")  # an earlier pod of bob's server
+    lost = kernel("erin", 2, "10.244.1.50")  # erin runs no server
+    kernel("erin", 3, "10.244.1.50", deleting=True)  # going already
+    watches.ready = False
+    assert await cluster.delete_orphans(watches) == [] and kube.calls == []
+    watches.ready = True
+    done = await cluster.delete_orphans(watches)
+    assert sorted(done) == sorted(f"{ML}/{p['metadata']['name']}" for p in (stale, lost))
+    assert sorted(c[2] for c in kube.calls if c[0] == "delete pod") == sorted(
+        p["metadata"]["name"] for p in (stale, lost))

@@ -20,6 +20,8 @@ from packaging.utils import canonicalize_name
 NOTEBOOK_SIDE = {
     "jupyter_server": "cull/server_ext.py runs in the single-user server",
     "jupyterlab": "cull/lab_notice.py runs in the single-user server",
+    "jupyter_client": "kernels/provisioner.py runs in the single-user server (Jupyter "
+                      "Server's kernel manager loads it)",
     "torch": "checkpoint.save_torch/load_torch import it when called, in the kernel",
 }
 
@@ -152,8 +154,9 @@ def test_the_wheel_ships_the_prebuilt_labextension_and_jupyterlab_lists_it(repo_
     assert str(prefix / "share" / "jupyter" / "labextensions") in listing
     assert re.search(rf"{LABEXTENSION_NAME} v0\.1\.0 enabled\s+OK", listing), listing
     # `jupyter server extension list` reads no JUPYTER_CONFIG_PATH: the installed file
-    # (which tests/unit/test_labext_server.py starts a server with) enables both
+    # (which tests/unit/test_labext_server.py starts a server with) enables all three
     config = json.loads((prefix / "etc" / "jupyter" / "jupyter_server_config.d" /
                          "jupyterhub-gpu.json").read_text())
     assert config["ServerApp"]["jpserver_extensions"] == {
-        "jupyterhub_gpu.cull.server_ext": True, "jupyterhub_gpu.labext": True}
+        "jupyterhub_gpu.cull.server_ext": True, "jupyterhub_gpu.labext": True,
+        "jupyterhub_gpu.kernels.server_ext": True}

@@ -124,3 +124,16 @@ async def _lose_the_api_server(tmp_path, port: int, caplog) -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def test_a_servers_pod_address_from_the_downward_api_is_its_ip():
+    """The kernels' response address (``add_kernels_service``): the kubelet resolves
+    ``status.podIP``; so does the stand-in, to the address it serves the pod on."""
+    from jupyterhub_gpu.contract import ENV_POD_IP
+    from jupyterhub_gpu.kernels.config import pod_ip_env
+
+    pod = _pod(None)
+    pod["spec"]["containers"][0]["env"].append({"name": ENV_POD_IP, **pod_ip_env()})
+    want = server_process(pod)
+    assert want is not None and want.env[ENV_POD_IP] == pod["status"]["podIP"]
+    assert want.url == f"http://{pod['status']['podIP']}:8888/"

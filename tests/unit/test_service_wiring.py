@@ -13,13 +13,14 @@ from traitlets.config import Config
 
 from jupyterhub_gpu import configure_hub
 from jupyterhub_gpu.contract import (ENV_PLATFORM_FILE, ENV_USAGE_DB_URL, JOBS_SERVICE_NAME,
-                                     USAGE_SERVICE_NAME)
+                                     KERNELS_SERVICE_NAME, USAGE_SERVICE_NAME)
 from jupyterhub_gpu.cull.service import (SERVICE_NAME as CULLER, add_culler_service,
                                          culler_role, culler_service)
 from jupyterhub_gpu.devcluster.contract import ENV_DEMO_CHP, ENV_DEMO_SPEC
 from jupyterhub_gpu.devcluster.demo import DEMO_CONFIG
 from jupyterhub_gpu.hub.config import RESUME_SERVICE
 from jupyterhub_gpu.jobs.config import add_jobs_service
+from jupyterhub_gpu.kernels.config import add_kernels_service
 from jupyterhub_gpu.usage.config import UsageLedger
 from jupyterhub_gpu.usage.service import add_usage_service
 
@@ -70,7 +71,8 @@ def test_the_values_name_the_spec_path_once_and_every_service_reads_it(
     c.JupyterHub.services = z2jh_services(values, "t")
     run_extra_config(values, example_spec_path, c, monkeypatch, get_config)
     assert spec_paths(c) == {name: os.path.abspath(example_spec_path)
-                             for name in (RESUME_SERVICE, CULLER, JOBS_SERVICE_NAME)}
+                             for name in (RESUME_SERVICE, CULLER, JOBS_SERVICE_NAME,
+                                          KERNELS_SERVICE_NAME)}
 
 
 def test_the_usage_sidecar_reads_the_spec_configure_hub_reads():
@@ -87,7 +89,7 @@ def test_the_values_add_every_service_with_its_helper():
     source = extra_config()
     assert appends_to_the_hubs_lists(source) == []
     assert helpers_called(source) == {"add_culler_service", "add_jobs_service",
-                                      "add_usage_service"}
+                                      "add_kernels_service", "add_usage_service"}
 
 
 def test_the_check_finds_a_service_wired_by_hand():
@@ -107,7 +109,7 @@ def test_the_demo_adds_its_services_as_the_values_do(example_spec_path, monkeypa
     exec(compile(source, str(DEMO_CONFIG), "exec"), {"get_config": lambda: c})
     assert spec_paths(c) == {name: os.path.abspath(example_spec_path)
                              for name in (RESUME_SERVICE, CULLER, JOBS_SERVICE_NAME,
-                                          USAGE_SERVICE_NAME)}
+                                          KERNELS_SERVICE_NAME, USAGE_SERVICE_NAME)}
 
 
 def test_add_culler_service_adds_what_culler_service_and_culler_role_build(example_spec_path):
@@ -134,6 +136,7 @@ def test_each_helper_takes_the_ledger_url_as_set_so_far(example_spec_path):
     lambda c: add_culler_service(c),
     lambda c: add_jobs_service(c, url="http://127.0.0.1:10101"),
     lambda c: add_usage_service(c, url="http://127.0.0.1:10102"),
+    lambda c: add_kernels_service(c, url="http://127.0.0.1:10104"),
 ])
 def test_a_helper_before_configure_hub_says_what_it_needs_and_adds_nothing(add):
     c = Config()
@@ -150,7 +153,7 @@ def test_a_helper_given_the_path_needs_no_configure_hub(example_spec_path):
     assert set(spec_paths(c).values()) == {os.path.abspath(example_spec_path)}
 
 
-@pytest.mark.parametrize("add", [add_jobs_service, add_usage_service])
+@pytest.mark.parametrize("add", [add_jobs_service, add_usage_service, add_kernels_service])
 def test_a_service_without_its_url_is_refused(add, example_spec_path):
     with pytest.raises(TypeError, match="needs url="):
         add(Config(), str(example_spec_path))

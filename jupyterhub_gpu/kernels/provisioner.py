@@ -1,0 +1,313 @@
+"""The kernel provisioner of GPU kernels: Jupyter's side of docs/kernels.md, "The
+protocol".
+
+A kernelspec names it (``metadata.kernel_provisioner.provisioner_name``:
+:data:`~jupyterhub_gpu.contract.KERNEL_PROVISIONER_NAME`, the entry point in the group
+``jupyter_client.kernel_provisioners``) with the GPU profile in its config
+(:mod:`jupyterhub_gpu.kernels.specs` writes one per GPU profile the user may use).
+Jupyter's kernel manager then calls it as it calls the local provisioner, so Jupyter
+Server's kernel API, and every front end on it, works unchanged:
+
+* :meth:`~GPUKernelProvisioner.launch_kernel` makes a key pair for this launch, waits
+  for the kernel's report on the server's one response port
+  (:class:`~jupyterhub_gpu.kernels.response.ResponseListener`, shared by every launch
+  of the process), asks the ``gpu-kernels`` service for the kernel's pod with the
+  server's own API token, follows the pod through the queue until it runs, and takes
+  the report only from the pod's address; the connection information is the pod's
+  address, the fixed ports and the key the kernel made
+  (:meth:`~jupyterhub_gpu.kernels.connect.Connection.info`);
+* :meth:`~GPUKernelProvisioner.poll` and ``wait`` ask the service for the pod's phase;
+* ``kill``, ``terminate`` and a SIGTERM or SIGKILL delete the pod; an interrupt is a
+  message on the control channel (the kernelspec's ``interrupt_mode``), which the
+  kernel manager sends itself;
+* ``cleanup`` deletes the pod, if still there; for a restart it waits until the pod is
+  gone, since the new pod of the same kernel id has the same name.
+
+The provisioner holds no Kubernetes credentials: only the server's JupyterHub token
+(``JUPYTERHUB_API_TOKEN``), the service's URL (``JUPYTERHUB_GPU_KERNELS_URL``) and the
+server pod's own address (``JUPYTERHUB_GPU_POD_IP``, from the Downward API), all of
+which :func:`jupyterhub_gpu.kernels.config.add_kernels_service` gives every server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from traitlets import Float, Integer, Unicode, default
+
+from ..contract import (ENV_API_TOKEN, ENV_KERNELS_URL, ENV_POD_IP, KERNEL_RESPONSE_PORT,
+                        KERNELS_API_PATH, KERNELS_PORT, KERNELS_SERVICE_NAME, POD_IP_FIELD)
+from .connect import ServerKey
+from .response import Received, ResponseListener
+
+#: the pod phases in which the kernel has ended, and the exit code each stands for
+ENDED = {"Succeeded": 0, "Failed": 1}
+#: the longest an HTTP call to the service may take (seconds)
+REQUEST_TIMEOUT = 30.0
+#: how long a restart waits for the old pod to go (its grace period, and the API's)
+RESTART_WAIT_SECONDS = 60.0
+#: how long after its start the service may not know the kernel's pod yet (its watch)
+UNSEEN_GRACE_SECONDS = 30.0
+
+
+class KernelStartFailed(RuntimeError):
+    """A GPU kernel that did not start, in words for the notebook."""
+
+
+_listeners: dict[tuple[str, int], ResponseListener] = {}
+_listeners_lock: asyncio.Lock | None = None
+
+
+async def shared_listener(host: str, port: int) -> ResponseListener:
+    """The process's response listener on ``host:port``, started on first use."""
+    global _listeners_lock
+    if _listeners_lock is None:
+        _listeners_lock = asyncio.Lock()
+    async with _listeners_lock:
+        listener = _listeners.get((host, port))
+        if listener is None:
+            listener = ResponseListener(host, port)
+            await listener.start()
+            _listeners[(host, port)] = listener
+        return listener
+
+
+class GPUKernelProvisioner(KernelProvisionerBase):
+    """A kernel in a pod of a GPU profile, made by the ``gpu-kernels`` hub service."""
+
+    profile = Unicode(
+        "", config=True,
+        help="The GPU profile the kernel runs in (its slug in the platform spec), as "
+             "the kernelspec's provisioner config names it, e.g. ``t4-shared``.")
+    service_url = Unicode(
+        config=True,
+        help=f"The {KERNELS_SERVICE_NAME} service's URL, its prefix included, e.g. "
+             f"``http://hub.jupyterhub.svc.cluster.local:{KERNELS_PORT}/services/"
+             f"{KERNELS_SERVICE_NAME}/`` (default: ${ENV_KERNELS_URL}, which the hub sets "
+             "in every server).")
+    server_ip = Unicode(
+        config=True,
+        help="This server pod's address, where the kernel sends its connection back, "
+             f"e.g. ``10.244.1.10`` (default: ${ENV_POD_IP}, the Downward API's "
+             f"{POD_IP_FIELD}).")
+    response_port = Integer(
+        KERNEL_RESPONSE_PORT, config=True,
+        help=f"The server's port for kernels' reports, e.g. {KERNEL_RESPONSE_PORT} (the "
+             "kernel's NetworkPolicies open this one).")
+    launch_timeout = Float(
+        3600.0, config=True,
+        help="Seconds a start may wait for the kernel (the queue, a machine's start, "
+             "the image's pull), e.g. 1800; then the pod is deleted and the start fails.")
+    poll_interval = Float(
+        1.0, config=True,
+        help="Seconds between two questions to the service about the pod, e.g. 2.")
+
+    @default("service_url")
+    def _service_url_default(self) -> str:
+        return os.environ.get(ENV_KERNELS_URL, "")
+
+    @default("server_ip")
+    def _server_ip_default(self) -> str:
+        return os.environ.get(ENV_POD_IP, "")
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.pod: dict | None = None  # the service's view of the kernel's pod
+        self.pid: int | None = None
+        self._polled: tuple[float, int | None] = (0.0, None)
+
+    # -- the service -------------------------------------------------------------------
+
+    def _url(self, kernel: bool = True) -> str:
+        if not self.service_url:
+            raise KernelStartFailed(f"No GPU kernels here: {ENV_KERNELS_URL} is not set.")
+        base = self.service_url.rstrip("/") + "/" + KERNELS_API_PATH
+        return f"{base}/{self.kernel_id}" if kernel else base
+
+    async def _call(self, method: str, body: dict | None = None,
+                    kernel: bool = True) -> tuple[int, dict]:
+        """(status, answer) of one call with the server's token."""
+        request = HTTPRequest(
+            self._url(kernel), method=method, request_timeout=REQUEST_TIMEOUT,
+            headers={"Authorization": f"token {os.environ.get(ENV_API_TOKEN, '')}",
+                     "Content-Type": "application/json"},
+            body=json.dumps(body) if body is not None else None)
+        try:
+            response = await AsyncHTTPClient().fetch(request, raise_error=False)
+        except (OSError, HTTPClientError) as e:
+            raise KernelStartFailed(f"The GPU kernels service did not answer: {e}") from e
+        try:
+            answer = json.loads(response.body or b"{}")
+        except ValueError:
+            answer = {}
+        return response.code, answer if isinstance(answer, dict) else {}
+
+    async def _view(self) -> dict | None:
+        """The pod as the service sees it now, or None once it is gone."""
+        status, answer = await self._call("GET")
+        if status == 404:
+            return None
+        if status != 200:
+            raise KernelStartFailed(answer.get("error") or f"HTTP {status}")
+        return answer
+
+    async def _delete(self) -> None:
+        status, answer = await self._call("DELETE")
+        if status not in (200, 404):
+            self.log.warning("Deleting GPU kernel %s: HTTP %s %s", self.kernel_id, status,
+                             answer.get("error", ""))
+
+    async def _gone(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if await self._view() is None:
+                return True
+            await asyncio.sleep(self.poll_interval)
+        return False
+
+    # -- launch ------------------------------------------------------------------------
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """No local command: the kernel's pod runs the launcher. ``cmd`` is the
+        kernelspec's own, which the kernel manager only logs."""
+        if not self.profile:
+            raise KernelStartFailed("This kernelspec names no GPU profile.")
+        kwargs = await super().pre_launch(**kwargs)
+        kwargs["cmd"] = list(self.kernel_spec.argv)
+        return kwargs
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict[str, Any]:
+        if not self.server_ip:
+            raise KernelStartFailed(f"This server does not know its address ({ENV_POD_IP}).")
+        listener = await shared_listener(self.server_ip, self.response_port)
+        key = ServerKey()
+        report = listener.expect(self.kernel_id, key)
+        body = {"profile": self.profile, "kernel_id": self.kernel_id,
+                "response_address": f"{self.server_ip}:{listener.port}",
+                "public_key": key.public_key}
+        try:
+            status, answer = await self._call("POST", body, kernel=False)
+            if status != 201:
+                raise KernelStartFailed(answer.get("error") or f"HTTP {status}")
+            self.pod = answer
+            self.log.info("GPU kernel %s of profile %s: pod %s/%s", self.kernel_id,
+                          self.profile, answer.get("namespace"), answer.get("name"))
+            received = await asyncio.wait_for(self._report(listener, key, report),
+                                              self.launch_timeout)
+        except BaseException:
+            listener.forget(self.kernel_id)
+            if self.pod is not None:
+                await self._delete()
+                self.pod = None
+            raise
+        self.pid = received.connection.pid
+        info = received.connection.info(received.address)
+        # the key as the kernel manager holds its own (bytes), which it compares with
+        self.connection_info = {**info, "key": info["key"].encode()}
+        return self.connection_info
+
+    async def _report(self, listener: ResponseListener, key: ServerKey,
+                      report: asyncio.Future[Received]) -> Received:
+        """The kernel's report, once its pod runs and the report came from the pod's
+        address (one from elsewhere is dropped and the launch waits on)."""
+        phase, created = None, time.monotonic()
+        while True:
+            pod = await self._view()
+            if pod is None and time.monotonic() - created < UNSEEN_GRACE_SECONDS:
+                pass  # the service's watch has not shown the new pod yet
+            elif pod is None or pod.get("phase") in ENDED or pod.get("phase") == "Deleting":
+                raise KernelStartFailed(f"The GPU kernel's pod ended before it started "
+                                        f"({(pod or {}).get('phase', 'deleted')}).")
+            else:
+                self.pod = pod
+            pod = self.pod
+            if pod.get("phase") != phase:
+                phase = pod.get("phase")
+                self.log.info("GPU kernel %s: %s", self.kernel_id, phase)
+            if report.done() and pod.get("address"):
+                received = report.result()
+                if received.address == pod["address"]:
+                    return received
+                self.log.warning("GPU kernel %s: a report from %s, not from its pod (%s), "
+                                 "was dropped", self.kernel_id, received.address,
+                                 pod["address"])
+                report = listener.expect(self.kernel_id, key)
+            try:
+                await asyncio.wait_for(asyncio.shield(report), self.poll_interval)
+            except asyncio.TimeoutError:
+                pass
+
+    # -- the running kernel -----------------------------------------------------------
+
+    @property
+    def has_process(self) -> bool:
+        return self.pod is not None
+
+    async def poll(self) -> int | None:
+        """None while the pod is queued, starting, running or going; its exit code
+        once it has ended or is gone. Asked at most every ``poll_interval``."""
+        if self.pod is None:
+            return 0
+        at, last = self._polled
+        if time.monotonic() - at < self.poll_interval:
+            return last
+        pod = await self._view()
+        code = 0 if pod is None else ENDED.get(pod.get("phase") or "")
+        self._polled = (time.monotonic(), code)
+        return code
+
+    async def wait(self) -> int | None:
+        while True:
+            code = await self.poll()
+            if code is not None:
+                return code
+            await asyncio.sleep(self.poll_interval)
+
+    async def send_signal(self, signum: int) -> None:
+        """SIGTERM and SIGKILL delete the pod (its kernel gets SIGTERM, then SIGKILL
+        after the grace period, from the kubelet); 0 only asks whether it lives. An
+        interrupt never comes here (``interrupt_mode: message``)."""
+        if signum in (signal.SIGTERM, signal.SIGKILL):
+            await self._delete()
+        elif signum != 0:
+            self.log.warning("GPU kernel %s: signal %s cannot reach a kernel in a pod",
+                             self.kernel_id, signum)
+
+    async def kill(self, restart: bool = False) -> None:
+        await self._delete()
+
+    async def terminate(self, restart: bool = False) -> None:
+        await self._delete()
+
+    async def cleanup(self, restart: bool = False) -> None:
+        """Delete the pod if it is still there; for a restart, wait until it is gone
+        (the new pod has the same kernel id, so the same name)."""
+        listener = _listeners.get((self.server_ip, self.response_port))
+        if listener is not None:
+            listener.forget(self.kernel_id)
+        if self.pod is not None:
+            await self._delete()
+            if restart and not await self._gone(RESTART_WAIT_SECONDS):
+                self.log.warning("GPU kernel %s: its pod is still being deleted",
+                                 self.kernel_id)
+        self.pod, self.pid, self._polled = None, None, (0.0, None)
+
+    def get_stable_start_time(self, recommended: float = 10.0) -> float:
+        return max(recommended, self.launch_timeout)
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info = await super().get_provisioner_info()
+        info.update(pod=self.pod, pid=self.pid, profile=self.profile)
+        return info
+
+    async def load_provisioner_info(self, provisioner_info: dict) -> None:
+        await super().load_provisioner_info(provisioner_info)
+        self.pod, self.pid = provisioner_info.get("pod"), provisioner_info.get("pid")
+        self.profile = provisioner_info.get("profile") or self.profile
