@@ -12,15 +12,14 @@ another server's address, a missing or forged token, and a start over
 can neither see, delete nor answer for her kernels, and a kernel he starts with her
 kernel's id is selected by his policies alone.
 
-And a notebook's cell runs in such a pod: this process stands for alice's server's
-(at her server pod's address, with its token and environment; the singleuser
-server the pod runner runs is the venv's install, which may not carry the
-provisioner's entry point): it lists her GPU kernelspecs from the service, and real
-``jupyter_client`` starts one through the provisioner; the dev cluster's pod runner
-runs the pod's kernel launcher, which sends its connection back sealed to her
-server's address; the cell reads the kernel's environment (its profile, its pod's
-address, no JupyterHub token); an interrupt stops a
-running cell; shutdown deletes the pod and its policies."""
+And a notebook's cell runs in such a pod, two ways: with this process standing for
+alice's server's (at her server pod's address, with its token and environment) and
+real ``jupyter_client`` starting the kernel through the provisioner; and through her
+real server's kernel API, the provisioner running in that server. Either way the
+dev cluster's pod runner runs the pod's kernel launcher, which sends its connection
+back sealed to her server's address; the cell reads the kernel's environment (its
+profile, its pod's address, no JupyterHub token); an interrupt stops a running
+cell; shutdown deletes the pod and its policies."""
 
 from __future__ import annotations
 
