@@ -12,15 +12,14 @@ another server's address, a missing or forged token, and a start over
 can neither see, delete nor answer for her kernels, and a kernel he starts with her
 kernel's id is selected by his policies alone.
 
-And a notebook's cell runs in such a pod: this process stands for alice's server's
-(at her server pod's address, with its token and environment; the singleuser
-server the pod runner runs is the venv's install, which may not carry the
-provisioner's entry point): it lists her GPU kernelspecs from the service, and real
-``jupyter_client`` starts one through the provisioner; the dev cluster's pod runner
-runs the pod's kernel launcher, which sends its connection back sealed to her
-server's address; the cell reads the kernel's environment (its profile, its pod's
-address, no JupyterHub token); an interrupt stops a
-running cell; shutdown deletes the pod and its policies."""
+And a notebook's cell runs in such a pod, two ways: with this process standing for
+alice's server's (at her server pod's address, with its token and environment) and
+real ``jupyter_client`` starting the kernel through the provisioner; and through her
+real server's kernel API, the provisioner running in that server. Either way the
+dev cluster's pod runner runs the pod's kernel launcher, which sends its connection
+back sealed to her server's address; the cell reads the kernel's environment (its
+profile, its pod's address, no JupyterHub token); an interrupt stops a running
+cell; shutdown deletes the pod and its policies."""
 
 from __future__ import annotations
 
@@ -29,6 +28,7 @@ import json
 import logging
 import uuid
 
+import aiohttp
 import pytest
 
 from jupyterhub_gpu.builders.kernel import LAUNCHER_MODULE
@@ -45,7 +45,7 @@ from tests import kernel_provisioner_entry
 
 from .conftest import wait_for
 from .job_terminal import send, server_env
-from .test_demo import _login, _login_session, _serving, _spawn_and_wait
+from .test_demo import URL, _login, _login_session, _serving, _spawn_and_wait, _xsrf
 
 NAMESPACE = "jhub-data-science"
 PROFILE = "t4-shared"  # a GPU profile every team may use
@@ -363,3 +363,59 @@ async def test_a_notebook_runs_a_cell_in_a_gpu_kernels_pod(hub, kube, cluster_pl
         return await _pod(kube, name) is None and not await _owned_policies(kube, pod)
 
     await wait_for(gone, timeout=90, interval=1, what="the kernel's pod and policies to go")
+
+
+async def test_a_cell_runs_in_a_gpu_kernel_through_the_servers_kernel_api(
+        hub, kube, cluster_platform, tmp_path, monkeypatch):
+    """The whole path, as JupyterLab drives it: alice's real CPU server (run by the pod
+    runner, with the provisioner's entry point on its path, as ``pip install`` puts
+    it in the notebook image) lists her GPU kernels in ``/api/kernelspecs``; ``POST
+    /api/kernels`` of one starts it through the provisioner in that server (the
+    service makes the pod, the pod runner runs its launcher, which answers the
+    server's response port); a cell runs over the kernel websocket through the
+    proxy; ``DELETE`` deletes the pod."""
+    import os
+
+    site = tmp_path / "site"
+    kernel_provisioner_entry.register(site, monkeypatch)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p))
+    await _server(hub, kube, "alice")
+    api = f"{URL}/user/alice/api"
+    headers = {"X-XSRFToken": _xsrf(hub, "/user/alice/")}
+    name = f"gpu-{PROFILE}"
+
+    async def listed():
+        async with hub.get(f"{api}/kernelspecs") as r:
+            return name in (await r.json())["kernelspecs"] if r.status == 200 else False
+
+    await wait_for(listed, timeout=60, interval=1, what="her GPU kernelspecs")
+    async with hub.post(f"{api}/kernels", json={"name": name}, headers=headers,
+                        timeout=aiohttp.ClientTimeout(total=GUARD_SECONDS)) as r:
+        assert r.status == 201, await r.text()
+        kernel = (await r.json())["id"]
+    pods = await kube.core.list_namespaced_pod(
+        NAMESPACE, label_selector=f"{KERNEL_ID_LABEL}={kernel}")
+    (pod,) = pods.items
+    msg_id = uuid.uuid4().hex
+    code = f"import os; print(os.environ.get({ENV_PROFILE!r}), os.environ.get({ENV_POD_IP!r}))"
+    request = {"header": {"msg_id": msg_id, "msg_type": "execute_request", "session": msg_id,
+                          "username": "alice", "version": "5.3"},
+               "parent_header": {}, "metadata": {}, "channel": "shell",
+               "content": {"code": code, "silent": False}}
+    async with hub.ws_connect(f"{api}/kernels/{kernel}/channels".replace("http", "ws", 1)) as ws:
+        await ws.send_json(request)
+        async for message in ws:
+            data = json.loads(message.data)
+            if (data.get("parent_header", {}).get("msg_id") == msg_id
+                    and data["msg_type"] == "stream"):
+                said = data["content"]["text"].split()
+                break
+    assert said == [PROFILE, pod.status.pod_ip], said
+    async with hub.delete(f"{api}/kernels/{kernel}", headers=headers) as r:
+        assert r.status == 204, await r.text()
+
+    async def gone():
+        return await _pod(kube, pod.metadata.name) is None
+
+    await wait_for(gone, timeout=90, interval=1, what="the kernel's pod to go")
