@@ -47,7 +47,12 @@ async def _serving(cluster, spec: Path, hub_kubeconfig: Path, workdir: Path):
         yield http
     stop.set()
     # serve() gives the hub HUB_STOP_SECONDS, then says what still ran and kills it
-    assert await asyncio.wait_for(task, demo.HUB_STOP_SECONDS + 45) == 0, said
+    done, _ = await asyncio.wait([task], timeout=demo.HUB_STOP_SECONDS + 45)
+    if not done:  # say how far the stop got (once seen under load; its cause not yet known)
+        task.cancel()
+        pytest.fail(f"serve() did not return within {demo.HUB_STOP_SECONDS + 45} s of the "
+                    f"stop; it said: {said}; the hub's log: {workdir / 'hub.log'}")
+    assert task.result() == 0, said
 
 
 @pytest.fixture
