@@ -42,6 +42,7 @@ from jupyterhub_gpu.kernels.connect import ServerKey
 from jupyterhub_gpu.kernels.request import gpu_profiles_for
 from jupyterhub_gpu.kernels.server_ext import keep_kernelspecs
 from tests import kernel_provisioner_entry
+from tests.kernelcells import run_cell
 
 from .conftest import wait_for
 from .job_terminal import send, server_env
@@ -309,12 +310,7 @@ SEEN = (ENV_PROFILE, ENV_POD_IP, ENV_API_TOKEN)
 
 
 async def _cell(client, code: str) -> str:
-    out: list[str] = []
-    reply = await client.execute_interactive(
-        code, timeout=GUARD_SECONDS,
-        output_hook=lambda m: out.append(m["content"].get("text", "")))
-    assert reply["content"]["status"] == "ok", reply["content"]
-    return "".join(out)
+    return await run_cell(client, code, GUARD_SECONDS)
 
 
 async def test_a_notebook_runs_a_cell_in_a_gpu_kernels_pod(hub, kube, cluster_platform,

@@ -96,27 +96,37 @@ def test_extra_config_runs_as_z2jh_runs_it(example_spec_path, monkeypatch, get_c
     assert c.JupyterHub.extra_handlers == handlers(), "the availability API the form polls"
 
 
+def _run_extra_config(spec_path, monkeypatch, get_config, environment=None):
+    """The chart's values, and the hub's config after z2jh exec()s our extraConfig with
+    the example spec (``environment``: the chart's singleuser.extraEnv, if any)."""
+    from traitlets.config import Config
+
+    values = _load(REPO / "helm-values" / "values.yaml")
+    source = values["hub"]["extraConfig"]["00-jupyterhub-gpu"].replace(
+        "/etc/jupyterhub-gpu/platform.yaml", str(spec_path))
+    monkeypatch.setenv("POD_NAMESPACE", "jupyterhub")
+    monkeypatch.setenv("HUB_SERVICE_PORT", "8081")
+    c = Config()
+    c.JupyterHub.services = z2jh_services(values, "t")
+    if environment is not None:
+        c.KubeSpawner.environment = environment
+    exec(source, {"c": c, "get_name": lambda name: name, "get_config": get_config,
+                  "get_name_env": lambda name, suffix="": "8081"})
+    return values, c
+
+
 def test_the_chart_runs_the_jobs_service_where_notebooks_reach_it(example_spec_path,
                                                                   monkeypatch, get_config):
     """The gpu-jobs service listens in the hub pod on the port the hub Service adds and
     the hub's NetworkPolicy opens to the team namespaces (whose own policy lets
     notebooks out to it); servers get its URL and a token that may call it."""
-    from traitlets.config import Config
 
     from jupyterhub_gpu.bundle.namespaces import network_policy
     from jupyterhub_gpu.contract import JOBS_PORT
     from jupyterhub_gpu.contract import ENV_JOBS_URL, JOBS_ACCESS_SCOPE
 
-    values = _load(REPO / "helm-values" / "values.yaml")
-    source = values["hub"]["extraConfig"]["00-jupyterhub-gpu"].replace(
-        "/etc/jupyterhub-gpu/platform.yaml", str(example_spec_path))
-    monkeypatch.setenv("POD_NAMESPACE", "jupyterhub")
-    monkeypatch.setenv("HUB_SERVICE_PORT", "8081")
-    c = Config()
-    c.JupyterHub.services = z2jh_services(values, "t")
-    c.KubeSpawner.environment = {"FROM_EXTRA_ENV": "1"}  # the chart's singleuser.extraEnv
-    exec(source, {"c": c, "get_name": lambda name: name, "get_config": get_config,
-                  "get_name_env": lambda name, suffix="": "8081"})
+    values, c = _run_extra_config(example_spec_path, monkeypatch, get_config,
+                                  {"FROM_EXTRA_ENV": "1"})  # the chart's singleuser.extraEnv
     (service,) = [s for s in c.JupyterHub.services if s["name"] == "gpu-jobs"]
     assert service["url"] == f"http://hub.jupyterhub.svc.cluster.local:{JOBS_PORT}"
     # a job's home is the claim notebooks mount where the chart mounts the home
@@ -143,20 +153,12 @@ def test_the_chart_runs_the_kernels_service_where_servers_reach_it(example_spec_
     and the hub's NetworkPolicy opens to the team namespaces' user servers (not to
     their GPU kernels, nor jobs) and to the proxy; the team namespaces let servers out
     to it, and kernels not; servers get its URL and a token that may call it."""
-    from traitlets.config import Config
 
     from jupyterhub_gpu.bundle.namespaces import kernels_policy, network_policy
     from jupyterhub_gpu.contract import (ENV_KERNELS_URL, KERNELS_ACCESS_SCOPE, KERNELS_PORT,
                                          KERNELS_SERVICE_NAME)
 
-    values = _load(REPO / "helm-values" / "values.yaml")
-    source = values["hub"]["extraConfig"]["00-jupyterhub-gpu"].replace(
-        "/etc/jupyterhub-gpu/platform.yaml", str(example_spec_path))
-    monkeypatch.setenv("POD_NAMESPACE", "jupyterhub")
-    c = Config()
-    c.JupyterHub.services = z2jh_services(values, "t")
-    exec(source, {"c": c, "get_name": lambda name: name, "get_config": get_config,
-                  "get_name_env": lambda name, suffix="": "8081"})
+    values, c = _run_extra_config(example_spec_path, monkeypatch, get_config)
     (service,) = [s for s in c.JupyterHub.services if s["name"] == KERNELS_SERVICE_NAME]
     url = f"http://hub.jupyterhub.svc.cluster.local:{KERNELS_PORT}"
     assert service["url"] == url
@@ -187,19 +189,11 @@ def test_the_chart_runs_the_usage_page_where_the_proxy_reaches_it(example_spec_p
     """The gpu-usage service listens in the hub pod (its own container there:
     test_usage_sidecar.py) on a port the hub Service adds and the hub's NetworkPolicy
     opens to the proxy alone; every user may open it."""
-    from traitlets.config import Config
 
     from jupyterhub_gpu.contract import USAGE_PORT
     from jupyterhub_gpu.contract import USAGE_ACCESS_SCOPE, USAGE_SERVICE_NAME
 
-    values = _load(REPO / "helm-values" / "values.yaml")
-    source = values["hub"]["extraConfig"]["00-jupyterhub-gpu"].replace(
-        "/etc/jupyterhub-gpu/platform.yaml", str(example_spec_path))
-    monkeypatch.setenv("POD_NAMESPACE", "jupyterhub")
-    c = Config()
-    c.JupyterHub.services = z2jh_services(values, "t")
-    exec(source, {"c": c, "get_name": lambda name: name, "get_config": get_config,
-                  "get_name_env": lambda name, suffix="": "8081"})
+    values, c = _run_extra_config(example_spec_path, monkeypatch, get_config)
     (service,) = [s for s in c.JupyterHub.services if s["name"] == USAGE_SERVICE_NAME]
     assert service["url"] == f"http://hub.jupyterhub.svc.cluster.local:{USAGE_PORT}"
     (user,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]

@@ -42,6 +42,7 @@ from jupyterhub_gpu.kernels.request import gpu_profiles_for
 from jupyterhub_gpu.kernels.server_ext import keep_kernelspecs
 from jupyterhub_gpu.kernels.specs import FACTS_KEY, user_kernelspecs
 from tests import kernel_provisioner_entry
+from tests.kernelcells import run_cell
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "server-token"
@@ -217,12 +218,7 @@ def _manager(specs: Path):
 
 
 async def _run(client, code: str) -> str:
-    out: list[str] = []
-    reply = await client.execute_interactive(
-        code, timeout=GUARD_SECONDS,
-        output_hook=lambda m: out.append(m["content"].get("text", "")))
-    assert reply["content"]["status"] == "ok", reply["content"]
-    return "".join(out)
+    return await run_cell(client, code, GUARD_SECONDS)
 
 
 async def test_a_gpu_kernel_runs_interrupts_restarts_and_shuts_down(standin, registered,
