@@ -21,6 +21,7 @@ from jupyterhub_gpu.contract import ENV_POD_IP, KERNEL_PORTS
 from jupyterhub_gpu.kernels.connect import ServerKey
 from jupyterhub_gpu.kernels.launcher import write_connection_file
 from jupyterhub_gpu.kernels.response import ResponseListener
+from jupyterhub_gpu.devcluster.procs import port_free
 
 REPO = Path(__file__).resolve().parents[2]
 KERNEL_ID = "5f0c2d9e-8b1a-4c3e-9d7f-0a1b2c3d4e5f"
@@ -36,14 +37,7 @@ POD_IP = "127.0.0.2"
 def _ports_free(host: str = "127.0.0.1") -> bool:
     """Whether no socket listens on the kernel ports (with SO_REUSEADDR, as ZeroMQ
     binds them: a connection of an earlier run in TIME_WAIT does not count)."""
-    for port in KERNEL_PORTS.values():
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((host, port))
-            except OSError:
-                return False
-    return True
+    return all(port_free(port, host) for port in KERNEL_PORTS.values())
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -43,6 +42,8 @@ from jupyterhub_gpu.kernels.server_ext import keep_kernelspecs
 from jupyterhub_gpu.kernels.specs import FACTS_KEY, user_kernelspecs
 from tests import kernel_provisioner_entry
 from tests.kernelcells import run_cell
+
+from .test_kernel_launcher import _ports_free
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "server-token"
@@ -147,22 +148,11 @@ class SpecsHandler(_Handler):
         self.answer({"kernelspecs": specs})
 
 
-def _ports_free() -> bool:
-    for port in KERNEL_PORTS.values():
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((HOST, port))
-            except OSError:
-                return False
-    return True
-
-
 @pytest.fixture
 async def standin(platform, tmp_path, monkeypatch):
     """The stand-in service, and this process as a server it answers to: the
     environment the hub gives a server (its token, the service's URL, its address)."""
-    if not _ports_free():
+    if not _ports_free(HOST):
         pytest.skip(f"the kernel ports {sorted(KERNEL_PORTS.values())} are taken on this host")
     found = StandIn(platform, tmp_path)
     prefix = f"/services/{KERNELS_SERVICE_NAME}/"
