@@ -33,7 +33,7 @@ from . import build, prometheus
 from .kube import AdminClient
 from .layout import Layout, Ports, default_state_dir
 from .pki import PkiPaths
-from .podrunner import PodRunner
+from .podrunner import MAX_GRACE_SECONDS, PodRunner
 from .poolwatch import watch_pools
 from .procs import describe, descendants, unfailing
 
@@ -42,6 +42,12 @@ DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
 #: how long the hub has to stop after SIGTERM: its four managed services (each stops on
 #: SIGINT within seconds), its users' servers (their pods deleted) and its proxy
 HUB_STOP_SECONDS = 45
+#: the longest :func:`serve` takes to stop by its own bounds: the hub's, then the pod
+#: runner's (every notebook process at once, within one grace period)
+STOP_SECONDS = HUB_STOP_SECONDS + MAX_GRACE_SECONDS
+#: after SIGABRT, how long a hub that outlived its SIGTERM has to write its threads'
+#: stacks (faulthandler, on in its environment) to its log before SIGKILL
+STACKS_SECONDS = 3
 
 
 def demo_login() -> str:
@@ -86,7 +92,9 @@ def hub_env(spec: Path, kubeconfig: Path | None, url: str, hub_port: int = DEMO_
     KUBECONFIG at all: the hub then uses the in-cluster config, as in its pod."""
     env = {**os.environ, ENV_DEMO_SPEC: str(spec.absolute()), ENV_DEMO_CHP: str(chp_command()),
            ENV_DEMO_URL: url, ENV_DEMO_HUB_PORT: str(hub_port),
-           ENV_DEMO_PROXY_API_PORT: str(proxy_api_port)}
+           ENV_DEMO_PROXY_API_PORT: str(proxy_api_port),
+           # a hub that will not stop is sent SIGABRT: its threads' stacks go to its log
+           "PYTHONFAULTHANDLER": "1"}
     env.pop("KUBECONFIG", None)
     return {**env, "KUBECONFIG": str(kubeconfig)} if kubeconfig else env
 
@@ -146,7 +154,9 @@ async def start_hub(spec: Path, kubeconfig: Path, workdir: Path, url: str,
 async def _stop_hub(hub: asyncio.subprocess.Process, progress: Callable[[str], None]) -> bool:
     """SIGTERM: the hub stops its services (SIGINT, then SIGTERM after 10 s), its users'
     servers and its proxy, then exits. Whether it did within :data:`HUB_STOP_SECONDS`;
-    if not, what still runs of it is said, then killed."""
+    if not, what still runs of it is said, the hub is sent SIGABRT (with faulthandler on,
+    as :func:`hub_env` has it, its threads' stacks go to its log) and then all of it is
+    killed."""
     hub.send_signal(signal.SIGTERM)
     try:
         await asyncio.wait_for(hub.wait(), HUB_STOP_SECONDS)
@@ -154,7 +164,11 @@ async def _stop_hub(hub: asyncio.subprocess.Process, progress: Callable[[str], N
     except asyncio.TimeoutError:
         left = [hub.pid, *descendants(hub.pid)]
         progress(f"JupyterHub did not stop within {HUB_STOP_SECONDS} s of SIGTERM; "
-                 f"killing what still runs: {'; '.join(describe(p) for p in left)}")
+                 f"its threads' stacks go to its log; killing what still runs: "
+                 f"{'; '.join(describe(p) for p in left)}")
+        with contextlib.suppress(ProcessLookupError, asyncio.TimeoutError):
+            hub.send_signal(signal.SIGABRT)
+            await asyncio.wait_for(hub.wait(), STACKS_SECONDS)
         for pid in reversed(left):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -188,7 +202,8 @@ async def serve(spec: Path, kubeconfig: Path, workdir: Path, url: str,
     else the same. ``extra_env`` is added to the hub's environment (e.g. the culler's
     interval, :data:`~jupyterhub_gpu.devcluster.contract.ENV_DEMO_CULL_EVERY`). Returns 0
     once stopped by ``stop``; 1 when the hub did not stop within
-    :data:`HUB_STOP_SECONDS` (``progress`` says which of its processes were left)."""
+    :data:`HUB_STOP_SECONDS` (``progress`` says which of its processes were left). It
+    returns within :data:`STOP_SECONDS` of the stop."""
     progress = unfailing(progress)
     if stop is None:
         stop = asyncio.Event()

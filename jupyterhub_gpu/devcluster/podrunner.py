@@ -154,6 +154,7 @@ class PodRunner:
         self._v1: Any = None  # the CoreV1Api of run(), to report a Job process's exit
         self._waiters: set[asyncio.Task] = set()
         self._exited: set[str] = set()  # Job pods whose process ended by itself
+        self._ending: set[asyncio.Task] = set()  # processes being stopped
 
     @property
     def image(self) -> Path:
@@ -255,11 +256,19 @@ class PodRunner:
             log.warning("the preStop hook of %s exited %s", want.key, code)
 
     async def _stop(self, key: str, grace: int = MAX_GRACE_SECONDS) -> None:
-        """preStop hook, SIGTERM, SIGKILL after the grace period: the server goes even
-        when the runner is cancelled meanwhile (the demo stopping)."""
-        proc, want = self.procs.get(key), self.running.get(key)
+        """preStop hook, SIGTERM, SIGKILL after the grace period. The stop runs as a task
+        of its own: when the runner is cancelled meanwhile (the demo stopping), the
+        server still goes, within the same grace, while :meth:`run` stops the others."""
+        proc, want = self.procs.pop(key, None), self.running.pop(key, None)
         if proc is None:
             return
+        ending = asyncio.create_task(self._end(key, proc, want, grace))
+        self._ending.add(ending)
+        ending.add_done_callback(self._ending.discard)
+        await asyncio.shield(ending)
+
+    async def _end(self, key: str, proc: asyncio.subprocess.Process,
+                   want: ServerProcess | JobProcess | None, grace: int) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
         try:
@@ -269,8 +278,6 @@ class PodRunner:
         except asyncio.TimeoutError:
             log.warning("the preStop hook of %s ran out of its grace period", key)
         finally:
-            self.procs.pop(key, None)
-            self.running.pop(key, None)
             await _terminate(proc, max(1.0, deadline - loop.time()))
         log.info("stopped the process of %s", key)
 
@@ -315,10 +322,16 @@ class PodRunner:
                     log.warning("pod watch lost the API server (%r); listing again", e)
                     await asyncio.sleep(1)
         finally:
-            await asyncio.gather(*(self._stop(k) for k in list(self.procs)))
-            await asyncio.gather(*self._waiters, return_exceptions=True)
+            await self.stop_all()
             self._v1 = None
             await api.close()
+
+    async def stop_all(self) -> None:
+        """Stop every process at once, those already being stopped included: the runner
+        is gone within one grace period (at most :data:`MAX_GRACE_SECONDS`)."""
+        await asyncio.gather(*(self._stop(k) for k in list(self.procs)), *self._ending,
+                             return_exceptions=True)
+        await asyncio.gather(*self._waiters, return_exceptions=True)
 
     async def _watch_once(self, v1: Any, w: Any) -> None:
         listing = await v1.list_pod_for_all_namespaces(label_selector=SELECTOR)

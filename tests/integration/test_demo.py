@@ -46,12 +46,14 @@ async def _serving(cluster, spec: Path, hub_kubeconfig: Path, workdir: Path):
         await wait_for(lambda: demo.hub_answers(http, URL), timeout=60, what="JupyterHub to answer")
         yield http
     stop.set()
-    # serve() gives the hub HUB_STOP_SECONDS, then says what still ran and kills it
-    done, _ = await asyncio.wait([task], timeout=demo.HUB_STOP_SECONDS + 45)
-    if not done:  # say how far the stop got (once seen under load; its cause not yet known)
+    # serve() gives the hub HUB_STOP_SECONDS (then says what still ran and kills it),
+    # then the notebooks one grace period, all at once: STOP_SECONDS in all
+    bound = demo.STOP_SECONDS + demo.STACKS_SECONDS + 15
+    done, _ = await asyncio.wait([task], timeout=bound)
+    if not done:  # say how far the stop got
         task.cancel()
-        pytest.fail(f"serve() did not return within {demo.HUB_STOP_SECONDS + 45} s of the "
-                    f"stop; it said: {said}; the hub's log: {workdir / 'hub.log'}")
+        pytest.fail(f"serve() did not return within {bound} s of the stop; it said: {said}; "
+                    f"the hub's log: {workdir / 'hub.log'}")
     assert task.result() == 0, said
 
 

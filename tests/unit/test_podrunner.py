@@ -22,13 +22,13 @@ SERVER = ('trap \'if [ -f "$%s/%s" ]; then echo after > "$HOME/term"; '
           'while true; do sleep 0.05; done') % (ENV_RUN_DIR, STOPPING_FILE, READY.decode())
 
 
-def _pod(command: list[str] | None) -> dict:
+def _pod(command: list[str] | None, user: str = "alice") -> dict:
     container = {"name": "notebook", "ports": [{"containerPort": 8888}],
-                 "env": [{"name": "JUPYTERHUB_USER", "value": "alice"}]}
+                 "env": [{"name": "JUPYTERHUB_USER", "value": user}]}
     if command is not None:
         container["lifecycle"] = {"preStop": {"exec": {"command": command}}}
-    return {"metadata": {"name": "jupyter-alice", "namespace": "jhub-a", "uid": "u1",
-                         "annotations": {"hub.jupyter.org/username": "alice"}},
+    return {"metadata": {"name": f"jupyter-{user}", "namespace": "jhub-a", "uid": f"u-{user}",
+                         "annotations": {"hub.jupyter.org/username": user}},
             "spec": {"containers": [container], "terminationGracePeriodSeconds": 20},
             "status": {"phase": "Running", "podIP": "127.0.0.7"}}
 
@@ -72,19 +72,29 @@ def test_the_hook_is_read_from_the_pods_container():
 
 async def test_a_runner_cancelled_during_a_long_hook_still_stops_the_server(tmp_path):
     """The demo stopping while a hook runs (a checkpoint being written) must not leave
-    the server running: a later pod on its IP would get this server's answers."""
+    the server running (a later pod on its IP would get this server's answers), nor
+    cut the hook short of its grace period, nor make the other servers wait for it:
+    :meth:`PodRunner.stop_all` ends them all at once, within one grace period."""
     runner = PodRunner(tmp_path / "kubeconfig", tmp_path)
-    want = server_process(_pod(["sh", "-c", "echo $$ > hook.pid; exec sleep 60"]))
+    pod = _pod(["sh", "-c", "echo $$ > hook.pid; exec sleep 60"])
+    pod["spec"]["terminationGracePeriodSeconds"] = 2
+    want, other = server_process(pod), server_process(_pod(None, "bob"))
+    for w in (want, other):
+        (tmp_path / "home" / w.user).mkdir(parents=True)
     home = tmp_path / "home" / want.user
-    home.mkdir(parents=True)
     proc = await _run_a_server(runner, want)
+    other_proc = await _run_a_server(runner, other)
     stopping = asyncio.ensure_future(runner._stop(want.key, want.grace_seconds))
     while not (home / "hook.pid").exists():
         await asyncio.sleep(0.05)
     stopping.cancel()
     with pytest.raises(asyncio.CancelledError):
         await stopping
+    assert proc.returncode is None, "the hook still has the rest of its grace period"
+    assert runner.procs == {other.key: other_proc}
+    await runner.stop_all()
     assert proc.returncode == 0 and (home / "term").read_text().strip() == "before"
+    assert other_proc.returncode == 0, "bob's server got SIGTERM (no hook ran: it is not stopping)"
     hook_pid = int((home / "hook.pid").read_text())
     assert not Path(f"/proc/{hook_pid}").exists() or \
         Path(f"/proc/{hook_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
