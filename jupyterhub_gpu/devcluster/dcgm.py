@@ -6,7 +6,8 @@ never a request per pod) and serves, on ``/metrics``, one series per GPU of ever
 running pod that carries :data:`~jupyterhub_gpu.devcluster.contract.FAKE_DCGM_ANNOTATION`, with
 the values that annotation gives (a test or the demo sets them). A pod without it
 has no series (the real exporter serves every GPU of its node; here a GPU exists
-only as a pod's).
+only as a pod's), nor has a pod whose node is gone (the real exporter is a DaemonSet
+pod on the node, gone with it).
 
 The series have the real exporter's names and labels (dcgm-exporter 4.x with
 Kubernetes pod mapping on, ``DCGM_FI_DRIVER_VERSION`` as a label counter):
@@ -214,13 +215,16 @@ class Store:
                 objects[key] = obj
 
     def samples(self) -> list[Sample]:
+        """The series of every pod on a node that exists: the real exporter is a
+        DaemonSet pod on each GPU node, so a node that is gone (a spot eviction, a
+        scale-down) serves nothing, even while its pods are still listed as Running."""
         with self._lock:
             nodes = {name: (n.get("metadata") or {}).get("labels") or {}
                      for name, n in self.nodes.items()}
             pods = list(self.pods.values())
         return [s for pod in pods
-                for s in pod_samples(pod, nodes.get((pod.get("spec") or {}).get("nodeName"), {}),
-                                     self.named)]
+                if (node := (pod.get("spec") or {}).get("nodeName")) in nodes
+                for s in pod_samples(pod, nodes[node], self.named)]
 
 
 def _pod_key(obj: dict) -> tuple[str, str]:

@@ -131,8 +131,9 @@ def check_page(figures: dict[str, str], rows: list[Usage], platform) -> None:
     _check(figures, rows, {p.name for p in platform.pools if p.spot})
 
 
-async def raw_samples(prom_query, metric: str, namespace: str, days: int) -> list[float]:
+async def raw_samples(prom_query, metric: str, namespace: str, window: str) -> list[float]:
     """Every sample Prometheus stored of ``metric`` for the pods of ``namespace`` in the
-    last ``days`` (a range selector answers the samples themselves)."""
-    found = await prom_query(f'{metric}{{exported_namespace="{namespace}"}}[{days}d]')
+    last ``window`` (a PromQL duration, ``90d``; a range selector answers the samples
+    themselves)."""
+    found = await prom_query(f'{metric}{{exported_namespace="{namespace}"}}[{window}]')
     return [float(v) for series in found for _, v in series["values"]]

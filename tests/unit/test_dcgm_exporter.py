@@ -111,10 +111,23 @@ def test_the_served_series_follow_the_exporters_setting():
     for named, labelled in ((frozenset(), False), (dcgm.resource_names(SHARED), True)):
         store = dcgm.Store(named)
         store.replace("pods", pods)
-        store.replace("nodes", {})
+        store.replace("nodes", {"aks-t4dev-0": {"metadata": {"name": "aks-t4dev-0"}}})
         (sample,) = store.samples()
         assert ("pod", "jupyter-alice") in sample.labels if labelled else not (
             POD_LABELS & dict(sample.labels).keys())
+
+
+def test_a_node_that_is_gone_serves_no_series():
+    """The exporter runs on its node (a DaemonSet): once the node is deleted (a spot
+    eviction) its GPUs' series end, though the pod may still be listed as Running
+    until the pod garbage collector removes it."""
+    store = dcgm.Store()
+    store.replace("pods", {("jhub-data-science", "jupyter-alice"):
+                           _pod(("notebook", {contract.GPU_RESOURCE: "1"}))})
+    store.replace("nodes", {"aks-t4dev-0": {"metadata": {"name": "aks-t4dev-0"}}})
+    assert len(store.samples()) == 1
+    store.update("nodes", "aks-t4dev-0", None)
+    assert store.samples() == []
 
 
 @pytest.mark.parametrize("resource", [contract.GPU_RESOURCE,  # the single MIG strategy
