@@ -310,6 +310,12 @@ KERNELS_PORT = 10104
 KERNELS_ACCESS_SCOPE = f"access:services!service={KERNELS_SERVICE_NAME}"
 #: its API, under the service's prefix: the caller's kernels; one is ``<path>/<kernel id>``
 KERNELS_API_PATH = "api/kernels"
+#: the query parameter of ``DELETE <KERNELS_API_PATH>/<kernel id>`` by which a server
+#: says why it deletes a kernel (without it: its user shut it down), and its one value:
+#: the server released the kernel, idle for its profile's ``kernelIdleTimeout`` (also
+#: the usage ledger's stop reason)
+KERNEL_STOP_QUERY = "stop-reason"
+KERNEL_IDLE_RELEASE = "idle-release"
 #: its API, under the service's prefix: the kernelspecs of the caller's GPU profiles
 KERNELSPECS_API_PATH = "api/kernelspecs"
 #: in the notebook's environment: the service's URL (prefix included)

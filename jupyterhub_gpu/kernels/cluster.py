@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from kubespawner.clients import shared_client
 
@@ -27,7 +27,7 @@ from ..kueue import status as st
 from ..kueue.poolgate import record_pool
 from ..spec.grant import Grant
 from ..spec.model import Platform
-from ..watches.teams import TeamWatches, component, owner
+from ..watches.teams import TeamWatches, component, owner, uid_key
 from .request import KernelRefused
 
 log = logging.getLogger("jupyterhub_gpu.kernels")
@@ -65,10 +65,14 @@ class Watches(TeamWatches):
     def __init__(self, namespaces: Iterable[str]):
         super().__init__(namespaces, log)
 
+    def kernel_pods(self) -> list[dict]:
+        """Every kernel pod in the watches."""
+        return [p for r in self.pods.values() for p in r.resources.values()
+                if component(p) == KERNEL_COMPONENT]
+
     def kernels_of(self, user: str) -> list[dict]:
         """The user's kernel pods, oldest first."""
-        found = [p for r in self.pods.values() for p in r.resources.values()
-                 if component(p) == KERNEL_COMPONENT and owner(p) == user]
+        found = [p for p in self.kernel_pods() if owner(p) == user]
         return sorted(found, key=lambda p: (p["metadata"].get("creationTimestamp") or "",
                                             p["metadata"]["name"]))
 
@@ -105,10 +109,21 @@ class Watches(TeamWatches):
 
     def gated_kernels(self) -> list[dict]:
         """Every kernel pod our pool gate still holds (a fallback profile's)."""
-        return [p for r in self.pods.values() for p in r.resources.values()
-                if component(p) == KERNEL_COMPONENT and active(p)
+        return [p for p in self.kernel_pods() if active(p)
                 and any(g.get("name") == POOL_GATE
                         for g in (p.get("spec") or {}).get("schedulingGates") or [])]
+
+    def workload_of(self, pod: dict) -> dict | None:
+        """A kernel pod's Workload, live or just deleted (by the pod's uid: its job uid)."""
+        meta = pod["metadata"]
+        return self.workloads[meta["namespace"]].of_job(meta.get("uid"), buried=True)
+
+    def buried_kernel(self, uid: str) -> dict | None:
+        """The last state of the kernel pod of ``uid``, deleted lately, if a watch still
+        remembers it (:class:`jupyterhub_gpu.watches.indexed.Graveyard`)."""
+        return next((pod for r in self.pods.values()
+                     if (pod := r.graveyard.find(uid_key(uid))) is not None
+                     and component(pod) == KERNEL_COMPONENT), None)
 
     async def seen(self, namespace: str, name: str) -> bool:
         """Wait (briefly) until a pod just created is in the watch."""
@@ -162,12 +177,16 @@ async def delete(pod: dict) -> None:
             raise
 
 
-async def delete_orphans(watches: Watches) -> list[str]:
+async def delete_orphans(watches: Watches,
+                         first: Callable[[dict], Awaitable[Any]] | None = None) -> list[str]:
     """Delete every kernel pod whose server is gone (:meth:`Watches.orphans`): a GPU
-    held for no one. The pods deleted, as ``namespace/name``."""
+    held for no one; ``first(pod)`` is awaited before each deletion (the usage
+    ledger's record). The pods deleted, as ``namespace/name``."""
     done = []
     for pod in watches.orphans():
         meta = pod["metadata"]
+        if first is not None:
+            await first(pod)
         await delete(pod)
         log.info("Deleted kernel %s/%s: its server is gone", meta["namespace"], meta["name"])
         done.append(f"{meta['namespace']}/{meta['name']}")

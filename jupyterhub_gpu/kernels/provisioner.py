@@ -17,9 +17,10 @@ Server's kernel API, and every front end on it, works unchanged:
   address, the fixed ports and the key the kernel made
   (:meth:`~jupyterhub_gpu.kernels.connect.Connection.info`);
 * :meth:`~GPUKernelProvisioner.poll` and ``wait`` ask the service for the pod's phase;
-* ``kill``, ``terminate`` and a SIGTERM or SIGKILL delete the pod; an interrupt is a
-  message on the control channel (the kernelspec's ``interrupt_mode``), which the
-  kernel manager sends itself;
+* ``kill``, ``terminate`` and a SIGTERM or SIGKILL delete the pod (saying so to the
+  service when the server released the kernel idle: :attr:`GPUKernelProvisioner.idle_release`,
+  for the usage ledger); an interrupt is a message on the control channel (the
+  kernelspec's ``interrupt_mode``), which the kernel manager sends itself;
 * ``cleanup`` deletes the pod, if still there; for a restart it waits until the pod is
   gone, since the new pod of the same kernel id has the same name.
 
@@ -42,8 +43,9 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from traitlets import Float, Integer, Unicode, default
 
-from ..contract import (ENV_API_TOKEN, ENV_KERNELS_URL, ENV_POD_IP, KERNEL_RESPONSE_PORT,
-                        KERNELS_API_PATH, KERNELS_PORT, KERNELS_SERVICE_NAME, POD_IP_FIELD)
+from ..contract import (ENV_API_TOKEN, ENV_KERNELS_URL, ENV_POD_IP, KERNEL_IDLE_RELEASE,
+                        KERNEL_RESPONSE_PORT, KERNEL_STOP_QUERY, KERNELS_API_PATH,
+                        KERNELS_PORT, KERNELS_SERVICE_NAME, POD_IP_FIELD)
 from .connect import ServerKey
 from .response import Received, ResponseListener
 
@@ -121,6 +123,9 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         super().__init__(**kwargs)
         self.pod: dict | None = None  # the service's view of the kernel's pod
         self.pid: int | None = None
+        #: the server releases this kernel, idle (:func:`.server_ext.release_idle`):
+        #: its pod's deletion says so
+        self.idle_release = False
         self._polled: tuple[float, int | None] = (0.0, None)
 
     # -- the service -------------------------------------------------------------------
@@ -131,11 +136,11 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         base = self.service_url.rstrip("/") + "/" + KERNELS_API_PATH
         return f"{base}/{self.kernel_id}" if kernel else base
 
-    async def _call(self, method: str, body: dict | None = None,
-                    kernel: bool = True) -> tuple[int, dict]:
+    async def _call(self, method: str, body: dict | None = None, kernel: bool = True,
+                    query: str = "") -> tuple[int, dict]:
         """(status, answer) of one call with the server's token."""
         request = HTTPRequest(
-            self._url(kernel), method=method, request_timeout=REQUEST_TIMEOUT,
+            self._url(kernel) + query, method=method, request_timeout=REQUEST_TIMEOUT,
             headers={"Authorization": f"token {os.environ.get(ENV_API_TOKEN, '')}",
                      "Content-Type": "application/json"},
             body=json.dumps(body) if body is not None else None)
@@ -159,7 +164,9 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         return answer
 
     async def _delete(self) -> None:
-        status, answer = await self._call("DELETE")
+        status, answer = await self._call(
+            "DELETE", query=f"?{KERNEL_STOP_QUERY}={KERNEL_IDLE_RELEASE}" if self.idle_release
+            else "")
         if status not in (200, 404):
             self.log.warning("Deleting GPU kernel %s: HTTP %s %s", self.kernel_id, status,
                              answer.get("error", ""))
@@ -298,6 +305,7 @@ class GPUKernelProvisioner(KernelProvisionerBase):
                 self.log.warning("GPU kernel %s: its pod is still being deleted",
                                  self.kernel_id)
         self.pod, self.pid, self._polled = None, None, (0.0, None)
+        self.idle_release = False
 
     def get_stable_start_time(self, recommended: float = 10.0) -> float:
         return max(recommended, self.launch_timeout)

@@ -13,7 +13,8 @@ for it), with the server's own API token, and again after a failure, at most
 It also releases idle GPU kernels (:func:`release_idle`): every
 ``GPUKernelRelease.every`` seconds, a GPU kernel in which nothing has run for its
 profile's ``kernelIdleTimeout`` (the kernelspec's metadata) is shut down through the
-server's kernel manager, which deletes its pod. A kernel running a cell is busy, and
+server's kernel manager, which deletes its pod, telling the service it was released
+idle (the usage ledger's ``idle-release``). A kernel running a cell is busy, and
 a busy kernel is never idle, however long the cell runs; one still starting (queued
 for its GPU) is left alone.
 """
@@ -108,6 +109,7 @@ async def release_idle(kernel_manager: Any, log: Any,
         if idle >= timeout:
             log.info("GPU kernels: releasing kernel %s (%s): nothing ran for %d s, its "
                      "profile's idle timeout is %d s", kid, kernel.kernel_name, idle, timeout)
+            kernel.provisioner.idle_release = True
             await kernel_manager.shutdown_kernel(kid)
             released.append(kid)
     return released

@@ -11,7 +11,9 @@ Its API, under the service's prefix (``/services/gpu-kernels/``), answers JSON:
   namespace, belonging to the caller's running server whose address the response
   address names, and its two NetworkPolicies; answers the kernel as ``GET`` does;
 * ``GET api/kernels/<kernel id>``: one kernel; ``DELETE api/kernels/<kernel id>``:
-  delete its pod (its policies go with it);
+  delete its pod (its policies go with it); with ``?stop-reason=idle-release``,
+  because its server released it idle (the usage ledger's stop reason; without it,
+  its user's);
 * ``GET api/kernelspecs``: ``{"kernelspecs": {name: kernel.json}}``, one per GPU
   profile the caller may start kernels of (:mod:`jupyterhub_gpu.kernels.specs`; none
   when ``gpuKernelsPerUser`` is 0), which their server lists beside its own.
@@ -20,7 +22,9 @@ Beside its API, the service lets a fallback profile's kernel start once Kueue ad
 it: it records the admitted pool on the pod and lifts the pool gate, as the hub does
 for a server; and it deletes a kernel's pod whose server is gone, so that a server
 stopped or culled without shutting its kernels down leaves no GPU held
-(:func:`keep_tending`).
+(:func:`keep_tending`). Given the usage ledger's URL, it records every kernel there
+(:class:`jupyterhub_gpu.usage.kernels.KernelRecorder`): from its watches, and at once
+when it creates or deletes one.
 
 A caller is a JupyterHub user with the scope ``access:services!service=gpu-kernels``,
 known as :mod:`jupyterhub_gpu.serviceauth` says (a server's API token, or OAuth in
@@ -48,13 +52,16 @@ from ..builders.job import DEFAULT_HOME_MOUNT_PATH, home_of, identity_of
 from ..builders.kernel import KernelRequest, Launch, Owner, build_kernel_pod, kernel_name, \
     kernel_policies
 from ..contract import (ENV_KERNELS_BIND, ENV_PLATFORM_FILE, ENV_SERVICE_PREFIX,
-                        ENV_SERVICE_URL, KERNELS_ACCESS_SCOPE, KERNELS_API_PATH,
+                        ENV_SERVICE_URL, ENV_USAGE_DB_URL, KERNEL_IDLE_RELEASE,
+                        KERNEL_STOP_QUERY, KERNELS_ACCESS_SCOPE, KERNELS_API_PATH,
                         KERNELS_SERVICE_NAME, KERNELSPECS_API_PATH, PROFILE_LABEL,
                         USERNAME_KEY)
+from ..ledger.store import Ledger, StopReason
 from ..logtext import shown
 from ..serviceauth import BODY_HARD_LIMIT, OAuthCallback, ServiceAPI
 from ..spec.grant import UserRef
 from ..spec.source import SpecSource
+from ..usage.kernels import KernelRecorder
 from . import cluster
 from .cluster import active, kernel_id
 from .request import (KernelRefused, KernelStart, check_response_address, check_start,
@@ -66,6 +73,8 @@ log = logging.getLogger("jupyterhub_gpu.kernels")
 KERNEL_ID = r"([0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12})"
 #: seconds between two passes that record a fallback profile's kernel's admitted pool
 POOL_EVERY = 1.0
+#: what ``DELETE api/kernels/<id>?stop-reason=...`` may say, as the usage ledger's reason
+STOP_REASONS = {None: StopReason.USER, KERNEL_IDLE_RELEASE: StopReason.IDLE_RELEASE}
 #: how long a pod this service created counts against its user's cap while the pod
 #: watch has not shown it (the watch normally shows it within a second)
 UNSEEN_FOR = 600.0
@@ -77,8 +86,8 @@ class Kernels:
     the watch has not shown yet (so a lagging watch cannot let a user past the cap)."""
 
     def __init__(self, platform_file: str, watches: cluster.Watches,
-                 home_path: str = DEFAULT_HOME_MOUNT_PATH):
-        self.source, self.watches = SpecSource.shared(platform_file), watches
+                 home_path: str = DEFAULT_HOME_MOUNT_PATH, usage: KernelRecorder | None = None):
+        self.source, self.watches, self.usage = SpecSource.shared(platform_file), watches, usage
         self.home_path = home_path  # where notebooks mount the home volume
         self._locks: dict[str, asyncio.Lock] = {}
         self._unseen: dict[str, dict[str, float]] = {}  # user -> {ns/name: created at}
@@ -186,7 +195,10 @@ class KernelsHandler(_API):
         log.info("User %s started kernel %s/%s (%s) for server %s", shown(user.name),
                  req.grant.team.namespace, req.name, start.grant.profile.slug,
                  shown(server["metadata"]["name"]))
-        return self.kernels.watches.kernel(user.name, start.launch.kernel_id) or created
+        pod = self.kernels.watches.kernel(user.name, start.launch.kernel_id) or created
+        if self.kernels.usage is not None:
+            await self.kernels.usage.created(pod)
+        return pod
 
 
 class KernelHandler(_API):
@@ -198,10 +210,16 @@ class KernelHandler(_API):
 
     @web.authenticated
     async def delete(self, kid: str) -> None:
+        said = self.get_query_argument(KERNEL_STOP_QUERY, None)
+        if said not in STOP_REASONS:
+            raise web.HTTPError(400, f"A kernel's deletion gives no {KERNEL_STOP_QUERY}, "
+                                f"or {KERNEL_STOP_QUERY}={KERNEL_IDLE_RELEASE}.")
         pod = self.own_kernel(kid)
+        if self.kernels.usage is not None:  # before the pod goes: no sweep says otherwise
+            await self.kernels.usage.deleting(pod, STOP_REASONS[said])
         await cluster.delete(pod)
-        log.info("User %s deleted kernel %s/%s", shown(self.caller().name),
-                 pod["metadata"]["namespace"], pod["metadata"]["name"])
+        log.info("User %s deleted kernel %s/%s (%s)", shown(self.caller().name),
+                 pod["metadata"]["namespace"], pod["metadata"]["name"], STOP_REASONS[said])
         self.answer({**view(pod), "phase": "Deleting"})
 
 
@@ -235,43 +253,58 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--home-mount-path", default=DEFAULT_HOME_MOUNT_PATH,
                         help="where notebooks mount the home volume, the z2jh chart's "
                         "singleuser.storage.homeMountPath (default: %(default)s)")
+    parser.add_argument("--usage-db-url", default=os.environ.get(ENV_USAGE_DB_URL),
+                        help=f"the usage ledger's SQLAlchemy URL (default: "
+                        f"${ENV_USAGE_DB_URL}); unset: no ledger")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s %(asctime)s %(name)s] "
                         "%(message)s")
-    asyncio.run(_serve(args.spec, args.home_mount_path))
+    asyncio.run(_serve(args.spec, args.home_mount_path, args.usage_db_url))
 
 
-async def _serve(platform_file: str, home_path: str) -> None:
-    platform = SpecSource.shared(platform_file).current()
-    watches = cluster.Watches(t.namespace for t in platform.teams)
+async def _serve(platform_file: str, home_path: str, usage_db_url: str | None = None) -> None:
+    source = SpecSource.shared(platform_file)
+    watches = cluster.Watches(t.namespace for t in source.current().teams)
     url = urlparse(os.environ[ENV_SERVICE_URL])
     prefix = os.environ[ENV_SERVICE_PREFIX]
-    kernels = Kernels(platform_file, watches, home_path)
+    recorder = (KernelRecorder(Ledger(usage_db_url), watches, source.current)
+                if usage_db_url else None)
+    kernels = Kernels(platform_file, watches, home_path, recorder)
     app = make_app(kernels, prefix, HubOAuth())
     # listen at once (the hub waits for its services at start-up), then watch
     app.listen(url.port or 80, os.environ.get(ENV_KERNELS_BIND) or url.hostname,
                max_body_size=BODY_HARD_LIMIT)
     log.info("Serving %s on %s (prefix %s)", KERNELS_SERVICE_NAME, url.geturl(), prefix)
+    if recorder is not None:
+        recorder.start()
     await watches.keep_starting()
     await keep_tending(kernels)
 
 
 async def keep_tending(kernels: Kernels) -> None:
-    """Every :data:`POOL_EVERY` seconds, from the watches (no request to the API
-    server unless there is a pod to change): let fallback profiles' kernels start once
-    Kueue admits them (:func:`jupyterhub_gpu.kernels.cluster.record_pools`), and
-    delete the kernels whose server is gone
-    (:func:`jupyterhub_gpu.kernels.cluster.delete_orphans`)."""
+    """:func:`tend`, every :data:`POOL_EVERY` seconds."""
     while True:
-        for step, what in ((cluster.record_pools(kernels.watches, kernels.platform),
-                            "Recording kernels' pools"),
-                           (cluster.delete_orphans(kernels.watches),
-                            "Deleting kernels whose server is gone")):
-            try:
-                await step
-            except Exception as e:  # noqa: BLE001 - the next pass tries again
-                log.error("%s failed (%s); trying again", what, e)
+        await tend(kernels)
         await asyncio.sleep(POOL_EVERY)
+
+
+async def tend(kernels: Kernels) -> None:
+    """One pass over the watches (no request to the API server unless there is a pod
+    to change): let fallback profiles' kernels start once Kueue admits them
+    (:func:`jupyterhub_gpu.kernels.cluster.record_pools`), and delete the kernels
+    whose server is gone (:func:`jupyterhub_gpu.kernels.cluster.delete_orphans`; in
+    the usage ledger, as their user's: their server stopped). A step that fails is
+    logged; the next pass tries again."""
+    usage = kernels.usage
+    first = (lambda pod: usage.deleting(pod, StopReason.USER)) if usage else None
+    for step, what in ((cluster.record_pools(kernels.watches, kernels.platform),
+                        "Recording kernels' pools"),
+                       (cluster.delete_orphans(kernels.watches, first),
+                        "Deleting kernels whose server is gone")):
+        try:
+            await step
+        except Exception as e:  # noqa: BLE001 - the next pass tries again
+            log.error("%s failed (%s); trying again", what, e)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ from kubespawner.spawner import PodReflector
 
 from ..contract import (COMPONENT_LABEL, JOB_COMPONENT, KERNEL_COMPONENT, SINGLEUSER_COMPONENT,
                         USERNAME_KEY)
-from .reflectors import WorkloadReflector
+from .indexed import Graveyard
+from .reflectors import RecordsDeletions, WorkloadReflector
 from .resuming import ResumesWatch
 
 
@@ -45,13 +46,23 @@ class JobReflector(ResumesWatch, NamespacedResourceReflector):
     list_method_name = "list_namespaced_job"
 
 
-class UserPodReflector(ResumesWatch, PodReflector):
-    """The notebook pods, training-job pods and GPU kernels' pods of one namespace."""
+def uid_key(uid: str) -> tuple[str, str]:
+    """What a buried pod is also found by (:meth:`~.indexed.Graveyard.find`): its uid."""
+    return ("uid", uid)
+
+
+class UserPodReflector(ResumesWatch, RecordsDeletions, PodReflector):
+    """The notebook pods, training-job pods and GPU kernels' pods of one namespace,
+    remembering the last state of those deleted, by uid too (why a GPU kernel's pod
+    went: :mod:`jupyterhub_gpu.usage.kernels`)."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.label_selector = (f"{COMPONENT_LABEL} in "
                                f"({SINGLEUSER_COMPONENT},{JOB_COMPONENT},{KERNEL_COMPONENT})")
+
+    def _new_graveyard(self) -> Graveyard:
+        return Graveyard(also_by=lambda pod: [uid_key(pod["metadata"].get("uid") or "")])
 
 
 class TeamWatches:

@@ -33,7 +33,8 @@ from traitlets.config import Config
 
 from jupyterhub_gpu.builders.kernel import Launch, kernel_name, launch_command
 from jupyterhub_gpu.contract import (ENV_API_TOKEN, ENV_KERNELS_URL, ENV_POD_IP, KERNEL_PORTS,
-                                     KERNEL_PROVISIONER_NAME, KERNELS_API_PATH,
+                                     KERNEL_IDLE_RELEASE, KERNEL_PROVISIONER_NAME,
+                                     KERNEL_STOP_QUERY, KERNELS_API_PATH,
                                      KERNELS_SERVICE_NAME, KERNELSPECS_API_PATH)
 from jupyterhub_gpu.kernels import provisioner as provisioning
 from jupyterhub_gpu.kernels.provisioner import GPUKernelProvisioner, KernelStartFailed
@@ -63,6 +64,7 @@ class StandIn:
         self.procs: dict[str, subprocess.Popen] = {}
         self.deleting: set[str] = set()
         self.calls: list[tuple[str, str]] = []
+        self.stop_reasons: dict[str, set[str | None]] = {}  # what each deletion said
         self.refuse: str | None = None
         self.idle_timeout: int | None = None  # the profiles' kernelIdleTimeout, if not theirs
 
@@ -131,6 +133,8 @@ class KernelHandler(_Handler):
         self.answer(found, 200) if found else self.answer({"error": "no such kernel"}, 404)
 
     def delete(self, kid: str) -> None:
+        self.standin.stop_reasons.setdefault(kid, set()).add(
+            self.get_query_argument(KERNEL_STOP_QUERY, None))
         found = self.standin.view(kid)
         if found is None:
             return self.answer({"error": "no such kernel"}, 404)
@@ -397,6 +401,7 @@ async def test_a_jupyter_server_lists_and_runs_gpu_kernels_through_its_kernel_ap
             assert r.status == 204, await r.text()
         assert standin.procs[kernel].wait(GUARD_SECONDS) is not None
         assert standin.view(kernel) is None, "the pod is deleted"
+        assert standin.stop_reasons[kernel] == {None}  # its user's: no reason given
 
 
 async def test_an_idle_gpu_kernel_is_released_and_a_busy_one_never(standin, tmp_path,
@@ -428,3 +433,5 @@ async def test_an_idle_gpu_kernel_is_released_and_a_busy_one_never(standin, tmp_
         assert await released(), "the idle kernel was not released"
         assert standin.procs[kernel].wait(GUARD_SECONDS) is not None
         assert standin.view(kernel) is None, "its pod is deleted"
+        # every deletion of it said so: the usage ledger's idle-release
+        assert standin.stop_reasons[kernel] == {KERNEL_IDLE_RELEASE}

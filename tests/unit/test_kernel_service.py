@@ -26,13 +26,17 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 from jupyterhub_gpu.contract import (COMPONENT_LABEL, JOB_UID_LABEL, KERNEL_COMPONENT,
-                                     KERNEL_ID_LABEL, KERNELS_ACCESS_SCOPE, POOL_ANNOTATION,
-                                     POOL_GATE, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
-                                     USERNAME_KEY)
+                                     KERNEL_ID_LABEL, KERNEL_IDLE_RELEASE, KERNEL_STOP_QUERY,
+                                     KERNELS_ACCESS_SCOPE, POOL_ANNOTATION, POOL_GATE,
+                                     SERVERNAME_KEY, SINGLEUSER_COMPONENT, USERNAME_KEY)
 from jupyterhub_gpu.kernels import cluster
 from jupyterhub_gpu.kernels.config import service_url
 from jupyterhub_gpu.kernels.request import MAX_BODY_BYTES, gpu_profiles_for
-from jupyterhub_gpu.kernels.service import Kernels, make_app
+from jupyterhub_gpu.kernels.service import Kernels, make_app, tend
+from jupyterhub_gpu.ledger.store import Kind, Ledger, StopReason
+from jupyterhub_gpu.usage.kernels import KernelRecorder
+from jupyterhub_gpu.watches.reflectors import WorkloadReflector
+from jupyterhub_gpu.watches.teams import UserPodReflector
 
 ML, DS = "jhub-ml-eng", "jhub-data-science"
 KEY = "MCowBQYDK2VuAyEA" + "B" * 28
@@ -78,18 +82,22 @@ def _server(user: str, ns: str, ip: str) -> dict:
 
 
 def _carols_kernel() -> dict:
-    return {"metadata": {"name": "kernel-carol-c0ffee008b1a", "namespace": ML,
+    return {"metadata": {"name": "kernel-carol-c0ffee008b1a", "namespace": ML, "uid": "k-carol",
                          "labels": {COMPONENT_LABEL: KERNEL_COMPONENT, KERNEL_ID_LABEL: CAROLS},
                          "annotations": {USERNAME_KEY: "carol"}},
             "spec": {}, "status": {"phase": "Running", "podIP": "10.244.2.9"}}
 
 
 def _watches(platform) -> cluster.Watches:
-    """Bob's, carol's and dana's running servers, and carol's running kernel."""
+    """Bob's, carol's and dana's running servers, and carol's running kernel, in the
+    service's pod and Workload watches (never started: fed here as the API's events
+    would; made in a running event loop, as KubeSpawner's reflectors are)."""
     watches = cluster.Watches(t.namespace for t in platform.teams)
     for ns in watches.namespaces:
-        for kind in (watches.jobs, watches.pods, watches.workloads):
-            kind[ns] = SimpleNamespace(resources={})
+        watches.jobs[ns] = SimpleNamespace(resources={})
+        watches.pods[ns], watches.workloads[ns] = (UserPodReflector(namespace=ns),
+                                                   WorkloadReflector(namespace=ns))
+        watches.pods[ns].resources, watches.workloads[ns].resources = {}, {}
     for pod in (_server("bob", ML, "10.244.1.7"), _server("carol", ML, "10.244.1.8"),
                 _server("dana", DS, "10.244.3.4"), _carols_kernel()):
         meta = pod["metadata"]
@@ -139,7 +147,8 @@ def kube(monkeypatch):
 
 
 @pytest.fixture
-def service(example_spec_path, platform):
+def service(example_spec_path, platform, tmp_path):
+    """The service's app on a port of its own, recording kernels in a SQLite ledger."""
     loop = asyncio.new_event_loop()
     (sock,) = bind_sockets(0, "127.0.0.1", family=2)
     port = sock.getsockname()[1]
@@ -149,7 +158,10 @@ def service(example_spec_path, platform):
         auth = HubOAuth(api_token="service-token", api_url=f"http://127.0.0.1:{port}/hub/api",
                         access_scopes={KERNELS_ACCESS_SCOPE}, cache_max_age=0,
                         oauth_client_id="service-gpu-kernels", base_url=prefix)
-        kernels = Kernels(str(example_spec_path), _watches(platform))
+        watches = _watches(platform)
+        ledger = Ledger(f"sqlite:///{tmp_path}/usage.sqlite")
+        kernels = Kernels(str(example_spec_path), watches,
+                          usage=KernelRecorder(ledger, watches, lambda: platform))
         app = make_app(kernels, prefix, auth)
         app.add_handlers(".*", [("/hub/api/user", HubUser)])
         server = HTTPServer(app)
@@ -164,6 +176,7 @@ def service(example_spec_path, platform):
     loop.call_soon_threadsafe(server.stop)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
+    made.kernels.usage.ledger.dispose()
 
 
 def _call(url: str, method: str = "GET", body: bytes | None = None,
@@ -427,3 +440,55 @@ async def test_a_kernel_whose_server_is_gone_is_deleted(platform, kube):
     assert sorted(done) == sorted(f"{ML}/{p['metadata']['name']}" for p in (stale, lost))
     assert sorted(c[2] for c in kube.calls if c[0] == "delete pod") == sorted(
         p["metadata"]["name"] for p in (stale, lost))
+
+
+def _shown(service, pod: dict, **status) -> dict:
+    """``pod``, as the pod watch shows it now (with ``status``)."""
+    pod["status"] = status or {"phase": "Running", "podIP": "10.244.2.20"}
+    service.kernels.watches.pods[ML].resources[f"{ML}/{pod['metadata']['name']}"] = pod
+    return pod
+
+
+def test_the_ledger_says_why_each_kernel_stopped(service, kube):
+    """The service records a kernel when it creates it, and before it deletes it: its
+    user's shutdown, its server's idle release (``?stop-reason=idle-release``), its
+    server gone.
+    Any other reason is refused and deletes nothing."""
+    bob = {"Authorization": "token bob-token"}
+    ledger = service.kernels.usage.ledger
+    for n in range(2):
+        assert _start(service, _body(n))[0] == 201
+    pods = [_shown(service, p) for p in _created(kube, "pod")]
+    rows = {r.key: r for r in ledger.rows_sync(Kind.KERNEL)}
+    assert sorted(rows) == sorted(f"kernel:{p['metadata']['uid']}" for p in pods)
+    assert {(r.user, r.team, r.profile, r.gpu_units, r.stopped_at) for r in rows.values()} \
+        == {("bob", "ml-eng", "t4-shared", 1, None)}
+
+    for forged in ("user", "idle", "idle-release%0A[W]%20forged", "x" * 300):
+        status, said, _ = _call(service.url + f"api/kernels/{IDS[0]}?{KERNEL_STOP_QUERY}="
+                                f"{forged}", "DELETE", headers=bob)
+        assert status == 400 and said["error"] == (
+            "A kernel's deletion gives no stop-reason, or stop-reason=idle-release."), said
+    assert [c for c in kube.calls if c[0] == "delete pod"] == []
+    # the server released the first, idle: its kernel had exited on the shutdown request
+    _shown(service, pods[0], phase="Succeeded", containerStatuses=[{"state": {"terminated": {
+        "startedAt": "2026-12-07T09:00:00Z", "finishedAt": "2026-12-07T10:00:00Z"}}}])
+    assert _call(service.url + f"api/kernels/{IDS[0]}?{KERNEL_STOP_QUERY}="
+                 f"{KERNEL_IDLE_RELEASE}", "DELETE", headers=bob)[0] == 200
+    assert _call(service.url + f"api/kernels/{IDS[1]}", "DELETE", headers=bob)[0] == 200
+    rows = {r.server: r for r in ledger.rows_sync(Kind.KERNEL)}
+    idle, shut = (rows[p["metadata"]["name"]] for p in pods)
+    assert (idle.stop_reason, idle.stopped_at.isoformat()) == (
+        StopReason.IDLE_RELEASE, "2026-12-07T10:00:00+00:00")  # when its kernel ended
+    assert shut.stop_reason is StopReason.USER and shut.stopped_at is not None
+
+    # a third kernel, whose server then goes: the service's pass deletes it, as bob's
+    for pod in pods:  # the watch shows them going
+        pod["metadata"]["deletionTimestamp"] = "2026-12-07T10:00:30Z"
+    assert _start(service, _body(2))[0] == 201
+    orphan = _shown(service, _created(kube, "pod")[2])
+    del service.kernels.watches.pods[ML].resources[f"{ML}/jupyter-bob"]
+    asyncio.run(tend(service.kernels))
+    assert kube.calls[-1] == ("delete pod", ML, orphan["metadata"]["name"])
+    row = next(r for r in ledger.rows_sync(Kind.KERNEL) if r.server == orphan["metadata"]["name"])
+    assert row.stop_reason is StopReason.USER and row.stopped_at is not None
