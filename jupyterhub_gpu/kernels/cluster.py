@@ -4,7 +4,8 @@ credentials.
 Reads come from the shared watches of every team namespace
 (:mod:`jupyterhub_gpu.watches.teams`): the users' notebook pods (a kernel belongs to
 one of its user's running servers) and the GPU kernels' pods (what the per-user cap
-counts), and Kueue's Workloads. No request lists anything from the API server.
+counts), Kueue's Workloads, and the pods' events (a starting kernel's words, as a
+spawn's). No request lists anything from the API server.
 Writes are a kernel's pod, then its two NetworkPolicies owned by the pod (the garbage
 collector deletes them with it), the pod's deletion, and for a fallback profile's
 kernel the pool Kueue admitted it to, recorded on its pod as the hub records a
@@ -62,6 +63,8 @@ def active(pod: dict) -> bool:
 class Watches(TeamWatches):
     """The service's watches of every team namespace, and what it reads from them."""
 
+    events_watched = True  # a starting kernel's words (kernels.progress) read them
+
     def __init__(self, namespaces: Iterable[str]):
         super().__init__(namespaces, log)
 
@@ -69,6 +72,10 @@ class Watches(TeamWatches):
         """Every kernel pod in the watches."""
         return [p for r in self.pods.values() for p in r.resources.values()
                 if component(p) == KERNEL_COMPONENT]
+    def workloads_in(self, namespace: str) -> list[dict]:
+        """Kueue's Workloads in ``namespace`` (none outside the team namespaces)."""
+        found = self.workloads.get(namespace)
+        return list(found.resources.values()) if found is not None else []
 
     def kernels_of(self, user: str) -> list[dict]:
         """The user's kernel pods, oldest first."""

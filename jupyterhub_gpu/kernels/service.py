@@ -3,7 +3,9 @@
 
 Its API, under the service's prefix (``/services/gpu-kernels/``), answers JSON:
 
-* ``GET api/kernels``: the caller's kernels, each with its pod's phase and address;
+* ``GET api/kernels``: the caller's kernels, each with its pod's phase and address,
+  where it is in its start (``stage``) and whether the platform is taking it back
+  (``stopped``), in the spawn page's words (:mod:`jupyterhub_gpu.kernels.progress`);
 * ``POST api/kernels`` with ``{"profile": ..., "kernel_id": ..., "response_address":
   ..., "public_key": ...}``: start one (:mod:`jupyterhub_gpu.kernels.request` checks it
   before any Kubernetes call): the kernel's pod
@@ -61,8 +63,9 @@ from ..logtext import shown
 from ..serviceauth import BODY_HARD_LIMIT, OAuthCallback, ServiceAPI
 from ..spec.grant import UserRef
 from ..spec.source import SpecSource
+from ..kueue import status as st
 from ..usage.kernels import KernelRecorder
-from . import cluster
+from . import cluster, progress
 from .cluster import active, kernel_id
 from .request import (KernelRefused, KernelStart, check_response_address, check_start,
                       gpu_profiles_for, read_body)
@@ -118,9 +121,22 @@ class Kernels:
             self._unseen.pop(user, None)
         return sum(map(active, self.watches.kernels_of(user))) + len(unseen)
 
+    def view(self, pod: dict) -> dict:
+        """A kernel as the API answers it: :func:`view`, with where it is in its start
+        and whether the platform is taking it back, from the watches."""
+        ns, platform = pod["metadata"]["namespace"], self.platform
+        workload = st.workload_for(pod, self.watches.workloads_in(ns))
+        team = next((t for t in platform.teams if t.namespace == ns), None)
+        cohort = [w for n in (platform.cohort_namespaces(team) if team else ())
+                  for w in self.watches.workloads_in(n)]
+        return {**view(pod),
+                "stage": progress.stage(platform, pod, workload, self.watches.workloads_in(ns),
+                                        self.watches.events_of(ns, pod["metadata"]["name"])),
+                "stopped": progress.stopped(platform, pod, workload, cohort)}
+
 
 def view(pod: dict) -> dict:
-    """A kernel as the API answers it."""
+    """A kernel as the API answers it, from its pod alone."""
     meta, status = pod["metadata"], pod.get("status") or {}
     return {"id": kernel_id(pod), "name": meta["name"], "namespace": meta["namespace"],
             "profile": (meta.get("labels") or {}).get(PROFILE_LABEL),
@@ -151,7 +167,7 @@ class KernelsHandler(_API):
     @web.authenticated
     async def get(self) -> None:
         pods = self.kernels.watches.kernels_of(self.caller().name)
-        self.answer({"kernels": [view(p) for p in pods]})
+        self.answer({"kernels": [self.kernels.view(p) for p in pods]})
 
     @web.authenticated
     async def post(self) -> None:
@@ -168,7 +184,7 @@ class KernelsHandler(_API):
                 log.warning("Refused kernel of user %s: %s", shown(user.name),
                             shown(e.log_detail))
                 raise web.HTTPError(e.status, "%s", e.user_message) from None
-        self.answer(view(pod), 201)
+        self.answer(self.kernels.view(pod), 201)
 
     def _server(self, user: UserRef, launch: Launch) -> dict:
         """The caller's running server the kernel belongs to: the one at the response
@@ -206,7 +222,7 @@ class KernelHandler(_API):
 
     @web.authenticated
     async def get(self, kid: str) -> None:
-        self.answer(view(self.own_kernel(kid)))
+        self.answer(self.kernels.view(self.own_kernel(kid)))
 
     @web.authenticated
     async def delete(self, kid: str) -> None:

@@ -1,7 +1,8 @@
 """The shared watches of every team namespace of a hub service that runs in a process
 of its own (``gpu-jobs``, ``gpu-kernels``; these are its, not the hub's): the users'
 training Jobs, the pods of those Jobs, the users' notebook pods and GPU kernels' pods,
-and Kueue's Workloads. Each is
+Kueue's Workloads and, for a service that says where a pod is in its start
+(``events_watched``), the pods' events. Each is
 one of KubeSpawner's reflectors, label-selected, in one long watch that resumes from
 its last resourceVersion (:mod:`jupyterhub_gpu.watches.resuming`); no request lists
 anything from the API server. What each service reads from them is its
@@ -22,7 +23,7 @@ from kubespawner.spawner import PodReflector
 from ..contract import (COMPONENT_LABEL, JOB_COMPONENT, KERNEL_COMPONENT, SINGLEUSER_COMPONENT,
                         USERNAME_KEY)
 from .indexed import Graveyard
-from .reflectors import RecordsDeletions, WorkloadReflector
+from .reflectors import IndexedEventReflector, RecordsDeletions, WorkloadReflector
 from .resuming import ResumesWatch
 
 
@@ -75,8 +76,16 @@ class TeamWatches:
         self.jobs: dict[str, JobReflector] = {}
         self.pods: dict[str, UserPodReflector] = {}
         self.workloads: dict[str, WorkloadReflector] = {}
+        self.events: dict[str, IndexedEventReflector] = {}
 
     ready = False  # every watch has its first listing
+    #: whether the pods' events are watched too (what a start's progress words read)
+    events_watched = False
+
+    def events_of(self, namespace: str, name: str) -> list[dict]:
+        """The events of pod ``namespace/name``, oldest first (none unwatched)."""
+        found = self.events.get(namespace)
+        return found.events_of(namespace, name) if found is not None else []
 
     def notebooks_of(self, user: str) -> list[dict]:
         """The user's notebook pods, whatever their phase."""
@@ -91,7 +100,10 @@ class TeamWatches:
             self.jobs[ns] = JobReflector(namespace=ns, labels={COMPONENT_LABEL: JOB_COMPONENT})
             self.pods[ns] = UserPodReflector(namespace=ns)
             self.workloads[ns] = WorkloadReflector(namespace=ns)
-        every = [*self.jobs.values(), *self.pods.values(), *self.workloads.values()]
+            if self.events_watched:  # as KubeSpawner watches a spawn's pod's events
+                self.events[ns] = IndexedEventReflector(
+                    namespace=ns, fields={"involvedObject.kind": "Pod"})
+        every = self._every()
         try:
             await asyncio.gather(*(r.start() for r in every))
             await asyncio.gather(*(r.first_load_future for r in every))
@@ -102,7 +114,7 @@ class TeamWatches:
 
     async def stop(self) -> None:
         self.ready = False
-        for r in [*self.jobs.values(), *self.pods.values(), *self.workloads.values()]:
+        for r in self._every():
             try:
                 await r.stop()
             except asyncio.CancelledError:
@@ -110,7 +122,11 @@ class TeamWatches:
                 # task's CancelledError is not ours, unless we are being cancelled too
                 if asyncio.current_task().cancelling():
                     raise
-        self.jobs, self.pods, self.workloads = {}, {}, {}
+        self.jobs, self.pods, self.workloads, self.events = {}, {}, {}, {}
+
+    def _every(self) -> list[Any]:
+        return [*self.jobs.values(), *self.pods.values(), *self.workloads.values(),
+                *self.events.values()]
 
     async def keep_starting(self, retry_seconds: float = 60) -> None:
         """Start the watches, trying again every ``retry_seconds`` while they fail."""

@@ -25,10 +25,11 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from jupyterhub_gpu.contract import (COMPONENT_LABEL, JOB_UID_LABEL, KERNEL_COMPONENT,
-                                     KERNEL_ID_LABEL, KERNEL_IDLE_RELEASE, KERNEL_STOP_QUERY,
-                                     KERNELS_ACCESS_SCOPE, POOL_ANNOTATION, POOL_GATE,
-                                     SERVERNAME_KEY, SINGLEUSER_COMPONENT, USERNAME_KEY)
+from jupyterhub_gpu.contract import (ADMISSION_GATE, COMPONENT_LABEL, JOB_UID_LABEL,
+                                     KERNEL_COMPONENT, KERNEL_ID_LABEL, KERNEL_IDLE_RELEASE,
+                                     KERNEL_STOP_QUERY, KERNELS_ACCESS_SCOPE, POOL_ANNOTATION,
+                                     POOL_GATE, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
+                                     USERNAME_KEY)
 from jupyterhub_gpu.kernels import cluster
 from jupyterhub_gpu.kernels.config import service_url
 from jupyterhub_gpu.kernels.request import MAX_BODY_BYTES, gpu_profiles_for
@@ -377,6 +378,50 @@ def test_a_fallback_profiles_kernel_starts_once_kueue_admits_it(service, kube, p
     (added,) = [op["value"] for op in patch if op["path"] == "/metadata/annotations/"
                 + POOL_ANNOTATION.replace("/", "~1")]
     assert added == "a100"
+
+
+def test_a_kernel_says_where_its_start_is_and_why_the_platform_took_it_back(service, kube):
+    """In the spawn page's words, from the watches (kernels.progress): queued, at its
+    place in the team's queue; its machine starting (Karpenter's event); preempted."""
+    assert _start(service, _body())[0] == 201
+    (pod,) = _created(kube, "pod")
+    pod["spec"]["schedulingGates"] = [{"name": ADMISSION_GATE}]  # Kueue's webhook
+    pod["status"] = {"phase": "Pending"}
+    watches = service.kernels.watches
+    watches.pods[ML].resources[f"{ML}/{pod['metadata']['name']}"] = pod
+
+    def workload(uid: str, created: str) -> dict:
+        return {"metadata": {"name": f"pod-{uid}", "namespace": ML, "creationTimestamp": created,
+                             "labels": {JOB_UID_LABEL: uid}},
+                "spec": {"queueName": "ml-eng", "priority": 1000},
+                "status": {"conditions": [{"type": "QuotaReserved", "status": "False"}]}}
+
+    mine = workload(pod["metadata"]["uid"], "2026-12-02T10:05:00Z")
+    watches.workloads[ML].resources = {"a": workload("other", "2026-12-02T10:00:00Z"),
+                                       "b": mine}
+    url, bob = service.url + f"api/kernels/{IDS[0]}", {"Authorization": "token bob-token"}
+    said = _call(url, headers=bob)[1]
+    assert said["stage"] == {"step": "queued", "position": [2, 2], "message":
+                             "Waiting for a T4 time-sliced share in queue ml-eng: position 2 of 2"}
+    assert said["stopped"] is None
+    mine["status"] = {"conditions": [{"type": "QuotaReserved", "status": "True"}],
+                      "admission": {"podSetAssignments": [{"flavors": {"cpu": "t4dev"}}]}}
+    pod["spec"]["schedulingGates"] = []
+    watches.events[ML] = SimpleNamespace(events_of=lambda ns, name: [
+        {"reason": "Nominated", "message": "Pod should schedule on: nodeclaim/t4dev-x",
+         "source": {"component": "karpenter"}}] if name == pod["metadata"]["name"] else [])
+    assert _call(url, headers=bob)[1]["stage"] == {
+        "step": "scale-up", "position": None,
+        "message": "Starting a new T4 machine for pool t4dev; this usually takes about 10 minutes"}
+    pod["spec"]["nodeName"] = "t4dev-x"
+    pod["status"] = {"phase": "Running", "podIP": "10.244.5.5", "conditions": [
+        {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted"}]}
+    mine["status"]["conditions"].append({"type": "Preempted", "status": "True",
+                                         "reason": "InClusterQueue"})
+    said = _call(url, headers=bob)[1]
+    assert said["stopped"] == {"reason": "preempted", "words": "preempted to make room for "
+                               "higher-priority work in queue ml-eng"}
+    assert said["phase"] == "Running" and said["address"] == "10.244.5.5"
 
 
 def test_the_kernelspecs_are_the_callers_gpu_profiles(service, platform, kube):
