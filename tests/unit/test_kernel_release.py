@@ -125,11 +125,16 @@ def _registers(log, callback: str) -> str:
             f"@checkpoint.register\ndef save():\n    {callback}\n")
 
 
+#: the kernels' idle timeout here: long enough that a kernel is not released between
+#: its start and the test's first cell on a loaded machine (2 s was, once)
+IDLE_SECONDS = 8
+
+
 async def test_an_idle_kernel_runs_its_checkpoint_callbacks_then_is_released_and_says_so(
         standin, tmp_path, monkeypatch):
     """The callbacks run in the kernel before its shutdown (then it exits cleanly, and
     never runs them again), and the item says in words what happened."""
-    standin.idle_timeout = 2
+    standin.idle_timeout = IDLE_SECONDS
     log = tmp_path / "kernel.log"
     async with gpu_jupyter_server(tmp_path, monkeypatch, env=CPU_SERVER,
                                   GPUKernelRelease={"every": 0.5}) as (http, base):
@@ -151,7 +156,7 @@ async def test_checkpoint_callbacks_get_at_most_the_timeout(standin, tmp_path, m
     """A callback that would take ten minutes is cut short by the release's shutdown
     after ``checkpoint_timeout`` (1 s here): the kernel is released well within the
     guard."""
-    standin.idle_timeout = 2
+    standin.idle_timeout = IDLE_SECONDS
     log = tmp_path / "kernel.log"
     async with gpu_jupyter_server(
             tmp_path, monkeypatch, env=CPU_SERVER,
