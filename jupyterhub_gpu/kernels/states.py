@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
+from ..contract import KERNEL_COMPONENT, KERNELS_SERVICE_NAME
 from ..cull.notice import clock_time
 from ..cull.policy import utcnow
 from ..kueue.messages import Step
@@ -87,7 +88,7 @@ def words(state: KernelState, now: datetime) -> str:
     name = f'"{state.name}"'
     if state.state == STARTING:
         so_far = duration_words((now - state.since).total_seconds())
-        doing = state.message or "requested from the gpu-kernels service"
+        doing = state.message or f"requested from the {KERNELS_SERVICE_NAME} service"
         return f"GPU kernel {name}: {doing} (for {so_far} so far)."
     if state.state == READY:
         took = duration_words((state.since - state.launched).total_seconds())
@@ -110,9 +111,11 @@ def label(state: KernelState) -> str:
     return "GPU kernel starting"
 
 
-_NOTE_KINDS = {STARTING: ("gpu-kernel-starting", "info"), READY: ("gpu-kernel-ready", "info"),
-               RELEASED: ("gpu-kernel-released", "warning"),
-               STOPPED: ("gpu-kernel-stopped", "warning")}
+#: each note's kind (the alert's key, ``gpu-kernel-released:<kernel id>:...``) and level
+_NOTE_KINDS = {STARTING: (f"{KERNEL_COMPONENT}-starting", "info"),
+               READY: (f"{KERNEL_COMPONENT}-ready", "info"),
+               RELEASED: (f"{KERNEL_COMPONENT}-released", "warning"),
+               STOPPED: (f"{KERNEL_COMPONENT}-stopped", "warning")}
 
 
 class KernelStates:
