@@ -278,6 +278,11 @@ PROFILES_API_PATH = "api/gpu/profiles"
 #: the same for one user (scope ``read:servers`` on that user)
 USER_PROFILES_API_PATH = "api/gpu/users/{name}/profiles"
 
+#: JupyterHub's scope to read its ``/hub/metrics``; the gpu-kernels service asks it too
+READ_METRICS_SCOPE = "read:metrics"
+#: where a hub service of ours serves its Prometheus metrics, under its prefix
+SERVICE_METRICS_PATH = "metrics"
+
 # -- the training-jobs service (:mod:`jupyterhub_gpu.jobs`), a JupyterHub service ----
 
 #: its name as a hub service: the proxy serves it under ``/services/gpu-jobs/``
