@@ -315,6 +315,8 @@ KERNELS_PORT = 10104
 KERNELS_ACCESS_SCOPE = f"access:services!service={KERNELS_SERVICE_NAME}"
 #: its API, under the service's prefix: the caller's kernels; one is ``<path>/<kernel id>``
 KERNELS_API_PATH = "api/kernels"
+#: its Prometheus metrics (read:metrics), as the proxy and its own port serve them
+KERNELS_METRICS_PATH = f"/services/{KERNELS_SERVICE_NAME}/{SERVICE_METRICS_PATH}"
 #: the query parameter of ``DELETE <KERNELS_API_PATH>/<kernel id>`` by which a server
 #: says why it deletes a kernel (without it: its user shut it down), and its one value:
 #: the server released the kernel, idle for its profile's ``kernelIdleTimeout`` (also
