@@ -143,11 +143,12 @@ class Watches(TeamWatches):
         return True
 
 
-async def create(pod: dict, policies: Iterable[dict]) -> dict:
+async def create(pod: dict, policies: Iterable[dict],
+                 undo: Callable[[dict], Awaitable[Any]] | None = None) -> dict:
     """Create the kernel's pod, then its policies, each owned by the pod. If a policy
-    cannot be made, the pod is deleted again and the error raised: a kernel its
-    server cannot reach would only hang. A pod of that name already there (the watch
-    has not shown it yet) is a :class:`KernelRefused`."""
+    cannot be made, the pod is deleted again (``undo(pod)`` awaited first) and the
+    error raised: a kernel its server cannot reach would only hang. A pod of that name
+    already there (the watch has not shown it yet) is a :class:`KernelRefused`."""
     from kubernetes_asyncio.client import ApiException
 
     ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
@@ -167,6 +168,8 @@ async def create(pod: dict, policies: Iterable[dict]) -> dict:
             policy["metadata"]["ownerReferences"] = owner_ref
             await shared_client("NetworkingV1Api").create_namespaced_network_policy(ns, policy)
     except Exception:
+        if undo is not None:
+            await undo(created)
         await core.delete_namespaced_pod(name, ns)
         raise
     return created

@@ -18,7 +18,10 @@ Its API, under the service's prefix (``/services/gpu-kernels/``), answers JSON:
   its user's);
 * ``GET api/kernelspecs``: ``{"kernelspecs": {name: kernel.json}}``, one per GPU
   profile the caller may start kernels of (:mod:`jupyterhub_gpu.kernels.specs`; none
-  when ``gpuKernelsPerUser`` is 0), which their server lists beside its own.
+  when ``gpuKernelsPerUser`` is 0), which their server lists beside its own;
+* ``GET metrics``: its kernels' Prometheus metrics (:mod:`jupyterhub_gpu.kernels.metrics`),
+  in the text format, to a caller with ``read:metrics`` (the hub's scope for
+  ``/hub/metrics``), not JSON.
 
 Beside its API, the service lets a fallback profile's kernel start once Kueue admits
 it: it records the admitted pool on the pod and lifts the pool gate, as the hub does
@@ -26,7 +29,8 @@ for a server; and it deletes a kernel's pod whose server is gone, so that a serv
 stopped or culled without shutting its kernels down leaves no GPU held
 (:func:`keep_tending`). Given the usage ledger's URL, it records every kernel there
 (:class:`jupyterhub_gpu.usage.kernels.KernelRecorder`): from its watches, and at once
-when it creates or deletes one.
+when it creates or deletes one; and it counts them in its metrics
+(:mod:`jupyterhub_gpu.kernels.metrics`).
 
 A caller is a JupyterHub user with the scope ``access:services!service=gpu-kernels``,
 known as :mod:`jupyterhub_gpu.serviceauth` says (a server's API token, or OAuth in
@@ -48,6 +52,7 @@ from urllib.parse import urlparse
 
 from jupyterhub.services.auth import HubOAuth
 from jupyterhub.utils import url_path_join
+from prometheus_client import REGISTRY, CollectorRegistry
 from tornado import web
 
 from ..builders.job import DEFAULT_HOME_MOUNT_PATH, home_of, identity_of
@@ -57,18 +62,19 @@ from ..contract import (ENV_KERNELS_BIND, ENV_PLATFORM_FILE, ENV_SERVICE_PREFIX,
                         ENV_SERVICE_URL, ENV_USAGE_DB_URL, KERNEL_IDLE_RELEASE,
                         KERNEL_STOP_QUERY, KERNELS_ACCESS_SCOPE, KERNELS_API_PATH,
                         KERNELS_SERVICE_NAME, KERNELSPECS_API_PATH, PROFILE_LABEL,
-                        USERNAME_KEY)
+                        SERVICE_METRICS_PATH, USERNAME_KEY)
 from ..ledger.store import Ledger, StopReason
 from ..logtext import shown
-from ..serviceauth import BODY_HARD_LIMIT, OAuthCallback, ServiceAPI
+from ..serviceauth import BODY_HARD_LIMIT, MetricsHandler, OAuthCallback, ServiceAPI
 from ..spec.grant import UserRef
 from ..spec.source import SpecSource
 from ..kueue import status as st
 from ..usage.kernels import KernelRecorder
 from . import cluster, progress
 from .cluster import active, kernel_id
+from .metrics import KernelMetrics
 from .request import (KernelRefused, KernelStart, check_response_address, check_start,
-                      gpu_profiles_for, read_body)
+                      gpu_profiles_for, read_body, requested_profile)
 from .specs import user_kernelspecs
 
 log = logging.getLogger("jupyterhub_gpu.kernels")
@@ -85,12 +91,16 @@ UNSEEN_FOR = 600.0
 
 class Kernels:
     """The service's state: the live spec, the watches, a lock per user (so two
-    starts at once cannot both pass the cap), and the pods this service created that
-    the watch has not shown yet (so a lagging watch cannot let a user past the cap)."""
+    starts at once cannot both pass the cap), the pods this service created that
+    the watch has not shown yet (so a lagging watch cannot let a user past the cap),
+    and its metrics, in ``registry`` (made before the watches start: they count from
+    them)."""
 
     def __init__(self, platform_file: str, watches: cluster.Watches,
-                 home_path: str = DEFAULT_HOME_MOUNT_PATH, usage: KernelRecorder | None = None):
+                 home_path: str = DEFAULT_HOME_MOUNT_PATH, usage: KernelRecorder | None = None,
+                 registry: CollectorRegistry = REGISTRY):
         self.source, self.watches, self.usage = SpecSource.shared(platform_file), watches, usage
+        self.metrics, self.registry = KernelMetrics(watches, self.source.current, registry), registry
         self.home_path = home_path  # where notebooks mount the home volume
         self._locks: dict[str, asyncio.Lock] = {}
         self._unseen: dict[str, dict[str, float]] = {}  # user -> {ns/name: created at}
@@ -101,6 +111,13 @@ class Kernels:
 
     def lock(self, user: str) -> asyncio.Lock:
         return self._locks.setdefault(user, asyncio.Lock())
+
+    async def deleting(self, pod: dict, reason: StopReason) -> None:
+        """This service is about to delete ``pod`` for ``reason``: the usage ledger
+        records the stop now (no sweep says otherwise), the metrics count it so."""
+        self.metrics.deleting(pod, reason)
+        if self.usage is not None:
+            await self.usage.deleting(pod, reason)
 
     def created(self, user: str, pod: dict) -> None:
         """Count ``pod``, just created for ``user``, until the watch shows it."""
@@ -171,19 +188,24 @@ class KernelsHandler(_API):
 
     @web.authenticated
     async def post(self) -> None:
-        user = self.caller()
+        user, body, metrics = self.caller(), None, self.kernels.metrics
         async with self.kernels.lock(user.name):
             try:
-                start = check_start(self.kernels.platform, user, read_body(self.request.body),
+                body = read_body(self.request.body)
+                start = check_start(self.kernels.platform, user, body,
                                     self.kernels.active_count(user.name))
                 if self.kernels.watches.kernel(user.name, start.launch.kernel_id) is not None:
                     raise KernelRefused(f"You already have kernel {start.launch.kernel_id}.",
                                         f"kernel {start.launch.kernel_id} exists", status=409)
                 pod = await self._create(user, start, self._server(user, start.launch))
             except KernelRefused as e:
+                metrics.refused(requested_profile(body))
                 log.warning("Refused kernel of user %s: %s", shown(user.name),
                             shown(e.log_detail))
                 raise web.HTTPError(e.status, "%s", e.user_message) from None
+            except Exception:  # its pod or policies could not be made
+                metrics.failed(requested_profile(body))
+                raise
         self.answer(self.kernels.view(pod), 201)
 
     def _server(self, user: UserRef, launch: Launch) -> dict:
@@ -205,7 +227,9 @@ class KernelsHandler(_API):
                             home_of(server, self.kernels.home_path), identity_of(server))
         pod = build_kernel_pod(self.kernels.platform, req)
         pod["metadata"]["annotations"] = {USERNAME_KEY: user.name}
-        created = await cluster.create(pod, kernel_policies(req))
+        created = await cluster.create(
+            pod, kernel_policies(req),
+            undo=lambda made: self.kernels.deleting(made, StopReason.FAILURE))
         self.kernels.created(user.name, created)
         await self.kernels.watches.seen(req.grant.team.namespace, req.name)
         log.info("User %s started kernel %s/%s (%s) for server %s", shown(user.name),
@@ -231,8 +255,7 @@ class KernelHandler(_API):
             raise web.HTTPError(400, f"A kernel's deletion gives no {KERNEL_STOP_QUERY}, "
                                 f"or {KERNEL_STOP_QUERY}={KERNEL_IDLE_RELEASE}.")
         pod = self.own_kernel(kid)
-        if self.kernels.usage is not None:  # before the pod goes: no sweep says otherwise
-            await self.kernels.usage.deleting(pod, STOP_REASONS[said])
+        await self.kernels.deleting(pod, STOP_REASONS[said])  # before the pod goes
         await cluster.delete(pod)
         log.info("User %s deleted kernel %s/%s (%s)", shown(self.caller().name),
                  pod["metadata"]["namespace"], pod["metadata"]["name"], STOP_REASONS[said])
@@ -259,6 +282,8 @@ def make_app(kernels: Kernels, prefix: str, hub_auth: HubOAuth) -> web.Applicati
         (api, KernelsHandler, args),
         (url_path_join(prefix, KERNELSPECS_API_PATH), KernelSpecsHandler, args),
         (url_path_join(api, KERNEL_ID), KernelHandler, args),
+        (url_path_join(prefix, SERVICE_METRICS_PATH), MetricsHandler,
+         {"registry": kernels.registry, "hub_auth": hub_auth}),
     ], cookie_secret=secrets.token_bytes(32))
 
 
@@ -309,10 +334,11 @@ async def tend(kernels: Kernels) -> None:
     to change): let fallback profiles' kernels start once Kueue admits them
     (:func:`jupyterhub_gpu.kernels.cluster.record_pools`), and delete the kernels
     whose server is gone (:func:`jupyterhub_gpu.kernels.cluster.delete_orphans`; in
-    the usage ledger, as their user's: their server stopped). A step that fails is
-    logged; the next pass tries again."""
-    usage = kernels.usage
-    first = (lambda pod: usage.deleting(pod, StopReason.USER)) if usage else None
+    the usage ledger and the metrics, as their user's: their server stopped). A step
+    that fails is logged; the next pass tries again."""
+    def first(pod: dict):
+        return kernels.deleting(pod, StopReason.USER)
+
     for step, what in ((cluster.record_pools(kernels.watches, kernels.platform),
                         "Recording kernels' pools"),
                        (cluster.delete_orphans(kernels.watches, first),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
 from kubespawner.clients import load_config
 from kubespawner.reflector import NamespacedResourceReflector
@@ -52,10 +52,23 @@ def uid_key(uid: str) -> tuple[str, str]:
     return ("uid", uid)
 
 
+class PodListener(Protocol):
+    """Told of each state of a pod that a pod watch delivers (:meth:`seen`: listed, added
+    or changed) and of its last state when it goes (:meth:`gone`: deleted, or missing
+    from a new listing); called in the watch's own step, so it must be quick."""
+
+    def seen(self, pod: dict) -> None: ...
+
+    def gone(self, pod: dict) -> None: ...
+
+
 class UserPodReflector(ResumesWatch, RecordsDeletions, PodReflector):
     """The notebook pods, training-job pods and GPU kernels' pods of one namespace,
     remembering the last state of those deleted, by uid too (why a GPU kernel's pod
-    went: :mod:`jupyterhub_gpu.usage.kernels`)."""
+    went: :mod:`jupyterhub_gpu.usage.kernels`), each change told to ``listener`` if set
+    (:meth:`TeamWatches.pod_reflector`)."""
+
+    listener: PodListener | None = None
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -65,14 +78,31 @@ class UserPodReflector(ResumesWatch, RecordsDeletions, PodReflector):
     def _new_graveyard(self) -> Graveyard:
         return Graveyard(also_by=lambda pod: [uid_key(pod["metadata"].get("uid") or "")])
 
+    def notice(self, obj: dict) -> None:
+        if self.listener is not None:
+            self.listener.seen(obj)
+
+    def removed(self, key: str, obj: dict) -> None:
+        super().removed(key, obj)
+        if self.listener is not None:
+            self.listener.gone(obj)
+
+    def relisted(self, old: dict, new: dict) -> None:
+        super().relisted(old, new)
+        if self.listener is not None:
+            for key in old.keys() - new.keys():
+                self.listener.gone(old[key])
+
 
 class TeamWatches:
     """The Job, pod and Workload watch of every team namespace, by namespace; ``log``
-    tells when they cannot start."""
+    tells when they cannot start; ``pod_listener``, if set before they start, is told of
+    every pod they see (:class:`PodListener`)."""
 
     def __init__(self, namespaces: Iterable[str], log: logging.Logger):
         self.namespaces = sorted(set(namespaces))
         self.log = log
+        self.pod_listener: PodListener | None = None
         self.jobs: dict[str, JobReflector] = {}
         self.pods: dict[str, UserPodReflector] = {}
         self.workloads: dict[str, WorkloadReflector] = {}
@@ -92,13 +122,19 @@ class TeamWatches:
         return [p for r in self.pods.values() for p in r.resources.values()
                 if component(p) == SINGLEUSER_COMPONENT and owner(p) == user]
 
+    def pod_reflector(self, namespace: str) -> UserPodReflector:
+        """The pod watch of ``namespace``, telling :attr:`pod_listener`."""
+        reflector = UserPodReflector(namespace=namespace)
+        reflector.listener = self.pod_listener
+        return reflector
+
     async def start(self) -> None:
         """Start every watch; on a failure (no permission, no API server) stop them all
         and raise."""
         load_config()
         for ns in self.namespaces:
             self.jobs[ns] = JobReflector(namespace=ns, labels={COMPONENT_LABEL: JOB_COMPONENT})
-            self.pods[ns] = UserPodReflector(namespace=ns)
+            self.pods[ns] = self.pod_reflector(ns)
             self.workloads[ns] = WorkloadReflector(namespace=ns)
             if self.events_watched:  # as KubeSpawner watches a spawn's pod's events
                 self.events[ns] = IndexedEventReflector(

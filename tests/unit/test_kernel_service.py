@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import pytest
 from jupyterhub.services.auth import HubOAuth
 from kubernetes_asyncio.client import ApiException
+from prometheus_client import CollectorRegistry
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
@@ -28,16 +29,17 @@ from tornado.netutil import bind_sockets
 from jupyterhub_gpu.contract import (ADMISSION_GATE, COMPONENT_LABEL, JOB_UID_LABEL,
                                      KERNEL_COMPONENT, KERNEL_ID_LABEL, KERNEL_IDLE_RELEASE,
                                      KERNEL_STOP_QUERY, KERNELS_ACCESS_SCOPE, POOL_ANNOTATION,
-                                     POOL_GATE, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
+                                     POOL_GATE, READ_METRICS_SCOPE, SERVERNAME_KEY,
+                                     SINGLEUSER_COMPONENT,
                                      USERNAME_KEY)
 from jupyterhub_gpu.kernels import cluster
 from jupyterhub_gpu.kernels.config import service_url
 from jupyterhub_gpu.kernels.request import MAX_BODY_BYTES, gpu_profiles_for
 from jupyterhub_gpu.kernels.service import Kernels, make_app, tend
+from jupyterhub_gpu.kueue.series import KERNEL_RUNNING, KERNEL_STARTS, KERNEL_STOPS
 from jupyterhub_gpu.ledger.store import Kind, Ledger, StopReason
 from jupyterhub_gpu.usage.kernels import KernelRecorder
 from jupyterhub_gpu.watches.reflectors import WorkloadReflector
-from jupyterhub_gpu.watches.teams import UserPodReflector
 
 ML, DS = "jhub-ml-eng", "jhub-data-science"
 KEY = "MCowBQYDK2VuAyEA" + "B" * 28
@@ -55,6 +57,8 @@ USERS = {  # token -> the model JupyterHub's GET /hub/api/user answers
     "unscoped-token": {"kind": "user", "name": "bob", "groups": ["ml-eng"], "scopes": []},
     "service-token-of-usage": {"kind": "service", "name": "gpu-usage",
                                "scopes": [KERNELS_ACCESS_SCOPE]},
+    # the hub service Prometheus scrapes with (read:metrics only)
+    "metrics-token": {"kind": "service", "name": "prometheus", "scopes": [READ_METRICS_SCOPE]},
     # a name that would forge a log line if logged as it is
     "mallory-token": {"kind": "user", "name": "mallory\n[W 2026 kernels] admin deleted all",
                       "groups": ["ml-eng"], "scopes": [KERNELS_ACCESS_SCOPE]},
@@ -89,14 +93,15 @@ def _carols_kernel() -> dict:
             "spec": {}, "status": {"phase": "Running", "podIP": "10.244.2.9"}}
 
 
-def _watches(platform) -> cluster.Watches:
+def _watches(platform, watches: cluster.Watches | None = None) -> cluster.Watches:
     """Bob's, carol's and dana's running servers, and carol's running kernel, in the
     service's pod and Workload watches (never started: fed here as the API's events
-    would; made in a running event loop, as KubeSpawner's reflectors are)."""
-    watches = cluster.Watches(t.namespace for t in platform.teams)
+    would; made in a running event loop, as KubeSpawner's reflectors are; telling
+    their pod listener, as :meth:`start` makes them)."""
+    watches = watches or cluster.Watches(t.namespace for t in platform.teams)
     for ns in watches.namespaces:
         watches.jobs[ns] = SimpleNamespace(resources={})
-        watches.pods[ns], watches.workloads[ns] = (UserPodReflector(namespace=ns),
+        watches.pods[ns], watches.workloads[ns] = (watches.pod_reflector(ns),
                                                    WorkloadReflector(namespace=ns))
         watches.pods[ns].resources, watches.workloads[ns].resources = {}, {}
     for pod in (_server("bob", ML, "10.244.1.7"), _server("carol", ML, "10.244.1.8"),
@@ -159,10 +164,12 @@ def service(example_spec_path, platform, tmp_path):
         auth = HubOAuth(api_token="service-token", api_url=f"http://127.0.0.1:{port}/hub/api",
                         access_scopes={KERNELS_ACCESS_SCOPE}, cache_max_age=0,
                         oauth_client_id="service-gpu-kernels", base_url=prefix)
-        watches = _watches(platform)
+        watches = cluster.Watches(t.namespace for t in platform.teams)
         ledger = Ledger(f"sqlite:///{tmp_path}/usage.sqlite")
         kernels = Kernels(str(example_spec_path), watches,
-                          usage=KernelRecorder(ledger, watches, lambda: platform))
+                          usage=KernelRecorder(ledger, watches, lambda: platform),
+                          registry=CollectorRegistry())
+        _watches(platform, watches)  # the watches start after the service's state is made
         app = make_app(kernels, prefix, auth)
         app.add_handlers(".*", [("/hub/api/user", HubUser)])
         server = HTTPServer(app)
@@ -537,3 +544,90 @@ def test_the_ledger_says_why_each_kernel_stopped(service, kube):
     assert kube.calls[-1] == ("delete pod", ML, orphan["metadata"]["name"])
     row = next(r for r in ledger.rows_sync(Kind.KERNEL) if r.server == orphan["metadata"]["name"])
     assert row.stop_reason is StopReason.USER and row.stopped_at is not None
+
+
+def _scrape(service, headers: dict) -> tuple[int, str]:
+    """``GET metrics``: its status and its text."""
+    request = urllib.request.Request(service.url + "metrics", headers=headers)
+    try:
+        with urllib.request.urlopen(request) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_only_a_caller_with_read_metrics_reads_the_metrics(service, kube):
+    """As the hub's /hub/metrics: the token of a holder of ``read:metrics`` (the hub
+    service Prometheus scrapes with); not a user's token without it, nor an unknown
+    token, nor none, nor a user's browser. Answered while the watches start, without
+    the numbers they give."""
+    status, text = _scrape(service, {"Authorization": "token metrics-token"})
+    assert status == 200 and f"# TYPE {KERNEL_STARTS} counter" in text
+    assert f'{KERNEL_RUNNING}{{pool="t4dev",profile="t4-shared"}} 0.0' in text
+    cookie = web.create_signed_value(service.app.settings["cookie_secret"],
+                                     service.auth.cookie_name, "bob-token").decode()
+    for headers, words in (({"Authorization": "token bob-token"}, "lacks the scope read:metrics"),
+                           ({"Authorization": "token x"}, "does not know this token"),
+                           ({}, "needs a token with the scope read:metrics"),
+                           ({"Cookie": f"{service.auth.cookie_name}={cookie}"}, "lacks the scope")):
+        status, text = _scrape(service, headers)
+        assert status == 403 and words in json.loads(text)["error"], (headers, text)
+        assert KERNEL_STARTS not in text
+    service.kernels.watches.ready = False  # the watches (re)starting: the API answers 503
+    assert _start(service, _body())[0] == 503
+    status, text = _scrape(service, {"Authorization": "token metrics-token"})
+    assert status == 200 and KERNEL_STARTS in text and f"{KERNEL_RUNNING}{{" not in text
+
+
+def test_the_metrics_count_each_kernel_the_service_starts_and_stops(service, kube):
+    """Through the API: refusals (by the profile asked for, if the spec has it), a start
+    whose policies could not be made (once: not again when its pod goes), a start that
+    runs, its server's idle release, and the deletion of a kernel whose server is gone."""
+    metrics = {"Authorization": "token metrics-token"}
+
+    def value(name: str, **labels) -> float:
+        _, text = _scrape(service, metrics)
+        shown = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        found = [line.rpartition(" ")[2] for line in text.splitlines()
+                 if line.startswith(f"{name}{{{shown}}} ")]
+        return float(found[0]) if found else 0.0
+
+    assert _start(service, _body(profile="cpu"))[0] == 400
+    assert _start(service, _body(profile="x\n[I] forged"))[0] == 400
+    assert _start(service, _body(), "erin-token")[0] == 409  # no server
+    none = {"pool": "none"}
+    assert value(KERNEL_STARTS, profile="cpu", outcome="refused", **none) == 1
+    assert value(KERNEL_STARTS, profile="unknown", outcome="refused", **none) == 1
+    assert value(KERNEL_STARTS, profile="t4-shared", outcome="refused", **none) == 1
+
+    kube.fail.append(True)
+    assert _start(service, _body())[0] == 500
+    kube.fail.clear()
+    (undone,) = _created(kube, "pod")
+    _shown(service, undone, phase="Pending")  # the watch shows it, then its deletion
+    service.kernels.watches.pods[ML].resources.pop(f"{ML}/{undone['metadata']['name']}")
+    assert value(KERNEL_STARTS, profile="t4-shared", outcome="failed", **none) == 1
+    assert value(KERNEL_STARTS, profile="t4-shared", outcome="cancelled", **none) == 0
+
+    t4 = {"profile": "t4-shared", "pool": "t4dev"}
+    for n in (1, 2):
+        assert _start(service, _body(n))[0] == 201
+    idle, orphan = (_shown(service, p, phase="Pending") for p in _created(kube, "pod")[1:])
+    for pod in (idle, orphan):
+        _shown(service, pod, phase="Running", podIP="10.244.2.20", containerStatuses=[
+            {"state": {"running": {"startedAt": "2026-12-07T09:00:00Z"}}}])
+    assert value(KERNEL_STARTS, outcome="started", **t4) == 2
+    assert value(KERNEL_RUNNING, **t4) == 2
+    assert _call(service.url + f"api/kernels/{IDS[1]}?{KERNEL_STOP_QUERY}={KERNEL_IDLE_RELEASE}",
+                 "DELETE", headers={"Authorization": "token bob-token"})[0] == 200
+    idle["metadata"]["deletionTimestamp"] = "2026-12-07T10:00:30Z"  # the watch shows it go
+    _shown(service, idle, **idle["status"])
+    service.kernels.watches.pods[ML].resources.pop(f"{ML}/{idle['metadata']['name']}")
+    del service.kernels.watches.pods[ML].resources[f"{ML}/jupyter-bob"]  # bob's server goes
+    asyncio.run(tend(service.kernels))
+    orphan["metadata"]["deletionTimestamp"] = "2026-12-07T10:01:00Z"
+    _shown(service, orphan, **orphan["status"])
+    assert value(KERNEL_STOPS, reason="idle-release", **t4) == 1
+    assert value(KERNEL_STOPS, reason="user", **t4) == 1
+    assert value(KERNEL_RUNNING, **t4) == 0
+    assert value(KERNEL_STARTS, outcome="started", **t4) == 2  # counted once each
