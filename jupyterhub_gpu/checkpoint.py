@@ -28,6 +28,10 @@ In a notebook (or a script started from its terminal)::
   that registered, and waits for them, within ``$JUPYTERHUB_GPU_GRACE_SECONDS``.
   In an image without this package the hook says so in the container's termination
   message instead (:func:`prestop_command`), and the hub logs it once per image.
+* A GPU kernel released for idleness gets no SIGTERM: its server first runs
+  :func:`release_code` in it (:func:`run_callbacks`, in the kernel's main thread, as
+  the handler would), bounded in time, then shuts it down. Callbacks run once per
+  process, so a SIGTERM after that only exits.
 
 Only the standard library is used (PyTorch is optional). Pickled checkpoints are
 loaded with :mod:`pickle`: only load checkpoints you wrote.
@@ -272,6 +276,7 @@ def load_torch(model: Any = None, optimizer: Any = None, *, name: str = "torch",
 _callbacks: list[Callable[[], Any]] = []
 _previous_handler: Any = None
 _handling = False
+_ran = False  # the callbacks have run (once per process)
 
 
 def _say(message: str) -> None:
@@ -316,18 +321,40 @@ def _forget_pid() -> None:
     _pid_file().unlink(missing_ok=True)
 
 
-def _run_callbacks() -> None:
-    started, budget = time.monotonic(), grace_seconds() - min(5, grace_seconds() // 5)
-    _say(f"SIGTERM: running {len(_callbacks)} checkpoint callback(s), {budget}s of grace")
+def _sigterm_budget() -> int:
+    """The seconds callbacks get after SIGTERM: the grace period, less a margin to exit."""
+    return grace_seconds() - min(5, grace_seconds() // 5)
+
+
+def run_callbacks(budget: float, why: str) -> int:
+    """Run the registered callbacks, in order, each while less than ``budget`` seconds
+    have passed since the first began; once per process (a second call runs none).
+    ``why`` starts what it says on stderr. How many ran."""
+    global _ran
+    if _ran:
+        return 0
+    _ran = True
+    started, ran = time.monotonic(), 0
+    _say(f"{why}: running {len(_callbacks)} checkpoint callback(s), {budget:g}s of grace")
     for callback in list(_callbacks):
         if time.monotonic() - started > budget:
             _say(f"no grace left, skipped {getattr(callback, '__name__', callback)}")
             continue
+        ran += 1
         try:
             callback()
         except Exception:  # one failing callback must not stop the others
             traceback.print_exc()
     _say(f"checkpoint callbacks done in {time.monotonic() - started:.1f}s")
+    return ran
+
+
+def release_code(budget: float) -> str:
+    """What a GPU kernel's server runs in the kernel before releasing it: the
+    callbacks, if the kernel's code imported this module (else there are none), with
+    ``budget`` seconds; an expression that leaves no name behind."""
+    return (f"(lambda m: m.run_callbacks({float(budget)!r}, 'GPU kernel released') if m "
+            f"else 0)(__import__('sys').modules.get({__name__!r}))")
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -335,7 +362,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     if _handling:  # a second SIGTERM while saving
         return
     _handling = True
-    _run_callbacks()
+    run_callbacks(_sigterm_budget(), "SIGTERM")
     _forget_pid()
     if callable(_previous_handler):
         _previous_handler(signum, frame)
@@ -398,7 +425,7 @@ def prestop(wait_seconds: float | None = None) -> int:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             (folder / str(pid)).unlink(missing_ok=True)
-    wait = grace_seconds() - min(5, grace_seconds() // 5) if wait_seconds is None else wait_seconds
+    wait = _sigterm_budget() if wait_seconds is None else wait_seconds
     deadline = time.monotonic() + wait
     while (running := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -278,6 +278,11 @@ PROFILES_API_PATH = "api/gpu/profiles"
 #: the same for one user (scope ``read:servers`` on that user)
 USER_PROFILES_API_PATH = "api/gpu/users/{name}/profiles"
 
+#: JupyterHub's scope to read its ``/hub/metrics``; the gpu-kernels service asks it too
+READ_METRICS_SCOPE = "read:metrics"
+#: where a hub service of ours serves its Prometheus metrics, under its prefix
+SERVICE_METRICS_PATH = "metrics"
+
 # -- the training-jobs service (:mod:`jupyterhub_gpu.jobs`), a JupyterHub service ----
 
 #: its name as a hub service: the proxy serves it under ``/services/gpu-jobs/``
@@ -310,6 +315,14 @@ KERNELS_PORT = 10104
 KERNELS_ACCESS_SCOPE = f"access:services!service={KERNELS_SERVICE_NAME}"
 #: its API, under the service's prefix: the caller's kernels; one is ``<path>/<kernel id>``
 KERNELS_API_PATH = "api/kernels"
+#: its Prometheus metrics (read:metrics), as the proxy and its own port serve them
+KERNELS_METRICS_PATH = f"/services/{KERNELS_SERVICE_NAME}/{SERVICE_METRICS_PATH}"
+#: the query parameter of ``DELETE <KERNELS_API_PATH>/<kernel id>`` by which a server
+#: says why it deletes a kernel (without it: its user shut it down), and its one value:
+#: the server released the kernel, idle for its profile's ``kernelIdleTimeout`` (also
+#: the usage ledger's stop reason)
+KERNEL_STOP_QUERY = "stop-reason"
+KERNEL_IDLE_RELEASE = "idle-release"
 #: its API, under the service's prefix: the kernelspecs of the caller's GPU profiles
 KERNELSPECS_API_PATH = "api/kernelspecs"
 #: in the notebook's environment: the service's URL (prefix included)

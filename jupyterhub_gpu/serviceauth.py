@@ -10,6 +10,10 @@ with it; a browser's write needs the XSRF token a page view of the service set
 /hub/api/user`` always includes them), so the service itself needs no hub scope. The
 service answers 503 until its watches of the cluster are ready, and JSON always,
 errors included.
+
+A service's Prometheus metrics (:class:`MetricsHandler`) are read as the hub's
+``/hub/metrics`` are: by a caller whose token has the ``read:metrics`` scope (the
+token of the hub service ``prometheus`` that scrapes the hub), known the same way.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from typing import Any
 
 from jupyterhub.services.auth import (HubOAuth, HubOAuthCallbackHandler, HubOAuthenticated,
                                       UserNotAllowed)
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from tornado import web
 
+from .contract import READ_METRICS_SCOPE
 from .logtext import error_words, shown
 from .spec.grant import UserRef
 
@@ -39,6 +45,7 @@ class ServiceAPI(HubOAuthenticated, web.RequestHandler):
     service_words = "The service"
     access_scope = ""
     owned = "things"
+    needs_watches = True  # answers 503 until the service's watches are ready
 
     def initialize(self, state: Any, hub_auth: HubOAuth) -> None:
         self.state, self.hub_auth = state, hub_auth
@@ -46,7 +53,7 @@ class ServiceAPI(HubOAuthenticated, web.RequestHandler):
     async def prepare(self) -> None:
         # who calls, asked of the hub without blocking the other requests (the
         # synchronous get_current_user would)
-        if not self.state.watches.ready:
+        if self.needs_watches and not self.state.watches.ready:
             raise web.HTTPError(503, f"{self.service_words} cannot read the cluster yet; try "
                                 "again in a minute (its log says why).")
         model = await self.hub_auth.get_user(self, sync=False)
@@ -83,6 +90,29 @@ class ServiceAPI(HubOAuthenticated, web.RequestHandler):
         error = kwargs.get("exc_info", (None, None))[1]
         message = error_words(error, self._reason)
         self.answer({"error": message, "status": status_code}, status_code)
+
+
+class MetricsHandler(ServiceAPI):
+    """``GET <prefix>metrics``: ``registry`` in Prometheus' text format, to a caller
+    with ``read:metrics`` (their token; a caller without one, or whose token lacks the
+    scope, gets 403, as from ``/hub/metrics``). Answered while the watches start too:
+    the families whose numbers they give are absent until then."""
+
+    service_words = "The service's metrics"
+    access_scope = READ_METRICS_SCOPE
+    hub_scopes = frozenset({READ_METRICS_SCOPE})  # not the service's access scope
+    needs_watches = False
+
+    def initialize(self, registry: CollectorRegistry, hub_auth: HubOAuth) -> None:
+        super().initialize(None, hub_auth)
+        self.registry = registry
+
+    async def get(self) -> None:
+        if self.current_user is None:
+            raise web.HTTPError(403, f"Reading these metrics needs a token with the scope "
+                                f"{READ_METRICS_SCOPE}.")
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(generate_latest(self.registry))
 
 
 class OAuthCallback(HubOAuthCallbackHandler):

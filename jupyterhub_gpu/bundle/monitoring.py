@@ -2,8 +2,8 @@
 
 ``config/prometheus-rules.yaml`` is a PrometheusRule (kube-prometheus-stack's
 ``monitoring.coreos.com/v1``); ``config/grafana-dashboard.json`` a Grafana dashboard.
-Both read what the components really export: the hub's ``jupyterhub_gpu_*``
-(:doc:`reference/metrics`), Kueue's ``kueue_*``, kube-state-metrics' ``kube_*`` and the
+Both read what the components really export: the hub's and the gpu-kernels service's
+``jupyterhub_gpu_*`` (:doc:`reference/metrics`), Kueue's ``kueue_*``, kube-state-metrics' ``kube_*`` and the
 DCGM exporter's ``DCGM_FI_*``. No rule reads Karpenter's ``karpenter_*``: the cluster
 autoscaler's pools have none, and AKS runs Node Auto Provisioning's Karpenter in its
 control plane, where kube-prometheus-stack does not scrape it. A node's pool is the
@@ -24,6 +24,7 @@ import re
 
 from ..contract import (APP_NAME_LABEL, DCGM_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_PERCENT_FACTOR,
                         ENV_PROMETHEUS_URL, NVIDIA_PREFIX)
+from ..kueue.series import KERNEL_QUEUE_WAIT, KERNEL_RUNNING
 from ..spec.model import Autoscaler, Platform
 
 API_VERSION = "monitoring.coreos.com/v1"
@@ -48,6 +49,7 @@ TEAM_UTIL = "jupyterhub_gpu:team_gpu_utilization:percent"
 POOL_UTIL = "jupyterhub_gpu:pool_gpu_utilization:percent"
 WAIT_P50 = "jupyterhub_gpu:queue_wait_seconds:p50"
 WAIT_P95 = "jupyterhub_gpu:queue_wait_seconds:p95"
+KERNEL_WAIT_P90 = "jupyterhub_gpu:kernel_queue_wait_seconds:p90"
 SPOT_EVICTIONS = "jupyterhub_gpu:spot_eviction_rate:ratio"
 POOL_NODES = "jupyterhub_gpu:pool_nodes:sum"
 POOL_COST = "jupyterhub_gpu:pool_cost_per_hour:sum"
@@ -136,7 +138,8 @@ def usage_rules(platform: Platform) -> list[dict]:
     pod_pool = (f'max by (namespace, pod, pool) (kube_pod_info{{node!=""}} '
                 f"* on (node) group_left (pool) {NODE_POOL})")
     quantile = ("histogram_quantile({q}, sum by (profile, pool, le) "
-                f"(rate(jupyterhub_gpu_queue_wait_seconds_bucket[{WINDOW}])))")
+                f"(rate({{family}}_bucket[{WINDOW}])))")
+    server_wait, kernel_wait = "jupyterhub_gpu_queue_wait_seconds", KERNEL_QUEUE_WAIT
     return [
         node_pool_rule(platform),
         {"record": POD_UTIL, "expr": util},
@@ -144,8 +147,9 @@ def usage_rules(platform: Platform) -> list[dict]:
          "expr": f"avg by (team) ({POD_UTIL} * on (namespace) group_left (team) {TEAM_OF})"},
         {"record": POOL_UTIL,
          "expr": f"avg by (pool) ({POD_UTIL} * on (namespace, pod) group_left (pool) {pod_pool})"},
-        {"record": WAIT_P50, "expr": quantile.format(q=0.5)},
-        {"record": WAIT_P95, "expr": quantile.format(q=0.95)},
+        {"record": WAIT_P50, "expr": quantile.format(q=0.5, family=server_wait)},
+        {"record": WAIT_P95, "expr": quantile.format(q=0.95, family=server_wait)},
+        {"record": KERNEL_WAIT_P90, "expr": quantile.format(q=0.9, family=kernel_wait)},
         {"record": POOL_NODES, "expr": "sum by (pool) (jupyterhub_gpu_pool_nodes)"},
         {"record": POOL_COST, "expr": f"{POOL_NODES} * on (pool) {PRICE}"},
     ]
@@ -267,6 +271,10 @@ PANELS = (  # title, unit, (legend, expr)...
      ("total", f"sum({POOL_COST})")),
     ("Nodes by pool", "short", ("{{pool}}", POOL_NODES),
      ("Kubernetes: {{pool}}", f"count by (pool) ({NODE_POOL})")),
+    ("GPU kernels: queue wait p90 by profile", "s",
+     ("p90 {{profile}} ({{pool}})", KERNEL_WAIT_P90)),
+    ("GPU kernels running by profile", "short",
+     ("{{profile}}", f"sum by (profile) ({KERNEL_RUNNING})")),
 )
 
 

@@ -186,7 +186,7 @@ def _changed_defaults(spawner_class: type) -> str:
 
 
 def _usage_ledger_traits() -> str:
-    """The usage ledger's setting (``c.UsageLedger``), shared by the hub and the jobs service."""
+    """The usage ledger's setting (``c.UsageLedger``), shared by the hub and its services."""
     from ..usage.config import UsageLedger
 
     from ..usage.config import UsagePage

@@ -13,6 +13,14 @@ values (:mod:`.gpuoperator`).
   token into the Secret ``hub`` (key ``hub.services.prometheus.apiToken``), which the
   ServiceMonitor hands to Prometheus. The hub's NetworkPolicy admits Prometheus's pods
   (``hub.networkPolicy.ingress`` in helm-values/values.yaml).
+* **The gpu-kernels service** (:mod:`jupyterhub_gpu.kernels.metrics`: GPU kernels'
+  starts, queue waits, stops and those running), a managed service of the hub on its
+  own port of the hub Service (``hub.service.extraPorts``), under its prefix
+  (``/services/gpu-kernels/metrics``), with the same token as ``/hub/metrics``: the
+  service asks the hub whose token it is and answers only a holder of ``read:metrics``.
+  Scraped there rather than through the proxy, whose Service changes with z2jh's HTTPS
+  setting (``autohttps``); the hub's NetworkPolicy admits Prometheus's pods to that
+  port too (``hub.networkPolicy.ingress``).
 * **The culler** (:mod:`jupyterhub_gpu.cull.metrics`: culls, and GPU-idle decisions
   that fell back to the activity rules for want of GPU data), a managed service of the
   hub on its own port of the hub Service (``hub.service.extraPorts``), which only
@@ -28,7 +36,7 @@ values (:mod:`.gpuoperator`).
 from __future__ import annotations
 
 from ..contract import (APP_COMPONENT_LABEL, APP_INSTANCE_LABEL, APP_NAME_LABEL,
-                        CULLER_METRICS_PORT_NAME)
+                        CULLER_METRICS_PORT_NAME, KERNELS_METRICS_PATH, KERNELS_SERVICE_NAME)
 from .monitoring import API_VERSION, KPS_RELEASE
 from .namespaces import HUB_PORT_NAME, HubRef
 
@@ -37,6 +45,9 @@ from .namespaces import HUB_PORT_NAME, HubRef
 PROMETHEUS_SERVICE = "prometheus"
 HUB_SECRET = "hub"
 HUB_METRICS_PATH = "/hub/metrics"
+#: the gpu-kernels service's port on the hub Service (helm-values/values.yaml
+#: ``hub.service.extraPorts``: named as the service)
+KERNELS_PORT_NAME = KERNELS_SERVICE_NAME
 #: Kueue as the admin guide installs it (``helm install kueue ... --namespace kueue-system``)
 KUEUE_RELEASE, KUEUE_NAMESPACE = "kueue", "kueue-system"
 #: where the kubelet mounts a pod's ServiceAccount token
@@ -59,15 +70,19 @@ def _service_monitor(name: str, namespace: str, selector: dict, *endpoints: dict
 
 
 def hub_service_monitor(hub: HubRef) -> dict:
-    """The z2jh ``hub`` Service's port ``hub``, at ``/hub/metrics``, with the token; and
-    the culler's metrics (no token: only Prometheus may reach that port)."""
+    """The z2jh ``hub`` Service's port ``hub``, at ``/hub/metrics``, and its port of the
+    gpu-kernels service, at the service's metrics, each with the token; and the culler's
+    metrics (no token: only Prometheus may reach that port)."""
+    def with_token(port: str, path: str) -> dict:
+        return {"port": port, "path": path, "authorization": {
+            "type": "Bearer", "credentials": {"name": HUB_SECRET, "key": token_key()}}}
+
     return _service_monitor(
         "jupyterhub-gpu-hub", hub.namespace,
         {APP_NAME_LABEL: "jupyterhub", APP_COMPONENT_LABEL: "hub"},
-        {"port": HUB_PORT_NAME, "path": HUB_METRICS_PATH,
-         "authorization": {"type": "Bearer",
-                           "credentials": {"name": HUB_SECRET, "key": token_key()}}},
-        {"port": CULLER_METRICS_PORT_NAME, "path": "/metrics"})
+        with_token(HUB_PORT_NAME, HUB_METRICS_PATH),
+        {"port": CULLER_METRICS_PORT_NAME, "path": "/metrics"},
+        with_token(KERNELS_PORT_NAME, KERNELS_METRICS_PATH))
 
 
 def kueue_service_monitor() -> dict:

@@ -12,6 +12,7 @@ from the environment.
 import os
 
 from jupyterhub_gpu import configure_hub
+from jupyterhub_gpu.contract import READ_METRICS_SCOPE
 from jupyterhub_gpu.devcluster.contract import (DEMO_ADMIN, DEMO_GROUPS, DEMO_HTTP_TIMEOUT,
                                                 DEMO_HUB_PORT, DEMO_PASSWORD,
                                                 DEMO_PROXY_API_PORT, DEMO_URL,
@@ -42,7 +43,7 @@ add_culler_service(c, timeout_seconds=8 * 3600, cull_every_seconds=CULL_EVERY,
 if os.environ.get(ENV_DEMO_METRICS_TOKEN):
     c.JupyterHub.services.append({"name": "prometheus",
                                   "api_token": os.environ[ENV_DEMO_METRICS_TOKEN]})
-    c.JupyterHub.load_roles.append({"name": "prometheus", "scopes": ["read:metrics"],
+    c.JupyterHub.load_roles.append({"name": "prometheus", "scopes": [READ_METRICS_SCOPE],
                                     "services": ["prometheus"]})
 
 # As the Helm values do (hub.allowNamedServers): a CPU server beside a GPU server.

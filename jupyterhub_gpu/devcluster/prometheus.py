@@ -10,6 +10,10 @@ short, so that a test sees a value a few seconds after it set it. Its jobs:
     file the hub's starter writes (:func:`register_hub`), with a token of a hub
     service holding the ``read:metrics`` scope, as z2jh users scrape a hub that keeps
     ``authenticate_prometheus`` on.
+``gpu-kernels``
+    the metrics of the hub's gpu-kernels service (``/services/gpu-kernels/metrics``
+    on its own port, the hub's + 13 in the demo), with the same token
+    (:func:`register_hub` writes both targets).
 ``kueue``
     Kueue's metrics (HTTPS, its self-signed cert; controller-runtime's authn/authz
     filter: the ``prometheus`` ServiceAccount's token, allowed ``get`` on ``/metrics``).
@@ -29,8 +33,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..contract import RBAC_API_VERSION, RBAC_GROUP
+from ..contract import KERNELS_METRICS_PATH, KERNELS_SERVICE_NAME, RBAC_API_VERSION, RBAC_GROUP
 from .components import Component, Health
+from .contract import KERNELS_PORT_ABOVE_HUB
 from .layout import HOST, Layout, Ports
 
 SCRAPE_INTERVAL = "2s"
@@ -38,6 +43,9 @@ EVALUATION_INTERVAL = "2s"
 SD_REFRESH = "2s"
 RETENTION = "1d"
 HUB_JOB, KUEUE_JOB, KARPENTER_JOB, DCGM_JOB = "jupyterhub", "kueue", "karpenter", "dcgm-exporter"
+KERNELS_JOB = KERNELS_SERVICE_NAME
+#: the target files of each hub (by its port) and of its gpu-kernels service
+HUB_TARGETS, KERNELS_TARGETS = "hub-{port}.json", "kernels-{port}.json"
 #: the labels a ServiceMonitor puts on the real exporter's target (GPU Operator)
 DCGM_TARGET_LABELS = {"namespace": "gpu-operator", "pod": "nvidia-dcgm-exporter-devcluster",
                       "container": "nvidia-dcgm-exporter", "service": "nvidia-dcgm-exporter",
@@ -56,15 +64,19 @@ def config(layout: Layout, ports: Ports) -> dict:
         return {"job_name": job, "static_configs": [{"targets": [f"{HOST}:{port}"]}], **extra}
 
     token = {"authorization": {"credentials_file": str(layout.prometheus_token)}}
+
+    def of_hubs(job: str, path: str, targets: str) -> dict:
+        files = str(layout.prometheus_sd_dir / targets.format(port="*"))
+        return {"job_name": job, "metrics_path": path,
+                "authorization": {"credentials_file": str(layout.prometheus_hub_token)},
+                "file_sd_configs": [{"files": [files], "refresh_interval": SD_REFRESH}]}
     return {
         "global": {"scrape_interval": SCRAPE_INTERVAL, "scrape_timeout": SCRAPE_INTERVAL,
                    "evaluation_interval": EVALUATION_INTERVAL},
         "rule_files": [str(layout.prometheus_rules)],
         "scrape_configs": [
-            {"job_name": HUB_JOB, "metrics_path": "/hub/metrics",
-             "authorization": {"credentials_file": str(layout.prometheus_hub_token)},
-             "file_sd_configs": [{"files": [str(layout.prometheus_sd_dir / "hub-*.json")],
-                                  "refresh_interval": SD_REFRESH}]},
+            of_hubs(HUB_JOB, "/hub/metrics", HUB_TARGETS),
+            of_hubs(KERNELS_JOB, KERNELS_METRICS_PATH, KERNELS_TARGETS),
             static(KUEUE_JOB, ports.kueue_metrics, scheme="https",
                    tls_config={"insecure_skip_verify": True}, **token),
             static(KARPENTER_JOB, ports.karpenter_metrics),
@@ -106,17 +118,26 @@ def rbac() -> list[dict]:
              "metadata": {"name": name, "namespace": namespace}}, role, binding]
 
 
-def register_hub(layout: Layout, hub_port: int, token: str) -> Path:
-    """Make Prometheus scrape the hub on ``hub_port`` with ``token`` (a hub service's
-    API token with ``read:metrics``); it picks the target up within :data:`SD_REFRESH`."""
-    layout.prometheus_sd_dir.mkdir(parents=True, exist_ok=True)
-    layout.prometheus_hub_token.write_text(token)
-    target = layout.prometheus_sd_dir / f"hub-{hub_port}.json"
+def _write_target(layout: Layout, name: str, port: int) -> Path:
+    target = layout.prometheus_sd_dir / name
     partial = target.with_suffix(".partial")
-    partial.write_text(json.dumps([{"targets": [f"{HOST}:{hub_port}"]}]))
+    partial.write_text(json.dumps([{"targets": [f"{HOST}:{port}"]}]))
     partial.replace(target)  # Prometheus never reads half a file
     return target
 
 
+def register_hub(layout: Layout, hub_port: int, token: str) -> Path:
+    """Make Prometheus scrape the hub on ``hub_port``, and its gpu-kernels service on
+    the demo's port for it, with ``token`` (a hub service's API token with
+    ``read:metrics``); it picks the targets up within :data:`SD_REFRESH`. The hub's
+    target file."""
+    layout.prometheus_sd_dir.mkdir(parents=True, exist_ok=True)
+    layout.prometheus_hub_token.write_text(token)
+    _write_target(layout, KERNELS_TARGETS.format(port=hub_port),
+                  hub_port + KERNELS_PORT_ABOVE_HUB)
+    return _write_target(layout, HUB_TARGETS.format(port=hub_port), hub_port)
+
+
 def unregister_hub(layout: Layout, hub_port: int) -> None:
-    (layout.prometheus_sd_dir / f"hub-{hub_port}.json").unlink(missing_ok=True)
+    for name in (HUB_TARGETS, KERNELS_TARGETS):
+        (layout.prometheus_sd_dir / name.format(port=hub_port)).unlink(missing_ok=True)

@@ -11,6 +11,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from ..kueue.lifecycle import Outcome
 from ..kueue.metrics import SPAWNS
+from ..kueue.series import POOL, PROFILE, REASON
 from ..kueue.messages import STOP_REASONS
 from ..watches.poolnodes import failed, pool_node_counts
 from ..spec.model import Platform
@@ -22,7 +23,7 @@ STOPS_BY_PLATFORM = Counter(
     "jupyterhub_gpu_preemptions_total",
     "Running GPU servers stopped by the platform, by profile and reason "
     "(preempted, evicted) and pool",
-    ["profile", "reason", "pool"],
+    [PROFILE, REASON, POOL],
 )
 
 

@@ -21,7 +21,7 @@ from kubernetes_asyncio.client import ApiException
 from . import metrics, nodehealth
 from ..contract import PROFILE_LABEL, QUEUE_LABEL
 from ..kueue import status as kstatus
-from ..kueue.metrics import NO_POOL
+from ..kueue.series import NO_POOL, UNKNOWN_PROFILE
 from ..kueue.messages import (Preemptor, StopNotice, node_lost_notice, preempting_job,
                               stop_notice)
 from ..spec.grant import Grant
@@ -147,7 +147,7 @@ class PlatformStops:
         pool = next((p for p in (platform.pools if platform else ())
                      if p.name == notice.pool), None)
         self.usage_stopped(uid, stop_reason_of_notice(notice.reason, pool))
-        metrics.STOPS_BY_PLATFORM.labels(slug or "unknown", notice.reason,
+        metrics.STOPS_BY_PLATFORM.labels(slug or UNKNOWN_PROFILE, notice.reason,
                                          notice.pool or NO_POOL).inc()
         server = self.server()
         self.log.warning("Server %s stopped by the platform (%s): %s",

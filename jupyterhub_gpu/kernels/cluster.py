@@ -4,7 +4,8 @@ credentials.
 Reads come from the shared watches of every team namespace
 (:mod:`jupyterhub_gpu.watches.teams`): the users' notebook pods (a kernel belongs to
 one of its user's running servers) and the GPU kernels' pods (what the per-user cap
-counts), and Kueue's Workloads. No request lists anything from the API server.
+counts), Kueue's Workloads, and the pods' events (a starting kernel's words, as a
+spawn's). No request lists anything from the API server.
 Writes are a kernel's pod, then its two NetworkPolicies owned by the pod (the garbage
 collector deletes them with it), the pod's deletion, and for a fallback profile's
 kernel the pool Kueue admitted it to, recorded on its pod as the hub records a
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from kubespawner.clients import shared_client
 
@@ -27,7 +28,7 @@ from ..kueue import status as st
 from ..kueue.poolgate import record_pool
 from ..spec.grant import Grant
 from ..spec.model import Platform
-from ..watches.teams import TeamWatches, component, owner
+from ..watches.teams import TeamWatches, component, owner, uid_key
 from .request import KernelRefused
 
 log = logging.getLogger("jupyterhub_gpu.kernels")
@@ -62,13 +63,23 @@ def active(pod: dict) -> bool:
 class Watches(TeamWatches):
     """The service's watches of every team namespace, and what it reads from them."""
 
+    events_watched = True  # a starting kernel's words (kernels.progress) read them
+
     def __init__(self, namespaces: Iterable[str]):
         super().__init__(namespaces, log)
 
+    def kernel_pods(self) -> list[dict]:
+        """Every kernel pod in the watches."""
+        return [p for r in self.pods.values() for p in r.resources.values()
+                if component(p) == KERNEL_COMPONENT]
+    def workloads_in(self, namespace: str) -> list[dict]:
+        """Kueue's Workloads in ``namespace`` (none outside the team namespaces)."""
+        found = self.workloads.get(namespace)
+        return list(found.resources.values()) if found is not None else []
+
     def kernels_of(self, user: str) -> list[dict]:
         """The user's kernel pods, oldest first."""
-        found = [p for r in self.pods.values() for p in r.resources.values()
-                 if component(p) == KERNEL_COMPONENT and owner(p) == user]
+        found = [p for p in self.kernel_pods() if owner(p) == user]
         return sorted(found, key=lambda p: (p["metadata"].get("creationTimestamp") or "",
                                             p["metadata"]["name"]))
 
@@ -105,10 +116,21 @@ class Watches(TeamWatches):
 
     def gated_kernels(self) -> list[dict]:
         """Every kernel pod our pool gate still holds (a fallback profile's)."""
-        return [p for r in self.pods.values() for p in r.resources.values()
-                if component(p) == KERNEL_COMPONENT and active(p)
+        return [p for p in self.kernel_pods() if active(p)
                 and any(g.get("name") == POOL_GATE
                         for g in (p.get("spec") or {}).get("schedulingGates") or [])]
+
+    def workload_of(self, pod: dict) -> dict | None:
+        """A kernel pod's Workload, live or just deleted (by the pod's uid: its job uid)."""
+        meta = pod["metadata"]
+        return self.workloads[meta["namespace"]].of_job(meta.get("uid"), buried=True)
+
+    def buried_kernel(self, uid: str) -> dict | None:
+        """The last state of the kernel pod of ``uid``, deleted lately, if a watch still
+        remembers it (:class:`jupyterhub_gpu.watches.indexed.Graveyard`)."""
+        return next((pod for r in self.pods.values()
+                     if (pod := r.graveyard.find(uid_key(uid))) is not None
+                     and component(pod) == KERNEL_COMPONENT), None)
 
     async def seen(self, namespace: str, name: str) -> bool:
         """Wait (briefly) until a pod just created is in the watch."""
@@ -121,11 +143,12 @@ class Watches(TeamWatches):
         return True
 
 
-async def create(pod: dict, policies: Iterable[dict]) -> dict:
+async def create(pod: dict, policies: Iterable[dict],
+                 undo: Callable[[dict], Awaitable[Any]] | None = None) -> dict:
     """Create the kernel's pod, then its policies, each owned by the pod. If a policy
-    cannot be made, the pod is deleted again and the error raised: a kernel its
-    server cannot reach would only hang. A pod of that name already there (the watch
-    has not shown it yet) is a :class:`KernelRefused`."""
+    cannot be made, the pod is deleted again (``undo(pod)`` awaited first) and the
+    error raised: a kernel its server cannot reach would only hang. A pod of that name
+    already there (the watch has not shown it yet) is a :class:`KernelRefused`."""
     from kubernetes_asyncio.client import ApiException
 
     ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
@@ -145,6 +168,8 @@ async def create(pod: dict, policies: Iterable[dict]) -> dict:
             policy["metadata"]["ownerReferences"] = owner_ref
             await shared_client("NetworkingV1Api").create_namespaced_network_policy(ns, policy)
     except Exception:
+        if undo is not None:
+            await undo(created)
         await core.delete_namespaced_pod(name, ns)
         raise
     return created
@@ -162,12 +187,16 @@ async def delete(pod: dict) -> None:
             raise
 
 
-async def delete_orphans(watches: Watches) -> list[str]:
+async def delete_orphans(watches: Watches,
+                         first: Callable[[dict], Awaitable[Any]] | None = None) -> list[str]:
     """Delete every kernel pod whose server is gone (:meth:`Watches.orphans`): a GPU
-    held for no one. The pods deleted, as ``namespace/name``."""
+    held for no one; ``first(pod)`` is awaited before each deletion (the usage
+    ledger's record). The pods deleted, as ``namespace/name``."""
     done = []
     for pod in watches.orphans():
         meta = pod["metadata"]
+        if first is not None:
+            await first(pod)
         await delete(pod)
         log.info("Deleted kernel %s/%s: its server is gone", meta["namespace"], meta["name"])
         done.append(f"{meta['namespace']}/{meta['name']}")

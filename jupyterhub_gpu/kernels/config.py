@@ -15,7 +15,9 @@ z2jh chart's ``hub.extraConfig``, the demo's config), as
   starts its user's kernels with its own token;
 * ``JUPYTERHUB_GPU_KERNELS_URL`` in every server's environment: the URL to call, and
   ``JUPYTERHUB_GPU_POD_IP``, the server pod's address (the Downward API), which its
-  kernels answer to (:mod:`jupyterhub_gpu.kernels.provisioner`).
+  kernels answer to (:mod:`jupyterhub_gpu.kernels.provisioner`);
+* the usage ledger's URL (``c.UsageLedger.db_url``, as set so far in ``c``, else its
+  default) in the service's environment: the service records every kernel there.
 """
 
 from __future__ import annotations
@@ -26,19 +28,24 @@ from typing import Any
 
 from ..builders.job import DEFAULT_HOME_MOUNT_PATH
 from ..contract import (ENV_KERNELS_BIND, ENV_KERNELS_URL, ENV_PLATFORM_FILE, ENV_POD_IP,
-                        KERNELS_ACCESS_SCOPE, KERNELS_SERVICE_NAME, KUBE_ENV, POD_IP_FIELD)
+                        ENV_USAGE_DB_URL, KERNELS_ACCESS_SCOPE, KERNELS_SERVICE_NAME, KUBE_ENV,
+                        POD_IP_FIELD)
+from ..ledger.config import UsageLedger
 from ..services import add_server_scope, add_service, spec_path, with_user_scope
 
 
 def kernels_service(platform_file: str, url: str, *, bind: str | None = None,
-                    python: str = sys.executable,
+                    python: str = sys.executable, usage_db_url: str | None = None,
                     home_mount_path: str = DEFAULT_HOME_MOUNT_PATH) -> dict:
     """The ``c.JupyterHub.services`` entry: the service listens on ``url``'s port, on
-    ``bind`` if given (``0.0.0.0`` in the hub pod) else on ``url``'s host; a kernel's
-    home is the claim its server mounts at ``home_mount_path`` (the chart's
+    ``bind`` if given (``0.0.0.0`` in the hub pod) else on ``url``'s host; it records
+    kernels in the usage ledger at ``usage_db_url`` (None: none); a kernel's home is
+    the claim its server mounts at ``home_mount_path`` (the chart's
     ``singleuser.storage.homeMountPath``)."""
     env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
     env[ENV_PLATFORM_FILE] = os.path.abspath(platform_file)
+    if usage_db_url:
+        env[ENV_USAGE_DB_URL] = usage_db_url
     if bind:
         env[ENV_KERNELS_BIND] = bind
     return {"name": KERNELS_SERVICE_NAME, "url": url, "environment": env,
@@ -63,7 +70,8 @@ def add_kernels_service(c: Any, platform_file: str | None = None, url: str | Non
         raise TypeError("add_kernels_service needs url=, where the proxy and servers reach "
                         "the service")
     add_service(c, kernels_service(spec_path(c, platform_file, "add_kernels_service"), url,
-                                   bind=bind, home_mount_path=home_mount_path))
+                                   bind=bind, usage_db_url=UsageLedger(config=c).db_url,
+                                   home_mount_path=home_mount_path))
     c.JupyterHub.load_roles = with_user_scope(c.JupyterHub.get("load_roles", []),
                                               KERNELS_ACCESS_SCOPE)
     add_server_scope(c, KERNELS_ACCESS_SCOPE)

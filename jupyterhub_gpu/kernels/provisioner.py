@@ -16,10 +16,21 @@ Server's kernel API, and every front end on it, works unchanged:
   the report only from the pod's address; the connection information is the pod's
   address, the fixed ports and the key the kernel made
   (:meth:`~jupyterhub_gpu.kernels.connect.Connection.info`);
-* :meth:`~GPUKernelProvisioner.poll` and ``wait`` ask the service for the pod's phase;
-* ``kill``, ``terminate`` and a SIGTERM or SIGKILL delete the pod; an interrupt is a
-  message on the control channel (the kernelspec's ``interrupt_mode``), which the
-  kernel manager sends itself;
+* while it waits, it keeps where the pod is (the service's words: queued, at which
+  place; a machine starting; ...) in this server's record of its GPU kernels
+  (:data:`jupyterhub_gpu.kernels.states.STATES`), which the GPU status item shows;
+* :meth:`~GPUKernelProvisioner.poll` and ``wait`` ask the service for the pod's phase.
+  A pod the platform takes back (being deleted with the service saying why: a
+  preemption, an eviction, its node going away; or gone without this server deleting
+  it) is noted in the record at once; once it is gone (its kernel's checkpoint
+  callbacks ran on its SIGTERM meanwhile, undisturbed), the kernel is handed to the
+  server to shut down, not restart
+  (:meth:`~jupyterhub_gpu.kernels.states.KernelStates.end`), and until that shutdown
+  begins the poll says it lives, so that Jupyter's restarter does not queue a new pod;
+* ``kill``, ``terminate`` and a SIGTERM or SIGKILL delete the pod (saying so to the
+  service when the server released the kernel idle: :attr:`GPUKernelProvisioner.idle_release`,
+  for the usage ledger); an interrupt is a message on the control channel (the
+  kernelspec's ``interrupt_mode``), which the kernel manager sends itself;
 * ``cleanup`` deletes the pod, if still there; for a restart it waits until the pod is
   gone, since the new pod of the same kernel id has the same name.
 
@@ -42,10 +53,13 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from traitlets import Float, Integer, Unicode, default
 
-from ..contract import (ENV_API_TOKEN, ENV_KERNELS_URL, ENV_POD_IP, KERNEL_RESPONSE_PORT,
-                        KERNELS_API_PATH, KERNELS_PORT, KERNELS_SERVICE_NAME, POD_IP_FIELD)
+from ..contract import (ENV_API_TOKEN, ENV_KERNELS_URL, ENV_POD_IP, KERNEL_IDLE_RELEASE,
+                        KERNEL_RESPONSE_PORT, KERNEL_STOP_QUERY, KERNELS_API_PATH,
+                        KERNELS_PORT, KERNELS_SERVICE_NAME, POD_IP_FIELD)
+from ..logtext import shown
 from .connect import ServerKey
 from .response import Received, ResponseListener
+from .states import STATES
 
 #: the pod phases in which the kernel has ended, and the exit code each stands for
 ENDED = {"Succeeded": 0, "Failed": 1}
@@ -121,7 +135,13 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         super().__init__(**kwargs)
         self.pod: dict | None = None  # the service's view of the kernel's pod
         self.pid: int | None = None
+        #: the server releases this kernel, idle (:func:`.server_ext.release_idle`):
+        #: its pod's deletion says so
+        self.idle_release = False
         self._polled: tuple[float, int | None] = (0.0, None)
+        self._deleted = False  # this server asked for the pod's deletion
+        self._taken = False  # the platform is taking the pod back, or took it
+        self._ending = False  # taken back and gone: the server shuts the kernel down
 
     # -- the service -------------------------------------------------------------------
 
@@ -131,11 +151,11 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         base = self.service_url.rstrip("/") + "/" + KERNELS_API_PATH
         return f"{base}/{self.kernel_id}" if kernel else base
 
-    async def _call(self, method: str, body: dict | None = None,
-                    kernel: bool = True) -> tuple[int, dict]:
+    async def _call(self, method: str, body: dict | None = None, kernel: bool = True,
+                    query: str = "") -> tuple[int, dict]:
         """(status, answer) of one call with the server's token."""
         request = HTTPRequest(
-            self._url(kernel), method=method, request_timeout=REQUEST_TIMEOUT,
+            self._url(kernel) + query, method=method, request_timeout=REQUEST_TIMEOUT,
             headers={"Authorization": f"token {os.environ.get(ENV_API_TOKEN, '')}",
                      "Content-Type": "application/json"},
             body=json.dumps(body) if body is not None else None)
@@ -159,7 +179,10 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         return answer
 
     async def _delete(self) -> None:
-        status, answer = await self._call("DELETE")
+        self._deleted = True
+        status, answer = await self._call(
+            "DELETE", query=f"?{KERNEL_STOP_QUERY}={KERNEL_IDLE_RELEASE}" if self.idle_release
+            else "")
         if status not in (200, 404):
             self.log.warning("Deleting GPU kernel %s: HTTP %s %s", self.kernel_id, status,
                              answer.get("error", ""))
@@ -187,6 +210,8 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         if not self.server_ip:
             raise KernelStartFailed(f"This server does not know its address ({ENV_POD_IP}).")
         listener = await shared_listener(self.server_ip, self.response_port)
+        STATES.launching(self.kernel_id, self.kernel_spec.display_name)
+        self._deleted = self._taken = self._ending = False
         key = ServerKey()
         report = listener.expect(self.kernel_id, key)
         body = {"profile": self.profile, "kernel_id": self.kernel_id,
@@ -203,10 +228,12 @@ class GPUKernelProvisioner(KernelProvisionerBase):
                                               self.launch_timeout)
         except BaseException:
             listener.forget(self.kernel_id)
+            STATES.ended(self.kernel_id)  # the start's error says it
             if self.pod is not None:
                 await self._delete()
                 self.pod = None
             raise
+        STATES.ready(self.kernel_id)
         self.pid = received.connection.pid
         info = received.connection.info(received.address)
         # the key as the kernel manager holds its own (bytes), which it compares with
@@ -227,6 +254,7 @@ class GPUKernelProvisioner(KernelProvisionerBase):
                                         f"({(pod or {}).get('phase', 'deleted')}).")
             else:
                 self.pod = pod
+                STATES.starting(self.kernel_id, pod.get("stage"))
             pod = self.pod
             if pod.get("phase") != phase:
                 phase = pod.get("phase")
@@ -252,7 +280,9 @@ class GPUKernelProvisioner(KernelProvisionerBase):
 
     async def poll(self) -> int | None:
         """None while the pod is queued, starting, running or going; its exit code
-        once it has ended or is gone. Asked at most every ``poll_interval``."""
+        once it has ended or is gone, except while the server shuts down a kernel the
+        platform took back (see the module's docstring) and has not begun yet. Asked
+        at most every ``poll_interval``."""
         if self.pod is None:
             return 0
         at, last = self._polled
@@ -260,8 +290,26 @@ class GPUKernelProvisioner(KernelProvisionerBase):
             return last
         pod = await self._view()
         code = 0 if pod is None else ENDED.get(pod.get("phase") or "")
+        stopped = (pod or {}).get("stopped")
+        if not self._deleted and (pod is None or (isinstance(stopped, dict)
+                                                  and pod.get("phase") == "Deleting")):
+            self._taken_back(stopped.get("words") if isinstance(stopped, dict) else None)
+        if self._taken and code is not None and not self._ending:
+            self._ending = STATES.end(self.kernel_id)
+        if self._ending and not getattr(self.parent, "shutting_down", True):
+            code = None
         self._polled = (time.monotonic(), code)
         return code
+
+    def _taken_back(self, how: str | None) -> None:
+        """The platform is taking the pod back, or took it: say so, once (``how``: the
+        service's words; None: it was gone before anyone saw why)."""
+        if self._taken:
+            return
+        self._taken = True
+        self.log.warning("GPU kernel %s: its pod is taken back (%s)", self.kernel_id,
+                         shown(how or "gone"))
+        STATES.stopped(self.kernel_id, how)
 
     async def wait(self) -> int | None:
         while True:
@@ -297,7 +345,11 @@ class GPUKernelProvisioner(KernelProvisionerBase):
             if restart and not await self._gone(RESTART_WAIT_SECONDS):
                 self.log.warning("GPU kernel %s: its pod is still being deleted",
                                  self.kernel_id)
+        if not restart:
+            STATES.ended(self.kernel_id)
         self.pod, self.pid, self._polled = None, None, (0.0, None)
+        self.idle_release = False
+        self._taken = self._ending = False
 
     def get_stable_start_time(self, recommended: float = 10.0) -> float:
         return max(recommended, self.launch_timeout)

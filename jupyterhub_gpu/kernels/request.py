@@ -67,6 +67,11 @@ def read_body(raw: bytes) -> Any:
         raise KernelRefused("The request must be JSON.", f"body is no JSON: {e}") from e
 
 
+def requested_profile(body: Any) -> Any:
+    """The profile a request body names, if it names one (any input: unchecked)."""
+    return body.get(FIELDS[0]) if isinstance(body, Mapping) else None
+
+
 def gpu_profiles_for(platform: Platform, groups: Iterable[str]) -> tuple[Profile, ...]:
     """The GPU profiles a user in ``groups`` may start kernels of (their CPU profiles
     have none)."""

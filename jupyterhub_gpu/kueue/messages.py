@@ -31,6 +31,10 @@ def submit_unavailable(queue: str) -> str:
     return SUBMIT_UNAVAILABLE.format(queue=queue)
 
 
+#: what a :class:`Wanted` starts, as the messages name it
+SERVER, KERNEL = "server", "GPU kernel"
+
+
 @dataclass(frozen=True)
 class Wanted:
     """What the user asked for, as the messages name it."""
@@ -42,6 +46,7 @@ class Wanted:
     gpu: str
     image: str
     boot_seconds: int | None = None  # how long a new node of the pool usually takes
+    thing: str = SERVER  # what is starting: a server, or a GPU kernel (KERNEL)
 
 
 class Step(StrEnum):
@@ -160,7 +165,7 @@ def _on_node(w: Wanted, pod: dict, events: list[dict]) -> Stage:
         return Stage(Step.PULL_FAILED, f"Problem starting the image: {event.get('message', '')}",
                      70)
     if reason == "Pulled":
-        return Stage(Step.PULLED, "Image ready; starting your server", 80)
+        return Stage(Step.PULLED, f"Image ready; starting your {w.thing}", 80)
     return Stage(Step.STARTING, f"Starting on node {pod['spec']['nodeName']}", 60)
 
 
@@ -175,7 +180,7 @@ def describe(w: Wanted, pod: dict | None, workload: dict | None,
     if pod is None:
         return Stage(Step.CREATING, f"Requesting {w.what} ({w.profile})", 5)
     if pod.get("status", {}).get("phase") == "Running":
-        return Stage(Step.STARTED, "Your server is running; connecting", 95)
+        return Stage(Step.STARTED, f"Your {w.thing} is running; connecting", 95)
     if st.is_gated(pod):
         if queue_down and not st.is_true(workload, "QuotaReserved"):
             return Stage(Step.QUEUE_DOWN, queue_unavailable(w.queue), 20)
@@ -300,6 +305,26 @@ def _disruption(pod: dict, pool: str, spot_pools: frozenset[str]) -> tuple[str, 
     return EVICTED, f"stopped because {_DISRUPTION_WORDS.get(cause, 'its node went away')}"
 
 
+def platform_stop(pod: dict, workload: dict | None, queue: str, by: Preemptor | None = None,
+                  spot_pools: frozenset[str] = frozenset()) -> tuple[str, str] | None:
+    """(reason, words) when the last seen state of ``pod`` shows that the platform
+    stopped it (Kueue preempted or evicted it, its node went away), e.g. ``("preempted",
+    "preempted to make room for higher-priority work in queue ml-eng")``; None for a
+    normal stop. The words of a server's :func:`stop_notice` and of a GPU kernel's."""
+    return (_preemption(pod, workload, queue, by)
+            or _disruption(pod, _pool(pod, workload), spot_pools))
+
+
+def _recorded_pool(pod: dict) -> str | None:
+    """A fallback profile's pod: the pool the hub recorded on it (worth saying)."""
+    return (pod["metadata"].get("annotations") or {}).get(POOL_ANNOTATION)
+
+
+def _pool(pod: dict, workload: dict | None) -> str:
+    """The pool a pod ran on, as far as it, its Workload or its placement say."""
+    return _recorded_pool(pod) or st.admitted_pool(workload) or st.selected_pool(pod) or ""
+
+
 def stop_notice(pod: dict, workload: dict | None, queue: str, at: datetime,
                 checkpoint_dir: str | None, by: Preemptor | None = None,
                 spot_pools: frozenset[str] = frozenset()) -> StopNotice | None:
@@ -307,10 +332,8 @@ def stop_notice(pod: dict, workload: dict | None, queue: str, at: datetime,
     it (Kueue preemption or eviction, a node going away); None for a normal stop.
     ``by``: the training job Kueue preempted it for, when it was one; ``spot_pools``:
     the spec's spot pools (a node going away there is a spot eviction)."""
-    # a fallback profile's pod: the hub recorded the pool Kueue chose, worth saying
-    recorded = (pod["metadata"].get("annotations") or {}).get(POOL_ANNOTATION)
-    pool = recorded or st.admitted_pool(workload) or st.selected_pool(pod) or ""
-    found = _preemption(pod, workload, queue, by) or _disruption(pod, pool, spot_pools)
+    recorded, pool = _recorded_pool(pod), _pool(pod, workload)
+    found = platform_stop(pod, workload, queue, by, spot_pools)
     if found is None:
         return None
     reason, words = found

@@ -2,8 +2,10 @@
 
 ``GET /jupyterhub-gpu/api/status`` answers :func:`jupyterhub_gpu.labext.status.status`
 for this server: from its environment, Jupyter Server's last activity, the preStop
-hook's notice (:func:`jupyterhub_gpu.checkpoint.stopping`) and, if configured,
-Prometheus. Asking is not activity (so the item never postpones an idle cull), and
+hook's notice (:func:`jupyterhub_gpu.checkpoint.stopping`), what this server's GPU
+kernels are doing (what the web app's setting :data:`KERNEL_NOTES` gives, which the
+GPU kernels' extension, :mod:`jupyterhub_gpu.kernels.server_ext`, sets) and, if
+configured, Prometheus. Asking is not activity (so the item never postpones an idle cull), and
 outside a jupyterhub-gpu server (no profile in the environment) it answers 404, which
 hides the item.
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
@@ -26,7 +28,11 @@ from .. import checkpoint
 from ..contract import STATUS_API_PATH
 from ..cull.policy import utcnow
 from .dcgm import UsageSource
-from .status import ServerFacts, status, stopping_since
+from .status import KernelNotes, ServerFacts, status, stopping_since
+
+#: the web app's setting: a callable, given the time, answering what the GPU kernels
+#: of this server add to the item (a :class:`~.status.KernelNotes`)
+KERNEL_NOTES = "jupyterhub_gpu_kernel_notes"
 
 
 class GpuStatusHandler(APIHandler):
@@ -43,7 +49,10 @@ class GpuStatusHandler(APIHandler):
         stopping = stopping_since(checkpoint.stopping(), _aware(self.settings["started"]))
         usage = await self.usage.usage() if self.facts.gpu_model and self.usage else None
         self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(status(self.facts, utcnow(), last, stopping, usage)))
+        now = utcnow()
+        notes: Callable[[datetime], KernelNotes] | None = self.settings.get(KERNEL_NOTES)
+        self.finish(json.dumps(status(self.facts, now, last, stopping, usage,
+                                      notes(now) if notes else None)))
 
 
 def _aware(when: datetime) -> datetime:

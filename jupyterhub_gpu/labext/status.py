@@ -6,9 +6,13 @@ spawner set (:func:`jupyterhub_gpu.builders.pod.profile_env`), its own last acti
 :func:`jupyterhub_gpu.checkpoint.stopping`), why the user's previous server was
 stopped (:data:`~jupyterhub_gpu.contract.ENV_LAST_STOP_NOTICE`) and, when a
 Prometheus with DCGM exporter metrics is reachable, its GPU's use
-(:mod:`.dcgm`). :func:`status` turns that into the item's text, its level
-(``ok``, ``warning``, ``danger``), the panel's rows and the notifications to show
-once each; the TypeScript side only renders them.
+(:mod:`.dcgm`), and, in a server with GPU kernels, what they are doing
+(:class:`KernelNotes`, which :mod:`jupyterhub_gpu.kernels.states` makes: starting,
+where in the queue or the machine's start; ready; released or taken back).
+:func:`status` turns that into the item's text, its level (``ok``, ``warning``,
+``danger``), the panel's rows and the notifications to show once each; the
+TypeScript side only renders them. A GPU kernel's notes never change the level:
+they are about a kernel, not this server.
 
 The idle deadline counts from Jupyter Server's own last activity: that is what it
 reports to the hub, and the culler's decision (:func:`~jupyterhub_gpu.cull.policy.
@@ -32,6 +36,7 @@ from ..spec.sharing import MODES
 
 DEFAULT_WARN_BEFORE = timedelta(minutes=15)  # as the kernel extension's cell warning
 REFRESH_SECONDS = 30  # how often the item asks (while its tab is visible)
+KERNEL_STARTING_REFRESH_SECONDS = 5  # how often while a GPU kernel starts
 OK, WARNING, DANGER = "ok", "warning", "danger"
 
 
@@ -107,6 +112,25 @@ class ServerFacts:
         units = f"{self.count} × " if self.count > 1 else ""
         memory = f", {self.gpu_memory}" if self.gpu_memory else ""
         return f"{units}{self.gpu_model} {self.unit}{memory}".replace("  ", " ")
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line of the item's panel, shown once as a notification (an alert)."""
+
+    kind: str  # with ``key``, the alert's id: a notification is shown once per id
+    key: str
+    type: str  # "info", "warning" or "error" (how the notification looks)
+    message: str
+
+
+@dataclass(frozen=True)
+class KernelNotes:
+    """What this server's GPU kernels add to the item."""
+
+    notes: tuple[Note, ...]
+    label: str | None  # a few words for the status bar (while a kernel starts)
+    starting: bool  # some kernel is starting: the item asks more often
 
 
 @dataclass(frozen=True)
@@ -292,15 +316,23 @@ def _label(facts: ServerFacts, now: datetime, stop: NextStop | None,
 
 def status(facts: ServerFacts, now: datetime, last_activity: datetime | None,
            stopping: Mapping[str, Any] | None = None,
-           usage: GpuUsage | UsageUnavailable | None = None) -> dict[str, Any]:
+           usage: GpuUsage | UsageUnavailable | None = None,
+           kernels: KernelNotes | None = None) -> dict[str, Any]:
     """JSON for ``GET /jupyterhub-gpu/api/status``: what the item and its panel show."""
     stop = next_stop(facts, now, last_activity)
     alerts = _alerts(facts, now, stop, stopping)
+    level = _level(alerts)
+    label = _label(facts, now, stop, usage, stopping)
+    if kernels is not None:
+        alerts += [{"id": f"{n.kind}:{n.key}", "type": n.type, "message": n.message}
+                   for n in kernels.notes]
+        label += f" · {kernels.label}" if kernels.label else ""
+    starting = kernels is not None and kernels.starting
     return {
         "profile": facts.profile,
         "gpu": facts.gpu_words,
-        "level": _level(alerts),
-        "label": _label(facts, now, stop, usage, stopping),
+        "level": level,
+        "label": label,
         "title": f"{facts.profile_name}: {facts.gpu_words}. Click for details.",
         "rows": _rows(facts, now, stop, usage, stopping),
         "alerts": alerts,
@@ -309,5 +341,5 @@ def status(facts: ServerFacts, now: datetime, last_activity: datetime | None,
                        "due": stop.due} if stop else None),
         "usage": (vars(usage) if isinstance(usage, GpuUsage)
                   else {"unavailable": usage.reason} if usage else None),
-        "refresh_seconds": REFRESH_SECONDS,
+        "refresh_seconds": KERNEL_STARTING_REFRESH_SECONDS if starting else REFRESH_SECONDS,
     }

@@ -35,8 +35,9 @@ class UsageLedger(Configurable):
         ``jupyterhub_gpu_usage_daily`` and ``jupyterhub_gpu_usage_monthly``, and its
         Alembic version table
         ``jupyterhub_gpu_usage_alembic_version``) may share JupyterHub's database.
-        Set it before calling ``add_culler_service``, ``add_jobs_service`` and
-        ``add_usage_service``, which pass it to the culler and the services.
+        Set it before calling ``add_culler_service``, ``add_jobs_service``,
+        ``add_kernels_service`` and ``add_usage_service``, which pass it to the culler
+        and the services.
         """,
     ).tag(config=True)
 

@@ -1,5 +1,5 @@
-"""The usage ledger: one row per server session (keyed by its pod's UID) and per
-training job (keyed by its Job's UID).
+"""The usage ledger: one row per server session (keyed by its pod's UID), per
+training job (keyed by its Job's UID) and per GPU kernel (keyed by its pod's UID).
 
 Writers report what they know as a :class:`Usage` -- a partial row -- and
 :meth:`Ledger.record` merges it into the row of the same key with :func:`merge`:
@@ -39,6 +39,8 @@ from typing import Any, Callable, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from ..contract import KERNEL_IDLE_RELEASE
+
 T = TypeVar("T")
 
 #: the ledger's table, in a database of its own or next to JupyterHub's tables
@@ -48,13 +50,15 @@ TABLE = "jupyterhub_gpu_usage"
 class Kind(StrEnum):
     SESSION = "session"  # a server: its key is ``pod:<pod uid>``
     JOB = "job"  # a training job: ``job:<Job uid>``
+    KERNEL = "kernel"  # a GPU kernel's pod: ``kernel:<pod uid>``
 
 
 class StopReason(StrEnum):
-    """Why a session or job ended (the ``stop_reason`` column)."""
+    """Why a session, job or GPU kernel ended (the ``stop_reason`` column)."""
 
     USER = "user"  # its user stopped it (or cancelled a job, or left the queue)
     IDLE_CULL = "idle-cull"  # the idle culler: no activity, or an idle GPU
+    IDLE_RELEASE = KERNEL_IDLE_RELEASE  # a GPU kernel its server released, idle
     MAX_AGE = "max-age"  # the profile's maxAge ran out
     PREEMPTED = "preempted"  # Kueue preempted it for other work
     SPOT_EVICTION = "spot-eviction"  # its spot node was taken away

@@ -52,7 +52,7 @@ class Total:
     name: str
     gpu_hours: float
     cost: float
-    count: int  # sessions and jobs with GPU-hours in the window
+    count: int  # sessions, jobs and GPU kernels with GPU-hours in the window
 
 
 @dataclass(frozen=True)

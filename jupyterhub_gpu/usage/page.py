@@ -159,7 +159,7 @@ def _totals(figure: str, title: str, totals: Sequence[fg.Total]) -> str:
                       ("count", str(t.count)))) for t in totals]
     chart = bars(f"{title}: GPU-hours", [(t.name, t.gpu_hours) for t in totals], " h")
     return (f"<h3>{escape(title)}</h3>{chart}"
-            + _table(figure, (figure, "GPU-hours", "cost", "sessions and jobs"), rows))
+            + _table(figure, (figure, "GPU-hours", "cost", "sessions, jobs and kernels"), rows))
 
 
 def _waits(r: Report) -> str:

@@ -1,17 +1,17 @@
-"""What the cluster says about a session or a job, as a :class:`~.ledger.Usage`
-(pure functions of the objects as the API returns them)."""
+"""What the cluster says about a session, a job or a GPU kernel, as a
+:class:`~.ledger.Usage` (pure functions of the objects as the API returns them)."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Iterable
 
 from ..spec.grant import Grant
 from ..contract import (JOB_PROFILE_LABEL, POOL_ANNOTATION, PROFILE_LABEL, QUEUE_LABEL,
                         SERVERNAME_KEY, USERNAME_KEY)
 from ..kueue import status as st
-from ..kueue.messages import EVICTED, PREEMPTED
+from ..kueue.messages import EVICTED, PREEMPTED, stop_notice
 from ..spec.model import Platform, Pool, Team
 from ..ledger.store import PODLESS_PREFIX, Kind, StopReason, Usage
 
@@ -66,9 +66,9 @@ def _team(platform: Platform, namespace: str | None, queue: str | None) -> Team 
                  and (queue is None or t.local_queue == queue)), None)
 
 
-def session(platform: Platform, pod: dict, workload: dict | None, server: str = "") -> Usage:
-    """The session of server ``server`` whose pod is ``pod``, by its labels and the
-    spec ``platform`` (the spec it was granted by, or after a hub restart today's)."""
+def _of_pod(platform: Platform, pod: dict, workload: dict | None, **facts) -> Usage:
+    """What a server's or a GPU kernel's pod says, by its labels and the spec
+    ``platform``; ``facts``: its key, kind, server and what else only the caller knows."""
     meta = pod["metadata"]
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     slug = labels.get(PROFILE_LABEL)
@@ -76,14 +76,20 @@ def session(platform: Platform, pod: dict, workload: dict | None, server: str = 
     team = _team(platform, meta.get("namespace"), labels.get(QUEUE_LABEL))
     pools = platform.pools_of(profile) if profile else ()
     return Usage(
-        key=f"pod:{meta['uid']}", kind=Kind.SESSION,
-        user=annotations.get(USERNAME_KEY),
-        server=annotations.get(SERVERNAME_KEY, server),
-        team=team.name if team else None, namespace=meta.get("namespace"), profile=slug,
+        user=annotations.get(USERNAME_KEY), team=team.name if team else None,
+        namespace=meta.get("namespace"), profile=slug,
         pools=",".join(p.name for p in pools) or None,
         gpu_units=profile.units if profile else None,
         requested_at=parse_time(meta.get("creationTimestamp")),
-        running_at=running_since([pod]), **_admission(pools, workload, pod))
+        running_at=running_since([pod]), **_admission(pools, workload, pod), **facts)
+
+
+def session(platform: Platform, pod: dict, workload: dict | None, server: str = "") -> Usage:
+    """The session of server ``server`` whose pod is ``pod``, by its labels and the
+    spec ``platform`` (the spec it was granted by, or after a hub restart today's)."""
+    meta = pod["metadata"]
+    return _of_pod(platform, pod, workload, key=f"pod:{meta['uid']}", kind=Kind.SESSION,
+                   server=(meta.get("annotations") or {}).get(SERVERNAME_KEY, server))
 
 
 def podless_session(grant: Grant, namespace: str, user: str, server: str,
@@ -145,3 +151,50 @@ def job(platform: Platform, job: dict, workload: dict | None, pods: list[dict]) 
         requested_at=parse_time(meta.get("creationTimestamp")),
         running_at=job_running_since(job, pods, stopped_at), stopped_at=stopped_at,
         stop_reason=reason, **_admission(pools, workload, None))
+
+
+#: a GPU kernel's key in the ledger: this and its pod's uid
+KERNEL_KEY = "kernel:"
+
+
+def finished_at(pod: dict) -> datetime | None:
+    """When the last container of ``pod`` that ended did (None: none has)."""
+    times = [parse_time(finished) for status in (pod.get("status") or {}).get(
+                 "containerStatuses") or []
+             if (finished := ((status.get("state") or {}).get("terminated") or {}).get(
+                 "finishedAt"))]
+    return max(times) if times else None
+
+
+def _kernel_end(platform: Platform, pod: dict, workload: dict | None
+                ) -> tuple[datetime | None, StopReason | None]:
+    """When and why a GPU kernel's pod stopped, as far as the pod says: the platform
+    stopped it (as a server's stop notice tells it), it is being deleted (by its user),
+    or it failed; when: the deletion's request (its deadline less its grace period), or
+    its kernel's end if earlier. A kernel that exited (a shutdown) and is not deleted
+    yet has none: the deletion that follows says why."""
+    meta, phase = pod["metadata"], (pod.get("status") or {}).get("phase")
+    deleting = parse_time(meta.get("deletionTimestamp"))
+    if deleting is not None:
+        deleting -= timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
+    known = [t for t in (deleting, finished_at(pod)) if t is not None]
+    if not known:
+        return None, None
+    at = min(known)
+    spot = frozenset(p.name for p in platform.pools if p.spot)
+    notice = stop_notice(pod, workload, "", at, None, spot_pools=spot)
+    if notice is not None:
+        return at, stop_reason_of_notice(notice.reason, _pool_of(platform.pools, notice.pool))
+    if deleting is not None:
+        return at, StopReason.USER
+    return (at, StopReason.FAILURE) if phase == "Failed" else (None, None)
+
+
+def kernel(platform: Platform, pod: dict, workload: dict | None) -> Usage:
+    """A GPU kernel, from its pod (the service's: named, annotated with its user's
+    name and labelled as a server's pod of its profile) and its Workload."""
+    meta = pod["metadata"]
+    stopped_at, reason = _kernel_end(platform, pod, workload)
+    return _of_pod(platform, pod, workload, key=f"{KERNEL_KEY}{meta['uid']}",
+                   kind=Kind.KERNEL, server=meta.get("name"), stopped_at=stopped_at,
+                   stop_reason=reason)

@@ -13,6 +13,7 @@ import yaml
 from jupyterhub_gpu.bundle import monitoring
 from jupyterhub_gpu.bundle.files import PROMETHEUS_RULES
 from jupyterhub_gpu.devcluster import build
+from jupyterhub_gpu.kueue.series import KERNEL_QUEUE_WAIT
 from jupyterhub_gpu.spec.model import Autoscaler
 from jupyterhub_gpu.spec.parse import parse_platform
 
@@ -168,4 +169,31 @@ def test_the_idle_gpu_node_alert_fires_on_a_node_auto_provisioning_pool(tmp_path
                 _firing(idle, {"node": "a100spot-x7k2p", "pool": "a100spot"})]},
             {"eval_time": "30m", "alertname": NO_POOL_ALERT, "exp_alerts": []},
         ]}]
+    _promtool_test(tmp_path, groups, tests)
+
+
+def _wait_buckets(family: str, profile: str, pool: str, counts: dict[str, int]) -> list[dict]:
+    """A queue-wait histogram's buckets, growing by ``counts`` (cumulative, by ``le``)
+    every minute."""
+    return [{"series": f'{family}_bucket{{profile="{profile}", queue="ml-eng", pool="{pool}", '
+                       f'le="{le}"}}', "values": f"0+{count}x180"}
+            for le, count in counts.items()]
+
+
+def test_the_kernel_queue_wait_p90_reads_the_kernels_alone(tmp_path):
+    """The dashboard's p90 of GPU kernels' queue waits, per profile and pool: from the
+    gpu-kernels service's histogram (jupyterhub_gpu/kernels/metrics.py, the hub's
+    buckets), never from the hub's servers', whose waits are much longer here."""
+    groups, _ = _rule(CULLER_ALERT)
+    kernels = {"15": 0, "30": 8, "60": 10, "+Inf": 10}  # p90: halfway into (30, 60]
+    servers = {"600": 0, "1200": 10, "+Inf": 10}
+    series = [*_wait_buckets(KERNEL_QUEUE_WAIT, "t4-shared", "t4dev", kernels),
+              *_wait_buckets("jupyterhub_gpu_queue_wait_seconds", "t4-shared", "t4dev",
+                             servers)]
+    p90 = monitoring.KERNEL_WAIT_P90
+    tests = [{
+        "interval": "1m", "input_series": series,
+        "promql_expr_test": [
+            {"expr": f"round({p90})", "eval_time": "90m",  # 45.000000000000014
+             "exp_samples": [{"labels": '{profile="t4-shared", pool="t4dev"}', "value": 45}]}]}]
     _promtool_test(tmp_path, groups, tests)

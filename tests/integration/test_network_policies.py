@@ -139,9 +139,10 @@ RULES: tuple[Rule, ...] = (
          why="the hub checks the server, the proxy forwards the user's browser"),
     Rule(frozenset({"notebook"}), frozenset({"prometheus"}), frozenset({(9090, "TCP")}), True,
          why="the JupyterLab status item's GPU use (JUPYTERHUB_GPU_PROMETHEUS_URL)"),
-    Rule(frozenset({"prometheus"}), frozenset({"hub"}), frozenset({(8081, "TCP"), (10103, "TCP")}),
-         True, why="Prometheus scrapes /hub/metrics and the culler's metrics "
-                   "(config/service-monitors.yaml)"),
+    Rule(frozenset({"prometheus"}), frozenset({"hub"}),
+         frozenset({(8081, "TCP"), (10103, "TCP"), (KERNELS_PORT, "TCP")}),
+         True, why="Prometheus scrapes /hub/metrics, the culler's metrics and the "
+                   "gpu-kernels service's (config/service-monitors.yaml)"),
     Rule(frozenset({"hub"}), frozenset({"prometheus"}), frozenset({(9090, "TCP")}), True,
          why="the culler's GPU-idle rule and the usage page ask Prometheus"),
     Rule(frozenset({"hub"}), frozenset({"prometheus"}), None, False,

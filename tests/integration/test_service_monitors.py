@@ -24,7 +24,7 @@ import yaml
 from jupyterhub_gpu.bundle.monitoring import KPS_RELEASE
 from jupyterhub_gpu.bundle.servicemonitors import (KUEUE_NAMESPACE, KUEUE_RELEASE,
                                                    PROMETHEUS_SERVICE)
-from jupyterhub_gpu.contract import CULLER_METRICS_PORT
+from jupyterhub_gpu.contract import CULLER_METRICS_PORT, KERNELS_PORT
 from jupyterhub_gpu.devcluster import build
 from tests import z2jh_chart
 
@@ -70,7 +70,7 @@ def test_the_hub_monitor_selects_the_charts_hub_service_with_a_metrics_token():
     objects = _in_namespace(z2jh_chart.helm_template(build.binaries()["helm"]),
                             z2jh_chart.RELEASE_NAMESPACE)
     monitor = _shipped()[z2jh_chart.RELEASE_NAMESPACE]
-    hub, culler = monitor["spec"]["endpoints"]
+    hub, culler, kernels = monitor["spec"]["endpoints"]
     services = _selected(objects, monitor)
     assert [s["metadata"]["name"] for s in services] == ["hub"]
     ports = {p["name"]: p for p in services[0]["spec"]["ports"]}
@@ -78,6 +78,10 @@ def test_the_hub_monitor_selects_the_charts_hub_service_with_a_metrics_token():
     # the culler's port on the Service leads to the port the culler listens on
     assert ports[culler["port"]]["targetPort"] == CULLER_METRICS_PORT
     assert f"metrics_port={CULLER_METRICS_PORT}" in _hub_config(objects)
+    # and the gpu-kernels service's, to the port it is added on, with the hub's token
+    assert ports[kernels["port"]]["targetPort"] == KERNELS_PORT
+    assert f":{KERNELS_PORT}\"" in _hub_config(objects)
+    assert kernels["authorization"] == hub["authorization"]
     credentials = hub["authorization"]["credentials"]
     (secret,) = [o for o in objects if o["kind"] == "Secret"
                  and o["metadata"]["name"] == credentials["name"]]

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from jupyterhub_gpu.bundle.checkhelm import CHART_HOME_ACCESS_MODES, check_helm, get, merge_values
+from jupyterhub_gpu.bundle.monitoring import KPS_NAMESPACE, PROMETHEUS_POD_LABELS
 from jupyterhub_gpu.bundle.namespaces import HubRef
 from jupyterhub_gpu.spec.parse import load_platform
 
@@ -170,12 +171,14 @@ def test_the_chart_runs_the_kernels_service_where_servers_reach_it(example_spec_
     assert KERNELS_ACCESS_SCOPE in user["scopes"]
     assert {"name": KERNELS_SERVICE_NAME, "port": KERNELS_PORT,
             "targetPort": KERNELS_PORT} in values["hub"]["service"]["extraPorts"]
-    (rule,) = [r for r in values["hub"]["networkPolicy"]["ingress"]
-               if {"port": KERNELS_PORT} in r["ports"]]
-    assert rule["from"] == [
-        {"namespaceSelector": {"matchLabels": {"jupyterhub-gpu/managed": "true"}},
-         "podSelector": {"matchLabels": {"component": "singleuser-server"}}},
-        {"podSelector": {"matchLabels": {"component": "proxy"}}}]
+    rules = [r["from"] for r in values["hub"]["networkPolicy"]["ingress"]
+             if {"port": KERNELS_PORT} in r["ports"]]
+    assert rules == [  # servers and the proxy call it; Prometheus scrapes its metrics
+        [{"namespaceSelector": {"matchLabels": {"jupyterhub-gpu/managed": "true"}},
+          "podSelector": {"matchLabels": {"component": "singleuser-server"}}},
+         {"podSelector": {"matchLabels": {"component": "proxy"}}}],
+        [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": KPS_NAMESPACE}},
+          "podSelector": {"matchLabels": PROMETHEUS_POD_LABELS}}]]
     team = load_platform(example_spec_path).teams[0]
     (to_hub, *_) = network_policy(team, HubRef())["spec"]["egress"]
     assert {"port": KERNELS_PORT} in to_hub["ports"]

@@ -146,6 +146,37 @@ def test_sigterm_saves_then_the_process_exits(env):
     assert not pid_file.exists()
 
 
+def test_a_released_kernels_callbacks_run_once_within_their_budget_then_sigterm_exits(env):
+    """What a GPU kernel's server runs in it before releasing it (``release_code``):
+    the callbacks, those that would start past the budget skipped; a SIGTERM after
+    that (its pod's deletion) runs none again, and the process exits as SIGTERM would."""
+    child = spawn(f"""
+        import time
+        from jupyterhub_gpu import checkpoint
+        for n in (1, 2):
+            checkpoint.register(lambda n=n: (print("saved", n, flush=True), time.sleep(1.5)))
+        print("ran", eval({checkpoint.release_code(1)!r}), flush=True)
+        print("ran", checkpoint.run_callbacks(60, "again"), flush=True)
+        time.sleep(60)
+        """, env)
+    for line in ("saved 1", "ran 1", "ran 0"):
+        wait_for_line(child, line)
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=10)
+    assert child.returncode == -signal.SIGTERM, err
+    assert out == "" and "GPU kernel released: running 2 checkpoint callback(s), 1s" in err
+    assert "no grace left, skipped" in err and "SIGTERM" not in err
+
+
+def test_code_run_where_this_module_was_never_imported_runs_nothing_and_imports_nothing():
+    code = checkpoint.release_code(5)
+    result = subprocess.run(
+        [sys.executable, "-c",
+         f"import sys; print(eval({code!r}), 'jupyterhub_gpu.checkpoint' in sys.modules)"],
+        capture_output=True, text=True, timeout=60)
+    assert result.stdout == "0 False\n", result.stderr
+
+
 def test_a_failing_callback_does_not_stop_the_others_and_handlers_chain(env):
     setup = """
     import signal, sys

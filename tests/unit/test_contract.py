@@ -41,9 +41,10 @@ def literals(path: Path) -> list[tuple[int, str]]:
 
 #: ordinary words that are also a contract value: too common to search for
 #: (``component`` is also the field of an Event's source that names who reported it;
-#: ``admin`` the usage page's role)
+#: ``admin`` the usage page's role; ``metrics`` a key of Kueue's configuration)
 GENERIC = {"KUBESPAWNER_STATE_NAMESPACE", "HUB_COMPONENT", "PROXY_COMPONENT", "SPOT_VALUE",
-           "GPU_TAINT_VALUE", "KWOK_NODE_VALUE", "COMPONENT_LABEL", "DEMO_ADMIN"}
+           "GPU_TAINT_VALUE", "KWOK_NODE_VALUE", "COMPONENT_LABEL", "DEMO_ADMIN",
+           "SERVICE_METRICS_PATH"}
 
 
 def offending(value: str, text: str) -> bool:

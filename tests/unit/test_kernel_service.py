@@ -21,18 +21,25 @@ from types import SimpleNamespace
 import pytest
 from jupyterhub.services.auth import HubOAuth
 from kubernetes_asyncio.client import ApiException
+from prometheus_client import CollectorRegistry
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from jupyterhub_gpu.contract import (COMPONENT_LABEL, JOB_UID_LABEL, KERNEL_COMPONENT,
-                                     KERNEL_ID_LABEL, KERNELS_ACCESS_SCOPE, POOL_ANNOTATION,
-                                     POOL_GATE, SERVERNAME_KEY, SINGLEUSER_COMPONENT,
+from jupyterhub_gpu.contract import (ADMISSION_GATE, COMPONENT_LABEL, JOB_UID_LABEL,
+                                     KERNEL_COMPONENT, KERNEL_ID_LABEL, KERNEL_IDLE_RELEASE,
+                                     KERNEL_STOP_QUERY, KERNELS_ACCESS_SCOPE, POOL_ANNOTATION,
+                                     POOL_GATE, READ_METRICS_SCOPE, SERVERNAME_KEY,
+                                     SINGLEUSER_COMPONENT,
                                      USERNAME_KEY)
 from jupyterhub_gpu.kernels import cluster
 from jupyterhub_gpu.kernels.config import service_url
 from jupyterhub_gpu.kernels.request import MAX_BODY_BYTES, gpu_profiles_for
-from jupyterhub_gpu.kernels.service import Kernels, make_app
+from jupyterhub_gpu.kernels.service import Kernels, make_app, tend
+from jupyterhub_gpu.kueue.series import KERNEL_RUNNING, KERNEL_STARTS, KERNEL_STOPS
+from jupyterhub_gpu.ledger.store import Kind, Ledger, StopReason
+from jupyterhub_gpu.usage.kernels import KernelRecorder
+from jupyterhub_gpu.watches.reflectors import WorkloadReflector
 
 ML, DS = "jhub-ml-eng", "jhub-data-science"
 KEY = "MCowBQYDK2VuAyEA" + "B" * 28
@@ -50,6 +57,8 @@ USERS = {  # token -> the model JupyterHub's GET /hub/api/user answers
     "unscoped-token": {"kind": "user", "name": "bob", "groups": ["ml-eng"], "scopes": []},
     "service-token-of-usage": {"kind": "service", "name": "gpu-usage",
                                "scopes": [KERNELS_ACCESS_SCOPE]},
+    # the hub service Prometheus scrapes with (read:metrics only)
+    "metrics-token": {"kind": "service", "name": "prometheus", "scopes": [READ_METRICS_SCOPE]},
     # a name that would forge a log line if logged as it is
     "mallory-token": {"kind": "user", "name": "mallory\n[W 2026 kernels] admin deleted all",
                       "groups": ["ml-eng"], "scopes": [KERNELS_ACCESS_SCOPE]},
@@ -78,18 +87,23 @@ def _server(user: str, ns: str, ip: str) -> dict:
 
 
 def _carols_kernel() -> dict:
-    return {"metadata": {"name": "kernel-carol-c0ffee008b1a", "namespace": ML,
+    return {"metadata": {"name": "kernel-carol-c0ffee008b1a", "namespace": ML, "uid": "k-carol",
                          "labels": {COMPONENT_LABEL: KERNEL_COMPONENT, KERNEL_ID_LABEL: CAROLS},
                          "annotations": {USERNAME_KEY: "carol"}},
             "spec": {}, "status": {"phase": "Running", "podIP": "10.244.2.9"}}
 
 
-def _watches(platform) -> cluster.Watches:
-    """Bob's, carol's and dana's running servers, and carol's running kernel."""
-    watches = cluster.Watches(t.namespace for t in platform.teams)
+def _watches(platform, watches: cluster.Watches | None = None) -> cluster.Watches:
+    """Bob's, carol's and dana's running servers, and carol's running kernel, in the
+    service's pod and Workload watches (never started: fed here as the API's events
+    would; made in a running event loop, as KubeSpawner's reflectors are; telling
+    their pod listener, as :meth:`start` makes them)."""
+    watches = watches or cluster.Watches(t.namespace for t in platform.teams)
     for ns in watches.namespaces:
-        for kind in (watches.jobs, watches.pods, watches.workloads):
-            kind[ns] = SimpleNamespace(resources={})
+        watches.jobs[ns] = SimpleNamespace(resources={})
+        watches.pods[ns], watches.workloads[ns] = (watches.pod_reflector(ns),
+                                                   WorkloadReflector(namespace=ns))
+        watches.pods[ns].resources, watches.workloads[ns].resources = {}, {}
     for pod in (_server("bob", ML, "10.244.1.7"), _server("carol", ML, "10.244.1.8"),
                 _server("dana", DS, "10.244.3.4"), _carols_kernel()):
         meta = pod["metadata"]
@@ -139,7 +153,8 @@ def kube(monkeypatch):
 
 
 @pytest.fixture
-def service(example_spec_path, platform):
+def service(example_spec_path, platform, tmp_path):
+    """The service's app on a port of its own, recording kernels in a SQLite ledger."""
     loop = asyncio.new_event_loop()
     (sock,) = bind_sockets(0, "127.0.0.1", family=2)
     port = sock.getsockname()[1]
@@ -149,7 +164,12 @@ def service(example_spec_path, platform):
         auth = HubOAuth(api_token="service-token", api_url=f"http://127.0.0.1:{port}/hub/api",
                         access_scopes={KERNELS_ACCESS_SCOPE}, cache_max_age=0,
                         oauth_client_id="service-gpu-kernels", base_url=prefix)
-        kernels = Kernels(str(example_spec_path), _watches(platform))
+        watches = cluster.Watches(t.namespace for t in platform.teams)
+        ledger = Ledger(f"sqlite:///{tmp_path}/usage.sqlite")
+        kernels = Kernels(str(example_spec_path), watches,
+                          usage=KernelRecorder(ledger, watches, lambda: platform),
+                          registry=CollectorRegistry())
+        _watches(platform, watches)  # the watches start after the service's state is made
         app = make_app(kernels, prefix, auth)
         app.add_handlers(".*", [("/hub/api/user", HubUser)])
         server = HTTPServer(app)
@@ -164,6 +184,7 @@ def service(example_spec_path, platform):
     loop.call_soon_threadsafe(server.stop)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
+    made.kernels.usage.ledger.dispose()
 
 
 def _call(url: str, method: str = "GET", body: bytes | None = None,
@@ -366,6 +387,50 @@ def test_a_fallback_profiles_kernel_starts_once_kueue_admits_it(service, kube, p
     assert added == "a100"
 
 
+def test_a_kernel_says_where_its_start_is_and_why_the_platform_took_it_back(service, kube):
+    """In the spawn page's words, from the watches (kernels.progress): queued, at its
+    place in the team's queue; its machine starting (Karpenter's event); preempted."""
+    assert _start(service, _body())[0] == 201
+    (pod,) = _created(kube, "pod")
+    pod["spec"]["schedulingGates"] = [{"name": ADMISSION_GATE}]  # Kueue's webhook
+    pod["status"] = {"phase": "Pending"}
+    watches = service.kernels.watches
+    watches.pods[ML].resources[f"{ML}/{pod['metadata']['name']}"] = pod
+
+    def workload(uid: str, created: str) -> dict:
+        return {"metadata": {"name": f"pod-{uid}", "namespace": ML, "creationTimestamp": created,
+                             "labels": {JOB_UID_LABEL: uid}},
+                "spec": {"queueName": "ml-eng", "priority": 1000},
+                "status": {"conditions": [{"type": "QuotaReserved", "status": "False"}]}}
+
+    mine = workload(pod["metadata"]["uid"], "2026-12-02T10:05:00Z")
+    watches.workloads[ML].resources = {"a": workload("other", "2026-12-02T10:00:00Z"),
+                                       "b": mine}
+    url, bob = service.url + f"api/kernels/{IDS[0]}", {"Authorization": "token bob-token"}
+    said = _call(url, headers=bob)[1]
+    assert said["stage"] == {"step": "queued", "position": [2, 2], "message":
+                             "Waiting for a T4 time-sliced share in queue ml-eng: position 2 of 2"}
+    assert said["stopped"] is None
+    mine["status"] = {"conditions": [{"type": "QuotaReserved", "status": "True"}],
+                      "admission": {"podSetAssignments": [{"flavors": {"cpu": "t4dev"}}]}}
+    pod["spec"]["schedulingGates"] = []
+    watches.events[ML] = SimpleNamespace(events_of=lambda ns, name: [
+        {"reason": "Nominated", "message": "Pod should schedule on: nodeclaim/t4dev-x",
+         "source": {"component": "karpenter"}}] if name == pod["metadata"]["name"] else [])
+    assert _call(url, headers=bob)[1]["stage"] == {
+        "step": "scale-up", "position": None,
+        "message": "Starting a new T4 machine for pool t4dev; this usually takes about 10 minutes"}
+    pod["spec"]["nodeName"] = "t4dev-x"
+    pod["status"] = {"phase": "Running", "podIP": "10.244.5.5", "conditions": [
+        {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted"}]}
+    mine["status"]["conditions"].append({"type": "Preempted", "status": "True",
+                                         "reason": "InClusterQueue"})
+    said = _call(url, headers=bob)[1]
+    assert said["stopped"] == {"reason": "preempted", "words": "preempted to make room for "
+                               "higher-priority work in queue ml-eng"}
+    assert said["phase"] == "Running" and said["address"] == "10.244.5.5"
+
+
 def test_the_kernelspecs_are_the_callers_gpu_profiles(service, platform, kube):
     """One kernelspec per GPU profile the caller's groups may use, naming the GPU
     kernels' provisioner and the profile; a CPU profile has none; no token, none."""
@@ -427,3 +492,142 @@ async def test_a_kernel_whose_server_is_gone_is_deleted(platform, kube):
     assert sorted(done) == sorted(f"{ML}/{p['metadata']['name']}" for p in (stale, lost))
     assert sorted(c[2] for c in kube.calls if c[0] == "delete pod") == sorted(
         p["metadata"]["name"] for p in (stale, lost))
+
+
+def _shown(service, pod: dict, **status) -> dict:
+    """``pod``, as the pod watch shows it now (with ``status``)."""
+    pod["status"] = status or {"phase": "Running", "podIP": "10.244.2.20"}
+    service.kernels.watches.pods[ML].resources[f"{ML}/{pod['metadata']['name']}"] = pod
+    return pod
+
+
+def test_the_ledger_says_why_each_kernel_stopped(service, kube):
+    """The service records a kernel when it creates it, and before it deletes it: its
+    user's shutdown, its server's idle release (``?stop-reason=idle-release``), its
+    server gone.
+    Any other reason is refused and deletes nothing."""
+    bob = {"Authorization": "token bob-token"}
+    ledger = service.kernels.usage.ledger
+    for n in range(2):
+        assert _start(service, _body(n))[0] == 201
+    pods = [_shown(service, p) for p in _created(kube, "pod")]
+    rows = {r.key: r for r in ledger.rows_sync(Kind.KERNEL)}
+    assert sorted(rows) == sorted(f"kernel:{p['metadata']['uid']}" for p in pods)
+    assert {(r.user, r.team, r.profile, r.gpu_units, r.stopped_at) for r in rows.values()} \
+        == {("bob", "ml-eng", "t4-shared", 1, None)}
+
+    for forged in ("user", "idle", "idle-release%0A[W]%20forged", "x" * 300):
+        status, said, _ = _call(service.url + f"api/kernels/{IDS[0]}?{KERNEL_STOP_QUERY}="
+                                f"{forged}", "DELETE", headers=bob)
+        assert status == 400 and said["error"] == (
+            "A kernel's deletion gives no stop-reason, or stop-reason=idle-release."), said
+    assert [c for c in kube.calls if c[0] == "delete pod"] == []
+    # the server released the first, idle: its kernel had exited on the shutdown request
+    _shown(service, pods[0], phase="Succeeded", containerStatuses=[{"state": {"terminated": {
+        "startedAt": "2026-12-07T09:00:00Z", "finishedAt": "2026-12-07T10:00:00Z"}}}])
+    assert _call(service.url + f"api/kernels/{IDS[0]}?{KERNEL_STOP_QUERY}="
+                 f"{KERNEL_IDLE_RELEASE}", "DELETE", headers=bob)[0] == 200
+    assert _call(service.url + f"api/kernels/{IDS[1]}", "DELETE", headers=bob)[0] == 200
+    rows = {r.server: r for r in ledger.rows_sync(Kind.KERNEL)}
+    idle, shut = (rows[p["metadata"]["name"]] for p in pods)
+    assert (idle.stop_reason, idle.stopped_at.isoformat()) == (
+        StopReason.IDLE_RELEASE, "2026-12-07T10:00:00+00:00")  # when its kernel ended
+    assert shut.stop_reason is StopReason.USER and shut.stopped_at is not None
+
+    # a third kernel, whose server then goes: the service's pass deletes it, as bob's
+    for pod in pods:  # the watch shows them going
+        pod["metadata"]["deletionTimestamp"] = "2026-12-07T10:00:30Z"
+    assert _start(service, _body(2))[0] == 201
+    orphan = _shown(service, _created(kube, "pod")[2])
+    del service.kernels.watches.pods[ML].resources[f"{ML}/jupyter-bob"]
+    asyncio.run(tend(service.kernels))
+    assert kube.calls[-1] == ("delete pod", ML, orphan["metadata"]["name"])
+    row = next(r for r in ledger.rows_sync(Kind.KERNEL) if r.server == orphan["metadata"]["name"])
+    assert row.stop_reason is StopReason.USER and row.stopped_at is not None
+
+
+def _scrape(service, headers: dict) -> tuple[int, str]:
+    """``GET metrics``: its status and its text."""
+    request = urllib.request.Request(service.url + "metrics", headers=headers)
+    try:
+        with urllib.request.urlopen(request) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_only_a_caller_with_read_metrics_reads_the_metrics(service, kube):
+    """As the hub's /hub/metrics: the token of a holder of ``read:metrics`` (the hub
+    service Prometheus scrapes with); not a user's token without it, nor an unknown
+    token, nor none, nor a user's browser. Answered while the watches start, without
+    the numbers they give."""
+    status, text = _scrape(service, {"Authorization": "token metrics-token"})
+    assert status == 200 and f"# TYPE {KERNEL_STARTS} counter" in text
+    assert f'{KERNEL_RUNNING}{{pool="t4dev",profile="t4-shared"}} 0.0' in text
+    cookie = web.create_signed_value(service.app.settings["cookie_secret"],
+                                     service.auth.cookie_name, "bob-token").decode()
+    for headers, words in (({"Authorization": "token bob-token"}, "lacks the scope read:metrics"),
+                           ({"Authorization": "token x"}, "does not know this token"),
+                           ({}, "needs a token with the scope read:metrics"),
+                           ({"Cookie": f"{service.auth.cookie_name}={cookie}"}, "lacks the scope")):
+        status, text = _scrape(service, headers)
+        assert status == 403 and words in json.loads(text)["error"], (headers, text)
+        assert KERNEL_STARTS not in text
+    service.kernels.watches.ready = False  # the watches (re)starting: the API answers 503
+    assert _start(service, _body())[0] == 503
+    status, text = _scrape(service, {"Authorization": "token metrics-token"})
+    assert status == 200 and KERNEL_STARTS in text and f"{KERNEL_RUNNING}{{" not in text
+
+
+def test_the_metrics_count_each_kernel_the_service_starts_and_stops(service, kube):
+    """Through the API: refusals (by the profile asked for, if the spec has it), a start
+    whose policies could not be made (once: not again when its pod goes), a start that
+    runs, its server's idle release, and the deletion of a kernel whose server is gone."""
+    metrics = {"Authorization": "token metrics-token"}
+
+    def value(name: str, **labels) -> float:
+        _, text = _scrape(service, metrics)
+        shown = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        found = [line.rpartition(" ")[2] for line in text.splitlines()
+                 if line.startswith(f"{name}{{{shown}}} ")]
+        return float(found[0]) if found else 0.0
+
+    assert _start(service, _body(profile="cpu"))[0] == 400
+    assert _start(service, _body(profile="x\n[I] forged"))[0] == 400
+    assert _start(service, _body(), "erin-token")[0] == 409  # no server
+    none = {"pool": "none"}
+    assert value(KERNEL_STARTS, profile="cpu", outcome="refused", **none) == 1
+    assert value(KERNEL_STARTS, profile="unknown", outcome="refused", **none) == 1
+    assert value(KERNEL_STARTS, profile="t4-shared", outcome="refused", **none) == 1
+
+    kube.fail.append(True)
+    assert _start(service, _body())[0] == 500
+    kube.fail.clear()
+    (undone,) = _created(kube, "pod")
+    _shown(service, undone, phase="Pending")  # the watch shows it, then its deletion
+    service.kernels.watches.pods[ML].resources.pop(f"{ML}/{undone['metadata']['name']}")
+    assert value(KERNEL_STARTS, profile="t4-shared", outcome="failed", **none) == 1
+    assert value(KERNEL_STARTS, profile="t4-shared", outcome="cancelled", **none) == 0
+
+    t4 = {"profile": "t4-shared", "pool": "t4dev"}
+    for n in (1, 2):
+        assert _start(service, _body(n))[0] == 201
+    idle, orphan = (_shown(service, p, phase="Pending") for p in _created(kube, "pod")[1:])
+    for pod in (idle, orphan):
+        _shown(service, pod, phase="Running", podIP="10.244.2.20", containerStatuses=[
+            {"state": {"running": {"startedAt": "2026-12-07T09:00:00Z"}}}])
+    assert value(KERNEL_STARTS, outcome="started", **t4) == 2
+    assert value(KERNEL_RUNNING, **t4) == 2
+    assert _call(service.url + f"api/kernels/{IDS[1]}?{KERNEL_STOP_QUERY}={KERNEL_IDLE_RELEASE}",
+                 "DELETE", headers={"Authorization": "token bob-token"})[0] == 200
+    idle["metadata"]["deletionTimestamp"] = "2026-12-07T10:00:30Z"  # the watch shows it go
+    _shown(service, idle, **idle["status"])
+    service.kernels.watches.pods[ML].resources.pop(f"{ML}/{idle['metadata']['name']}")
+    del service.kernels.watches.pods[ML].resources[f"{ML}/jupyter-bob"]  # bob's server goes
+    asyncio.run(tend(service.kernels))
+    orphan["metadata"]["deletionTimestamp"] = "2026-12-07T10:01:00Z"
+    _shown(service, orphan, **orphan["status"])
+    assert value(KERNEL_STOPS, reason="idle-release", **t4) == 1
+    assert value(KERNEL_STOPS, reason="user", **t4) == 1
+    assert value(KERNEL_RUNNING, **t4) == 0
+    assert value(KERNEL_STARTS, outcome="started", **t4) == 2  # counted once each

@@ -4,6 +4,7 @@ dev cluster's DCGM exporter and Prometheus config (pure builders)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -195,8 +196,11 @@ def test_the_dev_prometheus_scrapes_everything_with_servicemonitor_labels(tmp_pa
     layout, ports = Layout(tmp_path), Ports()
     conf = prometheus.config(layout, ports)
     jobs = {j["job_name"]: j for j in conf["scrape_configs"]}
-    assert set(jobs) == {"jupyterhub", "kueue", "karpenter", "dcgm-exporter"}
+    assert set(jobs) == {"jupyterhub", "gpu-kernels", "kueue", "karpenter", "dcgm-exporter"}
     assert jobs["jupyterhub"]["metrics_path"] == "/hub/metrics"
+    # the hub's gpu-kernels service, where the demo runs it, with the hub's token
+    assert jobs["gpu-kernels"]["metrics_path"] == "/services/gpu-kernels/metrics"
+    assert jobs["gpu-kernels"]["authorization"] == jobs["jupyterhub"]["authorization"]
     assert jobs["kueue"]["authorization"]["credentials_file"] == str(layout.prometheus_token)
     exporter = jobs["dcgm-exporter"]
     assert exporter["honor_labels"] is False
@@ -204,6 +208,14 @@ def test_the_dev_prometheus_scrapes_everything_with_servicemonitor_labels(tmp_pa
     target = prometheus.register_hub(layout, 18081, "secret")
     assert json.loads(target.read_text()) == [{"targets": ["127.0.0.1:18081"]}]
     assert layout.prometheus_hub_token.read_text() == "secret"
+    targets = {job: [t for files in jobs[job]["file_sd_configs"] for pattern in files["files"]
+                     for f in layout.prometheus_sd_dir.glob(Path(pattern).name)
+                     for t in json.loads(f.read_text())[0]["targets"]]
+               for job in ("jupyterhub", "gpu-kernels")}
+    assert targets == {"jupyterhub": ["127.0.0.1:18081"],
+                       "gpu-kernels": [f"127.0.0.1:{18081 + dev_contract.KERNELS_PORT_ABOVE_HUB}"]}
+    prometheus.unregister_hub(layout, 18081)
+    assert list(layout.prometheus_sd_dir.iterdir()) == []
 
 
 def test_check_bundle_names_an_edited_rule_and_dashboard():

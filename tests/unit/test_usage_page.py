@@ -93,6 +93,25 @@ def test_training_runs():
         ("train-1", 4.0, 8.0, "completed"), ("train-2", 0.0, 0.0, "queued")]
 
 
+def test_a_gpu_kernels_hours_count_like_a_servers_and_a_jobs(spec):
+    """Per team, user, profile and day, and on the page and in its CSV: a kernel's
+    GPU-hours and cost add to its user's server's and job's; it is no training run."""
+    rows = [row("pod:1", run_h=1.0), row("job:1", kind=Kind.JOB, run_h=2.0, server="train-1"),
+            row("kernel:1", kind=Kind.KERNEL, units=2, run_h=1.5, server="kernel-ann-5f0c2d",
+                reason=StopReason.IDLE_RELEASE)]
+    assert fg.gpu_hours(rows[2], WINDOW) == 3.0
+    r = report(rows, Viewer("root", admin=True), Selection(), WINDOW, 3, spec,
+               Telemetry({}, "none"))
+    assert r.users == (fg.Total("ann", 6.0, 12.0, 3),)
+    assert r.teams == (fg.Total("a", 6.0, 12.0, 3),)
+    assert [run.name for run in r.runs] == ["train-1"]
+    table = list(csv.reader(io.StringIO(to_csv(r))))
+    assert ["user", "ann", "gpu_hours", "6.00"] in table and ["user", "ann", "count", "3"] in table
+    html = to_html(r, "usage.csv")
+    assert "<th>sessions, jobs and kernels</th>" in html
+    assert 'data-figure="profile/t4/gpu_hours">6.00</td>' in html
+
+
 SPEC = """
 pools:
   - {name: t4, vmSize: Standard_NC4as_T4_v3, gpu: T4, sharing: {mode: exclusive},

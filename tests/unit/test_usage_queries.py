@@ -32,7 +32,8 @@ NO_TELEMETRY = Telemetry({}, "none")
 
 def edge_rows() -> list[Usage]:
     """Rows at the definitions' edges: stopped at midnight, over two midnights, no
-    team or profile, no units, running before the window, a podless start."""
+    team or profile, no units, running before the window, a podless start; and GPU
+    kernels (counted as every row is)."""
     def s(key, running, stopped, **kw):
         return Usage(key, kw.pop("kind", Kind.SESSION), user=kw.pop("user", "edge"),
                      team=kw.pop("team", "data-science"), profile=kw.pop("profile", "t4-shared"),
@@ -48,7 +49,13 @@ def edge_rows() -> list[Usage]:
               stop_reason=StopReason.IDLE_CULL),
             Usage("start:x", Kind.SESSION, user="edge", team="data-science",
                   profile="t4-shared", requested_at=MIDNIGHT, stopped_at=MIDNIGHT,
-                  stop_reason=StopReason.FAILURE)]
+                  stop_reason=StopReason.FAILURE),
+            # GPU kernels: released idle over midnight, preempted, still running
+            s("kernel:1", MIDNIGHT - timedelta(minutes=30), MIDNIGHT + timedelta(hours=1),
+              kind=Kind.KERNEL, units=2, stop_reason=StopReason.IDLE_RELEASE),
+            s("kernel:2", MIDNIGHT + timedelta(hours=5), MIDNIGHT + timedelta(hours=6),
+              kind=Kind.KERNEL, stop_reason=StopReason.PREEMPTED),
+            s("kernel:3", NOW - timedelta(hours=2), None, kind=Kind.KERNEL)]
 
 
 @pytest.fixture
@@ -91,6 +98,23 @@ def test_the_database_computes_the_pages_numbers(ledger, platform, filled,  # no
     for mine, theirs in zip(sql_report.daily + sql_report.users,
                             python_report.daily + python_report.users):
         assert mine.gpu_hours == pytest.approx(theirs.gpu_hours, rel=1e-6)  # SQLite: ms
+
+
+@pytest.mark.parametrize("viewer", [Viewer("root", admin=True), Viewer("edge")])
+def test_gpu_kernels_hours_are_their_users_and_teams(ledger, platform, viewer):  # noqa: F811
+    """A kernel's GPU-hours and cost are its user's and team's, whether the page reads
+    whole days from the rollup (an admin's page) or the ledger's rows (a user's own)."""
+    for u in edge_rows():
+        if u.kind is Kind.KERNEL:
+            ledger.record_sync(u)
+    window = fg.Window.last_days(5, NOW)
+    found = ledger.read_sync(lambda conn: queries.compute(
+        conn, viewer, Selection(), window, spot_pools(platform), max_ages(platform)))
+    # 2 units x 1.5 h, 1 h, and 2 h still running, at 0.5 a unit-hour
+    assert [(t.name, t.gpu_hours, t.cost, t.count) for t in found.users] == [
+        ("edge", pytest.approx(6.0), pytest.approx(3.0), 3)]
+    assert [t.name for t in found.teams] == ["data-science"] and found.runs == ()
+    assert found.disruptions.preempted == 1 and found.culls.idle_culls == 0
 
 
 def test_a_lead_asking_for_a_user_outside_their_team_is_refused(ledger, platform,  # noqa: F811
