@@ -17,6 +17,15 @@ a reflector that keeps its first listing, then:
 
 What the reflector holds (``resources``, keyed ``namespace/name``) is what KubeSpawner's
 reflectors hold, so everything that reads them is unchanged.
+
+Each such watch holds one HTTP connection for as long as it runs, so the watches have
+a client of their own (:func:`watch_api_client`) whose connections are not limited.
+KubeSpawner's shared clients (one per API class) take at most
+``connection_pool_maxsize`` connections, 100 by default in kubernetes_asyncio
+(``client/configuration.py``, its aiohttp connector's ``limit`` in ``client/rest.py``):
+with 50 team namespaces the pod and event watches alone would take all 100 of
+``CoreV1Api``'s, and every request after them (a pod's create, its delete) and every
+later namespace's watch would wait for a connection that never comes.
 """
 
 from __future__ import annotations
@@ -27,7 +36,9 @@ from functools import partial
 from typing import Any
 
 from kubernetes_asyncio import watch
+from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubespawner.clients import shared_client
 
 #: the server-side timeout of one watch request, drawn at random between these (seconds)
 WATCH_SECONDS = (300, 600)
@@ -41,6 +52,26 @@ GAVE_UP = "Watching resources never recovered, giving up"
 
 class Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
+
+
+#: the watches' own client of each event loop
+_WATCH_CLIENTS: dict[asyncio.AbstractEventLoop, ApiClient] = {}
+
+
+def watch_api_client() -> ApiClient:
+    """The API client of every watch on this event loop: the global configuration
+    (KubeSpawner's ``load_config`` has set it before any reflector is made), with no
+    limit on its connections (aiohttp's ``limit=0``): one per open watch, a number
+    bounded by the watched namespaces, never by the hub's requests."""
+    loop = asyncio.get_running_loop()
+    client = _WATCH_CLIENTS.get(loop)
+    if client is None or loop.is_closed():
+        config = Configuration.get_default_copy()
+        config.connection_pool_maxsize = 0
+        for old in [k for k in _WATCH_CLIENTS if k.is_closed()]:
+            del _WATCH_CLIENTS[old]
+        client = _WATCH_CLIENTS[loop] = ApiClient(configuration=config)
+    return client
 
 
 def watch_seconds() -> int:
@@ -64,6 +95,11 @@ class ResumesWatch:
     """Mixin for a KubeSpawner ``ResourceReflector`` (put it first among the bases)."""
 
     _listed_version: str | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # KubeSpawner's shared client of the same API class, on the watches' own client
+        self.api = shared_client(self.api_group_name, api_client=watch_api_client())
 
     async def _list_and_update(self, resource_version=None):
         version = await super()._list_and_update(resource_version)
