@@ -36,10 +36,16 @@ def start(env: Mapping[str, str], root_dir: Path, settings_dir: Path,
     return proc, f"http://127.0.0.1:{port}"
 
 
+#: a guard against a server that never answers, never a measure of speed: a clone-alone
+#: ``make test`` beside a replay (load average 5) once took more than 30 s to start one
+START_GUARD_SECONDS = 120
+
+
 async def wait_up(http: aiohttp.ClientSession, proc: subprocess.Popen, base: str) -> None:
     """Until the server answers ``/api/status``; the test fails with its log if it
-    exits or does not answer within 30 s."""
-    for _ in range(150):
+    exits or does not answer within :data:`START_GUARD_SECONDS`."""
+    deadline = asyncio.get_running_loop().time() + START_GUARD_SECONDS
+    while asyncio.get_running_loop().time() < deadline:
         if proc.poll() is not None:
             break
         try:
