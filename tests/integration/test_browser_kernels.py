@@ -10,7 +10,8 @@ node, and the pod runner, standing in for the kubelet that starts the pod's cont
 (kubernetes/kubernetes ``pkg/kubelet/kuberuntime/kuberuntime_container.go``,
 ``startContainer``), runs the pod's kernel launcher as a real process on the pod's
 address. A cell prints the kernel's profile, its pod's address and its pod's name
-(``HOSTNAME``, as the kubelet's pod sandbox sets it), and the page shows them.
+(``HOSTNAME``, a container's hostname, which the pod runner sets as such:
+``jupyterhub_gpu/devcluster/jobprocess.py``), and the page shows them.
 
 Nothing runs for the profile's ``kernelIdleTimeout`` (30 s in this file's spec; the
 server looks every 2 s, ``GPUKernelRelease.every`` in alice's own Jupyter config): her
@@ -18,9 +19,12 @@ server shuts the kernel down, its pod and Kueue Workload go, and Karpenter remov
 now empty T4 node (kubernetes-sigs/karpenter ``pkg/controllers/disruption/emptiness.go``,
 the NodePool's ``WhenEmpty`` after ``consolidateAfter: 0s``), so the pool is back at 0
 nodes. JupyterLab notices on its next poll of the server's sessions (jupyterlab/jupyterlab
-``packages/services/src/session/manager.ts``, ``requestRunning``). She runs the cell
-again: it runs in a new kernel, a new pod (another name and uid), and the page shows
-its output.
+``packages/services/src/session/manager.ts``, ``requestRunning``): the notebook's
+toolbar says "No Kernel". She runs the cell again: JupyterLab starts the notebook's
+kernelspec by itself, asking nothing (``packages/notebook/src/cellexecutor.ts``,
+``runCell``: a notebook without a kernel starts its preferred one), and the cell runs
+in a new kernel, a new pod (another name and uid); the page shows its output. She
+shuts it down from the Kernel menu, and its pod goes.
 
 The hub and its services act as the hub's ServiceAccount, bound only by the RBAC we
 ship; the test asks the ``gpu-kernels`` service as her server does (its token) and
@@ -208,25 +212,28 @@ def _cell_state(browser) -> tuple[str, str]:
             " ".join(o.text.strip() for o in outputs).strip())
 
 
-def _run_first_cell(browser) -> None:
-    """Click into the first cell's editor and run it with Shift+Enter."""
-    from selenium.webdriver.common.keys import Keys
-
+def _editor(browser):
+    """The first cell's editor, clicked into."""
     editor = browser.wait(lambda: _first_cell(browser).find_elements(
         "css selector", ".cm-content"), what="the cell's editor")[0]
     browser.click(editor)
-    editor.send_keys(Keys.SHIFT + Keys.ENTER)
+    return editor
+
+
+def _run_first_cell(browser) -> None:
+    """Run the first cell with Shift+Enter."""
+    from selenium.webdriver.common.keys import Keys
+
+    _editor(browser).send_keys(Keys.SHIFT + Keys.ENTER)
 
 
 def _type_and_run(browser, display: str) -> dict:
-    from selenium.webdriver.common.keys import Keys
-
-    editor = browser.wait(lambda: _first_cell(browser).find_elements(
-        "css selector", ".cm-content"), what="the cell's editor")[0]
-    browser.click(editor)
+    """Type :data:`CODE` into the first cell and run it; what was typed, and the cell's
+    prompt, output and the page's words once it ran."""
+    editor = _editor(browser)
     editor.send_keys(CODE)
     typed = editor.get_attribute("textContent")
-    editor.send_keys(Keys.SHIFT + Keys.ENTER)
+    _run_first_cell(browser)
 
     def ran(words):
         prompt, output = _cell_state(browser)
@@ -240,9 +247,9 @@ def _type_and_run(browser, display: str) -> dict:
 
 def _through_release(browser) -> list[dict[str, str]]:
     """The page's words while the kernel idles, is released and JupyterLab notices
-    (it polls the server's kernels and sessions about every 10 s), until it shows
-    no kernel for the notebook."""
-    seen = _watch(browser, lambda w: w["kernel"].startswith(NO_KERNEL),
+    (it polls the server's kernels and sessions about every 10 s), until the
+    notebook's toolbar shows no kernel."""
+    seen = _watch(browser, lambda w: w["toolbar"] == NO_KERNEL,
                   what="JupyterLab to show the notebook without its kernel",
                   timeout=KERNEL_IDLE_SECONDS + GUARD_SECONDS)
     browser.shot("released")
@@ -286,6 +293,21 @@ def _run_again(browser, display: str, first_pod: str) -> dict:
     prompt, output = _cell_state(browser)
     browser.shot("second-output")
     return {"asked": asked, "prompt": prompt, "output": output, "seen": seen}
+
+
+def _shut_down_from_menu(browser) -> list[dict[str, str]]:
+    """Kernel > Shut Down Kernel, as a user ends a kernel; the page's words until the
+    notebook's toolbar shows no kernel."""
+    menu = browser.wait(lambda: [m for m in browser.css(".lm-MenuBar-item")
+                                 if m.text.strip() == "Kernel"], what="the Kernel menu")[0]
+    browser.click(menu)
+    item = browser.wait(lambda: browser.css(".lm-Menu-item[data-command='kernelmenu:shutdown']"),
+                        what="Shut Down Kernel in the Kernel menu")[0]
+    browser.click(item)
+    seen = _watch(browser, lambda w: w["toolbar"] == NO_KERNEL,
+                  what="the notebook to show no kernel")
+    browser.shot("shut-down")
+    return seen
 
 
 # --- the test -------------------------------------------------------------------------
@@ -356,8 +378,22 @@ async def test_a_gpu_kernel_from_jupyterlab_runs_a_cell_goes_when_idle_and_comes
     assert second["prompt"] == "[1]:", second  # a fresh kernel counts from 1
     assert await _listed(server) == [new_pod["metadata"]["labels"][KERNEL_ID_LABEL]]
 
-    # what the page said meanwhile
-    seen = [*opening, *first["seen"], *released, *second["seen"]]
-    print("the page said:", *seen, "JupyterLab asked:", *second["asked"], sep="\n  ")
+    # she shuts it down from the Kernel menu: its pod goes
+    ended = await asyncio.to_thread(_shut_down_from_menu, browser)
+    await wait_for(lambda: _pod_gone(kube, NAMESPACE, again[2]), timeout=GUARD_SECONDS,
+                   interval=1, what="the shut down kernel's pod and Workload to go")
+    assert await _listed(server) == []
+
+    # what the page said meanwhile (JupyterLab's words; the GPU status item's are
+    # the CPU server's)
+    seen = [*opening, *first["seen"], *released, *second["seen"], *ended]
+    print("the page said:", *seen, sep="\n  ")
+    # once the kernel is gone the notebook's toolbar says so (its status bar may still
+    # name the released kernel, "Idle" or "Disconnected", whichever JupyterLab heard
+    # last), and nothing says why
+    assert released[-1]["toolbar"] == NO_KERNEL, released
+    assert released[-1]["kernel"].startswith(f"{display} | "), released
+    # JupyterLab started the notebook's kernelspec again by itself, asking nothing
+    assert second["asked"] == [], second["asked"]
     assert all(w["gpu"].startswith(CPU_ONLY) and w["level"] == "ok" for w in seen), seen
     assert _kernel_queue_words(seen) == []
