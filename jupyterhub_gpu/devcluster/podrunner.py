@@ -115,6 +115,12 @@ def server_process(pod: dict) -> ServerProcess | None:
     return ServerProcess(key, user, url, env, grace, tuple(hook.get("command") or ()))
 
 
+def home_of(workdir: Path, user: str) -> Path:
+    """A notebook server's home (``$HOME`` and its root directory) under the runner's
+    workdir, as a user's home volume is in the pod."""
+    return workdir / "home" / user
+
+
 def _python_path() -> dict[str, str]:
     """The runner's ``PYTHONPATH``, for the processes it runs (the image's code)."""
     return {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
@@ -165,7 +171,7 @@ class PodRunner:
 
     def _environment(self, want: ServerProcess) -> dict[str, str]:
         """The container's environment, as the image and the pod spec give it."""
-        home = self.workdir / "home" / want.user
+        home = home_of(self.workdir, want.user)
         bin_dir = Path(sys.executable).parent
         image = self.image
         return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HOME": str(home),
@@ -182,7 +188,7 @@ class PodRunner:
         return logs / f"{key.replace('/', '_')}.log"
 
     async def _start(self, want: ServerProcess) -> None:
-        home = self.workdir / "home" / want.user
+        home = home_of(self.workdir, want.user)
         home.mkdir(parents=True, exist_ok=True)
         bin_dir = Path(sys.executable).parent
         env = self._environment(want)
@@ -241,7 +247,7 @@ class PodRunner:
     async def _prestop(self, want: ServerProcess, grace: float) -> None:
         """The preStop exec hook, as the kubelet runs it: in the container (here, with
         its environment and home), within the grace period, its failure only logged."""
-        home = self.workdir / "home" / want.user
+        home = home_of(self.workdir, want.user)
         with open(self._log_file(want.key), "ab") as out:
             hook = await asyncio.create_subprocess_exec(
                 *want.prestop, env=self._environment(want), cwd=home, stdout=out, stderr=out,
