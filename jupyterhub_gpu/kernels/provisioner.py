@@ -288,7 +288,16 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         at, last = self._polled
         if time.monotonic() - at < self.poll_interval:
             return last
-        pod = await self._view()
+        try:
+            pod = await self._view()
+        except KernelStartFailed as e:
+            # the service is restarting or unreachable: as a kubelet keeps its pods
+            # while the API server is away, the kernel is what it was last seen as,
+            # not ended (Jupyter's restarter would start a new pod every poll)
+            self.log.warning("GPU kernel %s: cannot ask about its pod (%s); taking it "
+                             "as it was", self.kernel_id, shown(str(e)))
+            self._polled = (time.monotonic(), last)
+            return last
         code = 0 if pod is None else ENDED.get(pod.get("phase") or "")
         stopped = (pod or {}).get("stopped")
         if not self._deleted and (pod is None or (isinstance(stopped, dict)

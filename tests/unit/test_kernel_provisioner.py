@@ -221,3 +221,20 @@ async def test_an_idle_gpu_kernel_is_released_and_a_busy_one_never(standin, tmp_
         assert standin.view(kernel) is None, "its pod is deleted"
         # every deletion of it said so: the usage ledger's idle-release
         assert standin.stop_reasons[kernel] == {KERNEL_IDLE_RELEASE}
+
+
+async def test_a_kernel_whose_service_does_not_answer_is_taken_as_it_was(monkeypatch, caplog):
+    """The gpu-kernels service restarting (the hub's restart) or unreachable: poll()
+    says the kernel is as it was last seen (running: None), with a warning, instead of
+    raising into Jupyter's restarter at every poll (seen in the browser test's teardown,
+    the hub stopped before a server with a GPU kernel)."""
+    from ..conftest import refusing_port
+
+    with refusing_port() as held:
+        monkeypatch.setenv(ENV_KERNELS_URL, f"http://127.0.0.1:{held.getsockname()[1]}/")
+        provisioner = GPUKernelProvisioner(kernel_id="k-1", poll_interval=0)
+        provisioner.pod = {"id": "k-1", "phase": "Running"}
+        caplog.set_level("WARNING")
+        assert await provisioner.poll() is None
+        assert await provisioner.poll() is None
+    assert "GPU kernel k-1: cannot ask about its pod" in caplog.text
