@@ -19,6 +19,8 @@ from typing import Callable
 from .conftest import REPO, need_tool
 
 SCREENSHOTS = REPO / "build" / "screenshots"
+#: the GPU status item in JupyterLab's status bar (labextension/src/index.ts sets it)
+GPU_STATUS_ITEM = "[data-jupyterhub-gpu-status]"
 WINDOW = (1280, 800)
 
 

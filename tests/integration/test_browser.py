@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 
 from jupyterhub_gpu.devcluster.contract import DEMO_PASSWORD
+from ..browser import GPU_STATUS_ITEM
 from .conftest import wait_for
 from .test_demo import URL, hub  # noqa: F401 - hub is a fixture
 
@@ -77,7 +78,7 @@ def _walk(browser, allowed: list[tuple[str, str]]) -> dict:
 
 def _status(browser, lab_shot: str, panel_shot: str) -> dict:
     """The GPU status item of the JupyterLab page open now, and its panel's rows."""
-    item = browser.wait(lambda: [e for e in browser.css("[data-jupyterhub-gpu-status]")
+    item = browser.wait(lambda: [e for e in browser.css(GPU_STATUS_ITEM)
                                  if e.text.strip()], what="the GPU status item")[0]
     browser.wait(lambda: browser.css(".jp-Launcher"), what="JupyterLab's launcher")
     label, title = item.text, item.get_attribute("title")

@@ -51,6 +51,7 @@ from jupyterhub_gpu.devcluster.podrunner import home_of
 from jupyterhub_gpu.kernels.specs import kernelspec
 from jupyterhub_gpu.kernels.states import NEXT_CELL
 from tests import kernel_provisioner_entry
+from tests.browser import GPU_STATUS_ITEM
 
 from .conftest import wait_for
 from .test_autoscale import EMPTY_TIMEOUT
@@ -72,7 +73,7 @@ CODE = (f'import os; print(os.environ["{ENV_PROFILE}"], os.environ["{ENV_POD_IP}
 #: ``packages/apputils/src/kernelstatuses.tsx``)
 KERNEL_STATUS = "#jp-main-statusbar [title^='Change kernel for']"
 TOOLBAR_KERNEL = ".jp-NotebookPanel-toolbar .jp-Toolbar-kernelName"
-GPU_STATUS = "[data-jupyterhub-gpu-status]"
+GPU_STATUS = GPU_STATUS_ITEM
 #: the GPU status item's label on a server without a GPU
 CPU_ONLY = "CPU only · "
 #: JupyterLab's kernel status of a notebook without a kernel

@@ -10,11 +10,12 @@ import json
 import time
 from datetime import datetime, timezone
 
+from ..browser import GPU_STATUS_ITEM
 from .test_labext_server import TOKEN
 
 
 def _item(browser, level: str):
-    found = browser.wait(lambda: [e for e in browser.css("[data-jupyterhub-gpu-status]")
+    found = browser.wait(lambda: [e for e in browser.css(GPU_STATUS_ITEM)
                                   if e.get_attribute("data-level") == level],
                          what=f"the status item at level {level}")
     return found[0]
