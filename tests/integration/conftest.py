@@ -100,6 +100,7 @@ SLOWEST_FIRST = (  # a 2-worker run of 2026-12-07, in seconds of its 60 slowest 
     "test_autoscale.py",  # 211
     "test_job_disruption.py",  # 192
     "test_demo.py",  # 174
+    "test_browser_kernels.py",  # about 196 in a one-process run (added after that run)
     "test_replay.py",  # 149
     "test_apiserver_faults.py",  # 143
     "test_browser_day.py",  # 127
