@@ -44,6 +44,8 @@ from jupyterhub_gpu.cull.prometheus import PrometheusClient
 from jupyterhub_gpu.devcluster import build, cluster as devcluster, demo, prometheus
 from jupyterhub_gpu.devcluster.layout import Layout
 from jupyterhub_gpu.kueue.metrics import QUEUE_WAIT
+from jupyterhub_gpu.kueue.series import (KERNEL_QUEUE_WAIT, KERNEL_RUNNING, KERNEL_STARTS,
+                                          KERNEL_STOPS)
 from jupyterhub_gpu.labext import dcgm as labext_dcgm
 from jupyterhub_gpu.usage.config import DEFAULT_DAYS
 from jupyterhub_gpu.ledger.store import StopReason
@@ -452,13 +454,19 @@ async def _check_exporter_and_our_queries(http, kube, pod_name: str) -> None:
 CHECKED_BY_PROMTOOL = frozenset({f"jupyterhub-gpu.alerts/{CULLER_ALERT}"})
 
 
-def _read_kube_state_metrics(expressions: dict[str, str]) -> set[str]:
-    """The expressions that read kube-state-metrics' ``kube_*`` series, directly or
-    through a recorded series that does. The dev cluster runs no kube-state-metrics:
-    these are run on given series by ``promtool test rules`` (test_alert_rules.py)."""
+#: series no data of this test makes, each with why: kube-state-metrics' (the dev
+#: cluster runs none) and the gpu-kernels service's (no GPU kernel starts here; the
+#: service's metrics are tests/unit/test_kernel_metrics.py's)
+UNFED_SERIES = ("kube_", KERNEL_STARTS, KERNEL_QUEUE_WAIT, KERNEL_STOPS, KERNEL_RUNNING)
+
+
+def _read_unfed_series(expressions: dict[str, str]) -> set[str]:
+    """The expressions that read :data:`UNFED_SERIES`, directly or through a recorded
+    series that does: these are run on given series by ``promtool test rules``
+    (test_alert_rules.py)."""
     recorded = {name.split("/", 1)[1].split("{")[0] for name in expressions
                 if name.startswith("jupyterhub-gpu.usage/")}
-    needs, found = {"kube_"}, set()
+    needs, found = set(UNFED_SERIES), set()
     while True:
         more = {n for n, e in expressions.items() if any(x in e for x in needs)} - found
         if not more:
@@ -473,11 +481,11 @@ async def _check_every_expression(http, platform) -> None:
     profile, so that the histogram's rate is not 0), the static a100mig node (its pool
     at maxNodes, its GPUs unasked for), bob's spot eviction (the rate is over
     the 20 % of the alert), Kueue's queues and the pools' prices. The alerts in
-    :data:`CHECKED_BY_PROMTOOL` and what reads kube-state-metrics have no such data here
-    and are run on given series by ``promtool test rules`` instead
+    :data:`CHECKED_BY_PROMTOOL` and what reads :data:`UNFED_SERIES` have no such data
+    here and are run on given series by ``promtool test rules`` instead
     (test_alert_rules.py)."""
     expressions = monitoring.expressions(platform)
-    promtool = CHECKED_BY_PROMTOOL | _read_kube_state_metrics(expressions)
+    promtool = CHECKED_BY_PROMTOOL | _read_unfed_series(expressions)
     missing = {}
     for name, expr in expressions.items():
         if name in promtool:
