@@ -47,6 +47,7 @@ import json
 import os
 import signal
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
@@ -138,6 +139,9 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         #: the server releases this kernel, idle (:func:`.server_ext.release_idle`):
         #: its pod's deletion says so
         self.idle_release = False
+        #: when the kernel last became ready (its pod running, the kernel reporting), in
+        #: UTC; None while it is queued or starting: its idle clock starts no earlier
+        self.ready_at: datetime | None = None
         self._polled: tuple[float, int | None] = (0.0, None)
         self._deleted = False  # this server asked for the pod's deletion
         self._taken = False  # the platform is taking the pod back, or took it
@@ -212,6 +216,7 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         listener = await shared_listener(self.server_ip, self.response_port)
         STATES.launching(self.kernel_id, self.kernel_spec.display_name)
         self._deleted = self._taken = self._ending = False
+        self.ready_at = None
         key = ServerKey()
         report = listener.expect(self.kernel_id, key)
         body = {"profile": self.profile, "kernel_id": self.kernel_id,
@@ -234,6 +239,7 @@ class GPUKernelProvisioner(KernelProvisionerBase):
                 self.pod = None
             raise
         STATES.ready(self.kernel_id)
+        self.ready_at = datetime.now(timezone.utc)
         self.pid = received.connection.pid
         info = received.connection.info(received.address)
         # the key as the kernel manager holds its own (bytes), which it compares with
@@ -357,7 +363,7 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         if not restart:
             STATES.ended(self.kernel_id)
         self.pod, self.pid, self._polled = None, None, (0.0, None)
-        self.idle_release = False
+        self.idle_release, self.ready_at = False, None
         self._taken = self._ending = False
 
     def get_stable_start_time(self, recommended: float = 10.0) -> float:
@@ -372,3 +378,5 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         await super().load_provisioner_info(provisioner_info)
         self.pod, self.pid = provisioner_info.get("pod"), provisioner_info.get("pid")
         self.profile = provisioner_info.get("profile") or self.profile
+        if self.pod is not None:  # a running kernel, met again: its idle clock starts now
+            self.ready_at = datetime.now(timezone.utc)

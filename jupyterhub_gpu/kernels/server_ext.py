@@ -20,7 +20,8 @@ server's kernel manager, which deletes its pod, telling the service it was relea
 idle (the usage ledger's ``idle-release``); the GPU status item says so
 (:data:`jupyterhub_gpu.kernels.states.STATES`). A kernel running a cell is busy, and
 a busy kernel is never idle, however long the cell runs; one still starting (queued
-for its GPU) is left alone. A kernel whose pod the platform took back (the
+for its GPU) is left alone, and its idle time starts once it is ready (also after a
+restart); a ready kernel no client connected to is idle from then. A kernel whose pod the platform took back (the
 provisioner's poll sees it, and hands it over once the pod is gone: its callbacks ran
 on the pod's SIGTERM, through its preStop hook) is shut down too, instead of being
 restarted (:func:`end_kernel`).
@@ -145,6 +146,18 @@ async def _reply(client: Any, msg_id: str, timeout: float) -> str:
             return str(reply.get("content", {}).get("status"))
 
 
+def _idle_since(kernel: Any) -> datetime | None:
+    """When a ready GPU kernel's idle time began: its last activity, or when it became
+    ready if later (a restarted kernel's wait for its GPU is not idle time); None while
+    it is queued or starting. A ready kernel no client ever connected to (its execution
+    state still ``starting``: nothing asked it anything) is idle from its start."""
+    ready_at = getattr(kernel.provisioner, "ready_at", None)
+    last = getattr(kernel, "last_activity", None)
+    if ready_at is None or last is None:
+        return None
+    return max(ready_at, last)
+
+
 async def release_idle(kernel_manager: Any, log: Any, now: datetime | None = None,
                        checkpoint_timeout: float = float(DEFAULT_GRACE_SECONDS)) -> list[str]:
     """Shut down every GPU kernel idle for its timeout, its checkpoint callbacks run
@@ -154,11 +167,10 @@ async def release_idle(kernel_manager: Any, log: Any, now: datetime | None = Non
     released = []
     for kid in list(kernel_manager.list_kernel_ids()):
         kernel = kernel_manager.get_kernel(kid)
-        timeout, last = idle_timeout(kernel), getattr(kernel, "last_activity", None)
-        if (timeout is None or last is None
-                or getattr(kernel, "execution_state", None) in ("busy", "starting")):
+        timeout, since = idle_timeout(kernel), _idle_since(kernel)
+        if timeout is None or since is None or getattr(kernel, "execution_state", None) == "busy":
             continue
-        idle = (now - last).total_seconds()
+        idle = (now - since).total_seconds()
         if idle >= timeout:
             log.info("GPU kernels: releasing kernel %s (%s): nothing ran for %d s, its "
                      "profile's idle timeout is %d s", kid, kernel.kernel_name, idle, timeout)

@@ -125,22 +125,32 @@ def _registers(log, callback: str) -> str:
             f"@checkpoint.register\ndef save():\n    {callback}\n")
 
 
-#: the kernels' idle timeout here: long enough that a kernel is not released between
-#: its start and the test's first cell on a loaded machine (2 s was, once)
-IDLE_SECONDS = 8
+#: the kernels' idle timeout here
+IDLE_SECONDS = 2
+
+
+def _starts_registering(tmp_path, monkeypatch, log, callback: str) -> None:
+    """Kernels that register a checkpoint callback (see :func:`_registers`) as they
+    start: an IPython startup file, as an image can ship one. Registered before the
+    kernel takes its first request, so the release (whatever the machine's load) always
+    finds it; a cell's registration runs the same function in the same process."""
+    startup = tmp_path / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-checkpoint.py").write_text(_registers(log, callback))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
 
 
 async def test_an_idle_kernel_runs_its_checkpoint_callbacks_then_is_released_and_says_so(
         standin, tmp_path, monkeypatch):
     """The callbacks run in the kernel before its shutdown (then it exits cleanly, and
-    never runs them again), and the item says in words what happened."""
+    never runs them again), and the item says in words what happened. No client ever
+    connected to it: a ready kernel nobody asked anything is idle too."""
     standin.idle_timeout = IDLE_SECONDS
     log = tmp_path / "kernel.log"
+    _starts_registering(tmp_path, monkeypatch, log, "note('checkpoint')")
     async with gpu_jupyter_server(tmp_path, monkeypatch, env=CPU_SERVER,
                                   GPUKernelRelease={"every": 0.5}) as (http, base):
         kernel = await start_kernel(http, base)
-        said = await execute(http, base, kernel, _registers(log, "note('checkpoint')"))
-        assert said["status"] == "ok", said
         await until(lambda: _gone(http, base, kernel), "the idle kernel's release")
         assert standin.procs[kernel].wait(GUARD_SECONDS) is not None
         assert log.read_text().split() == ["checkpoint", "exit"]
@@ -158,13 +168,12 @@ async def test_checkpoint_callbacks_get_at_most_the_timeout(standin, tmp_path, m
     guard."""
     standin.idle_timeout = IDLE_SECONDS
     log = tmp_path / "kernel.log"
+    _starts_registering(tmp_path, monkeypatch, log,
+                        "note('started'); time.sleep(600); note('finished')")
     async with gpu_jupyter_server(
             tmp_path, monkeypatch, env=CPU_SERVER,
             GPUKernelRelease={"every": 0.5, "checkpoint_timeout": 1}) as (http, base):
         kernel = await start_kernel(http, base)
-        said = await execute(http, base, kernel, _registers(
-            log, "note('started'); time.sleep(600); note('finished')"))
-        assert said["status"] == "ok", said
         await until(lambda: _gone(http, base, kernel), "the release, its callback still saving")
         assert standin.procs[kernel].wait(GUARD_SECONDS) is not None
         words = log.read_text().split()
