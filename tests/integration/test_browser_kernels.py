@@ -9,7 +9,10 @@ service for a kernel pod, Kueue admits it, Karpenter (its kwok provider) starts 
 node, and the pod runner, standing in for the kubelet that starts the pod's container
 (kubernetes/kubernetes ``pkg/kubelet/kuberuntime/kuberuntime_container.go``,
 ``startContainer``), runs the pod's kernel launcher as a real process on the pod's
-address. A cell prints the kernel's profile, its pod's address and its pod's name
+address. Her team's T4 quota is one share here, and dave (her teammate) holds it with
+a T4 server: her kernel waits in Kueue's queue, and the GPU status item says so in the
+spawn page's few words ("GPU kernel queued 1/1"); dave stops his server, and her kernel
+is admitted and starts. A cell prints the kernel's profile, its pod's address and its pod's name
 (``HOSTNAME``, a container's hostname, which the pod runner sets as such:
 ``jupyterhub_gpu/devcluster/jobprocess.py``), and the page shows them.
 
@@ -28,7 +31,8 @@ shuts it down from the Kernel menu, and its pod goes.
 
 The hub and its services act as the hub's ServiceAccount, bound only by the RBAC we
 ship; the test asks the ``gpu-kernels`` service as her server does (its token) and
-reads the cluster with the admin credentials only to assert. Selenium blocks and the
+reads the cluster with the admin credentials only to assert, and to apply the file's
+quota as an admin applies the bundle's Kueue objects. Selenium blocks and the
 pod runner shares this test's event loop, so the browser runs in a thread.
 Screenshots go to ``build/screenshots/<test>/`` (:mod:`tests.browser`).
 """
@@ -47,19 +51,26 @@ import yaml
 from jupyterhub_gpu.contract import (AGENTPOOL_LABEL, COMPONENT_LABEL, ENV_HOSTNAME, ENV_POD_IP,
                                      ENV_PROFILE, KERNEL_COMPONENT, KERNEL_ID_LABEL,
                                      PROFILE_LABEL, USERNAME_KEY)
+from jupyterhub_gpu.devcluster.bootstrap import apply_kueue_objects
 from jupyterhub_gpu.devcluster.podrunner import home_of
 from jupyterhub_gpu.kernels.specs import kernelspec
 from jupyterhub_gpu.kernels.states import NEXT_CELL
 from tests import kernel_provisioner_entry
 from tests.browser import GPU_STATUS_ITEM
 
-from .conftest import wait_for
+from . import hub_rbac
+from .conftest import STATE_DIR, wait_for
 from .test_autoscale import EMPTY_TIMEOUT
 from .test_browser import _log_in, _pick, _watch_progress
-from .test_demo import _pod_gone, _serving
+from .test_demo import URL, _login_session, _pod_gone, _serving, _spawn_and_wait, _xsrf
 from .test_kernel_service import NAMESPACE, PROFILE, SERVER_PROFILE, Server, _pod
 
 USER = "alice"  # data-science: may use the CPU profile and the T4 one
+TEAMMATE = "dave"  # data-science too: his T4 server fills the team's T4 quota
+#: the team's T4 quota in this file's spec, in shares
+TEAM_SHARES = 1
+#: the GPU status item's words for her kernel, first in its queue of one
+QUEUED = "GPU kernel queued 1/1"
 KERNEL_IDLE_SECONDS = 30
 #: seconds between the server's looks for idle GPU kernels (GPUKernelRelease.every)
 RELEASE_EVERY = 2
@@ -73,7 +84,6 @@ CODE = (f'import os; print(os.environ["{ENV_PROFILE}"], os.environ["{ENV_POD_IP}
 #: ``packages/apputils/src/kernelstatuses.tsx``)
 KERNEL_STATUS = "#jp-main-statusbar [title^='Change kernel for']"
 TOOLBAR_KERNEL = ".jp-NotebookPanel-toolbar .jp-Toolbar-kernelName"
-GPU_STATUS = GPU_STATUS_ITEM
 #: the GPU status item's label on a server without a GPU
 CPU_ONLY = "CPU only · "
 #: JupyterLab's kernel status of a notebook without a kernel
@@ -84,10 +94,13 @@ _PROMPT = re.compile(r"\[(\d+)\]:")
 
 @pytest.fixture
 def kernel_spec_path(cluster_spec_path, tmp_path) -> Path:
-    """The cluster spec with a short ``kernelIdleTimeout`` on the T4 profile."""
+    """The cluster spec with a short ``kernelIdleTimeout`` on the T4 profile, and one
+    share of T4 quota for alice's team (so that one teammate's T4 server fills it)."""
     spec = yaml.safe_load(cluster_spec_path.read_text())
     profile = next(p for p in spec["profiles"] if p["slug"] == PROFILE)
     profile["kernelIdleTimeout"] = f"{KERNEL_IDLE_SECONDS}s"
+    team = next(t for t in spec["teams"] if t["namespace"] == NAMESPACE)
+    team["quota"][profile["pool"]] = TEAM_SHARES
     path = tmp_path / "platform.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
@@ -101,7 +114,19 @@ def kernel_platform(kernel_spec_path):
 
 
 @pytest.fixture
-async def hub(cluster, kernel_spec_path, hub_kubeconfig, tmp_path, monkeypatch):
+async def team_quota(cluster, kernel_platform, cluster_platform):
+    """The file's spec's Kueue objects applied (its team quota), as an admin applies
+    the bundle's after a quota change; the cluster's own again afterwards."""
+    client = hub_rbac.admin_client(STATE_DIR)[0]
+    await asyncio.to_thread(apply_kueue_objects, client, kernel_platform)
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(apply_kueue_objects, client, cluster_platform)
+
+
+@pytest.fixture
+async def hub(cluster, team_quota, kernel_spec_path, hub_kubeconfig, tmp_path, monkeypatch):
     """The demo's hub on that spec. Its servers find the provisioner by its entry point
     (as ``pip install`` puts it in the notebook image: :mod:`tests.kernel_provisioner_entry`)
     and alice's looks for idle GPU kernels every :data:`RELEASE_EVERY` seconds (her own
@@ -130,7 +155,7 @@ def _page_words(browser) -> dict[str, str]:
     """What the page says now of the notebook's kernel and of the GPU: JupyterLab's
     kernel status (status bar) and kernel name (notebook toolbar), and the GPU status
     item's label and level."""
-    item = browser.css(GPU_STATUS)
+    item = browser.css(GPU_STATUS_ITEM)
     return {"kernel": _text(browser, KERNEL_STATUS), "toolbar": _text(browser, TOOLBAR_KERNEL),
             "gpu": item[0].text.strip() if item else "",
             "level": (item[0].get_attribute("data-level") or "") if item else ""}
@@ -209,8 +234,16 @@ def _launcher_card(browser, display: str):
 
 def _open_gpu_notebook(browser, display: str) -> list[dict[str, str]]:
     """A new notebook on the GPU kernel from the launcher; the page's words until the
-    kernel is idle."""
+    GPU status item says the kernel is queued (the team's quota is full)."""
     browser.click(_launcher_card(browser, display))
+    seen = _watch(browser, lambda w: QUEUED in _kernel_queue_words([w]),
+                  what=f"the GPU status item to say {QUEUED!r}")
+    browser.shot("gpu-kernel-queued")
+    return seen
+
+
+def _until_idle(browser, display: str) -> list[dict[str, str]]:
+    """The page's words until the kernel is idle."""
     seen = _watch(browser, lambda w: w["kernel"] == f"{display} | Idle",
                   what="the GPU kernel to be idle")
     browser.shot("gpu-kernel-idle")
@@ -364,7 +397,20 @@ async def test_a_gpu_kernel_from_jupyterlab_runs_a_cell_goes_when_idle_and_comes
     assert server_words["gpu"].startswith(f"{CPU_ONLY}idle stop in "), server_words
     server = Server(await _pod(kube, f"jupyter-{USER}"))
 
-    opening = await asyncio.to_thread(_open_gpu_notebook, browser, display)
+    # dave's T4 server takes the team's only T4 share: her kernel queues behind it
+    teammate = await _login_session(TEAMMATE)
+    try:
+        await _spawn_and_wait(teammate, TEAMMATE, PROFILE)
+        queued = await asyncio.to_thread(_open_gpu_notebook, browser, display)
+        assert (await _listed(server)) != [], "her kernel is not asked for"
+        async with teammate.delete(f"{URL}/hub/api/users/{TEAMMATE}/server",
+                                   headers={"X-XSRFToken": _xsrf(teammate)}) as r:
+            assert r.status in (202, 204), await r.text()
+        await wait_for(lambda: _pod_gone(kube, NAMESPACE, f"jupyter-{TEAMMATE}"),
+                       timeout=GUARD_SECONDS, interval=1, what="dave's server to go")
+    finally:
+        await teammate.close()
+    opening = [*queued, *await asyncio.to_thread(_until_idle, browser, display)]
     assert opening[-1]["toolbar"] == display, opening[-1]
     first = await asyncio.to_thread(_type_and_run, browser, display)
     assert first["typed"] == CODE, first["typed"]
