@@ -48,7 +48,7 @@ import os
 import signal
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
@@ -70,6 +70,19 @@ REQUEST_TIMEOUT = 30.0
 RESTART_WAIT_SECONDS = 60.0
 #: how long after its start the service may not know the kernel's pod yet (its watch)
 UNSEEN_GRACE_SECONDS = 30.0
+#: how long a deletion the service did not answer (the hub restarting, the service
+#: with it) is tried again in the background, in seconds; the first wait before
+#: another try (doubling, at most :data:`DELETE_RETRY_MAX_WAIT`)
+DELETE_RETRY_SECONDS = 600.0
+DELETE_RETRY_FIRST_WAIT = 2.0
+DELETE_RETRY_MAX_WAIT = 60.0
+
+
+def _forget_retry(kernel_id: str) -> Callable[[asyncio.Task], None]:
+    def forget(task: asyncio.Task) -> None:
+        if _retrying.get(kernel_id) is task:
+            del _retrying[kernel_id]
+    return forget
 
 
 class KernelStartFailed(RuntimeError):
@@ -77,6 +90,8 @@ class KernelStartFailed(RuntimeError):
 
 
 _listeners: dict[tuple[str, int], ResponseListener] = {}
+#: the deletions being tried again, by kernel id (held here, so none is collected)
+_retrying: dict[str, asyncio.Task] = {}
 _listeners_lock: asyncio.Lock | None = None
 
 
@@ -183,13 +198,58 @@ class GPUKernelProvisioner(KernelProvisionerBase):
         return answer
 
     async def _delete(self) -> None:
+        """Ask the service to delete the pod. If it does not answer, the deletion is
+        tried again in the background (:data:`DELETE_RETRY_SECONDS`), so that a
+        kernel shut down while the hub restarts does not keep its GPU until its server
+        stops (the service then deletes the pod of a server gone)."""
         self._deleted = True
-        status, answer = await self._call(
-            "DELETE", query=f"?{KERNEL_STOP_QUERY}={KERNEL_IDLE_RELEASE}" if self.idle_release
-            else "")
+        query = (f"?{KERNEL_STOP_QUERY}={KERNEL_IDLE_RELEASE}" if self.idle_release else "")
+        try:
+            status, answer = await self._call("DELETE", query=query)
+        except KernelStartFailed as e:
+            if self.kernel_id not in _retrying:
+                self.log.warning("Deleting GPU kernel %s: %s; trying again for %d s",
+                                 self.kernel_id, e, DELETE_RETRY_SECONDS)
+                task = asyncio.ensure_future(self._delete_later(query))
+                _retrying[self.kernel_id] = task
+                task.add_done_callback(_forget_retry(self.kernel_id))
+            return
+        self._deleted_said(status, answer)
+
+    def _deleted_said(self, status: int, answer: dict) -> None:
         if status not in (200, 404):
             self.log.warning("Deleting GPU kernel %s: HTTP %s %s", self.kernel_id, status,
                              answer.get("error", ""))
+
+    async def _delete_later(self, query: str) -> None:
+        wait, deadline = DELETE_RETRY_FIRST_WAIT, time.monotonic() + DELETE_RETRY_SECONDS
+        while time.monotonic() + wait <= deadline:
+            await asyncio.sleep(wait)
+            try:
+                status, answer = await self._call("DELETE", query=query)
+            except KernelStartFailed:
+                wait = min(wait * 2, DELETE_RETRY_MAX_WAIT)
+                continue
+            self.log.info("GPU kernel %s: its pod's deletion was asked again: HTTP %s",
+                          self.kernel_id, status)
+            self._deleted_said(status, answer)
+            return
+        self.log.error("GPU kernel %s: the GPU kernels service did not answer for %d s; "
+                       "its pod goes once this server stops", self.kernel_id,
+                       DELETE_RETRY_SECONDS)
+
+    async def _settle_deletion(self) -> None:
+        """Before a start of a kernel id whose pod's deletion is still being tried
+        again: ask now (the start needs the service anyway), and wait for the pod to
+        go, so that no late deletion ends the new pod."""
+        task = _retrying.pop(self.kernel_id, None)
+        if task is None:
+            return
+        task.cancel()
+        status, answer = await self._call("DELETE")
+        self._deleted_said(status, answer)
+        if not await self._gone(RESTART_WAIT_SECONDS):
+            raise KernelStartFailed("The kernel's earlier pod is still being deleted.")
 
     async def _gone(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -213,6 +273,7 @@ class GPUKernelProvisioner(KernelProvisionerBase):
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict[str, Any]:
         if not self.server_ip:
             raise KernelStartFailed(f"This server does not know its address ({ENV_POD_IP}).")
+        await self._settle_deletion()
         listener = await shared_listener(self.server_ip, self.response_port)
         STATES.launching(self.kernel_id, self.kernel_spec.display_name)
         self._deleted = self._taken = self._ending = False

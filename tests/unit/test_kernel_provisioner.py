@@ -247,3 +247,47 @@ async def test_a_kernel_whose_service_does_not_answer_is_taken_as_it_was(monkeyp
         assert await provisioner.poll() is None
         assert await provisioner.poll() is None
     assert "GPU kernel k-1: cannot ask about its pod" in caplog.text
+
+
+async def test_a_deletion_the_service_did_not_answer_is_asked_again_once_it_answers(
+        monkeypatch, caplog):
+    """A kernel shut down while the gpu-kernels service does not answer (the hub
+    restarting): the shutdown goes on (no error into the kernel manager), and its pod's
+    deletion is asked again in the background until the service answers, instead of the
+    pod keeping its GPU until the server stops."""
+    from aiohttp import web
+
+    from ..conftest import refusing_port
+
+    monkeypatch.setattr(provisioning, "DELETE_RETRY_FIRST_WAIT", 0.1)
+    held = refusing_port()
+    port = held.getsockname()[1]
+    monkeypatch.setenv(ENV_KERNELS_URL, f"http://127.0.0.1:{port}/")
+    provisioner = GPUKernelProvisioner(kernel_id="k-1", poll_interval=0)
+    provisioner.pod = {"id": "k-1", "phase": "Running"}
+    caplog.set_level("INFO")
+    await provisioner.terminate()  # refused: no answer
+    assert "Deleting GPU kernel k-1: The GPU kernels service did not answer" in caplog.text
+
+    asked: list[str] = []
+
+    async def delete(request):
+        asked.append(request.path)
+        return web.json_response({}, status=200)
+
+    app = web.Application()
+    app.router.add_delete("/{tail:.*}", delete)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    held.close()  # the service is back, on the same port
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        for _ in range(int(GUARD_SECONDS / 0.1)):
+            if asked:
+                break
+            await asyncio.sleep(0.1)
+        assert asked == [f"/{KERNELS_API_PATH}/k-1"]
+    finally:
+        await runner.cleanup()
+    assert "GPU kernel k-1: its pod's deletion was asked again: HTTP 200" in caplog.text
+    assert "k-1" not in provisioning._retrying
