@@ -1,0 +1,92 @@
+"""[kernels] A CPU server whose only GPU kernel sits idle is culled by the server's own
+rule, as a server without kernels is (the profile's ``idleTimeout``, the hub's culler:
+``jupyterhub_gpu/cull/``), and its kernel's pod goes with it, so no GPU outlives its
+server.
+
+alice's real CPU server (run by the pod runner, the provisioner's entry point on its
+path as ``pip install`` puts it in the notebook image) starts a T4 kernel through its
+own kernel API (``POST /user/alice/api/kernels``, as JupyterLab does); the kernel's
+profile keeps its ``kernelIdleTimeout`` (15 minutes), so the server never releases it
+here; nothing runs. The CPU profile's ``idleTimeout`` is :data:`SERVER_IDLE_SECONDS`
+in this file's spec and the demo's culler looks every 3 s: the culler stops the
+server, whose Jupyter Server shuts its kernels down on the way out (the provisioner
+deletes the pod through the gpu-kernels service; the service's pass over kernel pods
+whose server is gone would delete it otherwise: ``kernels.cluster.delete_orphans``).
+The hub acts as its ServiceAccount, bound by the RBAC we ship; the admin credentials
+only read the cluster to assert."""
+
+from __future__ import annotations
+
+import os
+
+import aiohttp
+import pytest
+import yaml
+
+from jupyterhub_gpu.contract import KERNEL_ID_LABEL
+from jupyterhub_gpu.devcluster import contract as dev_contract
+from tests import kernel_provisioner_entry
+
+from .conftest import wait_for
+from .test_demo import URL, _hub_server, _login, _serving, _xsrf
+from .test_kernel_service import GUARD_SECONDS, NAMESPACE, PROFILE, SERVER_PROFILE, _pod, _server
+
+#: the CPU profile's idleTimeout here: long enough for the kernel to start first
+SERVER_IDLE_SECONDS = 60
+
+
+@pytest.fixture
+def cull_spec_path(cluster_spec_path, tmp_path):
+    spec = yaml.safe_load(cluster_spec_path.read_text())
+    profile = next(p for p in spec["profiles"] if p["slug"] == SERVER_PROFILE)
+    profile["idleTimeout"] = f"{SERVER_IDLE_SECONDS}s"
+    path = tmp_path / "platform.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+async def test_a_server_with_only_an_idle_gpu_kernel_is_culled_and_the_kernel_goes(
+        cluster, cull_spec_path, hub_kubeconfig, kube, tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    kernel_provisioner_entry.register(site, monkeypatch)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p))
+    monkeypatch.setenv(dev_contract.ENV_DEMO_CULL_EVERY, "3")
+    workdir = tmp_path / "hub"
+    async with _serving(cluster, cull_spec_path, hub_kubeconfig, workdir) as http:
+        await _login(http, "alice")
+        await _server(http, kube, "alice")
+        api = f"{URL}/user/alice/api"
+        name = f"gpu-{PROFILE}"
+
+        async def listed():
+            async with http.get(f"{api}/kernelspecs") as r:
+                return name in (await r.json())["kernelspecs"] if r.status == 200 else False
+
+        await wait_for(listed, timeout=60, interval=1, what="her GPU kernelspecs")
+        async with http.post(f"{api}/kernels", json={"name": name},
+                             headers={"X-XSRFToken": _xsrf(http, "/user/alice/")},
+                             timeout=aiohttp.ClientTimeout(total=GUARD_SECONDS)) as r:
+            assert r.status == 201, await r.text()
+            kernel = (await r.json())["id"]
+        pods = await kube.core.list_namespaced_pod(
+            NAMESPACE, label_selector=f"{KERNEL_ID_LABEL}={kernel}")
+        (pod,) = pods.items
+        assert pod.status.phase == "Running"
+        # the server is still up with its kernel: the culler has not stopped it early
+        assert await _hub_server(http, "alice") is not None
+
+        await wait_for(lambda: _no_server(http), timeout=SERVER_IDLE_SECONDS + GUARD_SECONDS,
+                       interval=1, what="the culler to stop alice's server")
+        log = (workdir / "hub.log").read_text()
+        assert f"Culling user=alice server='' profile={SERVER_PROFILE} reason=idle" in log
+
+        async def kernel_gone():
+            return await _pod(kube, pod.metadata.name) is None
+
+        await wait_for(kernel_gone, timeout=GUARD_SECONDS, interval=1,
+                       what="the culled server's GPU kernel pod to go")
+
+
+async def _no_server(http) -> bool:
+    return await _hub_server(http, "alice") is None
