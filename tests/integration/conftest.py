@@ -107,7 +107,7 @@ SLOWEST_FIRST = (  # a 2-worker run of 2026-12-07, in seconds of its 60 slowest 
     "test_chart_home.py",  # 126
     "test_chart_services.py",  # 125
     "test_availability.py",  # 112
-    "test_kernel_cull.py",  # about 100 alone, its culler's 60 s included (added after that run)
+    "test_kernel_cull.py",  # 227 alone at load 9, its 60 s idle timeout included (added after)
     "test_component_faults.py",  # 103
     "test_prometheus.py",  # 91
     "test_jobs.py",  # 72
