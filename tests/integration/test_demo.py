@@ -23,6 +23,7 @@ import yaml
 from jupyterhub_gpu.devcluster import demo, procs
 
 from jupyterhub_gpu.devcluster.contract import DEMO_PASSWORD
+from jupyterhub_gpu.devcluster.layout import Layout
 from ..configmap import write_configmap
 from . import hub_rbac, hubpod
 from .conftest import HUB, STATE_DIR, wait_for
@@ -34,14 +35,16 @@ PORTS = HUB.start_args()
 
 
 @contextlib.asynccontextmanager
-async def _serving(cluster, spec: Path, hub_kubeconfig: Path, workdir: Path):
+async def _serving(cluster, spec: Path, hub_kubeconfig: Path, workdir: Path,
+                   layout: Layout | None = None):
     """The demo's hub (as the hub's ServiceAccount) and pod runner on ``spec``; a
-    logged-out session to it."""
+    logged-out session to it. With ``layout`` (the dev cluster's), its Prometheus
+    scrapes the hub and its gpu-kernels service."""
     demo.ensure_chp(progress=lambda m: None)
     stop, said = asyncio.Event(), []
     task = asyncio.create_task(demo.serve(spec, Path(cluster["kubeconfig"]), workdir, URL,
                                           said.append, stop, **PORTS,
-                                          hub_kubeconfig=hub_kubeconfig))
+                                          hub_kubeconfig=hub_kubeconfig, cluster=layout))
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
         await wait_for(lambda: demo.hub_answers(http, URL), timeout=60, what="JupyterHub to answer")
         yield http
