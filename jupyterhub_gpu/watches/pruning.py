@@ -51,7 +51,7 @@ WORKLOAD_FIELDS: Fields = MappingProxyType({
         "conditions": _CONDITION,
         # the pool Kueue admitted it to (st.admitted_pool)
         "admission": MappingProxyType({
-            "podSetAssignments": MappingProxyType({"name": None, "flavors": None})}),
+            "podSetAssignments": MappingProxyType({"flavors": None})}),
     }),
 })
 
