@@ -1,11 +1,19 @@
 """Item 4: P pods and P Workloads in a watched namespace, made directly by the admin
 (no scheduling: each pod carries a scheduling gate, each Workload is inactive), for
 the hubs' shared watches to hold. They carry KubeSpawner's component label, so the
-hubs' pod watches (selected by it) see them all."""
+hubs' pod watches (selected by it) see them all.
+
+``python -m benchmarks.memory [--pods 5000]``: this benchmark alone, on a dev cluster
+of its own (ports shifted by ``JUPYTERHUB_GPU_TEST_PORT_OFFSET``), printing each hub's
+RSS and the ratio; it writes no report."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
+import sys
+import tempfile
 from pathlib import Path
 
 from jupyterhub_gpu.builders.pod import RESTRICTED_CONTAINER, RESTRICTED_POD
@@ -72,3 +80,43 @@ async def clean(kubeconfig: Path) -> None:
             *KUEUE, NAMESPACE, "workloads", label_selector=BENCH_LABEL)
     finally:
         await api.close()
+
+
+async def alone(pods: int, offset: int, settle: float, idle: float
+                ) -> dict[str, tuple[float, float]]:
+    """Each hub's (RSS MiB, CPU s/min at idle) with ``pods`` pods and Workloads, as
+    ``make bench`` measures them, on a dev cluster of its own."""
+    from .devcluster import dev_cluster, write_bench_spec
+    from .hubs import Ports, ok_server
+    from .spawns import watch_memory
+
+    work = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-memory-"))
+    print(f"memory: working in {work}", flush=True)
+    spec, ports = write_bench_spec(work, room=10), Ports.shifted(offset)
+    with dev_cluster(spec, work / "cluster", offset) as (status, kubeconfig), \
+            ok_server(ports.ok):
+        await populate(Path(status["kubeconfig"]), pods)
+        return {mode: await watch_memory(mode, spec, kubeconfig, work, ports, settle, idle)
+                for mode in ("kube", "gpu")}
+
+
+def main(argv=None) -> int:
+    from tests.integration.ports import ENV_OFFSET
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.memory",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--pods", type=int, default=5000, help="pods and Workloads (5000)")
+    p.add_argument("--settle", type=float, default=2.0,
+                   help="seconds between the RSS samples that must agree (2)")
+    p.add_argument("--idle", type=float, default=15.0, help="seconds of idle CPU measured (15)")
+    args = p.parse_args(argv)
+    found = asyncio.run(alone(args.pods, int(os.environ.get(ENV_OFFSET, "0")), args.settle,
+                              args.idle))
+    for mode, (rss, cpu) in found.items():
+        print(f"memory: {mode} hub RSS {rss:.0f} MiB, CPU at idle {cpu:.2f} s/min", flush=True)
+    print(f"memory: RSS ratio gpu/kube {found['gpu'][0] / found['kube'][0]:.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,7 +8,8 @@ each watch event (never rebuilt per lookup) and bounded:
   pod was deleted before it ran (within its progress tick, 1 s).
 * :class:`TracksResources`: a reflector mixin whose ``resources`` tell it of each
   object stored and removed, and of each full listing, so that it can keep indexes
-  of its own (by job uid, by pod, per queue).
+  of its own (by job uid, by pod, per queue), and store only what it keeps of each
+  object (:meth:`TracksResources.kept`: the Workload watch prunes, :mod:`.pruning`).
 """
 
 from __future__ import annotations
@@ -78,14 +79,16 @@ class Graveyard:
 
 class Tracked(dict):
     """A reflector's ``resources`` that tell ``owner`` of each object stored and
-    popped (KubeSpawner's reflectors and :mod:`.resuming` change them only so)."""
+    popped (KubeSpawner's reflectors and :mod:`.resuming` change them only so), each
+    stored as ``owner.kept`` has it."""
 
     def __init__(self, items: dict, owner: "TracksResources"):
-        super().__init__(items)
+        super().__init__((key, owner.kept(obj)) for key, obj in items.items())
         self._owner = owner
 
     def __setitem__(self, key, obj) -> None:
         old = dict.get(self, key)
+        obj = self._owner.kept(obj)
         super().__setitem__(key, obj)
         self._owner.stored(key, obj, old)
 
@@ -99,7 +102,12 @@ class Tracked(dict):
 
 class TracksResources:
     """Mixin for a ResourceReflector (before it among the bases): each change of
-    ``resources`` is told to :meth:`stored`, :meth:`removed` or :meth:`relisted`."""
+    ``resources`` is told to :meth:`stored`, :meth:`removed` or :meth:`relisted`,
+    and each object is stored as :meth:`kept` has it."""
+
+    def kept(self, obj: dict) -> dict:
+        """What is stored of ``obj``, listed or watched (override to prune it)."""
+        return obj
 
     def stored(self, key: str, obj: dict, old: dict | None) -> None:
         """``obj`` was stored under ``key`` (in place of ``old``, if any)."""

@@ -10,6 +10,7 @@ from traitlets import default
 
 from ..contract import JOB_UID_LABEL, KUEUE_GROUP, KUEUE_VERSION
 from .indexed import Graveyard, TracksResources
+from .pruning import pruned_workload
 from .resuming import ResumesWatch
 from ..kueue import status as kstatus
 
@@ -100,7 +101,8 @@ class WorkloadReflector(ResumesWatch, RecordsDeletions, NamespacedResourceReflec
     """All Kueue Workloads of one namespace, in one long watch that resumes from its
     last resourceVersion (:mod:`jupyterhub_gpu.watches.resuming`); indexed by uid and
     job uid (live and buried), with each queue's order computed once per change of
-    that queue's Workloads."""
+    that queue's Workloads. Each Workload is stored, and buried, pruned to the fields
+    its readers read (:data:`~jupyterhub_gpu.watches.pruning.WORKLOAD_FIELDS`)."""
 
     @default("kind")
     def _kind_default(self) -> str:
@@ -122,6 +124,9 @@ class WorkloadReflector(ResumesWatch, RecordsDeletions, NamespacedResourceReflec
 
     def _new_graveyard(self) -> Graveyard:
         return Graveyard(also_by=workload_keys)
+
+    def kept(self, obj: dict) -> dict:
+        return pruned_workload(obj)
 
     def stored(self, key: str, obj: dict, old: dict | None) -> None:
         super().stored(key, obj, old)

@@ -373,8 +373,10 @@ def test_a_fallback_profiles_kernel_starts_once_kueue_admits_it(service, kube, p
                 "spec": {"queueName": "ml-eng"}, "status": {}}
     service.kernels.watches.workloads[ML].resources = {"w": workload}
     assert asyncio.run(cluster.record_pools(service.kernels.watches, platform)) == []
-    workload["status"] = {"admission": {"podSetAssignments": [{"flavors": {"cpu": "a100"}}]},
-                          "conditions": [{"type": "Admitted", "status": "True"}]}
+    # Kueue admits it: a watch event stores the new state (the watch keeps a copy)
+    service.kernels.watches.workloads[ML].resources["w"] = {**workload, "status": {
+        "admission": {"podSetAssignments": [{"flavors": {"cpu": "a100"}}]},
+        "conditions": [{"type": "Admitted", "status": "True"}]}}
     name = pod["metadata"]["name"]
     assert asyncio.run(cluster.record_pools(service.kernels.watches, platform)) == [
         f"{ML}/{name}"]
