@@ -202,7 +202,8 @@ LENGTHS = {c.name: c.type.length for c in USAGE.columns
 
 
 def _to_row(u: Usage) -> dict:
-    values = dataclasses.asdict(u)
+    # every field is a scalar (str, number, datetime, enum): no deep copy needed
+    values = {name: getattr(u, name) for name in FIELDS}
     for name in TIMES:
         values[name] = _utc(values[name])
     values["kind"] = str(u.kind)
@@ -215,19 +216,38 @@ def _to_row(u: Usage) -> dict:
     return values
 
 
+#: a row's parameter of its key in :data:`_SELECT_ROW` and :data:`_UPDATE_ROW` (a
+#: column's own name cannot name a parameter of an UPDATE's WHERE)
+_ROW_KEY = "row_key"
+#: the statements of a write, made once and executed with each row's values as
+#: parameters (a statement made per write with its values in it costs the ledger's
+#: thread, in CPU of the hub process, more than the database's work)
+_SELECT_ROW = sa.select(USAGE).where(USAGE.c.key == sa.bindparam(_ROW_KEY)).with_for_update()
+_UPDATE_ROW = USAGE.update().where(USAGE.c.key == sa.bindparam(_ROW_KEY))
+_INSERTS: dict[str, Any] = {}
+
+
+def _insert_statement(dialect: str) -> Any:
+    """SQLite's and PostgreSQL's ``INSERT ... ON CONFLICT DO NOTHING RETURNING key``
+    of a row, made once per dialect; None for other databases."""
+    if dialect not in _INSERTS:
+        module = {"sqlite": sqlite, "postgresql": postgresql}.get(dialect)
+        _INSERTS[dialect] = module and module.insert(USAGE).on_conflict_do_nothing(
+            index_elements=[USAGE.c.key]).returning(USAGE.c.key)
+    return _INSERTS[dialect]
+
+
 def _insert_if_absent(conn: sa.Connection, values: dict) -> bool:
     """Insert the row unless a row of its key exists; whether it did. SQLite and
     PostgreSQL in one statement (``ON CONFLICT DO NOTHING``); other databases in a
     savepoint (with SQLite's driver, a savepoint opened outside a transaction is one,
     and its release a commit: one more sync to disk per new row)."""
-    dialect = {"sqlite": sqlite, "postgresql": postgresql}.get(conn.dialect.name)
-    if dialect is not None:
-        insert = dialect.insert(USAGE).values(values).on_conflict_do_nothing(
-            index_elements=[USAGE.c.key]).returning(USAGE.c.key)
-        return conn.execute(insert).first() is not None
+    insert = _insert_statement(conn.dialect.name)
+    if insert is not None:
+        return conn.execute(insert, values).first() is not None
     try:
         with conn.begin_nested():
-            conn.execute(USAGE.insert().values(values))
+            conn.execute(USAGE.insert(), values)
         return True
     except sa.exc.IntegrityError:
         return False
@@ -331,8 +351,8 @@ class Ledger:
 
     def _merge_in(self, conn: sa.Connection, new: Usage, changes: dict) -> Usage:
         from .rollup import add_change
-        where = USAGE.c.key == new.key
-        row = conn.execute(sa.select(USAGE).where(where).with_for_update()).first()
+        key = {_ROW_KEY: new.key}
+        row = conn.execute(_SELECT_ROW, key).first()
         old = _from_row(row) if row is not None else None
         merged = merge(old, new)
         if old is None:
@@ -340,11 +360,12 @@ class Ledger:
                 add_change(changes, None, merged)
                 return merged
             # another process inserted it just now
-            row = conn.execute(sa.select(USAGE).where(where).with_for_update()).one()
-            old = _from_row(row)
+            old = _from_row(conn.execute(_SELECT_ROW, key).one())
             merged = merge(old, new)
         if merged != old:
-            conn.execute(USAGE.update().where(where).values(_to_row(merged)))
+            values = _to_row(merged)
+            del values["key"]  # the row's key never changes
+            conn.execute(_UPDATE_ROW, values | key)
             add_change(changes, old, merged)
         return merged
 

@@ -263,6 +263,37 @@ def test_writes_made_while_the_thread_is_busy_share_one_transaction(ledger):  # 
     assert len(ledger.rows_sync()) == 21
 
 
+def test_each_write_of_a_batch_changes_its_own_row_only(ledger):  # noqa: F811
+    """The ledger's statements are made once, each row's key and values their
+    parameters: in one batch, new rows and updates of several rows land each in its
+    row, every field kept, and the rows not written stay as they were."""
+    for i in range(3):
+        ledger.record_sync(Usage(f"pod:{i}", Kind.SESSION, user=f"u{i}", team="t",
+                                 requested_at=NOW))
+    release = threading.Event()
+    ledger._thread.submit(release.wait)
+    stops = [ledger.submit(Usage(f"pod:{i}", Kind.SESSION, pool=f"p{i}", gpu_units=i + 1,
+                                 admitted_at=NOW + timedelta(seconds=i + 1),
+                                 stopped_at=NOW + timedelta(hours=i + 1), stop_reason=reason))
+             for i, reason in ((0, StopReason.USER), (2, StopReason.PREEMPTED))]
+    new = ledger.submit(Usage("pod:new", Kind.SESSION, user="n", requested_at=NOW))
+    release.set()
+    for done in (*stops, new):
+        done.result(timeout=30)
+    rows = {u.key: u for u in ledger.rows_sync()}
+    assert rows == {
+        "pod:0": Usage("pod:0", Kind.SESSION, user="u0", team="t", pool="p0", gpu_units=1,
+                       requested_at=NOW, admitted_at=NOW + timedelta(seconds=1),
+                       stopped_at=NOW + timedelta(hours=1), stop_reason=StopReason.USER,
+                       queue_wait_seconds=1.0),
+        "pod:1": Usage("pod:1", Kind.SESSION, user="u1", team="t", requested_at=NOW),
+        "pod:2": Usage("pod:2", Kind.SESSION, user="u2", team="t", pool="p2", gpu_units=3,
+                       requested_at=NOW, admitted_at=NOW + timedelta(seconds=3),
+                       stopped_at=NOW + timedelta(hours=3), stop_reason=StopReason.PREEMPTED,
+                       queue_wait_seconds=3.0),
+        "pod:new": Usage("pod:new", Kind.SESSION, user="n", requested_at=NOW)}
+
+
 def test_a_bad_write_in_a_batch_fails_alone(ledger):  # noqa: F811
     release = threading.Event()
     ledger._thread.submit(release.wait)
