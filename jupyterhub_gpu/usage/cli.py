@@ -29,7 +29,7 @@ def _url(args: argparse.Namespace) -> str:
 
 def _upgrade(args: argparse.Namespace) -> int:
     from ..ledger import migrate
-    from ..ledger.store import create_engine
+    from ..ledger.engine import create_engine
 
     engine = create_engine(_url(args))
     try:
@@ -78,7 +78,7 @@ def _shown(url: str) -> str:
 
 def _guarded(func):
     def run(args: argparse.Namespace) -> int:
-        from ..ledger.store import LedgerError  # loaded when a usage command runs
+        from ..ledger.engine import LedgerError  # loaded when a usage command runs
 
         try:
             return func(args)

@@ -389,7 +389,7 @@ def test_a_postgresql_url_without_its_driver_names_what_to_install(monkeypatch, 
                                                                    url, fix):
     """As where the [postgresql] extra is not installed: no traceback, the extra named."""
     from jupyterhub_gpu.cli import main
-    from jupyterhub_gpu.ledger.store import LedgerError
+    from jupyterhub_gpu.ledger.engine import LedgerError
 
     for module in ("psycopg", "psycopg2"):
         monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
