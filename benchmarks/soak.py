@@ -341,6 +341,8 @@ async def _soak(hub: Hub, sizes: SoakSizes, teams: list[tuple[str, str]], workdi
         churn.stop.set()
         await asyncio.gather(*workers, return_exceptions=True)
     print(f"soak: warm-up: {verdict.warmup()}", flush=True)
+    for line in census.lines(workdir, began):  # --census
+        print(line, flush=True)
 
 
 async def on_cluster(sizes: SoakSizes, spec: Path, state: Path, admin: Path,

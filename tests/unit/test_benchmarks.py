@@ -319,8 +319,11 @@ def test_the_soak_cycles_a_user_of_each_team_in_turn_the_watched_teams_last():
     assert {users[u] for u in order[:3]} == {"ns0", "ns1", "ns2"}
 
 
-def test_the_heap_census_counts_types_and_what_the_watches_hold():
-    from benchmarks.census import count
+def test_the_heap_census_counts_types_and_what_the_watches_hold(tmp_path):
+    import json
+
+    from benchmarks.census import FILE, count, lines
+    from jupyterhub_gpu.hub.spawner import GPUSpawner
     from jupyterhub_gpu.watches.indexed import Graveyard
     from jupyterhub_gpu.watches.reflectors import WorkloadReflector
 
@@ -329,9 +332,17 @@ def test_the_heap_census_counts_types_and_what_the_watches_hold():
         graves.record(f"ns/p{i}", {"metadata": {"name": f"p{i}"}})
     reflector = WorkloadReflector.__new__(WorkloadReflector)  # no API client, no watch
     reflector.resources = {f"ns/{n}": {"metadata": {"name": n}} for n in "ab"}
-    found = count([graves, reflector, {}, {}, "s"])
+    spawner = GPUSpawner.__new__(GPUSpawner)  # not configured
+    found = count([graves, reflector, spawner, {}, {}, "s"])
     assert found["graves"] == 3 and found["watched"] == 2 and found["reflectors"] == 1
-    assert found["types"]["builtins.dict"] == 2 and found["objects"] == 5
+    assert found["spawners"] == 1 and found["objects"] == 6
+    assert found["types"]["builtins.dict"] == 2
+    assert lines(tmp_path, 0) == []  # none taken
+    found.update(at=130.0, blocks=1000, seconds=0.5)
+    (tmp_path / FILE).write_text(json.dumps(found) + "\n")
+    assert lines(tmp_path, 100.0) == [
+        "census at    30s: 6 objects, 1,000 blocks, 1 spawners, 1 watches holding 2 objects "
+        "and 3 graves (counted in 0.50 s)"]
 
 
 def test_the_hub_log_errors_are_its_error_lines_and_tracebacks(tmp_path):
