@@ -19,7 +19,8 @@ For ``--minutes``, two kinds of churn:
 
 Every ``--every`` seconds it prints the hub's RSS, the cost of its ``poll()`` calls
 (:mod:`benchmarks.pollcost`), its event-loop lag (:mod:`benchmarks.lag`), its API
-requests a minute (the audit log) and the churn so far. The warm-up
+requests a minute (the audit log) and the churn so far; the churn ends up to half an
+interval early rather than with a last interval of a few seconds. The warm-up
 (:attr:`Verdict.warmup_end`) ends once every team namespace has had a server ready
 (so the hub watches them all) and then :data:`GRAVE_SECONDS` more have passed (so
 the first deleted objects the watches remember can have aged out of their
@@ -329,7 +330,9 @@ async def _soak(hub: Hub, sizes: SoakSizes, teams: list[tuple[str, str]], workdi
                                                churn)))
     began = since = churn.began
     try:
-        while time.time() - began < sizes.seconds:
+        # no last interval of a few seconds (each sample takes some): its few polls
+        # would make a median of nothing much
+        while sizes.seconds - (time.time() - began) >= sizes.every / 2:
             await asyncio.sleep(min(sizes.every, sizes.seconds - (time.time() - began)))
             for w in workers:
                 if w.done() and w.exception():
