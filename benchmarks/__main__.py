@@ -63,7 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "before it counts as failed, at that value (600; short 60)")
     p.add_argument("--minutes", type=float, help="the whole run's time bound: no round "
                    "starts that would end past it (55; short 3)")
-    p.add_argument("--soak-minutes", type=float, help="minutes of the soak's churn (3; short 0.25)")
+    p.add_argument("--soak-minutes", type=float, help="minutes of the soak's churn (10; "
+                   "short 0.25, too short for its warm-up: no verdict)")
     p.add_argument("--soak-users", type=int, help="users of the soak's hub (2000; short 40)")
     p.add_argument("--soak-teams", type=int, help="team namespaces of the soak (50; short: "
                    "the benchmarks' cluster's 3)")
@@ -76,7 +77,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     full = dict(spawns=12, burst=50, pods=5000, servers=5000, idle=15.0, settle=2.0,
                 rounds=5, max_rounds=12, queue=100, fallback=6, window=15.0, minutes=55.0,
                 timeout=float(spawns.BURST_TIMEOUT),
-                soak_minutes=3.0, soak_users=2000, soak_teams=50, ledger_users=2000, ledger_days=90)
+                soak_minutes=10.0, soak_users=2000, soak_teams=50, ledger_users=2000, ledger_days=90)
     short = dict(spawns=2, burst=3, pods=20, servers=50, idle=2.0, settle=0.5, rounds=1,
                  max_rounds=1, queue=3, fallback=3, window=3.0, minutes=3.0, timeout=60.0,
                  soak_minutes=0.25, soak_users=40, soak_teams=3, ledger_users=20, ledger_days=3)

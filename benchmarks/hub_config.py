@@ -75,3 +75,8 @@ else:
 from benchmarks.lag import install  # noqa: E402
 
 install()
+
+# a census of the heap every $BENCH_CENSUS seconds, if set (benchmarks.census: the soak)
+from benchmarks.census import install as install_census  # noqa: E402
+
+install_census()

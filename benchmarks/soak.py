@@ -8,9 +8,10 @@ For ``--minutes``, two kinds of churn:
 
 - real spawn/stop cycles: ``steady`` servers that run throughout (the hub polls
   them), and ``cyclers`` workers that each start a server, keep it up for
-  :data:`HOLD` seconds and stop it, over and over, going through every user in turn
-  (so every team namespace gets its shared watches); servers are the answering
-  process (:mod:`benchmarks.okserver`);
+  :data:`HOLD` seconds and stop it, over and over, going through every user in turn,
+  in an order whose first pass takes a user of each team in turn
+  (:func:`team_turns`), so that every team namespace gets its shared watches early;
+  servers are the answering process (:mod:`benchmarks.okserver`);
 - ``--rate`` pods and as many Workloads a second made and deleted directly by the
   admin (:func:`benchmarks.memory.pod`, :func:`benchmarks.memory.workload`), every
   other pair in the first team's namespace and the rest over all of them, each
@@ -18,11 +19,18 @@ For ``--minutes``, two kinds of churn:
 
 Every ``--every`` seconds it prints the hub's RSS, the cost of its ``poll()`` calls
 (:mod:`benchmarks.pollcost`), its event-loop lag (:mod:`benchmarks.lag`), its API
-requests a minute (the audit log) and the churn so far. The verdict: the RSS and the
-median ``poll()`` cost of the last interval within 10% of those of the first interval
-after the warm-up (the first :data:`WARMUP` of the time; of the intervals with a poll),
-and no error in the hub's log.
-Exit status 1 if the verdict fails.
+requests a minute (the audit log) and the churn so far; the churn ends up to half an
+interval early rather than with a last interval of a few seconds. The warm-up
+(:attr:`Verdict.warmup_end`) ends once every team namespace has had a server ready
+(so the hub watches them all) and then :data:`GRAVE_SECONDS` more have passed (so
+the first deleted objects the watches remember can have aged out of their
+graveyards), or after the first :data:`WARMUP` of the time if that is later. The
+verdict: the RSS and the median ``poll()`` cost of the last interval within 10% of
+those of the first interval after the warm-up (of the intervals with a poll), and no
+error in the hub's log; a run too short to have an interval after the warm-up gets
+no verdict, and says so. Exit status 1 unless the verdict passes.
+``--census SECONDS``: the hub also counts its heap's objects by type that often
+(:mod:`benchmarks.census`; a diagnostic, which costs the hub's event loop time).
 """
 
 from __future__ import annotations
@@ -31,17 +39,20 @@ import argparse
 import asyncio
 import copy
 import dataclasses
+import itertools
 import os
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
-from . import apicalls, lag, memory, pollcost
+from jupyterhub_gpu.watches.indexed import GRAVE_SECONDS
+
+from . import apicalls, census, lag, memory, pollcost
 from .devcluster import EXAMPLE_SPEC, dev_cluster
 from .hubs import Hub, Ports, ok_server, running_hub
 from .spawns import spawn_until_ready, stop_until_gone
@@ -90,12 +101,43 @@ class Verdict:
     sizes: SoakSizes
     samples: list[Sample] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # the hub log's error lines
+    #: seconds since the churn began at which each team namespace first had a server
+    #: ready (0: a steady server's, started before the churn)
+    first_ready: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def all_watched_at(self) -> float | None:
+        """When the last team namespace had its first server ready, or None yet."""
+        if len(self.first_ready) < self.sizes.teams:
+            return None
+        return max(self.first_ready.values(), default=0.0)
+
+    @property
+    def warmup_end(self) -> float | None:
+        """Seconds since the churn began at which the warm-up ends: every team namespace
+        watched, then :data:`GRAVE_SECONDS`; or the first :data:`WARMUP` of the time if
+        later. None: not every team namespace had a server (no end)."""
+        watched = self.all_watched_at
+        if watched is None:
+            return None
+        return max(watched + GRAVE_SECONDS, WARMUP * self.sizes.seconds)
 
     def _ends(self) -> tuple[Sample, Sample] | None:
         """The first interval after the warm-up and the last, of those with polls."""
+        end = self.warmup_end
         polled = [s for s in self.samples if s.polls]
-        warm = [s for s in polled if s.at >= WARMUP * self.sizes.seconds]
+        warm = [s for s in polled if end is not None and s.at >= end]
         return (warm[0], polled[-1]) if warm and warm[0] is not polled[-1] else None
+
+    def warmup(self) -> str:
+        """What ended the warm-up, or why it did not end."""
+        watched, end = self.all_watched_at, self.warmup_end
+        if watched is None:
+            return (f"not every team namespace had a server: {len(self.first_ready)} of "
+                    f"{self.sizes.teams}")
+        return (f"every team namespace had a server by {watched:.0f} s, then "
+                f"{GRAVE_SECONDS} s for the watches' first graves to age out, or the first "
+                f"{WARMUP:.0%} of the churn: ends at {end:.0f} s")
 
     @property
     def rss_ratio(self) -> float:
@@ -108,15 +150,25 @@ class Verdict:
         return ratio(ends[1].poll_p50_ms, ends[0].poll_p50_ms) if ends else float("nan")
 
     @property
+    def judged(self) -> bool:
+        """Whether there is an interval after the warm-up to compare with the last."""
+        return self._ends() is not None
+
+    @property
     def ok(self) -> bool:
-        return (not self.errors and self.rss_ratio <= TOLERANCE
+        return (self.judged and not self.errors and self.rss_ratio <= TOLERANCE
                 and self.poll_ratio <= TOLERANCE)
 
     def summary(self) -> str:
+        errors = (f"{len(self.errors)} error lines in the hub log"
+                  + "".join(f"\n  {e}" for e in self.errors[:5]))
+        if not self.judged:
+            return (f"soak verdict: NONE: no interval after the warm-up to compare with the "
+                    f"last, too short a run to judge ({self.warmup()}; the churn lasted "
+                    f"{self.sizes.seconds:.0f} s); {errors}")
         return (f"soak verdict: {'PASS' if self.ok else 'FAIL'}: end / warm-up RSS "
                 f"{self.rss_ratio:.2f}, poll() p50 {self.poll_ratio:.2f} (each must be <= "
-                f"{TOLERANCE:.2f}); {len(self.errors)} error lines in the hub log"
-                + "".join(f"\n  {e}" for e in self.errors[:5]))
+                f"{TOLERANCE:.2f}); warm-up: {self.warmup()}; {errors}")
 
     def render(self) -> str:
         s = self.sizes
@@ -151,32 +203,53 @@ def _teams(spec: Path) -> list[tuple[str, str]]:
     return [(sorted(t.groups)[0], t.namespace) for t in load_platform(spec).teams]
 
 
-async def _make_users(hub: Hub, users: int, teams: list[tuple[str, str]]) -> list[str]:
-    """``users`` users, user ``i`` in the group of team ``i % len(teams)``."""
+async def _make_users(hub: Hub, users: int, teams: list[tuple[str, str]]) -> dict[str, str]:
+    """``users`` users, user ``i`` in the group of team ``i % len(teams)``: their
+    team namespaces by name, in the order of ``i``."""
     names = [f"soak{i:05d}" for i in range(users)]
     for i in range(0, len(names), 1000):
         await hub.request("POST", "/users", {"usernames": names[i:i + 1000]})
     for t, (group, _) in enumerate(teams):
         await hub.request("POST", f"/groups/{group}", ok=(201, 409))
         await hub.request("POST", f"/groups/{group}/users", {"users": names[t::len(teams)]})
-    return names
+    return {name: teams[i % len(teams)][1] for i, name in enumerate(names)}
+
+
+def team_turns(namespaces: dict[str, str], first: Iterable[str] = ()) -> list[str]:
+    """The users of ``namespaces`` (user: team namespace) in an order that takes a user
+    of each team in turn, the teams of ``first`` (already watched) last in each turn."""
+    by_team: dict[str, list[str]] = {}
+    for user, ns in namespaces.items():
+        by_team.setdefault(ns, []).append(user)
+    done = set(first)
+    order = sorted(by_team, key=lambda ns: ns in done)  # stable: the others first
+    return [user for turn in itertools.zip_longest(*(by_team[ns] for ns in order))
+            for user in turn if user is not None]
 
 
 class Churn:
-    """The churn's counters and its stop signal."""
+    """The churn's counters, when each team namespace first had a server ready, and
+    its stop signal."""
 
-    def __init__(self):
+    def __init__(self, first_ready: dict[str, float]):
         self.pairs = self.cycles = 0
+        self.began = time.time()
+        self.first_ready = first_ready
         self.stop = asyncio.Event()
 
+    def ready(self, namespace: str) -> None:
+        """A server in ``namespace`` is ready: its watches run."""
+        self.first_ready.setdefault(namespace, time.time() - self.began)
 
-async def _cycle(hub: Hub, names: list[str], worker: int, workers: int,
-                 churn: Churn) -> None:
+
+async def _cycle(hub: Hub, users: list[str], namespaces: dict[str, str], worker: int,
+                 workers: int, churn: Churn) -> None:
     i = worker
     while not churn.stop.is_set():
-        user = names[i % len(names)]
+        user = users[i % len(users)]
         i += workers
         await spawn_until_ready(hub, user, {"profile": PROFILE})
+        churn.ready(namespaces[user])
         await asyncio.sleep(HOLD)
         await stop_until_gone(hub, user)
         churn.cycles += 1
@@ -242,18 +315,24 @@ def hub_errors(log: Path) -> list[str]:
 
 async def _soak(hub: Hub, sizes: SoakSizes, teams: list[tuple[str, str]], workdir: Path,
                 state: Path, admin: Path, verdict: Verdict) -> None:
-    names = await _make_users(hub, sizes.users, teams)
+    namespaces = await _make_users(hub, sizes.users, teams)
+    names = list(namespaces)
     steady = names[-sizes.steady:]
     await asyncio.gather(*(spawn_until_ready(hub, u, {"profile": PROFILE}) for u in steady))
-    churn = Churn()
-    cycled = names[:-sizes.steady]
-    workers = [asyncio.create_task(_cycle(hub, cycled, w, sizes.cyclers, churn))
+    churn = Churn(verdict.first_ready)
+    for u in steady:
+        churn.first_ready[namespaces[u]] = 0.0
+    cycled = team_turns({u: namespaces[u] for u in names[:-sizes.steady]},
+                        first=churn.first_ready)
+    workers = [asyncio.create_task(_cycle(hub, cycled, namespaces, w, sizes.cyclers, churn))
                for w in range(sizes.cyclers)]
     workers.append(asyncio.create_task(_direct(admin, [ns for _, ns in teams], sizes.rate,
                                                churn)))
-    began = since = time.time()
+    began = since = churn.began
     try:
-        while time.time() - began < sizes.seconds:
+        # no last interval of a few seconds (each sample takes some): its few polls
+        # would make a median of nothing much
+        while sizes.seconds - (time.time() - began) >= sizes.every / 2:
             await asyncio.sleep(min(sizes.every, sizes.seconds - (time.time() - began)))
             for w in workers:
                 if w.done() and w.exception():
@@ -264,6 +343,9 @@ async def _soak(hub: Hub, sizes: SoakSizes, teams: list[tuple[str, str]], workdi
     finally:
         churn.stop.set()
         await asyncio.gather(*workers, return_exceptions=True)
+    print(f"soak: warm-up: {verdict.warmup()}", flush=True)
+    for line in census.lines(workdir, began):  # --census
+        print(line, flush=True)
 
 
 async def on_cluster(sizes: SoakSizes, spec: Path, state: Path, admin: Path,
@@ -301,7 +383,12 @@ def main(argv=None) -> int:
     p.add_argument("--rate", type=float, default=SoakSizes.rate, help="pod + Workload pairs "
                    f"made and deleted directly a second ({SoakSizes.rate:g})")
     p.add_argument("--every", type=float, default=60.0, help="seconds between lines (60)")
+    p.add_argument("--census", type=float, default=0.0, help="seconds between counts of the "
+                   "hub's heap by type, into census.jsonl in the hub's directory (e.g. 60; "
+                   "default: none)")
     args = p.parse_args(argv)
+    if args.census > 0:  # the hub's environment is this process's (benchmarks.hubs)
+        os.environ[census.ENV] = str(args.census)
     sizes = SoakSizes(args.teams, args.users, args.minutes * 60, args.rate, args.every)
     offset = int(os.environ.get(ENV_OFFSET, "0"))
     work = Path(tempfile.mkdtemp(prefix="jupyterhub-gpu-soak-"))

@@ -238,31 +238,111 @@ def test_both_cluster_hubs_get_the_same_poll_interval_timeouts_and_start_timeout
     assert entry["kubespawner_override"]["start_timeout"] == spawn_patience(platform, profile)
 
 
-def test_the_soak_spec_has_the_teams_asked_and_its_verdict_compares_end_with_warm_up():
+def test_the_soak_spec_has_the_teams_asked():
     import yaml
 
     from benchmarks.devcluster import EXAMPLE_SPEC
-    from benchmarks.soak import Sample, SoakSizes, Verdict, soak_spec
+    from benchmarks.soak import soak_spec
     from jupyterhub_gpu.spec.parse import parse_platform
 
     platform = parse_platform(soak_spec(yaml.safe_load(EXAMPLE_SPEC.read_text()), 50, 25))
     assert len({t.namespace for t in platform.teams}) == 50
     assert all(platform.profiles_for(frozenset(t.groups)) for t in platform.teams)
 
-    def sample(at, rss, poll):
-        return Sample(at, rss, poll, poll, 10, 1.0, 5.0, 0, 0)
 
-    verdict = Verdict(SoakSizes(50, 2000, 100), [sample(10, 100, 1.0), sample(20, 200, 1.0),
-                                                 sample(100, 210, 1.05)])
-    assert verdict.rss_ratio == 1.05 and verdict.ok  # the warm-up ends at 20 s
-    verdict.samples.append(sample(110, 230, 1.0))
+def _soak_sample(at, rss, poll, polls=10):
+    from benchmarks.soak import Sample
+
+    return Sample(at, rss, poll, poll, polls, 1.0, 5.0, 0, 0)
+
+
+def test_the_soak_warm_up_ends_when_every_team_is_watched_and_graves_can_age_out():
+    from benchmarks.soak import WARMUP, SoakSizes, Verdict
+    from jupyterhub_gpu.watches.indexed import GRAVE_SECONDS
+
+    sizes = SoakSizes(teams=2, users=10, seconds=2000)
+    verdict = Verdict(sizes, first_ready={"jhub-a": 0.0})
+    assert verdict.warmup_end is None and "1 of 2" in verdict.warmup()
+    verdict.first_ready["jhub-b"] = 100.0
+    assert verdict.warmup_end == 100.0 + GRAVE_SECONDS
+    # a long run: its first fifth, if later
+    assert Verdict(SoakSizes(2, 10, 5000), first_ready=verdict.first_ready).warmup_end == (
+        WARMUP * 5000)
+
+
+def test_the_soak_verdict_compares_the_first_interval_after_the_warm_up_with_the_last():
+    from benchmarks.soak import SoakSizes, Verdict
+    from jupyterhub_gpu.watches.indexed import GRAVE_SECONDS
+
+    end = 60 + GRAVE_SECONDS  # every team had a server by 60 s
+    verdict = Verdict(SoakSizes(2, 10, 1000), [
+        _soak_sample(30, 100, 1.0), _soak_sample(end - 1, 190, 1.0),  # the warm-up
+        _soak_sample(end + 30, 200, 1.0), _soak_sample(end + 60, 500, 1.0, polls=0),
+        _soak_sample(end + 90, 210, 1.05)], first_ready={"a": 0.0, "b": 60.0})
+    assert verdict.rss_ratio == 1.05 and verdict.poll_ratio == 1.05 and verdict.ok
+    assert "PASS" in verdict.summary() and f"ends at {end} s" in verdict.summary()
+    verdict.samples.append(_soak_sample(end + 120, 230, 1.0))
     assert not verdict.ok and "FAIL" in verdict.summary()
-    assert not Verdict(SoakSizes(1, 1, 100), [sample(100, 1, 1)]).ok  # no warm-up sample
     verdict.samples.pop()
-    unpolled = Sample(30, 500, math.nan, math.nan, 0, 1.0, 5.0, 0, 0)  # left out
-    assert Verdict(SoakSizes(1, 1, 100), [unpolled, *verdict.samples]).rss_ratio == 1.05
     verdict.errors = ["[E 2026-12-07 10:00:00.000 JupyterHub app:1] boom"]
     assert not verdict.ok and "boom" in verdict.render()
+
+
+def test_a_soak_with_no_interval_after_the_warm_up_has_no_verdict():
+    from benchmarks.soak import SoakSizes, Verdict
+
+    # the 3-minute soak of the benchmarks page's last run: its RSS grew by 35 %
+    rss = [269, 290, 315, 340, 370, 396]
+    short = Verdict(SoakSizes(2, 10, 180), [_soak_sample(30 * (i + 1), r, 1.0)
+                                            for i, r in enumerate(rss)],
+                    first_ready={"a": 0.0, "b": 100.0})
+    assert not short.judged and not short.ok
+    assert short.summary().startswith("soak verdict: NONE: no interval after the warm-up")
+    assert "ends at 400 s" in short.summary() and "PASS" not in short.summary()
+    # a team never had a server (the tiny soak of make bench-short): no end at all
+    unwatched = Verdict(SoakSizes(3, 40, 15), [_soak_sample(5, 100, 1.0),
+                                               _soak_sample(10, 100, 1.0)],
+                        first_ready={"a": 0.0})
+    assert not unwatched.ok and "1 of 3" in unwatched.render()
+    # the only interval after the warm-up is the last: nothing to compare it with
+    alone = Verdict(SoakSizes(1, 10, 1000), [_soak_sample(400, 100, 1.0)],
+                    first_ready={"a": 0.0})
+    assert not alone.judged and "NONE" in alone.summary()
+
+
+def test_the_soak_cycles_a_user_of_each_team_in_turn_the_watched_teams_last():
+    from benchmarks.soak import team_turns
+
+    users = {f"u{i}": f"ns{i % 3}" for i in range(8)}  # ns0: u0 u3 u6, ns1: u1 u4 u7
+    order = team_turns(users, first={"ns0"})
+    assert order == ["u1", "u2", "u0", "u4", "u5", "u3", "u7", "u6"]
+    assert {users[u] for u in order[:3]} == {"ns0", "ns1", "ns2"}
+
+
+def test_the_heap_census_counts_types_and_what_the_watches_hold(tmp_path):
+    import json
+
+    from benchmarks.census import FILE, count, lines
+    from jupyterhub_gpu.hub.spawner import GPUSpawner
+    from jupyterhub_gpu.watches.indexed import Graveyard
+    from jupyterhub_gpu.watches.reflectors import WorkloadReflector
+
+    graves = Graveyard()
+    for i in range(3):
+        graves.record(f"ns/p{i}", {"metadata": {"name": f"p{i}"}})
+    reflector = WorkloadReflector.__new__(WorkloadReflector)  # no API client, no watch
+    reflector.resources = {f"ns/{n}": {"metadata": {"name": n}} for n in "ab"}
+    spawner = GPUSpawner.__new__(GPUSpawner)  # not configured
+    found = count([graves, reflector, spawner, {}, {}, "s"])
+    assert found["graves"] == 3 and found["watched"] == 2 and found["reflectors"] == 1
+    assert found["spawners"] == 1 and found["objects"] == 6
+    assert found["types"]["builtins.dict"] == 2
+    assert lines(tmp_path, 0) == []  # none taken
+    found.update(at=130.0, blocks=1000, seconds=0.5)
+    (tmp_path / FILE).write_text(json.dumps(found) + "\n")
+    assert lines(tmp_path, 100.0) == [
+        "census at    30s: 6 objects, 1,000 blocks, 1 spawners, 1 watches holding 2 objects "
+        "and 3 graves (counted in 0.50 s)"]
 
 
 def test_the_hub_log_errors_are_its_error_lines_and_tracebacks(tmp_path):

@@ -75,6 +75,20 @@ def test_a_graveyards_second_index_is_pruned_with_it():
     assert len(graves._also) == len(graves) == 3  # no index entry outlives its grave
 
 
+def test_a_grave_keeps_no_managed_fields_and_the_live_object_is_unchanged():
+    graves = Graveyard(also_by=lambda o: [("uid", o["metadata"]["uid"])])
+    pod = obj("p", "u1")
+    pod["metadata"]["managedFields"] = [{"manager": "kube-scheduler", "fieldsV1": {
+        "f:status": {"f:conditions": {}}}}]
+    pod["status"] = {"phase": "Running"}
+    graves.record("ns/p", pod)
+    buried = graves.get("ns/p", "u1")
+    assert "managedFields" not in buried["metadata"] and graves.find(("uid", "u1")) is buried
+    assert buried == {"metadata": {"name": "p", "namespace": NS, "uid": "u1"},
+                      "status": {"phase": "Running"}}
+    assert pod["metadata"]["managedFields"][0]["manager"] == "kube-scheduler"  # a copy
+
+
 async def test_a_reflectors_graveyard_has_the_bounds(offline_kubeconfig):
     pods = RecordingPodReflector(namespace=NS)
     pods.resources = {}
