@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import os
 
-import aiohttp
 import pytest
 import yaml
 
-from jupyterhub_gpu.contract import KERNEL_ID_LABEL
 from jupyterhub_gpu.devcluster import contract as dev_contract
 from jupyterhub_gpu.devcluster import prometheus
 from jupyterhub_gpu.devcluster.layout import Layout
@@ -37,8 +35,9 @@ from jupyterhub_gpu.kueue.series import (KERNEL_RUNNING, KERNEL_STARTS, KERNEL_S
 from tests import kernel_provisioner_entry
 
 from .conftest import STATE_DIR, TEST_PORTS, wait_for
-from .test_demo import URL, _hub_server, _login, _serving, _xsrf
-from .test_kernel_service import GUARD_SECONDS, NAMESPACE, PROFILE, SERVER_PROFILE, _pod, _server
+from .test_demo import _hub_server, _login, _serving
+from .test_kernel_service import (GUARD_SECONDS, PROFILE, SERVER_PROFILE, _pod, _server,
+                                  start_through_server)
 
 #: the CPU profile's idleTimeout here: long enough for the kernel to start first
 SERVER_IDLE_SECONDS = 60
@@ -77,22 +76,7 @@ async def test_a_server_with_only_an_idle_gpu_kernel_is_culled_and_the_kernel_go
                         layout=Layout(STATE_DIR)) as http:
         await _login(http, "alice")
         await _server(http, kube, "alice")
-        api = f"{URL}/user/alice/api"
-        name = f"gpu-{PROFILE}"
-
-        async def listed():
-            async with http.get(f"{api}/kernelspecs") as r:
-                return name in (await r.json())["kernelspecs"] if r.status == 200 else False
-
-        await wait_for(listed, timeout=60, interval=1, what="her GPU kernelspecs")
-        async with http.post(f"{api}/kernels", json={"name": name},
-                             headers={"X-XSRFToken": _xsrf(http, "/user/alice/")},
-                             timeout=aiohttp.ClientTimeout(total=GUARD_SECONDS)) as r:
-            assert r.status == 201, await r.text()
-            kernel = (await r.json())["id"]
-        pods = await kube.core.list_namespaced_pod(
-            NAMESPACE, label_selector=f"{KERNEL_ID_LABEL}={kernel}")
-        (pod,) = pods.items
+        kernel, pod = await start_through_server(http, kube)
         assert pod.status.phase == "Running"
         # the server is still up with its kernel: the culler has not stopped it early
         assert await _hub_server(http, "alice") is not None

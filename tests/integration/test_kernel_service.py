@@ -361,6 +361,28 @@ async def test_a_notebook_runs_a_cell_in_a_gpu_kernels_pod(hub, kube, cluster_pl
     await wait_for(gone, timeout=90, interval=1, what="the kernel's pod and policies to go")
 
 
+async def start_through_server(http, kube, user: str = "alice"):
+    """A GPU kernel of :data:`PROFILE` started through ``user``'s real server's kernel
+    API, as JupyterLab starts one, once the server lists it; its id and its pod."""
+    api = f"{URL}/user/{user}/api"
+    name = f"gpu-{PROFILE}"
+
+    async def listed():
+        async with http.get(f"{api}/kernelspecs") as r:
+            return name in (await r.json())["kernelspecs"] if r.status == 200 else False
+
+    await wait_for(listed, timeout=60, interval=1, what=f"{user}'s GPU kernelspecs")
+    async with http.post(f"{api}/kernels", json={"name": name},
+                         headers={"X-XSRFToken": _xsrf(http, f"/user/{user}/")},
+                         timeout=aiohttp.ClientTimeout(total=GUARD_SECONDS)) as r:
+        assert r.status == 201, await r.text()
+        kernel = (await r.json())["id"]
+    pods = await kube.core.list_namespaced_pod(
+        NAMESPACE, label_selector=f"{KERNEL_ID_LABEL}={kernel}")
+    (pod,) = pods.items
+    return kernel, pod
+
+
 async def test_a_cell_runs_in_a_gpu_kernel_through_the_servers_kernel_api(
         hub, kube, cluster_platform, tmp_path, monkeypatch):
     """The whole path, as JupyterLab drives it: alice's real CPU server (run by the pod
@@ -379,20 +401,7 @@ async def test_a_cell_runs_in_a_gpu_kernel_through_the_servers_kernel_api(
     await _server(hub, kube, "alice")
     api = f"{URL}/user/alice/api"
     headers = {"X-XSRFToken": _xsrf(hub, "/user/alice/")}
-    name = f"gpu-{PROFILE}"
-
-    async def listed():
-        async with hub.get(f"{api}/kernelspecs") as r:
-            return name in (await r.json())["kernelspecs"] if r.status == 200 else False
-
-    await wait_for(listed, timeout=60, interval=1, what="her GPU kernelspecs")
-    async with hub.post(f"{api}/kernels", json={"name": name}, headers=headers,
-                        timeout=aiohttp.ClientTimeout(total=GUARD_SECONDS)) as r:
-        assert r.status == 201, await r.text()
-        kernel = (await r.json())["id"]
-    pods = await kube.core.list_namespaced_pod(
-        NAMESPACE, label_selector=f"{KERNEL_ID_LABEL}={kernel}")
-    (pod,) = pods.items
+    kernel, pod = await start_through_server(hub, kube)
     msg_id = uuid.uuid4().hex
     code = f"import os; print(os.environ.get({ENV_PROFILE!r}), os.environ.get({ENV_POD_IP!r}))"
     request = {"header": {"msg_id": msg_id, "msg_type": "execute_request", "session": msg_id,
