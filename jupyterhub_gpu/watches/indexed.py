@@ -10,8 +10,7 @@ each watch event (never rebuilt per lookup) and bounded:
 * :class:`TracksResources`: a reflector mixin whose ``resources`` tell it of each
   object stored and removed, and of each full listing, so that it can keep indexes
   of its own (by job uid, by pod, per queue), and store only what it keeps of each
-  object (:meth:`TracksResources.kept`: every object without its ``managedFields``,
-  which nothing reads; the Workload watch prunes more, :mod:`.pruning`).
+  object (:meth:`TracksResources.kept`: the Workload watch prunes, :mod:`.pruning`).
 """
 
 from __future__ import annotations
@@ -120,9 +119,8 @@ class TracksResources:
     and each object is stored as :meth:`kept` has it."""
 
     def kept(self, obj: dict) -> dict:
-        """What is stored of ``obj``, listed or watched: all of it but its
-        ``managedFields`` (override to prune more)."""
-        return without_managed_fields(obj)
+        """What is stored of ``obj``, listed or watched (override to prune it)."""
+        return obj
 
     def stored(self, key: str, obj: dict, old: dict | None) -> None:
         """``obj`` was stored under ``key`` (in place of ``old``, if any)."""

@@ -8,8 +8,7 @@ resource usage, none of which the hub or its services read. :data:`WORKLOAD_FIEL
 is the one list of what they read; the Workload watch
 (:class:`~jupyterhub_gpu.watches.reflectors.WorkloadReflector`) stores, and so buries
 in its graveyard, only that. A new reader of another field of a Workload adds it here.
-Pods and events are stored whole but for their ``managedFields`` (as every tracked
-watch stores objects: :meth:`~jupyterhub_gpu.watches.indexed.TracksResources.kept`).
+Pods are stored whole, as KubeSpawner's own pod watch stores them.
 """
 
 from __future__ import annotations

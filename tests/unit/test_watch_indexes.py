@@ -255,23 +255,3 @@ async def test_the_preemptor_is_looked_up_only_when_kueue_names_one(make_spawner
     finally:
         spawner.reflectors.pop(key)
 
-
-
-async def test_the_pod_and_event_watches_store_no_managed_fields(offline_kubeconfig):
-    """What the API server sends carries ``managedFields`` (server-side apply's record,
-    which nothing here reads): the pod and event watches store the rest, listed or
-    watched; the object sent is left as it was."""
-    def managed(o: dict) -> dict:
-        o["metadata"]["managedFields"] = [{"manager": "kubelet", "operation": "Update",
-                                           "fieldsV1": {"f:status": {}}}]
-        return o
-
-    pods, events = RecordingPodReflector(namespace=NS), IndexedEventReflector(namespace=NS)
-    sent = managed(obj("p0"))
-    pods.resources = {f"{NS}/p0": sent}  # a listing
-    pods.resources[f"{NS}/p1"] = managed(obj("p1"))  # a watch event
-    events.resources = {f"{NS}/e0": managed(event("e0", "jupyter-0", "2026-12-02T10:00:00Z"))}
-    stored = [*pods.resources.values(), *events.resources.values()]
-    assert len(stored) == 3 and not [o for o in stored if "managedFields" in o["metadata"]]
-    assert pods.resources[f"{NS}/p0"]["metadata"]["name"] == "p0"
-    assert sent["metadata"]["managedFields"][0]["manager"] == "kubelet"
